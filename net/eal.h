@@ -1,0 +1,45 @@
+#pragma once
+// Starting DPDK's EAL, and the mbuf pools every port and test needs.
+//
+// rte_eal_init works once per process, so every program (droced, each test
+// binary, each benchmark) calls eal_start() exactly once, early, from its
+// main thread. Control path only.
+
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+
+#include <string>
+#include <vector>
+
+namespace droce::net {
+
+struct EalOptions {
+  std::string program = "droce";
+  /// Memory for EAL when there are no hugepages (MiB).
+  unsigned memory_mb = 256;
+  /// Use hugepages when the machine has free ones; --no-huge otherwise.
+  bool prefer_hugepages = true;
+  /// Lcore list (EAL -l).
+  std::string lcores = "0";
+  /// Extra arguments, passed through to EAL after droce's own.
+  std::vector<std::string> extra;
+};
+
+/// The EAL argument vector droce uses for `opts`: --no-pci unless the extra
+/// arguments allow devices; --in-memory with hugepages, or --no-huge -m N
+/// --no-shconf without, so several processes can run side by side.
+std::vector<std::string> eal_arguments(const EalOptions& opts);
+
+/// Starts EAL with eal_arguments(opts). Returns 0, or -errno (as rte_errno)
+/// with a log line saying why. A second call returns -EALREADY.
+int eal_start(const EalOptions& opts);
+
+/// Free 2 MiB or 1 GiB hugepages on this machine, from /proc/meminfo.
+unsigned long free_hugepages();
+
+/// A packet mbuf pool of `count` mbufs, each with `data_room` bytes of
+/// buffer after the headroom. nullptr (and a log line) on failure.
+rte_mempool* create_mbuf_pool(const char* name, unsigned count,
+                              uint16_t data_room = RTE_MBUF_DEFAULT_DATAROOM);
+
+}  // namespace droce::net

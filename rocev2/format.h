@@ -1,0 +1,22 @@
+#pragma once
+// Human and machine renderings of parsed packets, for `droce decode`, the
+// demo and test failure messages. Control path: allocates strings.
+
+#include <string>
+
+#include "rocev2/packet.h"
+#include "rocev2/parser.h"
+
+namespace droce::rocev2 {
+
+std::string format_ip(const IpAddr& a);
+std::string format_mac(const MacAddr& m);
+
+/// Multi-line text, tshark-like: one line per layer, then the verdict.
+/// Shows as much as was parsed before a failure.
+std::string format_text(const ParsedPacket& p, ParseStatus status, bool icrc_ok);
+
+/// One JSON object (no newline) with the fields `droce decode --json` promises.
+std::string format_json(size_t frame_no, const ParsedPacket& p, ParseStatus status, bool icrc_ok);
+
+}  // namespace droce::rocev2
