@@ -1,0 +1,225 @@
+// The parser: one malformed frame per rejection reason, each refused with
+// exactly that reason; random packets round-trip; no prefix of a frame is
+// ever accepted or read past.
+
+#include <gtest/gtest.h>
+#include <rte_ip.h>
+
+#include <functional>
+#include <random>
+#include <set>
+
+#include "core/endian.h"
+#include "rocev2/builder.h"
+#include "rocev2/icrc.h"
+#include "rocev2/parser.h"
+#include "rocev2/random_packet.h"
+#include "tests/test_support.h"
+
+namespace droce::rocev2 {
+namespace {
+
+using core::load_be16;
+using core::store_be16;
+
+// A frame under construction: build a valid one, edit bytes, then fix what a
+// well-formed sender would have fixed (IPv4 checksum, ICRC) unless the test is
+// about exactly that.
+struct FrameEdit {
+  std::vector<uint8_t> b;
+  PacketLayout at;
+  uint8_t ipv = 4;
+
+  static FrameEdit of(uint8_t opcode, uint32_t payload_len, uint8_t ipv = 4, bool vlan = false) {
+    PacketHeaders h;
+    h.l2.vlan = vlan;
+    h.l3.version = ipv;
+    if (ipv == 4) {
+      h.l3.src = ipv4_mapped(0x0a000001);
+      h.l3.dst = ipv4_mapped(0x0a000002);
+    } else {
+      h.l3.src[0] = h.l3.dst[0] = 0xfd;
+      h.l3.ipv4_frag = 0;
+    }
+    h.bth.opcode = opcode;
+    h.bth.psn = 100;
+    h.bth.dest_qp = 0x11;
+    FrameEdit f;
+    f.ipv = ipv;
+    std::vector<uint8_t> pl(payload_len, 0x3c);
+    f.b.resize(frame_len(h, payload_len));
+    EXPECT_NE(build_frame(h, pl, f.b), 0u);
+    write_headers(h, payload_len, f.b.data(), &f.at);
+    return f;
+  }
+  uint8_t* ip() { return b.data() + at.l3_off; }
+  uint8_t* udp() { return b.data() + at.l4_off; }
+  uint8_t* bth() { return b.data() + at.bth_off; }
+
+  void fix_ipv4_checksum() {
+    if (ipv != 4) return;
+    store_be16(ip() + 10, 0);
+    const uint16_t sum = rte_ipv4_cksum(reinterpret_cast<const rte_ipv4_hdr*>(ip()));
+    std::memcpy(ip() + 10, &sum, 2);
+  }
+  void fix_icrc() { refresh_icrc(b, at.l3_off, at.icrc_off, ipv); }
+  void fix_all() {
+    fix_ipv4_checksum();
+    fix_icrc();
+  }
+  // Declares `udp_payload` bytes after the UDP header in IP and UDP lengths
+  // and cuts the frame to match.
+  void set_udp_payload_len(size_t udp_payload) {
+    const size_t udp_len = net::kUdpHdrLen + udp_payload;
+    if (ipv == 4) store_be16(ip() + 2, uint16_t(net::kIpv4HdrLen + udp_len));
+    else store_be16(ip() + 4, uint16_t(udp_len));
+    store_be16(udp() + 4, uint16_t(udp_len));
+    b.resize(at.l4_off + udp_len);
+    fix_ipv4_checksum();
+  }
+  ParseStatus parse() const {
+    ParsedPacket p;
+    return parse_frame(std::span<const uint8_t>(b), &p);
+  }
+};
+
+constexpr uint8_t kRcSendOnly = 0x04;
+constexpr uint8_t kRcSendFirst = 0x00;
+constexpr uint8_t kRcWriteOnly = 0x0a;
+constexpr uint8_t kRcAck = 0x11;
+
+struct MalformedCase {
+  const char* what;
+  ParseStatus expect;
+  std::function<FrameEdit()> make;
+};
+
+std::vector<MalformedCase> malformed_cases() {
+  using S = ParseStatus;
+  return {
+      {"ARP ethertype", S::not_ip, [] { auto f = FrameEdit::of(kRcSendOnly, 8); store_be16(&f.b[12], 0x0806); return f; }},
+      {"TCP", S::not_udp, [] { auto f = FrameEdit::of(kRcSendOnly, 8); f.ip()[9] = 6; f.fix_ipv4_checksum(); return f; }},
+      {"IPv6 ICMPv6", S::not_udp, [] { auto f = FrameEdit::of(kRcSendOnly, 8, 6); f.ip()[6] = 58; return f; }},
+      {"UDP port 4792", S::not_roce_port, [] { auto f = FrameEdit::of(kRcSendOnly, 8); store_be16(f.udp() + 2, 4792); return f; }},
+      {"10-byte frame", S::truncated_eth, [] { auto f = FrameEdit::of(kRcSendOnly, 8); f.b.resize(10); return f; }},
+      {"cut in the VLAN tag", S::truncated_vlan, [] { auto f = FrameEdit::of(kRcSendOnly, 8, 4, true); f.b.resize(16); return f; }},
+      {"cut in the IPv4 header", S::truncated_ip, [] { auto f = FrameEdit::of(kRcSendOnly, 8); f.b.resize(14 + 19); return f; }},
+      {"cut in the IPv6 header", S::truncated_ip, [] { auto f = FrameEdit::of(kRcSendOnly, 8, 6); f.b.resize(14 + 39); return f; }},
+      {"IPv4 ethertype, version 6", S::bad_ip_version, [] { auto f = FrameEdit::of(kRcSendOnly, 8); f.ip()[0] = 0x65; return f; }},
+      {"IPv6 ethertype, version 4", S::bad_ip_version, [] { auto f = FrameEdit::of(kRcSendOnly, 8, 6); f.ip()[0] = (f.ip()[0] & 0x0f) | 0x40; return f; }},
+      {"IPv4 IHL 6", S::ipv4_options, [] { auto f = FrameEdit::of(kRcSendOnly, 8); f.ip()[0] = 0x46; f.fix_ipv4_checksum(); return f; }},
+      {"IPv4 checksum off by one", S::bad_ipv4_checksum, [] { auto f = FrameEdit::of(kRcSendOnly, 8); f.ip()[11] ^= 1; return f; }},
+      {"IPv4 more-fragments", S::ip_fragment, [] { auto f = FrameEdit::of(kRcSendOnly, 8); f.ip()[6] |= 0x20; f.fix_ipv4_checksum(); return f; }},
+      {"IPv4 fragment offset", S::ip_fragment, [] { auto f = FrameEdit::of(kRcSendOnly, 8); f.ip()[7] = 1; f.fix_ipv4_checksum(); return f; }},
+      {"IPv6 hop-by-hop header", S::ipv6_ext_headers, [] { auto f = FrameEdit::of(kRcSendOnly, 8, 6); f.ip()[6] = 0; return f; }},
+      {"IPv4 length past the frame", S::bad_ip_length, [] { auto f = FrameEdit::of(kRcSendOnly, 8); store_be16(f.ip() + 2, uint16_t(load_be16(f.ip() + 2) + 1)); f.fix_ipv4_checksum(); return f; }},
+      {"IPv4 length under its header", S::bad_ip_length, [] { auto f = FrameEdit::of(kRcSendOnly, 8); store_be16(f.ip() + 2, 19); f.fix_ipv4_checksum(); return f; }},
+      {"IPv6 payload length past the frame", S::bad_ip_length, [] { auto f = FrameEdit::of(kRcSendOnly, 8, 6); store_be16(f.ip() + 4, uint16_t(load_be16(f.ip() + 4) + 4)); return f; }},
+      {"IP payload of 7 bytes", S::truncated_udp, [] { auto f = FrameEdit::of(kRcSendOnly, 8); store_be16(f.ip() + 2, 27); f.b.resize(f.at.l4_off + 7); f.fix_ipv4_checksum(); return f; }},
+      {"UDP length one short", S::bad_udp_length, [] { auto f = FrameEdit::of(kRcSendOnly, 8); store_be16(f.udp() + 4, uint16_t(load_be16(f.udp() + 4) - 1)); return f; }},
+      {"UDP length one long", S::bad_udp_length, [] { auto f = FrameEdit::of(kRcSendOnly, 8, 6); store_be16(f.udp() + 4, uint16_t(load_be16(f.udp() + 4) + 1)); return f; }},
+      {"UDP payload of 11 bytes", S::truncated_bth, [] { auto f = FrameEdit::of(kRcSendOnly, 8); f.set_udp_payload_len(11); return f; }},
+      {"TVer 1", S::bad_tver, [] { auto f = FrameEdit::of(kRcSendOnly, 8); f.bth()[1] |= 1; f.fix_icrc(); return f; }},
+      {"P_Key 0x8000", S::invalid_pkey, [] { auto f = FrameEdit::of(kRcSendOnly, 8); store_be16(f.bth() + 2, 0x8000); f.fix_icrc(); return f; }},
+      {"P_Key 0x0000", S::invalid_pkey, [] { auto f = FrameEdit::of(kRcSendOnly, 8); store_be16(f.bth() + 2, 0); f.fix_icrc(); return f; }},
+      {"RC opcode 0x15", S::unknown_opcode, [] { auto f = FrameEdit::of(kRcSendOnly, 8); f.bth()[0] = 0x15; f.fix_icrc(); return f; }},
+      {"opcode 0xa0", S::unknown_opcode, [] { auto f = FrameEdit::of(kRcSendOnly, 8); f.bth()[0] = 0xa0; f.fix_icrc(); return f; }},
+      {"UC READ request", S::opcode_invalid_for_transport, [] { auto f = FrameEdit::of(make_opcode(Transport::rc, op::kReadRequest), 0); f.bth()[0] = make_opcode(Transport::uc, op::kReadRequest); f.fix_icrc(); return f; }},
+      {"UD SEND first", S::opcode_invalid_for_transport, [] { auto f = FrameEdit::of(kRcSendOnly, 8); f.bth()[0] = make_opcode(Transport::ud, op::kSendFirst); f.fix_icrc(); return f; }},
+      {"RD SEND only", S::unsupported_transport, [] { auto f = FrameEdit::of(kRcSendOnly, 8); f.bth()[0] = make_opcode(Transport::rd, op::kSendOnly); f.fix_icrc(); return f; }},
+      {"WRITE with half a RETH", S::truncated_ext_header, [] { auto f = FrameEdit::of(kRcWriteOnly, 0); f.set_udp_payload_len(12 + 8); return f; }},
+      {"UD SEND with half a DETH", S::truncated_ext_header, [] { auto f = FrameEdit::of(make_opcode(Transport::ud, op::kSendOnly), 0); f.set_udp_payload_len(12 + 7); return f; }},
+      {"ACK with no room for the ICRC", S::truncated_icrc, [] { auto f = FrameEdit::of(kRcAck, 0); f.set_udp_payload_len(12 + 4 + 3); return f; }},
+      {"pad 3 on a 2-byte body", S::bad_pad_count, [] { auto f = FrameEdit::of(kRcSendOnly, 0); f.set_udp_payload_len(12 + 2 + 4); f.bth()[1] = 0x30; return f; }},
+      {"pad on a SEND first", S::bad_pad_count, [] { auto f = FrameEdit::of(kRcSendFirst, 8); f.bth()[1] |= 0x10; f.fix_icrc(); return f; }},
+      {"ACK with 4 bytes of payload", S::unexpected_payload, [] { auto f = FrameEdit::of(kRcAck, 0); f.set_udp_payload_len(12 + 4 + 4 + 4); return f; }},
+      {"READ request with payload", S::unexpected_payload, [] { auto f = FrameEdit::of(make_opcode(Transport::rc, op::kReadRequest), 0); f.set_udp_payload_len(12 + 16 + 8 + 4); return f; }},
+      {"payload byte flipped", S::bad_icrc, [] { auto f = FrameEdit::of(kRcSendOnly, 8); f.b[f.at.payload_off] ^= 1; return f; }},
+      {"ICRC byte flipped", S::bad_icrc, [] { auto f = FrameEdit::of(kRcSendOnly, 8, 6); f.b[f.at.icrc_off + 3] ^= 0x80; return f; }},
+      {"PSN changed, ICRC not", S::bad_icrc, [] { auto f = FrameEdit::of(kRcSendOnly, 8); f.bth()[11] ^= 1; return f; }},
+  };
+}
+
+TEST(ParserMalformed, EachReasonIsReportedForItsOwnDefect) {
+  std::set<ParseStatus> covered;
+  for (const auto& c : malformed_cases()) {
+    SCOPED_TRACE(c.what);
+    const FrameEdit f = c.make();
+    EXPECT_EQ(f.parse(), c.expect) << "got " << to_string(f.parse()) << "\n" << test::hex(f.b);
+    covered.insert(c.expect);
+  }
+  // Expect: every status but ok has a case in the table.
+  for (size_t i = 1; i < kParseStatusCount; ++i)
+    EXPECT_TRUE(covered.count(static_cast<ParseStatus>(i))) << "no case for " << to_string(static_cast<ParseStatus>(i));
+}
+
+TEST(ParserMalformed, StatusNamesAndDescriptionsExistForEveryStatus) {
+  for (size_t i = 0; i < kParseStatusCount; ++i) {
+    const auto s = static_cast<ParseStatus>(i);
+    EXPECT_STRNE(to_string(s), "?");
+    EXPECT_STRNE(describe(s), "?");
+  }
+  EXPECT_TRUE(is_foreign(ParseStatus::not_roce_port));
+  EXPECT_FALSE(is_foreign(ParseStatus::bad_icrc));
+}
+
+TEST(ParserAccepts, EthernetPaddingAfterTheIpPacket) {
+  // A 46-byte minimum Ethernet payload pads short frames (an empty IPv4 SEND
+  // is 58 bytes); the IP length rules.
+  FrameEdit f = FrameEdit::of(kRcSendOnly, 0);
+  ASSERT_LT(f.b.size(), 60u);
+  f.b.resize(60, 0);
+  EXPECT_EQ(f.parse(), ParseStatus::ok);
+  f.b.resize(64, 0xee);  // and a trailing FCS
+  EXPECT_EQ(f.parse(), ParseStatus::ok);
+}
+
+TEST(ParserAccepts, ChecksOffWhenTheNicHasDoneThem) {
+  FrameEdit f = FrameEdit::of(kRcSendOnly, 8);
+  f.b[f.at.payload_off] ^= 1;
+  f.ip()[11] ^= 1;
+  ParsedPacket p;
+  EXPECT_EQ(parse_frame(std::span<const uint8_t>(f.b), &p, {.verify_icrc = false, .verify_ipv4_checksum = false}),
+            ParseStatus::ok);
+}
+
+TEST(ParserRoundTrip, RandomPacketsParseToTheirCanonicalHeadersAndRebuildIdentically) {
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  std::vector<uint8_t> frame(kMaxHeaderLen + 4096 + 8), again(frame.size());
+  for (int i = 0; i < 5000; ++i) {
+    const RandomPacket r = random_packet(rng);
+    const size_t len = build_frame(r.hdr, r.payload, frame);
+    ASSERT_NE(len, 0u);
+    ParsedPacket p;
+    const std::span<const uint8_t> bytes(frame.data(), len);
+    ASSERT_EQ(parse_frame(bytes, &p), ParseStatus::ok) << "packet " << i << "\n" << test::hex(bytes);
+    ASSERT_EQ(p.hdr, canonical(r.hdr, uint32_t(r.payload.size()))) << "packet " << i;
+    ASSERT_EQ(p.layout.payload_len, r.payload.size());
+    ASSERT_TRUE(std::equal(r.payload.begin(), r.payload.end(), frame.begin() + p.layout.payload_off));
+    ASSERT_EQ(build_frame(p.hdr, r.payload, again), len);
+    ASSERT_TRUE(std::equal(frame.begin(), frame.begin() + ptrdiff_t(len), again.begin())) << "packet " << i;
+  }
+}
+
+TEST(ParserRobustness, NoProperPrefixOfAFrameIsAccepted) {
+  std::mt19937_64 rng(42);
+  for (int i = 0; i < 200; ++i) {
+    RandomPacket r = random_packet(rng, {.max_payload = 300});
+    std::vector<uint8_t> frame(frame_len(r.hdr, uint32_t(r.payload.size())));
+    ASSERT_NE(build_frame(r.hdr, r.payload, frame), 0u);
+    for (size_t cut = 0; cut < frame.size(); ++cut) {
+      // An exact-size heap copy, so AddressSanitizer sees any read past it.
+      std::vector<uint8_t> prefix(frame.begin(), frame.begin() + ptrdiff_t(cut));
+      ParsedPacket p;
+      const ParseStatus s = parse_frame(std::span<const uint8_t>(prefix), &p);
+      EXPECT_NE(s, ParseStatus::ok) << "accepted a " << cut << "-byte prefix of a " << frame.size() << "-byte frame";
+      EXPECT_FALSE(is_foreign(s) && cut >= 14 + (r.hdr.l2.vlan ? 4 : 0) + 20 + 8 + 12)
+          << "a cut RoCEv2 frame read as foreign: " << to_string(s);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace droce::rocev2
