@@ -175,7 +175,8 @@ struct AtomicEth {
   friend bool operator==(const AtomicEth&, const AtomicEth&) = default;
 };
 
-/// AETH syndrome (IBA 9.7.5.1, table 42): bits 7:5 say what it is.
+/// AETH syndrome (IBA 9.7.5.1, table 42): bits 7:5 say what it is; 000 ACK,
+/// 001 RNR NAK, 011 NAK. Anything else (010, or bit 7 set) is reserved.
 enum class AethKind : uint8_t { ack = 0, rnr_nak = 1, reserved = 2, nak = 3 };
 
 /// NAK codes (syndrome bits 4:0 when the kind is nak).
@@ -193,7 +194,9 @@ struct Aeth {
   uint8_t syndrome = 0;
   uint32_t msn = 0;
 
-  AethKind kind() const { return static_cast<AethKind>(syndrome >> 5); }
+  AethKind kind() const {
+    return (syndrome & 0x80) ? AethKind::reserved : static_cast<AethKind>(syndrome >> 5);
+  }
   uint8_t value() const { return syndrome & 0x1f; }  // credit code, RNR timer or NAK code
   static uint8_t make_syndrome(AethKind k, uint8_t value) {
     return static_cast<uint8_t>((static_cast<uint8_t>(k) << 5) | (value & 0x1f));

@@ -6,7 +6,7 @@
 #
 # usage: run_fuzz.sh FUZZER DROCE SECONDS WORKDIR PCAPDIR
 set -euo pipefail
-fuzzer=$1 droce=$2 seconds=$3 work=$4 pcaps=$5
+fuzzer=$(realpath "$1") droce=$(realpath "$2") seconds=$3 work=$(realpath -m "$4") pcaps=$5
 here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$work" && mkdir -p "$work/seeds" "$work/corpus"
 "$droce" gen --seed 1 --count 300 --max-payload 300 "$work/gen.pcap" >/dev/null

@@ -94,3 +94,20 @@ TEST(PsnArithmetic, ComparesAcrossThe24BitWrap) {
 
 }  // namespace
 }  // namespace droce::rocev2
+
+namespace droce::rocev2 {
+namespace {
+
+TEST(Aeth, SyndromeKindsAndReservedBits) {
+  EXPECT_EQ((Aeth{0x1f, 0}).kind(), AethKind::ack);
+  EXPECT_EQ((Aeth{0x21, 0}).kind(), AethKind::rnr_nak);
+  EXPECT_EQ((Aeth{0x62, 0}).kind(), AethKind::nak);
+  EXPECT_EQ((Aeth{0x62, 0}).value(), 2);
+  EXPECT_EQ((Aeth{0x40, 0}).kind(), AethKind::reserved);
+  // Bit 7 set is reserved whatever follows (found by the parser fuzzer).
+  for (unsigned s = 0x80; s < 0x100; ++s) EXPECT_EQ((Aeth{uint8_t(s), 0}).kind(), AethKind::reserved);
+  EXPECT_EQ(Aeth::make_syndrome(AethKind::rnr_nak, 14), 0x2e);
+}
+
+}  // namespace
+}  // namespace droce::rocev2
