@@ -64,7 +64,7 @@ rocev2::PacketHeaders demo_headers(uint8_t opcode, uint8_t ip_version, bool vlan
   h.bth.dest_qp = 0x11;
   h.bth.psn = psn;
   const auto& info = rocev2::opcode_info(opcode);
-  h.bth.ackreq = info.requester && info.ends_message();
+  h.bth.ackreq = info.transport == rocev2::Transport::rc && info.requester && info.ends_message();
   h.ext.deth = {0x11111111, 0, 0x12};
   h.ext.reth = {0x7f0000001000, 0x00abcd01, 3000};
   h.ext.atomic_eth = {0x7f0000002000, 0x00abcd02, 5, 0};

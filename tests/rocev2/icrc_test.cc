@@ -11,6 +11,7 @@
 #include "rocev2/icrc.h"
 #include "rocev2/parser.h"
 #include "rocev2/random_packet.h"
+#include "tests/rocev2/frame_edit.h"
 
 namespace droce::rocev2 {
 namespace {
@@ -22,39 +23,15 @@ TEST(Crc32, MatchesTheIeeeCheckValue) {
   EXPECT_EQ(crc32(crc32(0, s, 4), s + 4, 5), 0xcbf43926u);
 }
 
-struct Frame {
-  std::vector<uint8_t> bytes;
-  PacketLayout at;
-  uint8_t ipv = 4;
-};
+using Frame = test::FrameEdit;
 
-Frame make(uint8_t ipv, uint8_t opcode = 0x04, size_t payload = 37) {
-  PacketHeaders h;
-  h.l3.version = ipv;
-  if (ipv == 4) {
-    h.l3.src = ipv4_mapped(0x0a000001);
-    h.l3.dst = ipv4_mapped(0x0a000002);
-  } else {
-    h.l3.src[0] = h.l3.dst[0] = 0xfe;
-    h.l3.dst[15] = 2;
-    h.l3.ipv4_frag = 0;
-  }
-  h.bth.opcode = opcode;
-  h.bth.psn = 77;
-  std::vector<uint8_t> pl(payload, 0xa5);
-  Frame f;
-  f.ipv = ipv;
-  f.bytes.resize(frame_len(h, uint32_t(payload)));
-  EXPECT_EQ(build_frame(h, pl, f.bytes), f.bytes.size());
-  write_headers(h, uint32_t(payload), f.bytes.data(), &f.at);
-  return f;
-}
+Frame make(uint8_t ipv, uint8_t opcode = 0x04, uint32_t payload = 37) { return Frame::of(opcode, payload, ipv); }
 
 uint32_t icrc_of(const Frame& f) {
-  return compute_icrc(net::FrameBytes(std::span<const uint8_t>(f.bytes)), f.at.l3_off, f.at.icrc_off, f.ipv);
+  return compute_icrc(net::FrameBytes(std::span<const uint8_t>(f.b)), f.at.l3_off, f.at.icrc_off, f.ipv);
 }
 
-uint32_t carried(const Frame& f) { return core::load_le32(f.bytes.data() + f.at.icrc_off); }
+uint32_t carried(const Frame& f) { return core::load_le32(f.b.data() + f.at.icrc_off); }
 
 TEST(Icrc, BuilderStoresItLeastSignificantByteFirst) {
   for (uint8_t ipv : {4, 6}) {
@@ -70,7 +47,7 @@ TEST(Icrc, MaskedFieldsDoNotChangeIt) {
   const size_t l3 = f.at.l3_off, l4 = f.at.l4_off, bth = f.at.bth_off;
   for (size_t off : {l3 + 1, l3 + 8, l3 + 10, l3 + 11, l4 + 6, l4 + 7, bth + 4}) {
     Frame g = f;
-    g.bytes[off] ^= 0x5a;
+    g.b[off] ^= 0x5a;
     EXPECT_EQ(icrc_of(g), before) << "offset " << off;
   }
   // IPv6: traffic class and flow label (low nibble of byte 0, bytes 1-3), hop limit (7).
@@ -79,7 +56,7 @@ TEST(Icrc, MaskedFieldsDoNotChangeIt) {
   const size_t l3v6 = v6.at.l3_off;
   for (size_t off : {l3v6 + 0, l3v6 + 1, l3v6 + 2, l3v6 + 3, l3v6 + 7}) {
     Frame g = v6;
-    g.bytes[off] ^= (off == l3v6 ? 0x0f : 0x5a);  // the version nibble is covered
+    g.b[off] ^= (off == l3v6 ? 0x0f : 0x5a);  // the version nibble is covered
     EXPECT_EQ(icrc_of(g), before6) << "offset " << off;
   }
 }
@@ -97,7 +74,7 @@ TEST(Icrc, EveryCoveredByteChangesIt) {
           off == size_t(f.at.bth_off) + 4)
         continue;
       Frame g = f;
-      g.bytes[off] ^= (off == l3 ? 0x10 : 0x01);  // IPv6 byte 0: flip a version bit (covered)
+      g.b[off] ^= (off == l3 ? 0x10 : 0x01);  // IPv6 byte 0: flip a version bit (covered)
       EXPECT_NE(icrc_of(g), before) << "IPv" << int(ipv) << " offset " << off;
     }
   }
@@ -108,7 +85,7 @@ TEST(Icrc, EthernetAndVlanAreNotCovered) {
   const uint32_t before = icrc_of(f);
   for (size_t off = 0; off < 12; ++off) {  // MAC addresses
     Frame g = f;
-    g.bytes[off] ^= 0xff;
+    g.b[off] ^= 0xff;
     EXPECT_EQ(icrc_of(g), before);
   }
 }
@@ -116,9 +93,9 @@ TEST(Icrc, EthernetAndVlanAreNotCovered) {
 TEST(Icrc, ComputeRefusesALayoutThatDoesNotFit) {
   Frame f = make(4);
   bool ok = true;
-  compute_icrc(net::FrameBytes(std::span<const uint8_t>(f.bytes)), f.at.l3_off, f.bytes.size() + 1, 4, &ok);
+  compute_icrc(net::FrameBytes(std::span<const uint8_t>(f.b)), f.at.l3_off, f.b.size() + 1, 4, &ok);
   EXPECT_FALSE(ok);
-  compute_icrc(net::FrameBytes(std::span<const uint8_t>(f.bytes)), f.at.l3_off, f.at.l3_off + 10, 4, &ok);
+  compute_icrc(net::FrameBytes(std::span<const uint8_t>(f.b)), f.at.l3_off, f.at.l3_off + 10, 4, &ok);
   EXPECT_FALSE(ok);
 }
 

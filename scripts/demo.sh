@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# droce's demo: installs what is missing, builds (release), and runs the
+# current demo. Today: every RoCEv2 opcode built on one DPDK port, sent to a
+# second port wired back to back (net_ring), parsed and checked there; the
+# capture of it all decoded by tshark and by droce's own decoder.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/install-deps.sh
+
+if [ -f build/release/build.ninja ]; then
+  meson configure build/release -Dbuildtype=release >/dev/null
+else
+  meson setup build/release -Dbuildtype=release >/dev/null
+fi
+ninja -C build/release apps/droce apps/droce-wire-demo >/dev/null
+
+mkdir -p build/demo
+pcap=build/demo/wire.pcap
+echo "### droce-wire-demo: two DPDK ports (net_ring) in one process"
+build/release/apps/droce-wire-demo --pcap "$pcap"
+
+echo
+echo "### tshark's view of the capture (first 12 of $(tshark -r "$pcap" 2>/dev/null | wc -l) frames)"
+{ tshark -r "$pcap" --disable-heuristic rpcrdma_infiniband 2>/dev/null || true; } | head -12
+
+echo
+echo "### droce decode: a WRITE with immediate, an atomic, a UD SEND (full headers)"
+{ build/release/apps/droce decode "$pcap" || true; } | awk '
+  /^frame/ { keep = 0; block = $0; next }
+  { block = block "\n" $0 }
+  /RDMA_WRITE_ONLY_WITH_IMMEDIATE|COMPARE_SWAP \(|UD_SEND_ONLY_WITH_IMMEDIATE/ { if (!seen[$2]++) keep = 1 }
+  /verdict/ { if (keep) print block; keep = 0 }'
+echo
+echo "### droce decode --quiet: the summary (the broken frames are meant to be refused)"
+{ build/release/apps/droce decode --quiet "$pcap" || true; } | tail -12

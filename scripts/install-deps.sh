@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs what droce needs to build, test and run, from Debian 12 packages.
+# Idempotent and quick when everything is present (no apt-get unless a
+# package is missing). Needs root (or sudo) only when something is missing.
+set -euo pipefail
+
+packages=(
+  # build
+  g++ meson ninja-build pkg-config
+  # libraries
+  libdpdk-dev dpdk-dev libtbb-dev libisal-dev libpcap-dev
+  libgtest-dev libbenchmark-dev
+  # test oracles and tools: scapy computes ICRCs, tshark decodes RoCEv2,
+  # clang + its runtime give libFuzzer
+  python3 python3-scapy tshark clang libclang-rt-14-dev iproute2
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" != "install ok installed" ]; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "droce: installing ${missing[*]}"
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "droce: need root to install: ${missing[*]}" >&2; exit 1; }
+  sudo="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+# tshark asks whether non-root users may capture; the answer does not matter here.
+echo "wireshark-common wireshark-common/install-setuid boolean false" | $sudo debconf-set-selections
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "droce: installed ${#missing[@]} packages"
