@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -29,6 +30,13 @@ inline std::string hex(std::span<const uint8_t> b) {
     s += ' ';
   }
   return s;
+}
+
+/// A seed for a randomized test: DROCE_TEST_SEED when set (to reproduce a
+/// failure), else a fresh one. Tests print it with SCOPED_TRACE.
+inline uint64_t test_seed() {
+  if (const char* s = std::getenv("DROCE_TEST_SEED")) return std::strtoull(s, nullptr, 0);
+  return (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
 }
 
 /// Starts EAL (no hugepages needed) once for a test binary; see eal_main.cc.

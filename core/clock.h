@@ -1,0 +1,47 @@
+#pragma once
+// Time for driver loops: a virtual clock for deterministic simulation, and the
+// real monotonic clock.
+//
+// The transport engine reads no clock: it takes `now` (ns) as an argument.
+// Whoever drives it owns the time. A simulation advances a VirtualClock,
+// typically straight to the next event (SimLink::next_arrival_ns, the engine's
+// next timer), so seconds of protocol time run in milliseconds and replay
+// identically. A real loop reads monotonic_ns() once per iteration.
+//
+// Threading: a VirtualClock is a plain value; share it between threads only
+// with external synchronisation. monotonic_ns() is safe from any thread.
+
+#include <time.h>
+
+#include <cstdint>
+
+namespace droce::core {
+
+class VirtualClock {
+ public:
+  explicit VirtualClock(uint64_t start_ns = 0) : now_ns_(start_ns) {}
+
+  uint64_t now_ns() const { return now_ns_; }
+
+  /// Moves time forward by `ns`, saturating at UINT64_MAX.
+  void advance(uint64_t ns) { now_ns_ = ns > UINT64_MAX - now_ns_ ? UINT64_MAX : now_ns_ + ns; }
+
+  /// Moves time to `t_ns`. Time never goes backwards: an earlier `t_ns` is a
+  /// no-op. (A driver that jumps to "no next event", UINT64_MAX, ends time.)
+  void advance_to(uint64_t t_ns) {
+    if (t_ns > now_ns_) now_ns_ = t_ns;
+  }
+
+ private:
+  uint64_t now_ns_;
+};
+
+/// CLOCK_MONOTONIC in ns: real time for loops that run against the world.
+/// A syscall-free vDSO read on Linux, but still one read per loop, not per packet.
+inline uint64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+}  // namespace droce::core

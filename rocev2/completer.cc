@@ -1,0 +1,246 @@
+// The completer (IBA 9.7.5.1-2, rxe_comp.c's role): acknowledgements, NAKs,
+// READ responses and atomic ACKs coming back to the requester; retiring WQEs
+// in order; retry on NAK, RNR wait, implied NAK for lost READ responses, and
+// the error statuses that end a QP.
+
+#include "rocev2/engine.h"
+
+namespace droce::rocev2 {
+
+namespace {
+
+bool is_read_or_atomic(WrOpcode op) {
+  return op == WrOpcode::rdma_read || op == WrOpcode::atomic_cmp_and_swp || op == WrOpcode::atomic_fetch_and_add;
+}
+
+// The oldest READ or atomic ever sent that still waits for its response, or nullptr.
+SendWqe* oldest_pending_response(Qp* q) {
+  for (uint32_t i = q->sq_tail; i != q->sq_head; ++i) {
+    SendWqe& w = q->sq[i % q->sq_depth];
+    if (!w.psn_assigned) break;
+    if (is_read_or_atomic(w.wr.opcode) && !w.resp_complete) return &w;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void Engine::completer_retire(Qp* q, uint32_t acked_psn, uint64_t now_ns) {
+  Qp::Requester& r = q->req;
+  // Everything through acked_psn is acknowledged, unless that is beyond what was sent.
+  const uint32_t next_unacked = psn_add(acked_psn, 1);
+  if (psn_diff(next_unacked, r.unacked_psn) > 0 && psn_diff(next_unacked, r.max_psn) <= 0) {
+    r.unacked_psn = next_unacked;
+    r.retry_left = q->attr.retry_cnt;       // progress resets the retry budgets
+    r.rnr_retry_left = q->attr.rnr_retry;
+  }
+  const uint32_t done_through = psn_add(r.unacked_psn, kPsnMask);
+  while (q->sq_tail != q->sq_head) {
+    SendWqe& w = q->sq[q->sq_tail % q->sq_depth];
+    if (w.has_local_error) {
+      complete_send(q, w, w.local_error);
+      enter_error(q);
+      return;
+    }
+    if (!w.psn_assigned) break;
+    // Only a WQE whose every packet went out at least once may retire.
+    const bool partly_sent = q->sq_tail == r.next_wqe && (r.next_offset != 0 || psn_diff(r.max_psn, w.last_psn) <= 0);
+    if (partly_sent && w.npackets != 0) break;
+    if (psn_diff(w.last_psn, done_through) > 0) break;
+    if (q->state == QpState::err) return;
+    if (is_read_or_atomic(w.wr.opcode) && !w.resp_complete) {
+      // Acknowledged past a READ or atomic whose response never came: the
+      // response was lost (implied NAK, IBA 9.7.5.1.3). Send it again.
+      ++q->counters.implied_naks;
+      requester_rewind(q, w.first_psn);
+      break;
+    }
+    if (is_read_or_atomic(w.wr.opcode) && r.rd_atomic_inflight > 0) --r.rd_atomic_inflight;
+    complete_send(q, w, WcStatus::success);
+    if (q->state == QpState::err) return;  // the CQ overflowed
+  }
+  // Acknowledged ahead of a go-back-N resend: move the send point up to the
+  // first unacknowledged PSN (wherever it falls inside a message).
+  const uint32_t resend = resend_point(q);
+  if (static_cast<int32_t>(q->sq_tail - r.next_wqe) > 0 || psn_diff(r.next_psn, resend) < 0)
+    requester_rewind(q, resend);
+  if (r.unacked_psn == r.max_psn && q->sq_tail == r.next_wqe) {
+    cancel_retry_timer(q);
+  } else if (r.rnr_until == 0) {
+    arm_retry_timer(q, now_ns);  // progress: a fresh timeout for what is still out
+  }
+  mark_ready(q);  // the window may have opened
+}
+
+void Engine::completer_fail(Qp* q, WcStatus status) {
+  // The oldest outstanding WQE carries the error; the rest are flushed.
+  if (q->sq_tail != q->sq_head) complete_send(q, q->sq[q->sq_tail % q->sq_depth], status);
+  enter_error(q);
+}
+
+void Engine::completer_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint64_t now_ns) {
+  if (q->state != QpState::rts && q->state != QpState::sqd) {
+    ++counters_.rx_wrong_state;
+    return;
+  }
+  Qp::Requester& r = q->req;
+  const uint32_t psn = p.hdr.bth.psn;
+  // A response to a PSN never sent is stale (or forged).
+  if (psn_diff(psn, r.max_psn) >= 0) {
+    ++counters_.rx_unexpected;
+    return;
+  }
+  const OpcodeInfo& info = *p.info;
+  const Aeth& aeth = p.hdr.ext.aeth;
+
+  if (info.kind == OpKind::ack) {
+    switch (aeth.kind()) {
+      case AethKind::ack:
+        if (psn_diff(psn, r.unacked_psn) < 0) {
+          ++counters_.rx_unexpected;  // a duplicate ACK: nothing new
+          return;
+        }
+        completer_retire(q, psn, now_ns);
+        return;
+      case AethKind::rnr_nak: {
+        ++q->counters.rnr_naks_received;
+        if (psn_diff(psn, r.unacked_psn) < 0) return;  // stale
+        completer_retire(q, psn_add(psn, kPsnMask), now_ns);  // all before it arrived
+        if (q->state == QpState::err) return;
+        if (q->attr.rnr_retry != 7) {  // 7: retry forever
+          if (r.rnr_retry_left == 0) {
+            completer_fail(q, WcStatus::rnr_retry_exc_err);
+            return;
+          }
+          --r.rnr_retry_left;
+        }
+        requester_rewind(q, psn);
+        // Hold sending until the timer the responder asked for runs out (IBA 9.7.5.2.8).
+        r.rnr_until = now_ns + rnr_timer_ns(aeth.value());
+        ++r.timer_gen;
+        r.timer_armed = true;
+        timers_.arm(q->qpn, kRetryTimer, r.rnr_until, r.timer_gen);
+        return;
+      }
+      case AethKind::nak: {
+        if (psn_diff(psn, r.unacked_psn) < 0) return;  // stale
+        completer_retire(q, psn_add(psn, kPsnMask), now_ns);
+        if (q->state == QpState::err) return;
+        switch (static_cast<NakCode>(aeth.value())) {
+          case NakCode::psn_sequence_error:
+            ++q->counters.seq_naks_received;
+            if (r.retry_left == 0) {
+              completer_fail(q, WcStatus::retry_exc_err);
+              return;
+            }
+            --r.retry_left;
+            requester_rewind(q, psn);
+            arm_retry_timer(q, now_ns);
+            return;
+          case NakCode::invalid_request: completer_fail(q, WcStatus::rem_inv_req_err); return;
+          case NakCode::remote_access_error: completer_fail(q, WcStatus::rem_access_err); return;
+          case NakCode::remote_operational_error: completer_fail(q, WcStatus::rem_op_err); return;
+          default: completer_fail(q, WcStatus::bad_resp_err); return;
+        }
+      }
+      case AethKind::reserved:
+        ++counters_.rx_unexpected;
+        return;
+    }
+    return;
+  }
+
+  SendWqe* w = oldest_pending_response(q);
+  if (w == nullptr) {
+    ++counters_.rx_unexpected;
+    return;
+  }
+
+  if (info.kind == OpKind::atomic_ack) {
+    if (w->wr.opcode == WrOpcode::rdma_read || psn != w->first_psn) {
+      ++counters_.rx_unexpected;
+      return;
+    }
+    Mr* mr = nullptr;
+    const Sge& sge = w->wr.sg_list[0];
+    if (mrs_.check_local(sge.lkey, q->pd, sge.addr, 8, kAccessLocalWrite, &mr) != MrCheck::ok) {
+      w->has_local_error = true;
+      w->local_error = WcStatus::loc_prot_err;
+    } else {
+      const uint64_t orig = p.hdr.ext.atomic_ack_eth.orig;
+      std::memcpy(mr_host(*mr, sge.addr), &orig, 8);  // host order, as the application reads it
+    }
+    w->resp_complete = true;
+    completer_retire(q, psn, now_ns);
+    return;
+  }
+
+  // READ response (IBA 9.7.5.1.4): in PSN order from the request's PSN.
+  if (w->wr.opcode != WrOpcode::rdma_read) {
+    ++counters_.rx_unexpected;
+    return;
+  }
+  const int32_t d = psn_diff(psn, w->resp_next_psn);
+  if (d < 0) {
+    ++counters_.rx_unexpected;  // duplicate of data already placed
+    return;
+  }
+  if (d > 0) {
+    // A response packet was lost: ask again, once per gap.
+    if (!w->resp_gap_seen && psn_diff(psn, w->last_psn) <= 0) {
+      w->resp_gap_seen = true;
+      ++q->counters.implied_naks;
+      requester_rewind(q, w->first_psn);
+    }
+    return;
+  }
+  if (info.position == Position::first || info.position == Position::only) {
+    completer_retire(q, psn_add(psn, kPsnMask), now_ns);  // the response acknowledges what came before
+    if (q->state == QpState::err) return;
+  }
+  w->resp_gap_seen = false;
+  const uint32_t len = p.layout.payload_len;
+  const bool last = info.position == Position::last || info.position == Position::only;
+  const bool size_ok = last ? (len <= q->mtu && w->resp_bytes + len == w->length)
+                            : (len == q->mtu && w->resp_bytes + len < w->length);
+  if (!size_ok) {
+    completer_fail(q, WcStatus::bad_resp_err);  // C9-? a response that does not fit the request
+    return;
+  }
+  // Scatter into the local list at resp_bytes.
+  uint32_t skip = w->resp_bytes;
+  uint32_t left = len;
+  uint32_t src = p.layout.payload_off;
+  for (uint32_t i = 0; i < w->wr.num_sge && left > 0; ++i) {
+    const Sge& sge = w->wr.sg_list[i];
+    if (skip >= sge.length) {
+      skip -= sge.length;
+      continue;
+    }
+    const uint32_t n = std::min(sge.length - skip, left);
+    Mr* mr = nullptr;
+    if (mrs_.check_local(sge.lkey, q->pd, sge.addr + skip, n, kAccessLocalWrite, &mr) != MrCheck::ok) {
+      w->has_local_error = true;
+      w->local_error = WcStatus::loc_prot_err;
+      w->resp_complete = true;
+      completer_retire(q, psn, now_ns);
+      return;
+    }
+    uint8_t* dst = mr_host(*mr, sge.addr + skip);
+    net::FrameBytes(m).for_each_piece(src, n, [&](const uint8_t* piece, size_t k) {
+      std::memcpy(dst, piece, k);
+      dst += k;
+    });
+    src += n;
+    left -= n;
+    skip = 0;
+  }
+  w->resp_bytes += len;
+  w->resp_next_psn = psn_add(psn, 1);
+  if (last) {
+    w->resp_complete = true;
+    completer_retire(q, psn, now_ns);
+  }
+}
+
+}  // namespace droce::rocev2

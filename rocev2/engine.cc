@@ -1,0 +1,715 @@
+// The engine's control path (resources, modify, post) and the machinery the
+// three roles share: frame building, completions, the error flush, timers
+// and the loop itself. The roles live in requester.cc, completer.cc and
+// responder.cc.
+
+#include "rocev2/engine.h"
+
+#include <cerrno>
+
+#include "core/endian.h"
+#include "net/frame_bytes.h"
+#include "rocev2/builder.h"
+#include "rocev2/icrc.h"
+#include "rocev2/qp_modify.h"
+
+namespace droce::rocev2 {
+
+namespace {
+
+WcOpcode wc_opcode_of(WrOpcode op) {
+  switch (op) {
+    case WrOpcode::rdma_write:
+    case WrOpcode::rdma_write_with_imm: return WcOpcode::rdma_write;
+    case WrOpcode::rdma_read: return WcOpcode::rdma_read;
+    case WrOpcode::atomic_cmp_and_swp: return WcOpcode::comp_swap;
+    case WrOpcode::atomic_fetch_and_add: return WcOpcode::fetch_add;
+    case WrOpcode::local_inv: return WcOpcode::local_inv;
+    default: return WcOpcode::send;
+  }
+}
+
+uint16_t sport_for(uint32_t qpn) {
+  // Flow entropy per QP (Annex A17.4.3.2): 0xC000 | 14 bits, stable for the QP.
+  uint32_t h = qpn * 0x9e3779b1u;
+  return static_cast<uint16_t>(0xc000 | ((h >> 18) & 0x3fff));
+}
+
+bool valid_for_type(QpType t, WrOpcode op) {
+  switch (t) {
+    case QpType::ud: return op == WrOpcode::send || op == WrOpcode::send_with_imm;
+    case QpType::uc:
+      return op == WrOpcode::send || op == WrOpcode::send_with_imm || op == WrOpcode::rdma_write ||
+             op == WrOpcode::rdma_write_with_imm || op == WrOpcode::local_inv;
+    case QpType::rc:
+      return op == WrOpcode::send || op == WrOpcode::send_with_imm || op == WrOpcode::send_with_inv ||
+             op == WrOpcode::rdma_write || op == WrOpcode::rdma_write_with_imm ||
+             op == WrOpcode::rdma_read || op == WrOpcode::atomic_cmp_and_swp ||
+             op == WrOpcode::atomic_fetch_and_add || op == WrOpcode::local_inv;
+  }
+  return false;
+}
+
+}  // namespace
+
+const char* to_string(WcStatus s) {
+  switch (s) {
+    case WcStatus::success: return "SUCCESS";
+    case WcStatus::loc_len_err: return "LOC_LEN_ERR";
+    case WcStatus::loc_qp_op_err: return "LOC_QP_OP_ERR";
+    case WcStatus::loc_prot_err: return "LOC_PROT_ERR";
+    case WcStatus::wr_flush_err: return "WR_FLUSH_ERR";
+    case WcStatus::bad_resp_err: return "BAD_RESP_ERR";
+    case WcStatus::loc_access_err: return "LOC_ACCESS_ERR";
+    case WcStatus::rem_inv_req_err: return "REM_INV_REQ_ERR";
+    case WcStatus::rem_access_err: return "REM_ACCESS_ERR";
+    case WcStatus::rem_op_err: return "REM_OP_ERR";
+    case WcStatus::retry_exc_err: return "RETRY_EXC_ERR";
+    case WcStatus::rnr_retry_exc_err: return "RNR_RETRY_EXC_ERR";
+    case WcStatus::fatal_err: return "FATAL_ERR";
+    case WcStatus::resp_timeout_err: return "RESP_TIMEOUT_ERR";
+    case WcStatus::general_err: return "GENERAL_ERR";
+  }
+  return "?";
+}
+
+uint64_t rnr_timer_ns(uint8_t code) {
+  // IBA table 45, in microseconds; code 0 is 655.36 ms.
+  static constexpr uint32_t kUs100[32] = {
+      65536, 1,    2,    3,    4,    6,    8,     12,    16,    24,    32,
+      48,    64,   96,   128,  192,  256,  384,   512,   768,   1024,  1536,
+      2048,  3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152};
+  return uint64_t{kUs100[code & 31]} * 10000;  // units of 10 us -> ns
+}
+
+Engine::Engine(const EngineConfig& cfg) : cfg_(cfg), mrs_(cfg.max_mrs) {
+  qps_.resize(cfg.max_qps);
+  for (uint32_t i = cfg.max_qps; i-- > 0;) free_qp_slots_.push_back(i);
+  pd_refs_.push_back(0);  // PD 0 is never handed out
+  pd_used_.push_back(false);
+  ahs_.emplace_back();
+  ah_used_.push_back(false);
+  tx_.reserve(cfg.tx_budget + 64);
+}
+
+Engine::~Engine() {
+  for (rte_mbuf* m : tx_) rte_pktmbuf_free(m);
+}
+
+// ---- Resources -----------------------------------------------------------------
+
+int Engine::alloc_pd(uint32_t* pd) {
+  for (uint32_t i = 1; i < pd_used_.size(); ++i) {
+    if (!pd_used_[i]) {
+      pd_used_[i] = true;
+      pd_refs_[i] = 0;
+      *pd = i;
+      return 0;
+    }
+  }
+  pd_used_.push_back(true);
+  pd_refs_.push_back(0);
+  *pd = static_cast<uint32_t>(pd_used_.size() - 1);
+  return 0;
+}
+
+int Engine::dealloc_pd(uint32_t pd) {
+  if (pd == 0 || pd >= pd_used_.size() || !pd_used_[pd]) return -EINVAL;
+  if (pd_refs_[pd] != 0) return -EBUSY;
+  pd_used_[pd] = false;
+  return 0;
+}
+
+int Engine::reg_mr(uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint32_t access, Mr** out) {
+  if (pd == 0 || pd >= pd_used_.size() || !pd_used_[pd]) return -EINVAL;
+  int rc = mrs_.reg(pd, va, length, host, access, out);
+  if (rc == 0) ++pd_refs_[pd];
+  return rc;
+}
+
+int Engine::dereg_mr(uint32_t lkey) {
+  Mr* mr = mrs_.find(lkey);
+  if (mr == nullptr) return -EINVAL;
+  const uint32_t pd = mr->pd;
+  int rc = mrs_.dereg(lkey);
+  if (rc == 0) --pd_refs_[pd];
+  return rc;
+}
+
+int Engine::create_cq(uint32_t depth, Cq** out) {
+  if (depth == 0 || depth > cfg_.limits.max_cqe) return -EINVAL;
+  const auto id = static_cast<uint32_t>(cqs_.size());
+  cqs_.push_back(std::make_unique<Cq>(id, depth));
+  *out = cqs_.back().get();
+  return 0;
+}
+
+int Engine::destroy_cq(Cq* cq) {
+  for (auto& q : qps_)
+    if (q && (q->send_cq == cq || q->recv_cq == cq)) return -EBUSY;
+  for (auto& c : cqs_) {
+    if (c.get() == cq) {
+      c.reset();
+      return 0;
+    }
+  }
+  return -EINVAL;
+}
+
+int Engine::create_srq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, Srq** out) {
+  if (pd == 0 || pd >= pd_used_.size() || !pd_used_[pd]) return -EINVAL;
+  if (max_wr == 0 || max_wr > cfg_.limits.max_qp_wr || max_sge == 0 || max_sge > cfg_.limits.max_sge)
+    return -EINVAL;
+  const auto id = static_cast<uint32_t>(srqs_.size());
+  srqs_.push_back(std::make_unique<Srq>(id, pd, max_wr, max_sge));
+  ++pd_refs_[pd];
+  *out = srqs_.back().get();
+  return 0;
+}
+
+int Engine::destroy_srq(Srq* srq) {
+  for (auto& q : qps_)
+    if (q && q->srq == srq) return -EBUSY;
+  for (auto& s : srqs_) {
+    if (s.get() == srq) {
+      --pd_refs_[srq->pd()];
+      s.reset();
+      return 0;
+    }
+  }
+  return -EINVAL;
+}
+
+int Engine::create_ah(uint32_t pd, const AddressVector& av, uint32_t* ah) {
+  if (pd == 0 || pd >= pd_used_.size() || !pd_used_[pd]) return -EINVAL;
+  ahs_.push_back(av);
+  ah_used_.push_back(true);
+  ++pd_refs_[pd];
+  *ah = static_cast<uint32_t>(ahs_.size() - 1);
+  return 0;
+}
+
+int Engine::destroy_ah(uint32_t ah) {
+  if (ah == 0 || ah >= ahs_.size() || !ah_used_[ah]) return -EINVAL;
+  ah_used_[ah] = false;
+  return 0;
+}
+
+int Engine::create_qp(const QpInit& init, uint32_t* qpn) {
+  const DeviceLimits& lim = cfg_.limits;
+  if (init.pd == 0 || init.pd >= pd_used_.size() || !pd_used_[init.pd]) return -EINVAL;
+  if (init.send_cq == nullptr || init.recv_cq == nullptr) return -EINVAL;
+  if (init.cap.max_send_wr > lim.max_qp_wr || init.cap.max_send_sge > lim.max_sge ||
+      init.cap.max_inline_data > lim.max_inline_data)
+    return -EINVAL;
+  if (init.srq == nullptr && (init.cap.max_recv_wr > lim.max_qp_wr || init.cap.max_recv_sge > lim.max_sge))
+    return -EINVAL;
+  if (free_qp_slots_.empty()) return -ENOMEM;
+  const uint32_t slot = free_qp_slots_.back();
+  free_qp_slots_.pop_back();
+  auto q = std::make_unique<Qp>();
+  q->qpn = cfg_.first_qpn + slot;
+  q->type = init.type;
+  q->pd = init.pd;
+  q->send_cq = init.send_cq;
+  q->recv_cq = init.recv_cq;
+  q->srq = init.srq;
+  q->sq_sig_all = init.sq_sig_all;
+  q->sq_depth = std::max<uint32_t>(1, init.cap.max_send_wr);
+  q->max_send_sge = std::max<uint32_t>(1, init.cap.max_send_sge);
+  q->max_inline = init.cap.max_inline_data;
+  q->sq.resize(q->sq_depth);
+  q->inline_buf.resize(size_t{q->sq_depth} * q->max_inline);
+  if (init.srq == nullptr) {
+    q->rq_depth = std::max<uint32_t>(1, init.cap.max_recv_wr);
+    q->max_recv_sge = std::max<uint32_t>(1, init.cap.max_recv_sge);
+    q->rq.resize(q->rq_depth);
+  }
+  q->udp_sport = sport_for(q->qpn);
+  q->attr.cap = init.cap;
+  q->resp.resources.resize(1);
+  ++pd_refs_[init.pd];
+  *qpn = q->qpn;
+  qps_[slot] = std::move(q);
+  return 0;
+}
+
+Qp* Engine::lookup(uint32_t qpn) {
+  const uint32_t slot = qpn - cfg_.first_qpn;  // wraps for qpn < first_qpn
+  return slot < qps_.size() ? qps_[slot].get() : nullptr;
+}
+
+Qp* Engine::qp(uint32_t qpn) { return lookup(qpn); }
+
+int Engine::modify_qp(uint32_t qpn, const QpAttr& a, uint32_t mask) {
+  Qp* q = lookup(qpn);
+  if (q == nullptr) return -EINVAL;
+  const char* why = nullptr;
+  if (int rc = check_modify_qp({q->type, q->state}, a, mask, cfg_.limits, &why); rc != 0) return rc;
+  const QpState to = (mask & kAttrState) ? a.qp_state : q->state;
+
+  // Attributes first (the checker has vetted every bit in the mask).
+  QpAttr& at = q->attr;
+  if (mask & kAttrAccessFlags) at.qp_access_flags = a.qp_access_flags;
+  if (mask & kAttrPkeyIndex) at.pkey_index = a.pkey_index;
+  if (mask & kAttrPort) at.port_num = a.port_num;
+  if (mask & kAttrQkey) at.qkey = a.qkey;
+  if (mask & kAttrAv) at.ah_attr = a.ah_attr;
+  if (mask & kAttrPathMtu) {
+    at.path_mtu = a.path_mtu;
+    q->mtu = mtu_bytes(a.path_mtu);
+  }
+  if (mask & kAttrTimeout) at.timeout = a.timeout;
+  if (mask & kAttrRetryCnt) {
+    at.retry_cnt = a.retry_cnt;
+    q->req.retry_left = a.retry_cnt;
+  }
+  if (mask & kAttrRnrRetry) {
+    at.rnr_retry = a.rnr_retry;
+    q->req.rnr_retry_left = a.rnr_retry;
+  }
+  if (mask & kAttrMinRnrTimer) at.min_rnr_timer = a.min_rnr_timer;
+  if (mask & kAttrMaxQpRdAtomic) at.max_rd_atomic = a.max_rd_atomic;
+  if (mask & kAttrMaxDestRdAtomic) {
+    at.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    q->resp.resources.assign(std::max<uint32_t>(1, a.max_dest_rd_atomic), RdAtomicResource{});
+    q->resp.resource_next = 0;
+  }
+  if (mask & kAttrDestQpn) at.dest_qp_num = a.dest_qp_num;
+  if (mask & kAttrRqPsn) {
+    at.rq_psn = a.rq_psn & kPsnMask;
+    q->resp.epsn = at.rq_psn;
+  }
+  if (mask & kAttrSqPsn) {
+    at.sq_psn = a.sq_psn & kPsnMask;
+    q->req.next_psn = at.sq_psn;
+    q->req.max_psn = at.sq_psn;
+    q->req.unacked_psn = at.sq_psn;
+  }
+  if (mask & kAttrEnSqdAsyncNotify) at.en_sqd_async_notify = a.en_sqd_async_notify;
+  if (mask & kAttrPathMigState) at.path_mig_state = a.path_mig_state;
+
+  if (to != q->state) {
+    const QpState from = q->state;
+    q->state = to;
+    switch (to) {
+      case QpState::reset: {
+        // IBA 10.3.1: RESET empties the queues and forgets all transport state.
+        cancel_retry_timer(q);
+        q->sq_head = q->sq_tail = 0;
+        q->rq_head = q->rq_tail = 0;
+        q->req = Qp::Requester{};
+        auto resources = std::move(q->resp.resources);
+        q->resp = Qp::Responder{};
+        q->resp.resources = std::move(resources);
+        for (auto& r : q->resp.resources) r = RdAtomicResource{};
+        q->error_flushed = false;
+        break;
+      }
+      case QpState::err:
+        enter_error(q);
+        break;
+      case QpState::rts:
+        if (from == QpState::sqd) q->req.drained_notified = false;
+        mark_ready(q);  // WRs posted while draining may go now
+        break;
+      case QpState::sqd:
+        q->req.drained_notified = false;
+        mark_ready(q);
+        break;
+      default:
+        break;
+    }
+  }
+  at.qp_state = q->state;
+  at.cur_qp_state = q->state;
+  return 0;
+}
+
+int Engine::query_qp(uint32_t qpn, QpAttr* attr, QpState* state) const {
+  const uint32_t slot = qpn - cfg_.first_qpn;
+  if (slot >= qps_.size() || !qps_[slot]) return -EINVAL;
+  const Qp& q = *qps_[slot];
+  *attr = q.attr;
+  attr->qp_state = attr->cur_qp_state = q.state;
+  attr->sq_psn = q.req.next_psn;
+  attr->rq_psn = q.resp.epsn;
+  attr->sq_draining = q.state == QpState::sqd && q.sq_tail != q.sq_head;
+  if (state) *state = q.state;
+  return 0;
+}
+
+int Engine::destroy_qp(uint32_t qpn) {
+  Qp* q = lookup(qpn);
+  if (q == nullptr) return -EINVAL;
+  cancel_retry_timer(q);
+  --pd_refs_[q->pd];
+  const uint32_t slot = qpn - cfg_.first_qpn;
+  qps_[slot].reset();
+  free_qp_slots_.push_back(slot);
+  return 0;
+}
+
+// ---- Posting -------------------------------------------------------------------
+
+int Engine::post_send(uint32_t qpn, const SendWr& wr) {
+  Qp* q = lookup(qpn);
+  if (q == nullptr) return -EINVAL;
+  if (q->state == QpState::reset || q->state == QpState::init || q->state == QpState::rtr) return -EINVAL;
+  if (!valid_for_type(q->type, wr.opcode)) return -EINVAL;
+  if (wr.num_sge > q->max_send_sge) return -EINVAL;
+  if (q->sq_head - q->sq_tail >= q->sq_depth) return -ENOMEM;
+  uint64_t length = 0;
+  for (uint32_t i = 0; i < wr.num_sge; ++i) length += wr.sg_list[i].length;
+  if (length > 0x80000000ull) return -EINVAL;  // IBA: at most 2^31 bytes per message
+  const bool is_atomic = wr.opcode == WrOpcode::atomic_cmp_and_swp || wr.opcode == WrOpcode::atomic_fetch_and_add;
+  if (is_atomic && (wr.num_sge != 1 || wr.sg_list[0].length != 8)) return -EINVAL;
+  const bool inl = (wr.send_flags & kSendInline) != 0 && wr.opcode != WrOpcode::rdma_read && !is_atomic;
+  if (inl && length > q->max_inline) return -EINVAL;
+  if (q->type == QpType::ud) {
+    if (length > q->mtu) return -EINVAL;  // UD messages are one packet (C10-?)
+    if (wr.ah == 0 || wr.ah >= ahs_.size() || !ah_used_[wr.ah]) return -EINVAL;
+  }
+
+  const uint32_t slot = q->sq_head % q->sq_depth;
+  SendWqe& w = q->sq[slot];
+  w = SendWqe{};
+  w.wr.wr_id = wr.wr_id;
+  w.wr.opcode = wr.opcode;
+  w.wr.send_flags = wr.send_flags;
+  w.wr.imm_data = wr.imm_data;
+  w.wr.invalidate_rkey = wr.invalidate_rkey;
+  w.wr.remote_addr = wr.remote_addr;
+  w.wr.rkey = wr.rkey;
+  w.wr.compare_add = wr.compare_add;
+  w.wr.swap = wr.swap;
+  w.wr.ah = wr.ah;
+  w.wr.remote_qpn = wr.remote_qpn;
+  w.wr.remote_qkey = wr.remote_qkey;
+  w.wr.num_sge = wr.num_sge;
+  for (uint32_t i = 0; i < wr.num_sge; ++i) w.wr.sg_list[i] = wr.sg_list[i];
+  w.length = static_cast<uint32_t>(length);
+  if (!inl) w.wr.send_flags &= ~kSendInline;
+  if (inl) {
+    // The application may reuse an inline buffer as soon as post returns:
+    // copy now. (Inline addresses are the caller's own pointers.)
+    w.inline_off = slot * q->max_inline;
+    uint32_t at = 0;
+    for (uint32_t i = 0; i < wr.num_sge; ++i) {
+      std::memcpy(q->inline_buf.data() + w.inline_off + at,
+                  reinterpret_cast<const void*>(static_cast<uintptr_t>(wr.sg_list[i].addr)), wr.sg_list[i].length);
+      at += wr.sg_list[i].length;
+    }
+  }
+  if (wr.opcode == WrOpcode::rdma_read) {
+    w.npackets = std::max<uint32_t>(1, (w.length + q->mtu - 1) / q->mtu);
+  } else if (is_atomic || wr.opcode == WrOpcode::local_inv) {
+    w.npackets = wr.opcode == WrOpcode::local_inv ? 0 : 1;
+  } else {
+    w.npackets = std::max<uint32_t>(1, (w.length + q->mtu - 1) / q->mtu);
+  }
+  ++q->sq_head;
+  if (q->state == QpState::err || q->state == QpState::sqe) {
+    flush_qp(q);
+    return 0;
+  }
+  mark_ready(q);
+  return 0;
+}
+
+int Engine::post_recv(uint32_t qpn, const RecvWr& wr) {
+  Qp* q = lookup(qpn);
+  if (q == nullptr || q->srq != nullptr) return -EINVAL;
+  if (q->state == QpState::reset) return -EINVAL;  // as rxe: no receives in RESET
+  if (wr.num_sge > q->max_recv_sge) return -EINVAL;
+  if (q->rq_head - q->rq_tail >= q->rq_depth) return -ENOMEM;
+  RecvWqe& w = q->rq[q->rq_head % q->rq_depth];
+  w.wr_id = wr.wr_id;
+  w.num_sge = wr.num_sge;
+  for (uint32_t i = 0; i < wr.num_sge; ++i) w.sg_list[i] = wr.sg_list[i];
+  ++q->rq_head;
+  if (q->state == QpState::err) flush_qp(q);
+  return 0;
+}
+
+bool Engine::take_recv(Qp* q, RecvWqe* out) {
+  if (q->srq != nullptr) {
+    bool limit = false;
+    if (!q->srq->take(out, &limit)) return false;
+    if (limit) events_.push_back({AsyncEventType::srq_limit_reached, q->srq->id()});
+    return true;
+  }
+  if (q->rq_head == q->rq_tail) return false;
+  *out = q->rq[q->rq_tail % q->rq_depth];
+  ++q->rq_tail;
+  return true;
+}
+
+// ---- Completions and errors -------------------------------------------------------
+
+bool Engine::push_cq(Qp* q, Cq* cq, const Completion& c, bool solicited) {
+  if (cq->push(c, solicited)) return true;
+  ++counters_.cq_overflows;
+  events_.push_back({AsyncEventType::cq_err, cq->id()});
+  // The completion is lost; the QP cannot go on (IBA 11.4.2.1).
+  if (q->state != QpState::err) {
+    events_.push_back({AsyncEventType::qp_fatal, q->qpn});
+    enter_error(q);
+  }
+  return false;
+}
+
+void Engine::complete_send(Qp* q, SendWqe& w, WcStatus status) {
+  const bool signaled = q->sq_sig_all || (w.wr.send_flags & kSendSignaled);
+  if (status != WcStatus::success || signaled) {
+    Completion c;
+    c.wr_id = w.wr.wr_id;
+    c.status = status;
+    c.opcode = wc_opcode_of(w.wr.opcode);
+    c.qp_num = q->qpn;
+    if (status == WcStatus::success) {
+      c.byte_len = (w.wr.opcode == WrOpcode::atomic_cmp_and_swp || w.wr.opcode == WrOpcode::atomic_fetch_and_add)
+                       ? 8
+                       : w.length;
+    }
+    push_cq(q, q->send_cq, c, false);
+  }
+  ++q->sq_tail;
+}
+
+void Engine::complete_recv(Qp* q, const RecvWqe&, const Completion& c, bool solicited) {
+  push_cq(q, q->recv_cq, c, solicited);
+}
+
+void Engine::enter_error(Qp* q) {
+  q->state = QpState::err;
+  q->attr.qp_state = QpState::err;
+  cancel_retry_timer(q);
+  q->resp.reading = false;
+  q->resp.ack_pending = false;
+  flush_qp(q);
+}
+
+void Engine::flush_qp(Qp* q) {
+  // IBA 10.3.1 / C10-?: every outstanding WR completes, in order, with WR_FLUSH_ERR.
+  while (q->sq_tail != q->sq_head && q->state == QpState::err) {
+    SendWqe& w = q->sq[q->sq_tail % q->sq_depth];
+    complete_send(q, w, WcStatus::wr_flush_err);
+  }
+  if (q->state == QpState::sqe) {
+    while (q->sq_tail != q->sq_head) complete_send(q, q->sq[q->sq_tail % q->sq_depth], WcStatus::wr_flush_err);
+  }
+  q->req.next_wqe = q->sq_tail;
+  q->req.next_offset = 0;
+  q->req.rd_atomic_inflight = 0;
+  if (q->state != QpState::err) return;
+  if (q->resp.have_recv) {
+    Completion c;
+    c.wr_id = q->resp.recv.wr_id;
+    c.status = WcStatus::wr_flush_err;
+    c.opcode = WcOpcode::recv;
+    c.qp_num = q->qpn;
+    q->resp.have_recv = false;
+    push_cq(q, q->recv_cq, c, false);
+  }
+  while (q->srq == nullptr && q->rq_tail != q->rq_head && q->state == QpState::err) {
+    Completion c;
+    c.wr_id = q->rq[q->rq_tail % q->rq_depth].wr_id;
+    c.status = WcStatus::wr_flush_err;
+    c.opcode = WcOpcode::recv;
+    c.qp_num = q->qpn;
+    ++q->rq_tail;
+    push_cq(q, q->recv_cq, c, false);
+  }
+  if (q->srq != nullptr && !q->error_flushed) events_.push_back({AsyncEventType::qp_last_wqe_reached, q->qpn});
+  q->error_flushed = true;
+}
+
+// ---- Frames ----------------------------------------------------------------------
+
+rte_mbuf* Engine::new_frame() {
+  rte_mbuf* m = rte_pktmbuf_alloc(cfg_.pool);
+  if (m == nullptr) ++counters_.tx_no_mbuf;
+  return m;
+}
+
+rte_mbuf* Engine::build(Qp* q, const AddressVector& av, const Bth& bth, const ExtHeaders& ext,
+                        uint32_t payload_len) {
+  rte_mbuf* m = new_frame();
+  if (m == nullptr) return nullptr;
+  PacketHeaders h;
+  h.l2.dst = av.dmac;
+  h.l2.src = av.smac;
+  if (h.l2.src == MacAddr{}) h.l2.src = cfg_.local_mac;
+  h.l2.vlan = av.vlan_id != 0xffff;
+  h.l2.vlan_tci = h.l2.vlan ? static_cast<uint16_t>((av.sl << 13) | (av.vlan_id & 0xfff)) : 0;
+  const bool v4 = is_ipv4_mapped(av.dgid);
+  h.l3.version = v4 ? 4 : 6;
+  h.l3.tos = av.traffic_class;
+  h.l3.ttl = av.hop_limit;
+  h.l3.flow_label = v4 ? 0 : av.flow_label;
+  h.l3.ipv4_frag = v4 ? net::kIpv4FlagDf : 0;
+  h.l3.src = av.sgid == IpAddr{} ? cfg_.local_ip : av.sgid;
+  h.l3.dst = av.dgid;
+  h.l4.src_port = q->udp_sport;
+  h.bth = bth;
+  h.ext = ext;
+  const size_t len = frame_len(h, payload_len);
+  if (len > rte_pktmbuf_tailroom(m)) {
+    rte_pktmbuf_free(m);
+    return nullptr;
+  }
+  auto* out = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(len)));
+  PacketLayout at;
+  write_headers(h, payload_len, out, &at);
+  // Pad bytes are zero; the caller fills the payload, then send_frame() seals it.
+  std::memset(out + at.payload_off + payload_len, 0, at.icrc_off - at.payload_off - payload_len);
+  m->l2_len = at.l3_off;
+  m->l3_len = static_cast<uint16_t>(at.l4_off - at.l3_off);
+  m->l4_len = static_cast<uint16_t>(at.payload_off - at.l4_off);  // UDP + BTH + extension headers
+  return m;
+}
+
+void Engine::send_frame(rte_mbuf* m, Qp* q) {
+  // The ICRC, over the finished frame.
+  const uint32_t l3 = m->l2_len;
+  const uint32_t icrc_off = m->pkt_len - kIcrcLen;
+  const uint8_t ipv = (*rte_pktmbuf_mtod_offset(m, uint8_t*, l3) >> 4) == 6 ? 6 : 4;
+  const uint32_t icrc = compute_icrc(net::FrameBytes(m), l3, icrc_off, ipv);
+  core::store_le32(rte_pktmbuf_mtod_offset(m, uint8_t*, icrc_off), icrc);
+  ++q->counters.tx_packets;
+  q->counters.tx_bytes += m->pkt_len;
+  tx_.push_back(m);
+  if (tx_.size() >= 32) flush_tx();
+}
+
+void Engine::flush_tx() {
+  size_t sent = 0;
+  while (sent < tx_.size()) {
+    const uint16_t n = static_cast<uint16_t>(std::min<size_t>(tx_.size() - sent, 64));
+    const uint16_t k = cfg_.port->tx_burst(tx_.data() + sent, n);
+    sent += k;
+    counters_.tx_frames += k;
+    if (k < n) {
+      // Back-pressure: keep the rest for the next flush, in order.
+      ++counters_.tx_port_full;
+      break;
+    }
+  }
+  tx_.erase(tx_.begin(), tx_.begin() + static_cast<ptrdiff_t>(sent));
+}
+
+// ---- Timers and the loop -----------------------------------------------------------
+
+void Engine::arm_retry_timer(Qp* q, uint64_t now_ns) {
+  const uint64_t t = ack_timeout_ns(q->attr.timeout);
+  if (t == 0 || q->type != QpType::rc) return;
+  ++q->req.timer_gen;
+  q->req.timer_armed = true;
+  timers_.arm(q->qpn, kRetryTimer, now_ns + t, q->req.timer_gen);
+}
+
+void Engine::cancel_retry_timer(Qp* q) {
+  ++q->req.timer_gen;
+  q->req.timer_armed = false;
+}
+
+void Engine::mark_ready(Qp* q) {
+  if (q->on_ready_list) return;
+  q->on_ready_list = true;
+  ready_.push_back(q->qpn);
+}
+
+void Engine::rx_burst(rte_mbuf** frames, uint16_t n, uint64_t now_ns) {
+  now_ns_ = now_ns;
+  for (uint16_t i = 0; i < n; ++i) {
+    rte_mbuf* m = frames[i];
+    ++counters_.rx_frames;
+    ParsedPacket p;
+    const ParseStatus s = parse_frame(m, &p);
+    counters_.parse.count(s);
+    if (s != ParseStatus::ok) {
+      rte_pktmbuf_free(m);
+      continue;
+    }
+    const OpcodeInfo& info = *p.info;
+    if (info.kind == OpKind::cnp) {
+      ++counters_.cnp_received;  // the reaction point (DCQCN) arrives with congestion control
+      rte_pktmbuf_free(m);
+      continue;
+    }
+    Qp* q = lookup(p.hdr.bth.dest_qp);
+    if (q == nullptr) {
+      ++counters_.rx_unknown_qp;
+      rte_pktmbuf_free(m);
+      continue;
+    }
+    // The transport in the opcode must be the QP's (C9-?): RC packets to an RC QP.
+    const Transport want = q->type == QpType::rc ? Transport::rc : q->type == QpType::uc ? Transport::uc : Transport::ud;
+    if (info.transport != want) {
+      ++counters_.rx_bad_dest;
+      rte_pktmbuf_free(m);
+      continue;
+    }
+    // P_Key: droce's table holds the default 0xFFFF; accept full or limited members of it (C9-42).
+    if ((p.hdr.bth.pkey & 0x7fff) != 0x7fff) {
+      ++counters_.rx_bad_pkey;
+      rte_pktmbuf_free(m);
+      continue;
+    }
+    if (q->state == QpState::reset || q->state == QpState::init || q->state == QpState::err) {
+      ++counters_.rx_wrong_state;
+      rte_pktmbuf_free(m);
+      continue;
+    }
+    ++q->counters.rx_packets;
+    q->counters.rx_bytes += m->pkt_len;
+    if (q->type == QpType::ud) responder_ud_rx(q, p, m);
+    else if (info.responder) completer_rx(q, p, m, now_ns);
+    else responder_rx(q, p, m, now_ns);
+    rte_pktmbuf_free(m);
+  }
+}
+
+void Engine::on_timer(uint32_t qpn, uint32_t kind, uint32_t gen, uint64_t now_ns) {
+  Qp* q = lookup(qpn);
+  if (q == nullptr || kind != kRetryTimer || gen != q->req.timer_gen || !q->req.timer_armed) return;
+  q->req.timer_armed = false;
+  if (q->state != QpState::rts && q->state != QpState::sqd) return;
+  if (q->req.rnr_until != 0) {  // an RNR wait ended: resend, no retry consumed
+    q->req.rnr_until = 0;
+    mark_ready(q);
+    arm_retry_timer(q, now_ns);
+    return;
+  }
+  if (q->sq_tail == q->sq_head) return;  // nothing outstanding
+  ++q->counters.timeouts;
+  if (q->req.retry_left == 0) {
+    completer_fail(q, WcStatus::retry_exc_err);
+    return;
+  }
+  --q->req.retry_left;
+  requester_rewind(q, resend_point(q));
+  arm_retry_timer(q, now_ns);
+}
+
+void Engine::poll(uint64_t now_ns) {
+  now_ns_ = now_ns;
+  timers_.expire(now_ns, [&](uint32_t id, uint32_t kind, uint32_t gen) { on_timer(id, kind, gen, now_ns); });
+  uint32_t budget = cfg_.tx_budget;
+  // Each ready QP gets a turn; one that still has work goes to the back.
+  size_t turns = ready_.size();
+  while (turns-- > 0 && budget > 0 && !ready_.empty()) {
+    const uint32_t qpn = ready_.front();
+    ready_.pop_front();
+    Qp* q = lookup(qpn);
+    if (q == nullptr) continue;
+    q->on_ready_list = false;
+    if (q->resp.ack_pending) responder_send_ack(q);
+    if (q->resp.reading) responder_read_run(q, &budget);
+    requester_run(q, now_ns, &budget);
+  }
+  flush_tx();
+}
+
+}  // namespace droce::rocev2

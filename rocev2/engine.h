@@ -1,0 +1,216 @@
+#pragma once
+// The RoCEv2 transport engine: RC, UC and UD queue pairs, I/O-free.
+//
+// The engine consumes received frames (rx_burst) and emits frames through a
+// PacketPort, one burst per poll; it reads time only from the `now_ns` its
+// caller passes, and has no threads of its own. Two engines joined by a
+// simulated link and driven in virtual time are therefore deterministic,
+// which is how its tests run; droced drives it from a poll-mode lcore.
+//
+// One engine belongs to one lcore. Control calls (create/modify/destroy,
+// register) and data calls (post_send, post_recv, poll_cq, rx_burst, poll)
+// must all come from that lcore; droced forwards control requests to it.
+//
+// Errors: control and post calls return 0 or -errno as the corresponding
+// verbs document (EINVAL, ENOMEM, ...). Protocol errors become NAKs,
+// completion statuses or counted drops, never return codes.
+
+#include <rte_mbuf.h>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "core/timer_heap.h"
+#include "rocev2/cq.h"
+#include "rocev2/mr.h"
+#include "rocev2/packet.h"
+#include "rocev2/parser.h"
+#include "rocev2/qp.h"
+#include "rocev2/srq.h"
+#include "rocev2/verbs.h"
+
+namespace droce::rocev2 {
+
+/// Where the engine's frames go: a DPDK port queue, a simulated link, a
+/// capture. One call per burst, never per packet.
+class PacketPort {
+ public:
+  virtual ~PacketPort() = default;
+  /// Takes ownership of the frames it accepts; returns how many (a prefix).
+  virtual uint16_t tx_burst(rte_mbuf** frames, uint16_t n) = 0;
+};
+
+struct EngineConfig {
+  rte_mempool* pool = nullptr;  ///< TX frames; data room >= 4096 + kMaxHeaderLen
+  PacketPort* port = nullptr;
+  DeviceLimits limits;
+  uint32_t max_qps = 4096;
+  uint32_t first_qpn = 0x11;        ///< QPNs start here, as rxe's do
+  uint32_t max_mrs = 1u << 16;
+  /// Request an ACK at least every this many packets of a long message.
+  uint32_t ack_req_every = 64;
+  /// Most PSNs a QP may have unacknowledged (the send window).
+  uint32_t max_unacked_psns = 1024;
+  /// Most frames built per poll (bounded work per loop iteration).
+  uint32_t tx_budget = 256;
+  /// The local address every QP sends from (tests and single-port droced).
+  MacAddr local_mac{};
+  IpAddr local_ip{};
+};
+
+/// Async events (ibv_event_type values).
+enum class AsyncEventType : uint8_t {
+  cq_err = 0,
+  qp_fatal = 1,
+  qp_req_err = 2,
+  qp_access_err = 3,
+  comm_est = 4,
+  sq_drained = 5,
+  srq_limit_reached = 17,
+  qp_last_wqe_reached = 16,
+};
+
+struct AsyncEvent {
+  AsyncEventType type;
+  uint32_t id;  ///< QPN, CQ id or SRQ id
+};
+
+struct EngineCounters {
+  ParseCounters parse;                ///< every RX frame by parse status
+  uint64_t rx_frames = 0, tx_frames = 0;
+  uint64_t rx_unknown_qp = 0;         ///< valid RoCEv2 for a QPN we do not have
+  uint64_t rx_wrong_state = 0;        ///< QP not in a state that receives
+  uint64_t rx_bad_pkey = 0;
+  uint64_t rx_bad_qkey = 0;
+  uint64_t rx_bad_dest = 0;           ///< wrong transport for the QP, or not our address
+  uint64_t rx_unexpected = 0;         ///< responses nobody asked for, stale PSNs
+  uint64_t tx_no_mbuf = 0;            ///< back-pressure: pool empty
+  uint64_t tx_port_full = 0;          ///< back-pressure: port refused frames
+  uint64_t cq_overflows = 0;
+  uint64_t cnp_received = 0;
+};
+
+struct QpInit {
+  QpType type = QpType::rc;
+  uint32_t pd = 0;
+  Cq* send_cq = nullptr;
+  Cq* recv_cq = nullptr;
+  Srq* srq = nullptr;
+  QpCap cap;
+  bool sq_sig_all = false;
+};
+
+class Engine {
+ public:
+  explicit Engine(const EngineConfig& cfg);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // ---- Resources (control path) --------------------------------------------
+  int alloc_pd(uint32_t* pd);
+  int dealloc_pd(uint32_t pd);  ///< -EBUSY while anything uses it
+  int reg_mr(uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint32_t access, Mr** out);
+  int dereg_mr(uint32_t lkey);
+  int create_cq(uint32_t depth, Cq** out);
+  int destroy_cq(Cq* cq);  ///< -EBUSY while a QP uses it
+  int create_srq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, Srq** out);
+  int destroy_srq(Srq* srq);
+  int create_ah(uint32_t pd, const AddressVector& av, uint32_t* ah);
+  int destroy_ah(uint32_t ah);
+  int create_qp(const QpInit& init, uint32_t* qpn);
+  int modify_qp(uint32_t qpn, const QpAttr& attr, uint32_t mask);
+  int query_qp(uint32_t qpn, QpAttr* attr, QpState* state) const;
+  int destroy_qp(uint32_t qpn);
+  Qp* qp(uint32_t qpn);
+  MrTable& mrs() { return mrs_; }
+
+  // ---- Data path -------------------------------------------------------------
+  /// ibv_post_send for one WR: -EINVAL (state, opcode, SGE count, inline
+  /// size, opcode for the QP type), -ENOMEM (queue full).
+  int post_send(uint32_t qpn, const SendWr& wr);
+  /// ibv_post_recv: -EINVAL (RESET state, SGE count, QP with SRQ), -ENOMEM.
+  int post_recv(uint32_t qpn, const RecvWr& wr);
+  int post_srq_recv(Srq* srq, const RecvWr& wr) { return srq->post(wr); }
+
+  /// Processes received frames and frees them.
+  void rx_burst(rte_mbuf** frames, uint16_t n, uint64_t now_ns);
+  /// One loop iteration: expire timers, send what the window allows, flush.
+  void poll(uint64_t now_ns);
+  /// Earliest time poll() has timer work; UINT64_MAX if none.
+  uint64_t next_deadline() const { return timers_.next_deadline(); }
+  /// True when some QP has packets it could send now.
+  bool has_tx_work() const { return !ready_.empty() || !tx_.empty(); }
+
+  std::vector<AsyncEvent>& events() { return events_; }
+  const EngineCounters& counters() const { return counters_; }
+
+ private:
+  friend class EngineRoles;
+  enum TimerKind : uint32_t { kRetryTimer = 0 };
+
+  // engine.cc
+  Qp* lookup(uint32_t qpn);
+  void mark_ready(Qp* qp);
+  void enter_error(Qp* qp);
+  void flush_qp(Qp* qp);
+  void complete_send(Qp* qp, SendWqe& w, WcStatus status);
+  void complete_recv(Qp* qp, const RecvWqe& w, const Completion& c, bool solicited);
+  bool push_cq(Qp* qp, Cq* cq, const Completion& c, bool solicited);
+  bool take_recv(Qp* qp, RecvWqe* out);
+  rte_mbuf* new_frame();
+  rte_mbuf* build(Qp* qp, const AddressVector& av, const Bth& bth, const ExtHeaders& ext,
+                  uint32_t payload_len);
+  void send_frame(rte_mbuf* m, Qp* qp);
+  void flush_tx();
+  void arm_retry_timer(Qp* qp, uint64_t now_ns);
+  void cancel_retry_timer(Qp* qp);
+  void on_timer(uint32_t qpn, uint32_t kind, uint32_t gen, uint64_t now_ns);
+
+  // requester.cc
+  void requester_run(Qp* qp, uint64_t now_ns, uint32_t* budget);
+  bool requester_send_one(Qp* qp, uint64_t now_ns);
+  /// Moves the send point to `psn`, back (go-back-N) or forward (past what
+  /// an ACK covered), at the right WQE and offset.
+  void requester_rewind(Qp* qp, uint32_t psn);
+  /// The earliest PSN that must go out again: the first unacknowledged one,
+  /// or earlier where a READ or atomic is still owed its response.
+  uint32_t resend_point(Qp* qp) const;
+  void retire_sent(Qp* qp, uint64_t now_ns);
+  bool gather(Qp* qp, SendWqe& w, uint32_t offset, uint32_t len, uint8_t* dst, WcStatus* err);
+
+  // completer.cc
+  void completer_rx(Qp* qp, const ParsedPacket& p, const rte_mbuf* m, uint64_t now_ns);
+  void completer_retire(Qp* qp, uint32_t ack_psn, uint64_t now_ns);
+  void completer_fail(Qp* qp, WcStatus status);
+
+  // responder.cc
+  void responder_rx(Qp* qp, const ParsedPacket& p, const rte_mbuf* m, uint64_t now_ns);
+  void responder_ud_rx(Qp* qp, const ParsedPacket& p, const rte_mbuf* m);
+  void responder_send_ack(Qp* qp);
+  void responder_nak(Qp* qp, uint8_t syndrome, uint32_t psn);
+  void responder_read_run(Qp* qp, uint32_t* budget);
+  bool scatter(Qp* qp, RecvWqe& w, uint32_t offset, const rte_mbuf* m, uint32_t src_off, uint32_t len,
+               WcStatus* err);
+
+  EngineConfig cfg_;
+  MrTable mrs_;
+  std::vector<std::unique_ptr<Qp>> qps_;   ///< index = qpn - first_qpn
+  std::vector<uint32_t> free_qp_slots_;
+  std::vector<std::unique_ptr<Cq>> cqs_;
+  std::vector<std::unique_ptr<Srq>> srqs_;
+  std::vector<AddressVector> ahs_;
+  std::vector<bool> ah_used_;
+  std::vector<uint32_t> pd_refs_;          ///< per PD: MRs, QPs, SRQs, AHs using it
+  std::vector<bool> pd_used_;
+  std::deque<uint32_t> ready_;             ///< QPNs with requester or responder TX work
+  std::vector<rte_mbuf*> tx_;              ///< frames built this poll, flushed once
+  core::TimerHeap timers_;
+  std::vector<AsyncEvent> events_;
+  EngineCounters counters_;
+  uint64_t now_ns_ = 0;
+};
+
+}  // namespace droce::rocev2

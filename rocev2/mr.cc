@@ -1,0 +1,78 @@
+#include "rocev2/mr.h"
+
+#include <cerrno>
+
+namespace droce::rocev2 {
+
+MrTable::MrTable(uint32_t max_mrs) : slots_(max_mrs), key_byte_(max_mrs, 0) {
+  free_.reserve(max_mrs);
+  // Index 0 is never used: key 0 is what an uninitialized SGE carries.
+  for (uint32_t i = max_mrs; i-- > 1;) free_.push_back(i);
+}
+
+int MrTable::reg(uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint32_t access, Mr** out) {
+  constexpr uint32_t kKnown = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead |
+                              kAccessRemoteAtomic | kAccessMwBind | kAccessZeroBased |
+                              kAccessOnDemand | kAccessHugetlb | kAccessRelaxedOrdering;
+  if (access & ~kKnown) return -EINVAL;
+  // IBA 10.6.3.1: remote write or remote atomic needs local write.
+  if ((access & (kAccessRemoteWrite | kAccessRemoteAtomic)) && !(access & kAccessLocalWrite)) return -EINVAL;
+  if (length != 0 && host == nullptr) return -EINVAL;
+  if (va + length < va) return -EINVAL;  // wraps the address space
+  if (free_.empty()) return -ENOMEM;
+  const uint32_t i = free_.back();
+  free_.pop_back();
+  const uint8_t kb = ++key_byte_[i];
+  Mr& mr = slots_[i];
+  mr = Mr{};
+  mr.lkey = mr.rkey = (i << 8) | kb;
+  mr.pd = pd;
+  mr.access = access;
+  mr.va = va;
+  mr.length = length;
+  mr.host = host;
+  mr.valid = true;
+  mr.remote_key_valid = true;
+  ++registered_;
+  *out = &mr;
+  return 0;
+}
+
+int MrTable::dereg(uint32_t lkey) {
+  Mr* mr = find(lkey);
+  if (mr == nullptr) return -EINVAL;
+  mr->valid = false;
+  mr->remote_key_valid = false;
+  free_.push_back(lkey >> 8);
+  --registered_;
+  return 0;
+}
+
+MrCheck MrTable::check_local(uint32_t lkey, uint32_t pd, uint64_t va, uint64_t len, uint32_t need, Mr** out) {
+  Mr* mr = find(lkey);
+  if (mr == nullptr) return MrCheck::bad_key;
+  if (mr->pd != pd) return MrCheck::wrong_pd;
+  if ((mr->access & need) != need) return MrCheck::no_access;
+  if (MrCheck c = bounds(*mr, va, len); c != MrCheck::ok) return c;
+  *out = mr;
+  return MrCheck::ok;
+}
+
+MrCheck MrTable::check_remote(uint32_t rkey, uint32_t pd, uint64_t va, uint64_t len, uint32_t need, Mr** out) {
+  Mr* mr = find(rkey);
+  if (mr == nullptr || !mr->remote_key_valid) return MrCheck::bad_key;
+  if (mr->pd != pd) return MrCheck::wrong_pd;  // C9-88: the R_Key must belong to the QP's PD
+  if ((mr->access & need) != need) return MrCheck::no_access;
+  if (MrCheck c = bounds(*mr, va, len); c != MrCheck::ok) return c;
+  *out = mr;
+  return MrCheck::ok;
+}
+
+int MrTable::invalidate(uint32_t rkey, uint32_t pd) {
+  Mr* mr = find(rkey);
+  if (mr == nullptr || mr->pd != pd) return -EINVAL;
+  mr->remote_key_valid = false;
+  return 0;
+}
+
+}  // namespace droce::rocev2

@@ -1,0 +1,155 @@
+#pragma once
+// A queue pair's context: its attributes, its queues, and the state of each
+// of its three roles (requester, completer, responder; IBA 9.7 and rxe's
+// split). The engine owns QPs; the role files (requester.cc, completer.cc,
+// responder.cc) act on them.
+//
+// Queue indexes are free-running 32-bit counters; slot = index % depth.
+// Threading: a QP belongs to one lcore; nothing here is synchronized.
+
+#include <cstdint>
+#include <vector>
+
+#include "rocev2/cq.h"
+#include "rocev2/mr.h"
+#include "rocev2/verbs.h"
+
+namespace droce::rocev2 {
+
+class Srq;
+
+struct SendWqe {
+  SendWr wr;
+  uint32_t length = 0;      ///< sum of the scatter list (or inline bytes)
+  uint32_t npackets = 0;    ///< packets (PSNs) the operation uses
+  uint32_t first_psn = 0;
+  uint32_t last_psn = 0;
+  bool psn_assigned = false;
+  bool resp_complete = false;  ///< READ data or atomic result fully received
+  uint32_t resp_next_psn = 0;  ///< READ: the response PSN expected next
+  uint32_t resp_bytes = 0;     ///< READ: bytes placed so far
+  uint32_t inline_off = 0;     ///< offset of the inline copy in Qp::inline_buf
+  bool resp_gap_seen = false;  ///< READ: a response gap already caused a resend
+  bool has_local_error = false;  ///< a local error found while sending; completes in order
+  WcStatus local_error = WcStatus::success;
+};
+
+struct RecvWqe {
+  uint64_t wr_id = 0;
+  uint32_t num_sge = 0;
+  Sge sg_list[kMaxSge];
+};
+
+/// A READ or atomic the responder has executed, kept for replay (IBA 9.7.5.1.4).
+struct RdAtomicResource {
+  enum Kind : uint8_t { none, read, atomic } kind = none;
+  uint32_t first_psn = 0;
+  uint32_t last_psn = 0;
+  uint64_t va = 0;
+  uint32_t rkey = 0;
+  uint32_t length = 0;
+  uint64_t orig = 0;  ///< atomic: the value before the operation
+  uint32_t msn = 0;   ///< MSN after this operation
+};
+
+struct QpCounters {
+  uint64_t tx_packets = 0, rx_packets = 0, tx_bytes = 0, rx_bytes = 0;
+  uint64_t retransmits = 0;             ///< packets sent again
+  uint64_t timeouts = 0;                ///< local ACK timeouts
+  uint64_t seq_naks_sent = 0, seq_naks_received = 0;
+  uint64_t rnr_naks_sent = 0, rnr_naks_received = 0;
+  uint64_t duplicate_requests = 0, out_of_sequence = 0;
+  uint64_t implied_naks = 0;
+  uint64_t read_replays = 0, atomic_replays = 0;
+  uint64_t dropped = 0;                 ///< packets the QP dropped (UC gap, bad Q_Key, ...)
+};
+
+struct Qp {
+  // Identity and attributes.
+  uint32_t qpn = 0;
+  QpType type = QpType::rc;
+  QpState state = QpState::reset;
+  uint32_t pd = 0;
+  Cq* send_cq = nullptr;
+  Cq* recv_cq = nullptr;
+  Srq* srq = nullptr;
+  bool sq_sig_all = false;
+  QpAttr attr;       ///< as last modified (path, timers, PSNs at modify time)
+  uint32_t mtu = 1024;
+  uint16_t udp_sport = 0xc000;
+
+  // Send queue.
+  uint32_t sq_depth = 0;
+  uint32_t max_send_sge = 0;
+  uint32_t max_inline = 0;
+  std::vector<SendWqe> sq;
+  std::vector<uint8_t> inline_buf;  ///< max_inline bytes per slot
+  uint32_t sq_head = 0;   ///< next index the application posts
+  uint32_t sq_tail = 0;   ///< oldest index not yet completed
+
+  // Receive queue (unused with an SRQ).
+  uint32_t rq_depth = 0;
+  uint32_t max_recv_sge = 0;
+  std::vector<RecvWqe> rq;
+  uint32_t rq_head = 0;
+  uint32_t rq_tail = 0;
+
+  // Requester.
+  struct Requester {
+    uint32_t next_wqe = 0;     ///< index of the WQE to send from
+    uint32_t next_offset = 0;  ///< bytes of it already sent
+    uint32_t next_psn = 0;
+    uint32_t max_psn = 0;      ///< one past the highest PSN ever sent (go-back-N rewinds next_psn, not this)
+    uint32_t rd_atomic_inflight = 0;
+    uint32_t unacked_psn = 0;  ///< oldest PSN not yet acknowledged
+    uint32_t retry_left = 0;
+    uint32_t rnr_retry_left = 0;
+    uint64_t rnr_until = 0;    ///< sending paused until then (RNR wait)
+    uint32_t timer_gen = 0;
+    bool timer_armed = false;
+    uint32_t packets_since_ackreq = 0;
+    bool drained_notified = false;
+  } req;
+
+  // Responder.
+  struct Responder {
+    uint32_t epsn = 0;          ///< expected PSN
+    uint32_t msn = 0;
+    bool seq_nak_sent = false;  ///< one PSN-sequence NAK per gap (go-back-N)
+    enum Msg : uint8_t { none, send, write } msg = none;
+    bool have_recv = false;     ///< a receive WQE is bound to the message in progress
+    RecvWqe recv;
+    uint32_t recv_offset = 0;
+    uint64_t write_va = 0;
+    uint32_t write_rkey = 0;
+    uint32_t write_left = 0;
+    uint32_t write_total = 0;
+    std::vector<RdAtomicResource> resources;  ///< max_dest_rd_atomic, oldest overwritten
+    uint32_t resource_next = 0;
+    // READ response generation in progress.
+    bool reading = false;
+    RdAtomicResource read;      ///< the READ being answered
+    uint32_t read_offset = 0;   ///< bytes answered so far
+    uint32_t read_psn = 0;      ///< PSN of the next response packet
+    std::vector<uint32_t> pending_reads;  ///< indexes into resources, answered in order
+    // Coalesced acknowledgement.
+    bool ack_pending = false;
+    uint32_t ack_psn = 0;
+    uint8_t ack_syndrome = 0;
+    uint32_t ack_msn = 0;
+  } resp;
+
+  QpCounters counters;
+  bool on_ready_list = false;
+  bool error_flushed = false;
+};
+
+/// rxe's RNR timer table in nanoseconds, indexed by the 5-bit code (IBA table 45).
+uint64_t rnr_timer_ns(uint8_t code);
+
+/// The local ACK timeout in nanoseconds: 4.096 us << timeout; 0 means none.
+inline uint64_t ack_timeout_ns(uint8_t timeout) {
+  return timeout == 0 ? 0 : uint64_t{4096} << (timeout > 31 ? 31 : timeout);
+}
+
+}  // namespace droce::rocev2
