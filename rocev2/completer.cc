@@ -30,6 +30,7 @@ void Engine::completer_retire(Qp* q, uint32_t acked_psn, uint64_t now_ns) {
   // Everything through acked_psn is acknowledged, unless that is beyond what was sent.
   const uint32_t next_unacked = psn_add(acked_psn, 1);
   if (psn_diff(next_unacked, r.unacked_psn) > 0 && psn_diff(next_unacked, r.max_psn) <= 0) {
+    window_grow(q, static_cast<uint32_t>(psn_diff(next_unacked, r.unacked_psn)));
     r.unacked_psn = next_unacked;
     r.retry_left = q->attr.retry_cnt;       // progress resets the retry budgets
     r.rnr_retry_left = q->attr.rnr_retry;
@@ -52,6 +53,7 @@ void Engine::completer_retire(Qp* q, uint32_t acked_psn, uint64_t now_ns) {
       // Acknowledged past a READ or atomic whose response never came: the
       // response was lost (implied NAK, IBA 9.7.5.1.3). Send it again.
       ++q->counters.implied_naks;
+      window_cut(q);
       requester_rewind(q, w.first_psn);
       break;
     }
@@ -73,6 +75,8 @@ void Engine::completer_retire(Qp* q, uint32_t acked_psn, uint64_t now_ns) {
 }
 
 void Engine::completer_fail(Qp* q, WcStatus status) {
+  if (status == WcStatus::retry_exc_err) ++q->counters.retry_exceeded;
+  if (status == WcStatus::rnr_retry_exc_err) ++q->counters.rnr_retry_exceeded;
   // The oldest outstanding WQE carries the error; the rest are flushed.
   if (q->sq_tail != q->sq_head) complete_send(q, q->sq[q->sq_tail % q->sq_depth], status);
   enter_error(q);
@@ -134,6 +138,7 @@ void Engine::completer_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint6
               return;
             }
             --r.retry_left;
+            window_cut(q);
             requester_rewind(q, psn);
             arm_retry_timer(q, now_ns);
             return;
@@ -190,6 +195,7 @@ void Engine::completer_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint6
     if (!w->resp_gap_seen && psn_diff(psn, w->last_psn) <= 0) {
       w->resp_gap_seen = true;
       ++q->counters.implied_naks;
+      window_cut(q);
       requester_rewind(q, w->first_psn);
     }
     return;

@@ -284,6 +284,7 @@ int Engine::modify_qp(uint32_t qpn, const QpAttr& a, uint32_t mask) {
     at.sq_psn = a.sq_psn & kPsnMask;
     q->req.next_psn = at.sq_psn;
     q->req.max_psn = at.sq_psn;
+    q->req.cwnd = q->req.ssthresh = cfg_.max_unacked_psns;
     q->req.unacked_psn = at.sq_psn;
   }
   if (mask & kAttrEnSqdAsyncNotify) at.en_sqd_async_notify = a.en_sqd_async_notify;
@@ -689,6 +690,7 @@ void Engine::on_timer(uint32_t qpn, uint32_t kind, uint32_t gen, uint64_t now_ns
     return;
   }
   --q->req.retry_left;
+  window_cut(q);
   requester_rewind(q, resend_point(q));
   arm_retry_timer(q, now_ns);
 }

@@ -51,8 +51,11 @@ struct EngineConfig {
   uint32_t max_mrs = 1u << 16;
   /// Request an ACK at least every this many packets of a long message.
   uint32_t ack_req_every = 64;
-  /// Most PSNs a QP may have unacknowledged (the send window).
+  /// Most PSNs a QP may have unacknowledged: the ceiling of its adaptive
+  /// send window (and where the window starts).
   uint32_t max_unacked_psns = 1024;
+  /// The floor the window never shrinks below.
+  uint32_t min_unacked_psns = 16;
   /// Most frames built per poll (bounded work per loop iteration).
   uint32_t tx_budget = 256;
   /// The local address every QP sends from (tests and single-port droced).
@@ -179,6 +182,8 @@ class Engine {
   /// or earlier where a READ or atomic is still owed its response.
   uint32_t resend_point(Qp* qp) const;
   void retire_sent(Qp* qp, uint64_t now_ns);
+  void window_cut(Qp* qp);
+  void window_grow(Qp* qp, uint32_t acked);
   bool gather(Qp* qp, SendWqe& w, uint32_t offset, uint32_t len, uint8_t* dst, WcStatus* err);
 
   // completer.cc

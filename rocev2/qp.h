@@ -60,6 +60,10 @@ struct QpCounters {
   uint64_t rnr_naks_sent = 0, rnr_naks_received = 0;
   uint64_t duplicate_requests = 0, out_of_sequence = 0;
   uint64_t implied_naks = 0;
+  uint64_t window_cuts = 0;             ///< times the send window was halved
+  uint64_t retry_exceeded = 0, rnr_retry_exceeded = 0;  ///< rxe: retry_exceeded_err, retry_rnr_exceeded_err
+  uint64_t acks_coalesced = 0;          ///< rxe: ack_deferred
+  uint64_t rdma_sends = 0, rdma_recvs = 0;  ///< rxe: RDMA WRITE/READ requests sent, served
   uint64_t read_replays = 0, atomic_replays = 0;
   uint64_t dropped = 0;                 ///< packets the QP dropped (UC gap, bad Q_Key, ...)
 };
@@ -108,6 +112,13 @@ struct Qp {
     uint32_t timer_gen = 0;
     bool timer_armed = false;
     uint32_t packets_since_ackreq = 0;
+    // The send window (PSNs unacknowledged), adaptive: halved on a loss
+    // signal, regrown on acknowledgement (slow start to ssthresh, then one
+    // PSN per window). Go-back-N throws away what is in flight past a loss,
+    // so a smaller window under loss wastes less.
+    uint32_t cwnd = 0;
+    uint32_t ssthresh = 0;
+    uint32_t acked_credit = 0;
     bool drained_notified = false;
   } req;
 

@@ -88,7 +88,10 @@ bool Engine::requester_send_one(Qp* q, uint64_t now_ns) {
   const bool new_wqe = r.next_offset == 0 && !w.psn_assigned;
   // SQD: finish the message in progress, start no new one (IBA 10.3.2.5).
   if (q->state == QpState::sqd && r.next_offset == 0 && !w.psn_assigned) return false;
-  if (rc && psn_diff(r.next_psn, r.unacked_psn) >= static_cast<int32_t>(cfg_.max_unacked_psns)) return false;
+  // The window gates new PSNs; a resend (below max_psn) was inside it when first sent.
+  if (rc && psn_diff(r.next_psn, r.max_psn) >= 0 &&
+      psn_diff(r.next_psn, r.unacked_psn) >= static_cast<int32_t>(std::max(r.cwnd, cfg_.min_unacked_psns)))
+    return false;
   const bool rd_atomic = is_read_or_atomic(w.wr.opcode);
   if (rd_atomic && w.psn_assigned && w.resp_complete) {
     // Go-back-N came back over a READ or atomic whose response is already
@@ -142,6 +145,7 @@ bool Engine::requester_send_one(Qp* q, uint64_t now_ns) {
       return true;
     }
     case WrOpcode::rdma_read:
+      if (new_wqe) ++q->counters.rdma_sends;
       // A READ sent again asks only for what has not arrived: from the next
       // response PSN, the address and length advanced to match (IBA 9.7.4.1.4).
       if (new_wqe) {
@@ -174,7 +178,10 @@ bool Engine::requester_send_one(Qp* q, uint64_t now_ns) {
       last = r.next_offset + payload == w.length;
       bth.opcode = data_opcode(t, w.wr.opcode, first, last);
       const OpcodeInfo& info = opcode_info(bth.opcode);
-      if (info.has(kHdrReth)) ext.reth = {w.wr.remote_addr, w.wr.rkey, w.length};
+      if (info.has(kHdrReth)) {
+        ext.reth = {w.wr.remote_addr, w.wr.rkey, w.length};
+        if (new_wqe) ++q->counters.rdma_sends;
+      }
       if (info.has(kHdrImmDt)) ext.imm = {w.wr.imm_data};
       if (info.has(kHdrIeth)) ext.ieth = {w.wr.invalidate_rkey};
       if (info.has(kHdrDeth)) {
@@ -184,8 +191,10 @@ bool Engine::requester_send_one(Qp* q, uint64_t now_ns) {
       bth.se = last && (w.wr.send_flags & kSendSolicited) &&
                (info.kind == OpKind::send || info.immediate());
       ++r.packets_since_ackreq;
-      bth.ackreq = rc && (last || r.packets_since_ackreq >= cfg_.ack_req_every ||
-                          psn_diff(r.next_psn, r.unacked_psn) + 1 >= static_cast<int32_t>(cfg_.max_unacked_psns));
+      // Ask for an ACK at the end of a message, every ack_req_every packets,
+      // and when the window is about to close.
+      bth.ackreq = rc && (last || r.packets_since_ackreq >= std::min(cfg_.ack_req_every, std::max(r.cwnd / 2, 1u)) ||
+                          psn_diff(r.next_psn, r.unacked_psn) + 1 >= static_cast<int32_t>(std::max(r.cwnd, cfg_.min_unacked_psns)));
       break;
     }
   }
@@ -207,6 +216,8 @@ bool Engine::requester_send_one(Qp* q, uint64_t now_ns) {
       return false;
     }
   }
+  if (psn_diff(bth.psn, r.max_psn) < 0) ++q->counters.retransmits;  // this PSN went out before
+
   send_frame(m, q);
 
   r.next_psn = psn_add(r.next_psn, psns);
@@ -245,6 +256,28 @@ void Engine::retire_sent(Qp* q, uint64_t now_ns) {
   }
 }
 
+void Engine::window_cut(Qp* q) {
+  Qp::Requester& r = q->req;
+  r.ssthresh = std::max(cfg_.min_unacked_psns, r.cwnd / 2);
+  r.cwnd = r.ssthresh;
+  r.acked_credit = 0;
+  ++q->counters.window_cuts;
+}
+
+void Engine::window_grow(Qp* q, uint32_t acked) {
+  Qp::Requester& r = q->req;
+  if (r.cwnd >= cfg_.max_unacked_psns) return;
+  if (r.cwnd < r.ssthresh) {
+    r.cwnd = std::min(r.cwnd + acked, cfg_.max_unacked_psns);  // slow start
+    return;
+  }
+  r.acked_credit += acked;  // then one PSN per window acknowledged
+  if (r.acked_credit >= r.cwnd) {
+    r.acked_credit -= r.cwnd;
+    ++r.cwnd;
+  }
+}
+
 uint32_t Engine::resend_point(Qp* q) const {
   uint32_t psn = q->req.unacked_psn;
   for (uint32_t i = q->sq_tail; i != q->sq_head; ++i) {
@@ -263,7 +296,6 @@ uint32_t Engine::resend_point(Qp* q) const {
 
 void Engine::requester_rewind(Qp* q, uint32_t psn) {
   Qp::Requester& r = q->req;
-  const uint32_t old_next = r.next_psn;
   // Past every PSN handed out: carry on with the first WQE never sent.
   uint32_t first_unsent = q->sq_tail;
   while (first_unsent != q->sq_head && q->sq[first_unsent % q->sq_depth].psn_assigned) ++first_unsent;
@@ -297,8 +329,6 @@ void Engine::requester_rewind(Qp* q, uint32_t psn) {
     const SendWqe& w = q->sq[i % q->sq_depth];
     if (is_read_or_atomic(w.wr.opcode) && !w.resp_complete) ++r.rd_atomic_inflight;
   }
-  const int32_t resent = psn_diff(old_next, r.next_psn);
-  if (resent > 0) q->counters.retransmits += static_cast<uint64_t>(resent);
   r.packets_since_ackreq = 0;
   mark_ready(q);
 }

@@ -325,6 +325,7 @@ void Engine::responder_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint6
     }
     case OpKind::write: {
       if (info.starts_message()) {
+        ++q->counters.rdma_recvs;
         const Reth& reth = p.hdr.ext.reth;
         if (!(q->attr.qp_access_flags & kAccessRemoteWrite)) {
           fatal_nak(NakCode::remote_access_error, WcStatus::success);
@@ -416,6 +417,7 @@ void Engine::responder_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint6
         return;
       }
       const uint32_t npackets = std::max<uint32_t>(1, (reth.dma_len + q->mtu - 1) / q->mtu);
+      ++q->counters.rdma_recvs;
       responder_send_ack(q);
       s.msn = (s.msn + 1) & 0xffffff;
       RdAtomicResource r;
@@ -495,6 +497,7 @@ void Engine::responder_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint6
   s.epsn = psn_add(psn, 1);
   if (rc && bth.ackreq) {
     // Coalesced: one ACK per QP per loop, for the newest PSN (C9-? allows it).
+    if (s.ack_pending) ++q->counters.acks_coalesced;
     s.ack_pending = true;
     s.ack_psn = psn;
     s.ack_syndrome = kSyndromeAck;
