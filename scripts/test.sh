@@ -3,8 +3,10 @@
 # configuration (AddressSanitizer + UndefinedBehaviorSanitizer), runs every
 # test, then builds the parser fuzzer with clang and runs it for a bounded time.
 #
-# usage: scripts/test.sh [--no-fuzz] [--fuzz-seconds N] [-- MESON_TEST_ARGS...]
+# usage: scripts/test.sh [--no-fuzz] [--fuzz-seconds N] [--soak [N]] [-- MESON_TEST_ARGS...]
 #   DROCE_FUZZ_SECONDS  how long the fuzzer runs (default 60)
+#   --soak [N]          also run the full engine soak (N messages, default
+#                       1,000,000) in the release build; takes tens of minutes
 #
 # Ends with a line "N passed, M failed"; exit status non-zero on any failure.
 set -euo pipefail
@@ -12,11 +14,15 @@ cd "$(dirname "$0")/.."
 
 fuzz=1
 fuzz_seconds=${DROCE_FUZZ_SECONDS:-60}
+soak=0
 meson_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-fuzz) fuzz=0 ;;
     --fuzz-seconds) fuzz_seconds=$2; shift ;;
+    --soak)
+      soak=1000000
+      if [[ ${2:-} =~ ^[0-9]+$ ]]; then soak=$2; shift; fi ;;
     --) shift; meson_args=("$@"); break ;;
     -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) echo "scripts/test.sh: unknown option $1" >&2; exit 2 ;;
@@ -62,6 +68,16 @@ if [ "$fuzz" = 1 ]; then
   else
     echo "scripts/test.sh: no clang++; the fuzz run is skipped" >&2
   fi
+fi
+
+if [ "$soak" != 0 ]; then
+  echo "== build: release (for the full soak)"
+  setup build/release -Dbuildtype=release -Dtests=enabled
+  ninja -C build/release tests/rocev2_engine_soak_test
+  echo "== test: soak, $soak messages"
+  DROCE_SOAK_MESSAGES=$soak meson test -C build/release rocev2_engine_soak --print-errorlogs --no-rebuild \
+    --timeout-multiplier 20 || status=1
+  logs+=(build/release/meson-logs/testlog.json)
 fi
 
 # The closing line CI reads: every test of every configuration.

@@ -26,11 +26,22 @@ class LinkPort : public PacketPort {
  public:
   LinkPort(net::SimLink** link, int end, core::VirtualClock* clock) : link_(link), end_(end), clock_(clock) {}
   uint16_t tx_burst(rte_mbuf** frames, uint16_t n) override {
+    if (capture != nullptr) {
+      for (uint16_t i = 0; i < n; ++i) {
+        std::vector<uint8_t> bytes;
+        net::FrameBytes(frames[i]).for_each_piece(0, frames[i]->pkt_len, [&](const uint8_t* p, size_t k) {
+          bytes.insert(bytes.end(), p, p + k);
+        });
+        capture->push_back(std::move(bytes));
+      }
+    }
     (*link_)->send(end_, frames, n, clock_->now_ns());
     sent_ += n;
     return n;
   }
   uint64_t sent() const { return sent_; }
+  /// When set, a copy of every frame sent is appended here.
+  std::vector<std::vector<uint8_t>>* capture = nullptr;
 
  private:
   net::SimLink** link_;
@@ -86,6 +97,11 @@ class EnginePair {
     // Engines first (they may hold frames), then the link (frees frames in flight).
     for (auto& h : host_) h.engine.reset();
     link_.reset();
+  }
+
+  /// Copies every frame either engine sends into `frames`, in order sent.
+  void capture_to(std::vector<std::vector<uint8_t>>* frames) {
+    for (auto& h : host_) h.port->capture = frames;
   }
 
   Engine& a() { return *host_[0].engine; }
