@@ -132,6 +132,7 @@ class EnginePair {
     uint32_t psn_a = 0x100;
     uint32_t psn_b = 0x200;
     Srq* srq_b = nullptr;
+    Cq* rcq_b = nullptr;  ///< B's receive CQ, when not the host's
     bool sq_sig_all = true;
   };
 
@@ -145,7 +146,7 @@ class EnginePair {
       init.type = o.type;
       init.pd = h.pd;
       init.send_cq = h.scq;
-      init.recv_cq = h.rcq;
+      init.recv_cq = (i == 1 && o.rcq_b) ? o.rcq_b : h.rcq;
       init.srq = i == 1 ? o.srq_b : nullptr;
       init.cap = {o.depth, o.depth, 4, 4, 128};
       init.sq_sig_all = o.sq_sig_all;

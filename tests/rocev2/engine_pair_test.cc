@@ -308,5 +308,159 @@ TEST_F(EnginePairTest, RcUnderLossReorderDuplicationAndCorruption) {
   EXPECT_GT(p.b().counters().parse[ParseStatus::bad_icrc] + p.a().counters().parse[ParseStatus::bad_icrc], 0u);
 }
 
+TEST_F(EnginePairTest, SrqFeedsReceivesAndRaisesItsLimitEventOnce) {
+  EnginePair& p = make();
+  Srq* srq = nullptr;
+  ASSERT_EQ(p.b().create_srq(p.host(1).pd, 16, 1, &srq), 0);
+  EnginePair::RcOptions o;
+  o.srq_b = srq;
+  QpPair q = p.connect(o);
+  auto src = p.buffer(0, 64);
+  auto dst = p.buffer(1, 64 * 16);
+  for (uint64_t i = 0; i < 8; ++i) ASSERT_EQ(p.b().post_srq_recv(srq, rwr(i, dst->sge(uint32_t(i) * 64, 64))), 0);
+  // Expect: posting to the QP's own RQ is refused while it has an SRQ.
+  EXPECT_EQ(p.b().post_recv(q.b, rwr(99, dst->sge(0, 64))), -EINVAL);
+  ASSERT_EQ(srq->set_limit(5), 0);
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(p.a().post_send(q.a, wr(WrOpcode::send, i, src->sge(0, 64))), 0);
+  std::vector<Completion> rc;
+  ASSERT_TRUE(p.wait_completions(p.host(1).rcq, &rc, 4));
+  for (uint64_t i = 0; i < 4; ++i) EXPECT_EQ(rc[i].wr_id, i);
+  // Expect: one SRQ limit event when the queue fell below 5, and the limit disarmed.
+  int limit_events = 0;
+  for (const auto& e : p.b().events()) limit_events += e.type == AsyncEventType::srq_limit_reached;
+  EXPECT_EQ(limit_events, 1);
+  EXPECT_EQ(srq->limit(), 0u);
+}
+
+TEST_F(EnginePairTest, CqOverflowIsAnErrorEventAndEndsTheQp) {
+  EnginePair& p = make();
+  Cq* tiny = nullptr;
+  ASSERT_EQ(p.b().create_cq(2, &tiny), 0);
+  EnginePair::RcOptions o;
+  o.rcq_b = tiny;
+  QpPair q = p.connect(o);
+  QpAttr at;
+  QpState st;
+  auto src = p.buffer(0, 64);
+  auto dst = p.buffer(1, 64);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(p.b().post_recv(q.b, rwr(i, dst->sge(0, 64))), 0);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(p.a().post_send(q.a, wr(WrOpcode::send, i, src->sge(0, 64))), 0);
+  p.run_until([] { return false; }, 1'000'000'000);
+  // Expect: the third completion overflows the 2-deep CQ: CQ error event, QP fatal, QP in ERR.
+  EXPECT_TRUE(tiny->in_error());
+  bool cq_err = false, qp_fatal = false;
+  for (const auto& e : p.b().events()) {
+    cq_err |= e.type == AsyncEventType::cq_err && e.id == tiny->id();
+    qp_fatal |= e.type == AsyncEventType::qp_fatal && e.id == q.b;
+  }
+  EXPECT_TRUE(cq_err);
+  EXPECT_TRUE(qp_fatal);
+  ASSERT_EQ(p.b().query_qp(q.b, &at, &st), 0);
+  EXPECT_EQ(st, QpState::err);
+}
+
+TEST_F(EnginePairTest, LocalInvalidateStopsARemoteKey) {
+  EnginePair& p = make();
+  QpPair q = p.connect({});
+  auto src = p.buffer(0, 64);
+  auto exposed = p.buffer(0, 64);
+  // LOCAL_INV on A invalidates A's own region's R_Key, in order with the other WRs.
+  SendWr w = wr(WrOpcode::local_inv, 1, src->sge(0, 0));
+  w.num_sge = 0;
+  w.invalidate_rkey = exposed->mr->rkey;
+  ASSERT_EQ(p.a().post_send(q.a, w), 0);
+  std::vector<Completion> sc;
+  ASSERT_TRUE(p.wait_completions(p.host(0).scq, &sc, 1));
+  EXPECT_EQ(sc[0].status, WcStatus::success);
+  EXPECT_EQ(sc[0].opcode, WcOpcode::local_inv);
+  EXPECT_FALSE(exposed->mr->remote_key_valid);
+  // Expect: B writing through the invalidated key now gets a remote access error.
+  auto bsrc = p.buffer(1, 64);
+  SendWr bw = wr(WrOpcode::rdma_write, 2, bsrc->sge(0, 8));
+  bw.remote_addr = exposed->va();
+  bw.rkey = exposed->mr->rkey;
+  ASSERT_EQ(p.b().post_send(q.b, bw), 0);
+  std::vector<Completion> bc;
+  ASSERT_TRUE(p.wait_completions(p.host(1).scq, &bc, 1));
+  EXPECT_EQ(bc[0].status, WcStatus::rem_access_err);
+}
+
+TEST_F(EnginePairTest, RemoteAccessErrorFailsTheWrAndFlushesTheRestInOrder) {
+  EnginePair& p = make();
+  QpPair q = p.connect({});
+  auto src = p.buffer(0, 64);
+  auto dst = p.buffer(1, 64);
+  SendWr w = wr(WrOpcode::rdma_write, 1, src->sge(0, 64));
+  w.remote_addr = dst->va() + 1;  // out of bounds by one byte
+  w.rkey = dst->mr->rkey;
+  ASSERT_EQ(p.a().post_send(q.a, w), 0);
+  for (uint64_t i = 2; i <= 4; ++i) ASSERT_EQ(p.a().post_send(q.a, wr(WrOpcode::send, i, src->sge(0, 8))), 0);
+  ASSERT_EQ(p.b().post_recv(q.b, rwr(50, dst->sge(0, 64))), 0);
+  std::vector<Completion> sc, rc;
+  ASSERT_TRUE(p.wait_completions(p.host(0).scq, &sc, 4));
+  EXPECT_EQ(sc[0].status, WcStatus::rem_access_err);
+  for (int i = 1; i < 4; ++i) {
+    EXPECT_EQ(sc[i].wr_id, uint64_t(i + 1));
+    EXPECT_EQ(sc[i].status, WcStatus::wr_flush_err);
+  }
+  // Expect: the responder went to error too, and flushed its receive.
+  ASSERT_TRUE(p.wait_completions(p.host(1).rcq, &rc, 1));
+  EXPECT_EQ(rc[0].status, WcStatus::wr_flush_err);
+  QpAttr at;
+  QpState st;
+  ASSERT_EQ(p.b().query_qp(q.b, &at, &st), 0);
+  EXPECT_EQ(st, QpState::err);
+  // Expect: a WR posted in ERR completes at once with a flush error.
+  ASSERT_EQ(p.a().post_send(q.a, wr(WrOpcode::send, 9, src->sge(0, 8))), 0);
+  Completion c;
+  ASSERT_EQ(p.host(0).scq->poll(&c, 1), 1u);
+  EXPECT_EQ(c.wr_id, 9u);
+  EXPECT_EQ(c.status, WcStatus::wr_flush_err);
+}
+
+TEST_F(EnginePairTest, RetryExhaustionOnADeadLink) {
+  net::LinkFaults dead;
+  dead.loss = 1.0;
+  EnginePair& p = make(dead);
+  EnginePair::RcOptions o;
+  o.timeout = 12;  // 16.8 ms
+  o.retry_cnt = 3;
+  QpPair q = p.connect(o);
+  auto src = p.buffer(0, 64);
+  ASSERT_EQ(p.a().post_send(q.a, wr(WrOpcode::send, 1, src->sge(0, 64))), 0);
+  ASSERT_EQ(p.a().post_send(q.a, wr(WrOpcode::send, 2, src->sge(0, 64))), 0);
+  const uint64_t t0 = p.now();
+  std::vector<Completion> sc;
+  ASSERT_TRUE(p.wait_completions(p.host(0).scq, &sc, 2));
+  // Expect: 1 try + 3 retries, each after the local ACK timeout, then RETRY_EXC_ERR; the next WR flushed.
+  EXPECT_EQ(sc[0].status, WcStatus::retry_exc_err);
+  EXPECT_EQ(sc[1].status, WcStatus::wr_flush_err);
+  const uint64_t timeout = ack_timeout_ns(12);
+  EXPECT_GE(p.now() - t0, 4 * timeout);
+  EXPECT_LT(p.now() - t0, 5 * timeout);
+  EXPECT_EQ(p.a().qp(q.a)->counters.timeouts, 4u);
+  EXPECT_EQ(p.a().qp(q.a)->counters.retry_exceeded, 1u);
+}
+
+TEST_F(EnginePairTest, RnrWaitsForAReceiveThenDelivers) {
+  EnginePair& p = make();
+  EnginePair::RcOptions o;
+  o.min_rnr_timer = 14;  // 1.28 ms
+  QpPair q = p.connect(o);
+  auto src = p.buffer(0, 64);
+  auto dst = p.buffer(1, 64);
+  ASSERT_EQ(p.a().post_send(q.a, wr(WrOpcode::send, 1, src->sge(0, 64))), 0);
+  // Expect: RNR NAKs while B has no receive, nothing completes.
+  p.run_until([] { return false; }, 5'000'000);
+  EXPECT_GE(p.a().qp(q.a)->counters.rnr_naks_received, 2u);
+  EXPECT_EQ(p.host(0).scq->size(), 0u);
+  ASSERT_EQ(p.b().post_recv(q.b, rwr(7, dst->sge(0, 64))), 0);
+  std::vector<Completion> sc, rc;
+  ASSERT_TRUE(p.wait_completions(p.host(0).scq, &sc, 1));
+  ASSERT_TRUE(p.wait_completions(p.host(1).rcq, &rc, 1));
+  EXPECT_EQ(sc[0].status, WcStatus::success);
+  EXPECT_EQ(rc[0].byte_len, 64u);
+}
+
 }  // namespace
 }  // namespace droce::test
