@@ -213,6 +213,23 @@ TEST_F(EnginePairTest, UcSendAndWrite) {
   EXPECT_EQ(rc[0].byte_len, 5000u);
   EXPECT_EQ(dst->bytes, src->bytes);
   ASSERT_TRUE(p.run_until([&] { return wdst->bytes == src->bytes; }, 1'000'000));
+  // With immediate: SEND and WRITE each consume a receive and carry the value.
+  ASSERT_EQ(p.b().post_recv(q.b, rwr(2, dst->sge(0, 5000))), 0);
+  ASSERT_EQ(p.b().post_recv(q.b, rwr(3, dst->sge(0, 5000))), 0);
+  w = wr(WrOpcode::send_with_imm, 3, src->sge(0, 100));
+  w.imm_data = 0xabc;
+  ASSERT_EQ(p.a().post_send(q.a, w), 0);
+  w = wr(WrOpcode::rdma_write_with_imm, 4, src->sge(0, 3000));
+  w.remote_addr = wdst->va();
+  w.rkey = wdst->mr->rkey;
+  w.imm_data = 0xdef;
+  ASSERT_EQ(p.a().post_send(q.a, w), 0);
+  ASSERT_TRUE(p.wait_completions(p.host(1).rcq, &rc, 3));
+  EXPECT_EQ(rc[1].opcode, WcOpcode::recv);
+  EXPECT_EQ(rc[1].imm_data, 0xabcu);
+  EXPECT_EQ(rc[2].opcode, WcOpcode::recv_rdma_with_imm);
+  EXPECT_EQ(rc[2].imm_data, 0xdefu);
+  EXPECT_EQ(rc[2].byte_len, 3000u);
   // Expect: UC is never acknowledged: no ACK frame crossed the link.
   EXPECT_EQ(p.link().stats(1).sent, 0u);
 }

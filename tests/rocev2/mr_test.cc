@@ -1,0 +1,84 @@
+// Memory regions: keys, stale keys, bounds and access checks (IBA 10.6).
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "rocev2/mr.h"
+
+namespace droce::rocev2 {
+namespace {
+
+TEST(MrTable, EveryRegistrationOfAnIndexGetsANewKeyByte) {
+  MrTable t(8);
+  std::vector<uint8_t> buf(4096);
+  Mr* mr = nullptr;
+  std::set<uint32_t> keys;
+  for (int i = 0; i < 300; ++i) {
+    ASSERT_EQ(t.reg(1, 0x1000, 4096, buf.data(), kAccessLocalWrite, &mr), 0);
+    const uint32_t key = mr->lkey;
+    EXPECT_EQ(mr->rkey, key);
+    EXPECT_NE(key >> 8, 0u) << "index 0 is never handed out";
+    ASSERT_EQ(t.dereg(key), 0);
+    // Expect: a freed key is refused, and the same key never comes back soon.
+    EXPECT_EQ(t.find(key), nullptr);
+    if (i < 255) {
+      EXPECT_TRUE(keys.insert(key).second) << "key 0x" << std::hex << key << " reused";
+    }
+  }
+  EXPECT_EQ(t.dereg(0x12345), -EINVAL);
+}
+
+TEST(MrTable, FullTableIsENOMEMAndBadFlagsAreEINVAL) {
+  MrTable t(3);  // indexes 1 and 2 usable
+  std::vector<uint8_t> buf(64);
+  Mr* mr = nullptr;
+  ASSERT_EQ(t.reg(1, 0, 64, buf.data(), 0, &mr), 0);
+  ASSERT_EQ(t.reg(1, 0, 64, buf.data(), 0, &mr), 0);
+  EXPECT_EQ(t.reg(1, 0, 64, buf.data(), 0, &mr), -ENOMEM);
+  MrTable u(8);
+  // IBA 10.6.3.1: remote write or atomic need local write.
+  EXPECT_EQ(u.reg(1, 0, 64, buf.data(), kAccessRemoteWrite, &mr), -EINVAL);
+  EXPECT_EQ(u.reg(1, 0, 64, buf.data(), kAccessRemoteAtomic, &mr), -EINVAL);
+  EXPECT_EQ(u.reg(1, 0, 64, buf.data(), kAccessRemoteRead, &mr), 0);
+  EXPECT_EQ(u.reg(1, 0, 64, buf.data(), 1u << 30, &mr), -EINVAL);
+  EXPECT_EQ(u.reg(1, ~uint64_t{0} - 10, 64, buf.data(), 0, &mr), -EINVAL) << "range wraps";
+  EXPECT_EQ(u.reg(1, 0, 64, nullptr, 0, &mr), -EINVAL);
+}
+
+TEST(MrTable, BoundsChecksAtBothEndsWithoutOverflow) {
+  MrTable t(8);
+  std::vector<uint8_t> buf(100);
+  Mr* mr = nullptr;
+  ASSERT_EQ(t.reg(1, 1000, 100, buf.data(), kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead, &mr), 0);
+  const uint32_t k = mr->lkey;
+  Mr* out = nullptr;
+  EXPECT_EQ(t.check_local(k, 1, 1000, 100, 0, &out), MrCheck::ok);
+  EXPECT_EQ(t.check_local(k, 1, 1099, 1, 0, &out), MrCheck::ok);
+  EXPECT_EQ(t.check_local(k, 1, 1100, 0, 0, &out), MrCheck::ok);
+  EXPECT_EQ(t.check_local(k, 1, 1100, 1, 0, &out), MrCheck::out_of_bounds);
+  EXPECT_EQ(t.check_local(k, 1, 999, 1, 0, &out), MrCheck::out_of_bounds);
+  EXPECT_EQ(t.check_local(k, 1, 1000, 101, 0, &out), MrCheck::out_of_bounds);
+  EXPECT_EQ(t.check_local(k, 1, 1050, ~uint64_t{0}, 0, &out), MrCheck::out_of_bounds) << "length overflow";
+  EXPECT_EQ(t.check_local(k, 1, ~uint64_t{0}, 2, 0, &out), MrCheck::out_of_bounds) << "address overflow";
+  EXPECT_EQ(t.check_local(k, 2, 1000, 1, 0, &out), MrCheck::wrong_pd);
+  EXPECT_EQ(t.check_local(k ^ 1, 1, 1000, 1, 0, &out), MrCheck::bad_key);
+  EXPECT_EQ(t.check_remote(k, 1, 1000, 8, kAccessRemoteAtomic, &out), MrCheck::no_access);
+  EXPECT_EQ(t.check_remote(k, 1, 1000, 8, kAccessRemoteWrite, &out), MrCheck::ok);
+  EXPECT_EQ(mr_host(*out, 1010), buf.data() + 10);
+}
+
+TEST(MrTable, InvalidateStopsRemoteUseOnly) {
+  MrTable t(8);
+  std::vector<uint8_t> buf(64);
+  Mr* mr = nullptr;
+  ASSERT_EQ(t.reg(1, 0, 64, buf.data(), kAccessLocalWrite | kAccessRemoteRead, &mr), 0);
+  Mr* out = nullptr;
+  EXPECT_EQ(t.invalidate(mr->rkey, 2), -EINVAL) << "another PD may not invalidate it";
+  ASSERT_EQ(t.invalidate(mr->rkey, 1), 0);
+  EXPECT_EQ(t.check_remote(mr->rkey, 1, 0, 8, kAccessRemoteRead, &out), MrCheck::bad_key);
+  EXPECT_EQ(t.check_local(mr->lkey, 1, 0, 8, 0, &out), MrCheck::ok);
+}
+
+}  // namespace
+}  // namespace droce::rocev2
