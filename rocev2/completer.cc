@@ -213,33 +213,14 @@ void Engine::completer_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint6
     completer_fail(q, WcStatus::bad_resp_err);  // C9-? a response that does not fit the request
     return;
   }
-  // Scatter into the local list at resp_bytes.
-  uint32_t skip = w->resp_bytes;
-  uint32_t left = len;
-  uint32_t src = p.layout.payload_off;
-  for (uint32_t i = 0; i < w->wr.num_sge && left > 0; ++i) {
-    const Sge& sge = w->wr.sg_list[i];
-    if (skip >= sge.length) {
-      skip -= sge.length;
-      continue;
-    }
-    const uint32_t n = std::min(sge.length - skip, left);
-    Mr* mr = nullptr;
-    if (mrs_.check_local(sge.lkey, q->pd, sge.addr + skip, n, kAccessLocalWrite, &mr) != MrCheck::ok) {
-      w->has_local_error = true;
-      w->local_error = WcStatus::loc_prot_err;
-      w->resp_complete = true;
-      completer_retire(q, psn, now_ns);
-      return;
-    }
-    uint8_t* dst = mr_host(*mr, sge.addr + skip);
-    net::FrameBytes(m).for_each_piece(src, n, [&](const uint8_t* piece, size_t k) {
-      std::memcpy(dst, piece, k);
-      dst += k;
-    });
-    src += n;
-    left -= n;
-    skip = 0;
+  // Place the data in the local list at resp_bytes.
+  WcStatus err = WcStatus::success;
+  if (!scatter(q, w->wr.sg_list, w->wr.num_sge, w->resp_bytes, m, p.layout.payload_off, len, &err)) {
+    w->has_local_error = true;
+    w->local_error = err;
+    w->resp_complete = true;
+    completer_retire(q, psn, now_ns);
+    return;
   }
   w->resp_bytes += len;
   w->resp_next_psn = psn_add(psn, 1);

@@ -197,8 +197,14 @@ class Engine {
   void responder_send_ack(Qp* qp);
   void responder_nak(Qp* qp, uint8_t syndrome, uint32_t psn);
   void responder_read_run(Qp* qp, uint32_t* budget);
-  bool scatter(Qp* qp, RecvWqe& w, uint32_t offset, const rte_mbuf* m, uint32_t src_off, uint32_t len,
-               WcStatus* err);
+  /// Copies frame bytes [src_off, src_off + len) into a scatter list at
+  /// `offset`, checking each entry's L_Key for local write in the QP's PD.
+  /// False with *err LOC_PROT_ERR (bad key/bounds) or LOC_LEN_ERR (no room).
+  bool scatter(Qp* qp, const Sge* sges, uint32_t num_sge, uint32_t offset, const rte_mbuf* m, uint32_t src_off,
+               uint32_t len, WcStatus* err);
+  /// The R_Key check of a WRITE or READ's RETH (C9-88): the QP must allow
+  /// the access, and a non-zero length must fall in a region that does.
+  bool remote_access_ok(Qp* qp, const Reth& reth, uint32_t need);
 
   EngineConfig cfg_;
   MrTable mrs_;

@@ -28,11 +28,11 @@ bool sequence_ok(Qp::Responder::Msg msg, const OpcodeInfo& info) {
 
 }  // namespace
 
-bool Engine::scatter(Qp* q, RecvWqe& w, uint32_t offset, const rte_mbuf* m, uint32_t src_off, uint32_t len,
-                     WcStatus* err) {
+bool Engine::scatter(Qp* q, const Sge* sges, uint32_t num_sge, uint32_t offset, const rte_mbuf* m,
+                     uint32_t src_off, uint32_t len, WcStatus* err) {
   uint32_t skip = offset;
-  for (uint32_t i = 0; i < w.num_sge && len > 0; ++i) {
-    const Sge& sge = w.sg_list[i];
+  for (uint32_t i = 0; i < num_sge && len > 0; ++i) {
+    const Sge& sge = sges[i];
     if (skip >= sge.length) {
       skip -= sge.length;
       continue;
@@ -53,10 +53,17 @@ bool Engine::scatter(Qp* q, RecvWqe& w, uint32_t offset, const rte_mbuf* m, uint
     skip = 0;
   }
   if (len != 0) {
-    *err = WcStatus::loc_len_err;  // the message is longer than the receive buffers
+    *err = WcStatus::loc_len_err;  // longer than the scatter list
     return false;
   }
   return true;
+}
+
+bool Engine::remote_access_ok(Qp* q, const Reth& reth, uint32_t need) {
+  if (!(q->attr.qp_access_flags & need)) return false;
+  Mr* mr = nullptr;
+  // C9-88: a zero-length RDMA operation checks no R_Key.
+  return reth.dma_len == 0 || mrs_.check_remote(reth.rkey, q->pd, reth.va, reth.dma_len, need, &mr) == MrCheck::ok;
 }
 
 void Engine::responder_send_ack(Qp* q) {
@@ -291,7 +298,7 @@ void Engine::responder_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint6
       }
       if (info.starts_message()) s.recv_offset = 0;
       WcStatus err = WcStatus::success;
-      if (!scatter(q, s.recv, s.recv_offset, m, p.layout.payload_off, len, &err)) {
+      if (!scatter(q, s.recv.sg_list, s.recv.num_sge, s.recv_offset, m, p.layout.payload_off, len, &err)) {
         fatal_nak(err == WcStatus::loc_len_err ? NakCode::invalid_request : NakCode::remote_operational_error, err);
         return;
       }
@@ -327,14 +334,7 @@ void Engine::responder_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint6
       if (info.starts_message()) {
         ++q->counters.rdma_recvs;
         const Reth& reth = p.hdr.ext.reth;
-        if (!(q->attr.qp_access_flags & kAccessRemoteWrite)) {
-          fatal_nak(NakCode::remote_access_error, WcStatus::success);
-          return;
-        }
-        Mr* mr = nullptr;
-        // C9-88: a zero-length WRITE checks no R_Key.
-        if (reth.dma_len != 0 &&
-            mrs_.check_remote(reth.rkey, q->pd, reth.va, reth.dma_len, kAccessRemoteWrite, &mr) != MrCheck::ok) {
+        if (!remote_access_ok(q, reth, kAccessRemoteWrite)) {
           fatal_nak(NakCode::remote_access_error, WcStatus::success);
           return;
         }
@@ -402,13 +402,7 @@ void Engine::responder_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint6
     }
     case OpKind::read_request: {
       const Reth& reth = p.hdr.ext.reth;
-      if (!(q->attr.qp_access_flags & kAccessRemoteRead)) {
-        fatal_nak(NakCode::remote_access_error, WcStatus::success);
-        return;
-      }
-      Mr* mr = nullptr;
-      if (reth.dma_len != 0 &&
-          mrs_.check_remote(reth.rkey, q->pd, reth.va, reth.dma_len, kAccessRemoteRead, &mr) != MrCheck::ok) {
+      if (!remote_access_ok(q, reth, kAccessRemoteRead)) {
         fatal_nak(NakCode::remote_access_error, WcStatus::success);
         return;
       }
@@ -562,7 +556,7 @@ void Engine::responder_ud_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m) {
     ok = false;
     err = WcStatus::loc_len_err;
   }
-  if (ok) ok = scatter(q, w, 40, m, p.layout.payload_off, p.layout.payload_len, &err);
+  if (ok) ok = scatter(q, w.sg_list, w.num_sge, 40, m, p.layout.payload_off, p.layout.payload_len, &err);
   c.byte_len = 40 + p.layout.payload_len;
   if (!ok) {
     c.status = err;
