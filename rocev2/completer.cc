@@ -121,9 +121,8 @@ void Engine::completer_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint6
         requester_rewind(q, psn);
         // Hold sending until the timer the responder asked for runs out (IBA 9.7.5.2.8).
         r.rnr_until = now_ns + rnr_timer_ns(aeth.value());
-        ++r.timer_gen;
-        r.timer_armed = true;
-        timers_.arm(q->qpn, kRetryTimer, r.rnr_until, r.timer_gen);
+        ++r.rnr_gen;
+        timers_.arm(q->qpn, kRnrTimer, r.rnr_until, r.rnr_gen);
         return;
       }
       case AethKind::nak: {
@@ -133,6 +132,10 @@ void Engine::completer_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint6
         switch (static_cast<NakCode>(aeth.value())) {
           case NakCode::psn_sequence_error:
             ++q->counters.seq_naks_received;
+            // During an RNR wait this NAK only repeats what the RNR NAK said
+            // (the responder saw the packets behind the refused one): the
+            // resend is already scheduled, and it costs no retry.
+            if (r.rnr_until != 0) return;
             if (r.retry_left == 0) {
               completer_fail(q, WcStatus::retry_exc_err);
               return;
@@ -198,6 +201,10 @@ void Engine::completer_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint6
       window_cut(q);
       requester_rewind(q, w->first_psn);
     }
+    return;
+  }
+  if (info.has(kHdrAeth) && aeth.kind() != AethKind::ack) {
+    completer_fail(q, WcStatus::bad_resp_err);  // a READ response carries an ACK syndrome (9.7.5.1.4)
     return;
   }
   if (info.position == Position::first || info.position == Position::only) {

@@ -613,6 +613,8 @@ void Engine::arm_retry_timer(Qp* q, uint64_t now_ns) {
 void Engine::cancel_retry_timer(Qp* q) {
   ++q->req.timer_gen;
   q->req.timer_armed = false;
+  ++q->req.rnr_gen;
+  q->req.rnr_until = 0;
 }
 
 void Engine::mark_ready(Qp* q) {
@@ -674,15 +676,20 @@ void Engine::rx_burst(rte_mbuf** frames, uint16_t n, uint64_t now_ns) {
 
 void Engine::on_timer(uint32_t qpn, uint32_t kind, uint32_t gen, uint64_t now_ns) {
   Qp* q = lookup(qpn);
-  if (q == nullptr || kind != kRetryTimer || gen != q->req.timer_gen || !q->req.timer_armed) return;
-  q->req.timer_armed = false;
-  if (q->state != QpState::rts && q->state != QpState::sqd) return;
-  if (q->req.rnr_until != 0) {  // an RNR wait ended: resend, no retry consumed
+  if (q == nullptr) return;
+  if (kind == kRnrTimer) {
+    // The RNR wait ended: resend, no retry consumed (IBA 9.7.5.2.8).
+    if (gen != q->req.rnr_gen || q->req.rnr_until == 0) return;
     q->req.rnr_until = 0;
+    if (q->state != QpState::rts && q->state != QpState::sqd) return;
     mark_ready(q);
     arm_retry_timer(q, now_ns);
     return;
   }
+  if (kind != kRetryTimer || gen != q->req.timer_gen || !q->req.timer_armed) return;
+  q->req.timer_armed = false;
+  if (q->state != QpState::rts && q->state != QpState::sqd) return;
+  if (q->req.rnr_until != 0) return;  // waiting out an RNR NAK: that timer decides
   if (q->sq_tail == q->sq_head) return;  // nothing outstanding
   ++q->counters.timeouts;
   if (q->req.retry_left == 0) {

@@ -152,7 +152,7 @@ class Engine {
 
  private:
   friend class EngineRoles;
-  enum TimerKind : uint32_t { kRetryTimer = 0 };
+  enum TimerKind : uint32_t { kRetryTimer = 0, kRnrTimer = 1 };
 
   // engine.cc
   Qp* lookup(uint32_t qpn);

@@ -109,6 +109,7 @@ struct Qp {
     uint32_t retry_left = 0;
     uint32_t rnr_retry_left = 0;
     uint64_t rnr_until = 0;    ///< sending paused until then (RNR wait)
+    uint32_t rnr_gen = 0;      ///< the RNR timer's own generation (not the ACK timer's)
     uint32_t timer_gen = 0;
     bool timer_armed = false;
     uint32_t packets_since_ackreq = 0;

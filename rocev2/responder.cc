@@ -163,6 +163,13 @@ void Engine::responder_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint6
 
   // 1. PSN (IBA 9.7.5.1.1 / C9-?): expected, duplicate, or out of sequence.
   const int32_t d = psn_diff(psn, s.epsn);
+  if (rc && s.reading && !(d < 0 && info.kind == OpKind::read_request)) {
+    // Still streaming a READ's responses: anything answered now (an ACK, a
+    // NAK, an atomic ACK) would overtake them. Only a duplicate READ (the
+    // requester going back) is served; the rest is dropped and sent again.
+    ++q->counters.dropped;
+    return;
+  }
   if (rc && d < 0) {
     ++q->counters.duplicate_requests;
     if (info.kind == OpKind::read_request || info.kind == OpKind::compare_swap || info.kind == OpKind::fetch_add) {
@@ -207,7 +214,8 @@ void Engine::responder_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint6
     mark_ready(q);
     return;
   }
-  if (d > 0) {
+  if (d != 0) {
+    // RC: d > 0 here (duplicates returned above). UC: any PSN but the expected one.
     ++q->counters.out_of_sequence;
     if (!rc) {
       // UC: a gap drops the message in progress (IBA 9.8.3); a new one may start here.
@@ -228,12 +236,6 @@ void Engine::responder_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint6
       }
       return;
     }
-  }
-  if (rc && s.reading) {
-    // Still answering an earlier READ: taking this now would let its ACK
-    // overtake the READ's data. Drop it; the requester sends it again.
-    ++q->counters.dropped;
-    return;
   }
   s.seq_nak_sent = false;
 
@@ -272,7 +274,14 @@ void Engine::responder_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint6
     fatal_nak(NakCode::invalid_request, WcStatus::success);
     return;
   }
-  if (len > q->mtu) {
+  // A last packet carries 1..MTU bytes: a message of k MTUs ends with a full one.
+  if (len > q->mtu || (info.position == Position::last && len == 0)) {
+    fatal_nak(NakCode::invalid_request, WcStatus::success);
+    return;
+  }
+  // READs and atomics need responder resources (max_dest_rd_atomic, o9-?).
+  if ((info.kind == OpKind::read_request || info.kind == OpKind::compare_swap || info.kind == OpKind::fetch_add) &&
+      q->attr.max_dest_rd_atomic == 0) {
     fatal_nak(NakCode::invalid_request, WcStatus::success);
     return;
   }
