@@ -34,7 +34,7 @@
 #include <string_view>
 #include <vector>
 
-#include "net/neighbor.h"  // MacAddr, IpAddr, kNoVlan: net's address vocabulary
+#include "net/addr.h"
 
 namespace droce::net {
 

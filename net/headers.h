@@ -16,7 +16,9 @@ namespace droce::net {
 inline constexpr uint16_t kEtherTypeIpv4 = RTE_ETHER_TYPE_IPV4;
 inline constexpr uint16_t kEtherTypeIpv6 = RTE_ETHER_TYPE_IPV6;
 inline constexpr uint16_t kEtherTypeVlan = RTE_ETHER_TYPE_VLAN;
+inline constexpr uint16_t kEtherTypeArp = RTE_ETHER_TYPE_ARP;
 inline constexpr uint8_t kIpProtoUdp = 17;
+inline constexpr uint8_t kIpProtoIcmpv6 = 58;
 
 inline constexpr size_t kEthHdrLen = 14;
 inline constexpr size_t kVlanHdrLen = 4;

@@ -27,35 +27,25 @@ constexpr uint8_t kNaOverride = 0x20;
 constexpr MacAddr kBroadcastMac = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
 constexpr IpAddr kAllNodes = {0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01};
 
-bool is_ipv4(const IpAddr& a) {
-  for (int i = 0; i < 10; ++i)
-    if (a[i] != 0) return false;
-  return a[10] == 0xff && a[11] == 0xff;
-}
-
-IpAddr mapped(const uint8_t* v4) {
-  IpAddr a{};
-  a[10] = a[11] = 0xff;
-  std::copy(v4, v4 + 4, a.begin() + 12);
-  return a;
-}
+// The IPv4 address at v4 (4 wire bytes), in GID form.
+IpAddr mapped(const uint8_t* v4) { return ipv4_mapped(core::load_be32(v4)); }
 
 bool is_unspecified(const IpAddr& a) {
-  if (is_ipv4(a)) return a[12] == 0 && a[13] == 0 && a[14] == 0 && a[15] == 0;
+  if (is_ipv4_mapped(a)) return a[12] == 0 && a[13] == 0 && a[14] == 0 && a[15] == 0;
   return std::all_of(a.begin(), a.end(), [](uint8_t b) { return b == 0; });
 }
 
 bool is_ipv4_broadcast(const IpAddr& a) {
-  return is_ipv4(a) && a[12] == 0xff && a[13] == 0xff && a[14] == 0xff && a[15] == 0xff;
+  return is_ipv4_mapped(a) && a[12] == 0xff && a[13] == 0xff && a[14] == 0xff && a[15] == 0xff;
 }
 
 bool is_multicast(const IpAddr& a) {
-  if (is_ipv4(a)) return (a[12] & 0xf0) == 0xe0;
+  if (is_ipv4_mapped(a)) return (a[12] & 0xf0) == 0xe0;
   return a[0] == 0xff;
 }
 
 bool is_loopback(const IpAddr& a) {
-  if (is_ipv4(a)) return a[12] == 127;
+  if (is_ipv4_mapped(a)) return a[12] == 127;
   IpAddr one{};
   one[15] = 1;
   return a == one;
@@ -255,7 +245,7 @@ const NeighborTable::Local* NeighborTable::pick_source(const IpAddr& dst, uint16
   const Local* best = nullptr;
   int best_bits = -1;
   for (const Local& l : locals_) {
-    if (l.vlan != vlan || is_ipv4(l.ip) != is_ipv4(dst)) continue;
+    if (l.vlan != vlan || is_ipv4_mapped(l.ip) != is_ipv4_mapped(dst)) continue;
     const int bits = common_prefix_bits(l.ip, dst);
     if (bits > best_bits) {
       best = &l;
@@ -268,7 +258,7 @@ const NeighborTable::Local* NeighborTable::pick_source(const IpAddr& dst, uint16
 std::vector<MacAddr> NeighborTable::multicast_macs() const {
   std::vector<MacAddr> macs{ipv6_multicast_mac(kAllNodes)};
   for (const Local& l : locals_) {
-    if (is_ipv4(l.ip)) continue;
+    if (is_ipv4_mapped(l.ip)) continue;
     const MacAddr m = ipv6_multicast_mac(solicited_node_multicast(l.ip));
     if (std::find(macs.begin(), macs.end(), m) == macs.end()) macs.push_back(m);
   }
@@ -352,7 +342,7 @@ ResolveStatus NeighborTable::resolve(const IpAddr& dst, uint64_t now_ns, MacAddr
 ResolveStatus NeighborTable::resolve_from(const IpAddr& src, const IpAddr& dst, uint64_t now_ns,
                                           MacAddr* out, uint16_t vlan) {
   const Local* l = find_local(src, vlan);
-  if (l == nullptr || is_ipv4(src) != is_ipv4(dst)) {
+  if (l == nullptr || is_ipv4_mapped(src) != is_ipv4_mapped(dst)) {
     ++counters_.resolve_invalid;
     return ResolveStatus::failed;
   }
@@ -370,7 +360,7 @@ ResolveStatus NeighborTable::resolve_with(const Local* src, const IpAddr& dst, u
     return ResolveStatus::resolved;
   }
   if (is_multicast(dst)) {
-    if (is_ipv4(dst))  // RFC 1112 6.4: 01:00:5e and the group's low 23 bits
+    if (is_ipv4_mapped(dst))  // RFC 1112 6.4: 01:00:5e and the group's low 23 bits
       *out = {0x01, 0x00, 0x5e, static_cast<uint8_t>(dst[13] & 0x7f), dst[14], dst[15]};
     else
       *out = ipv6_multicast_mac(dst);
@@ -422,7 +412,7 @@ void NeighborTable::send_request(Entry* e) {
   ++e->requests;  // counts toward the schedule even if the TX queue is full
   const bool tagged = e->key.vlan != kNoVlan;
   const uint16_t tci = tagged ? e->key.vlan : 0;
-  if (is_ipv4(e->key.ip)) {
+  if (is_ipv4_mapped(e->key.ip)) {
     if (queue(build_arp(kArpOpRequest, kBroadcastMac, tagged, tci, e->src_mac, e->src, MacAddr{}, e->key.ip)))
       ++counters_.arp.requests_sent;
   } else {

@@ -100,18 +100,11 @@
 #include <span>
 #include <vector>
 
+#include "net/addr.h"
+#include "net/headers.h"
+
 namespace droce::net {
 
-using MacAddr = std::array<uint8_t, 6>;
-/// An IP address in GID form: IPv6, or IPv4 mapped as ::ffff:a.b.c.d (the
-/// same type as rocev2::IpAddr).
-using IpAddr = std::array<uint8_t, 16>;
-
-/// "No 802.1Q tag" wherever a VLAN ID is expected.
-inline constexpr uint16_t kNoVlan = 0xffff;
-
-inline constexpr uint16_t kEtherTypeArp = 0x0806;
-inline constexpr uint8_t kIpProtoIcmpv6 = 58;
 inline constexpr size_t kArpLen = 28;  ///< Ethernet/IPv4 ARP packet
 inline constexpr uint8_t kIcmpv6NeighborSolicitation = 135;
 inline constexpr uint8_t kIcmpv6NeighborAdvertisement = 136;

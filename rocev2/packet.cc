@@ -2,26 +2,6 @@
 
 namespace droce::rocev2 {
 
-IpAddr ipv4_mapped(uint32_t ipv4) {
-  IpAddr a{};
-  a[10] = a[11] = 0xff;
-  a[12] = static_cast<uint8_t>(ipv4 >> 24);
-  a[13] = static_cast<uint8_t>(ipv4 >> 16);
-  a[14] = static_cast<uint8_t>(ipv4 >> 8);
-  a[15] = static_cast<uint8_t>(ipv4);
-  return a;
-}
-
-bool is_ipv4_mapped(const IpAddr& a) {
-  for (int i = 0; i < 10; ++i)
-    if (a[i] != 0) return false;
-  return a[10] == 0xff && a[11] == 0xff;
-}
-
-uint32_t ipv4_of(const IpAddr& a) {
-  return (uint32_t{a[12]} << 24) | (uint32_t{a[13]} << 16) | (uint32_t{a[14]} << 8) | a[15];
-}
-
 PacketHeaders canonical(const PacketHeaders& h, uint32_t payload_len) {
   PacketHeaders c = h;
   const OpcodeInfo& info = opcode_info(h.bth.opcode);

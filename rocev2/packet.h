@@ -9,19 +9,18 @@
 #include <array>
 #include <cstdint>
 
+#include "net/addr.h"
 #include "net/headers.h"
 #include "rocev2/headers.h"
 #include "rocev2/opcode.h"
 
 namespace droce::rocev2 {
 
-using MacAddr = std::array<uint8_t, 6>;
-/// An IP address in GID form: IPv6, or IPv4 mapped as ::ffff:a.b.c.d.
-using IpAddr = std::array<uint8_t, 16>;
-
-IpAddr ipv4_mapped(uint32_t ipv4_host_order);
-bool is_ipv4_mapped(const IpAddr& a);
-uint32_t ipv4_of(const IpAddr& a);  ///< host order; a must be IPv4-mapped
+using net::IpAddr;  // GID form: IPv6, or IPv4 mapped as ::ffff:a.b.c.d
+using net::ipv4_mapped;
+using net::ipv4_of;
+using net::is_ipv4_mapped;
+using net::MacAddr;
 
 struct L2Header {
   MacAddr dst{};

@@ -1,0 +1,39 @@
+#pragma once
+// Link and network addresses as droce passes them around: MACs, and IP
+// addresses in GID form (IPv6, or IPv4 mapped as ::ffff:a.b.c.d), which is
+// how RoCEv2 GIDs carry them. Pure value types; safe anywhere.
+
+#include <array>
+#include <cstdint>
+
+namespace droce::net {
+
+using MacAddr = std::array<uint8_t, 6>;
+using IpAddr = std::array<uint8_t, 16>;
+
+/// "No 802.1Q tag" wherever a VLAN ID is expected.
+inline constexpr uint16_t kNoVlan = 0xffff;
+
+/// ::ffff:a.b.c.d for an IPv4 address in host order.
+constexpr IpAddr ipv4_mapped(uint32_t ipv4) {
+  IpAddr a{};
+  a[10] = a[11] = 0xff;
+  a[12] = static_cast<uint8_t>(ipv4 >> 24);
+  a[13] = static_cast<uint8_t>(ipv4 >> 16);
+  a[14] = static_cast<uint8_t>(ipv4 >> 8);
+  a[15] = static_cast<uint8_t>(ipv4);
+  return a;
+}
+
+constexpr bool is_ipv4_mapped(const IpAddr& a) {
+  for (int i = 0; i < 10; ++i)
+    if (a[i] != 0) return false;
+  return a[10] == 0xff && a[11] == 0xff;
+}
+
+/// The IPv4 address (host order) of an IPv4-mapped address.
+constexpr uint32_t ipv4_of(const IpAddr& a) {
+  return (uint32_t{a[12]} << 24) | (uint32_t{a[13]} << 16) | (uint32_t{a[14]} << 8) | a[15];
+}
+
+}  // namespace droce::net
