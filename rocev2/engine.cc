@@ -312,6 +312,11 @@ int Engine::modify_qp(uint32_t qpn, const QpAttr& a, uint32_t mask) {
         break;
       case QpState::rts:
         if (from == QpState::sqd) q->req.drained_notified = false;
+        if (from == QpState::sqe) {
+          // The flushed send queue starts afresh where it stands.
+          q->req.next_wqe = q->sq_tail;
+          q->req.next_offset = 0;
+        }
         mark_ready(q);  // WRs posted while draining may go now
         break;
       case QpState::sqd:
@@ -462,6 +467,7 @@ bool Engine::push_cq(Qp* q, Cq* cq, const Completion& c, bool solicited) {
 
 void Engine::complete_send(Qp* q, SendWqe& w, WcStatus status) {
   const bool signaled = q->sq_sig_all || (w.wr.send_flags & kSendSignaled);
+  if (status != WcStatus::success && status != WcStatus::wr_flush_err) ++q->counters.send_errors;
   if (status != WcStatus::success || signaled) {
     Completion c;
     c.wr_id = w.wr.wr_id;

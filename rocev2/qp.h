@@ -64,6 +64,7 @@ struct QpCounters {
   uint64_t retry_exceeded = 0, rnr_retry_exceeded = 0;  ///< rxe: retry_exceeded_err, retry_rnr_exceeded_err
   uint64_t acks_coalesced = 0;          ///< rxe: ack_deferred
   uint64_t rdma_sends = 0, rdma_recvs = 0;  ///< rxe: RDMA WRITE/READ requests sent, served
+  uint64_t send_errors = 0;             ///< rxe: send_err (WRs completed with an error other than flush)
   uint64_t read_replays = 0, atomic_replays = 0;
   uint64_t dropped = 0;                 ///< packets the QP dropped (UC gap, bad Q_Key, ...)
 };

@@ -248,8 +248,12 @@ void Engine::retire_sent(Qp* q, uint64_t now_ns) {
   while (q->sq_tail != q->req.next_wqe || (q->sq_tail != q->sq_head && q->sq[q->sq_tail % q->sq_depth].has_local_error)) {
     SendWqe& w = q->sq[q->sq_tail % q->sq_depth];
     if (w.has_local_error) {
+      // UC and UD: a send error stops only the send queue (SQE, IBA 10.3.1);
+      // receives go on, and modify SQE->RTS resumes sending.
       complete_send(q, w, w.local_error);
-      enter_error(q);
+      q->state = QpState::sqe;
+      q->attr.qp_state = QpState::sqe;
+      flush_qp(q);
       return;
     }
     complete_send(q, w, WcStatus::success);

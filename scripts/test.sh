@@ -6,7 +6,7 @@
 # usage: scripts/test.sh [--no-fuzz] [--fuzz-seconds N] [--soak [N]] [-- MESON_TEST_ARGS...]
 #   DROCE_FUZZ_SECONDS  how long the fuzzer runs (default 60)
 #   --soak [N]          also run the full engine soak (N messages, default
-#                       1,000,000) under ASan + UBSan; about 20 minutes
+#                       1,000,000) under ASan + UBSan; about 9 minutes here
 #
 # Ends with a line "N passed, M failed"; exit status non-zero on any failure.
 set -euo pipefail

@@ -234,6 +234,49 @@ TEST_F(EnginePairTest, UcSendAndWrite) {
   EXPECT_EQ(p.link().stats(1).sent, 0u);
 }
 
+TEST_F(EnginePairTest, UcSendErrorIsSqeReceivesGoOnAndRtsResumes) {
+  EnginePair& p = make();
+  EnginePair::RcOptions o;
+  o.type = QpType::uc;
+  QpPair q = p.connect(o);
+  auto src = p.buffer(0, 64);
+  auto dst = p.buffer(1, 64);
+  auto back = p.buffer(0, 64);
+  // A SEND through a key that does not exist: a local protection error.
+  Sge bad = src->sge(0, 64);
+  bad.lkey ^= 0x40;
+  ASSERT_EQ(p.a().post_send(q.a, wr(WrOpcode::send, 1, bad)), 0);
+  ASSERT_EQ(p.a().post_send(q.a, wr(WrOpcode::send, 2, src->sge(0, 64))), 0);
+  std::vector<Completion> sc;
+  ASSERT_TRUE(p.wait_completions(p.host(0).scq, &sc, 2));
+  // Expect: LOC_PROT_ERR, the next WR flushed, the QP in SQE (not ERR).
+  EXPECT_EQ(sc[0].status, WcStatus::loc_prot_err);
+  EXPECT_EQ(sc[1].status, WcStatus::wr_flush_err);
+  QpAttr at;
+  QpState st;
+  ASSERT_EQ(p.a().query_qp(q.a, &at, &st), 0);
+  EXPECT_EQ(st, QpState::sqe);
+  EXPECT_EQ(p.a().qp(q.a)->counters.send_errors, 1u);
+  // Expect: A still receives in SQE.
+  ASSERT_EQ(p.a().post_recv(q.a, rwr(5, back->sge(0, 64))), 0);
+  ASSERT_EQ(p.b().post_send(q.b, wr(WrOpcode::send, 6, dst->sge(0, 64))), 0);
+  std::vector<Completion> rc;
+  ASSERT_TRUE(p.wait_completions(p.host(0).rcq, &rc, 1));
+  EXPECT_EQ(rc[0].status, WcStatus::success);
+  // Expect: SQE -> RTS resumes sending.
+  at = QpAttr{};
+  at.qp_state = QpState::rts;
+  ASSERT_EQ(p.a().modify_qp(q.a, at, kAttrState), 0);
+  ASSERT_EQ(p.b().post_recv(q.b, rwr(7, dst->sge(0, 64))), 0);
+  ASSERT_EQ(p.a().post_send(q.a, wr(WrOpcode::send, 3, src->sge(0, 64))), 0);
+  sc.clear();
+  ASSERT_TRUE(p.wait_completions(p.host(0).scq, &sc, 1));
+  EXPECT_EQ(sc[0].status, WcStatus::success);
+  std::vector<Completion> brc;
+  ASSERT_TRUE(p.wait_completions(p.host(1).rcq, &brc, 1));
+  EXPECT_EQ(brc[0].wr_id, 7u);
+}
+
 TEST_F(EnginePairTest, UdSendCarriesGrhAndSourceQp) {
   for (bool ipv6 : {false, true}) {
     SCOPED_TRACE(ipv6 ? "IPv6" : "IPv4");
