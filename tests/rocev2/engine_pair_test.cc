@@ -522,5 +522,89 @@ TEST_F(EnginePairTest, RnrWaitsForAReceiveThenDelivers) {
   EXPECT_EQ(rc[0].byte_len, 64u);
 }
 
+TEST_F(EnginePairTest, InlineDataIsCopiedAtPostAndNeedsNoKey) {
+  EnginePair& p = make();
+  QpPair q = p.connect({});
+  auto dst = p.buffer(1, 128);
+  ASSERT_EQ(p.b().post_recv(q.b, rwr(1, dst->sge(0, 128))), 0);
+  std::vector<uint8_t> scratch(100, 0x42);
+  SendWr w = wr(WrOpcode::send, 1, Sge{reinterpret_cast<uint64_t>(scratch.data()), 100, 0});  // no MR, no key
+  w.send_flags |= kSendInline;
+  ASSERT_EQ(p.a().post_send(q.a, w), 0);
+  // Expect: the buffer may change as soon as post returns; what was posted is sent.
+  std::fill(scratch.begin(), scratch.end(), 0x99);
+  std::vector<Completion> rc;
+  ASSERT_TRUE(p.wait_completions(p.host(1).rcq, &rc, 1));
+  EXPECT_EQ(rc[0].byte_len, 100u);
+  EXPECT_EQ(std::count(dst->bytes.begin(), dst->bytes.begin() + 100, 0x42), 100);
+  // Expect: more than max_inline_data (128 here) is refused at post.
+  std::vector<uint8_t> big(129);
+  SendWr b = wr(WrOpcode::send, 2, Sge{reinterpret_cast<uint64_t>(big.data()), 129, 0});
+  b.send_flags |= kSendInline;
+  EXPECT_EQ(p.a().post_send(q.a, b), -EINVAL);
+}
+
+TEST_F(EnginePairTest, SqdFinishesTheMessageInProgressStartsNoOtherAndResumes) {
+  EnginePair& p = make();
+  QpPair q = p.connect({});
+  auto src = p.buffer(0, 8192);
+  auto dst = p.buffer(1, 8192);
+  for (uint64_t i = 0; i < 3; ++i) ASSERT_EQ(p.b().post_recv(q.b, rwr(i, dst->sge(0, 8192))), 0);
+  ASSERT_EQ(p.a().post_send(q.a, wr(WrOpcode::send, 1, src->sge(0, 8192))), 0);
+  p.step();  // the first message starts
+  QpAttr at;
+  at.qp_state = QpState::sqd;
+  at.en_sqd_async_notify = 1;
+  ASSERT_EQ(p.a().modify_qp(q.a, at, kAttrState | kAttrEnSqdAsyncNotify), 0);
+  ASSERT_EQ(p.a().post_send(q.a, wr(WrOpcode::send, 2, src->sge(0, 64))), 0);
+  std::vector<Completion> sc;
+  ASSERT_TRUE(p.wait_completions(p.host(0).scq, &sc, 1));
+  p.run_until([] { return false; }, 10'000'000);
+  // Expect: the message in progress completed; the one posted in SQD did not start; drained reported once.
+  EXPECT_EQ(sc.size(), 1u);
+  EXPECT_EQ(sc[0].wr_id, 1u);
+  int drained = 0;
+  for (const auto& e : p.a().events()) drained += e.type == AsyncEventType::sq_drained && e.id == q.a;
+  EXPECT_EQ(drained, 1);
+  // Expect: SQD -> RTS sends it.
+  at = QpAttr{};
+  at.qp_state = QpState::rts;
+  ASSERT_EQ(p.a().modify_qp(q.a, at, kAttrState), 0);
+  ASSERT_TRUE(p.wait_completions(p.host(0).scq, &sc, 2));
+  EXPECT_EQ(sc[1].wr_id, 2u);
+}
+
+TEST_F(EnginePairTest, SolicitedOnlyArmingFiresForSolicitedOrFailedCompletions) {
+  EnginePair& p = make();
+  QpPair q = p.connect({});
+  auto src = p.buffer(0, 64);
+  auto dst = p.buffer(1, 64);
+  for (uint64_t i = 0; i < 3; ++i) ASSERT_EQ(p.b().post_recv(q.b, rwr(i, dst->sge(0, 64))), 0);
+  Cq* cq = p.host(1).rcq;
+  cq->arm(true);
+  const uint64_t events0 = cq->events();
+  ASSERT_EQ(p.a().post_send(q.a, wr(WrOpcode::send, 1, src->sge(0, 64))), 0);
+  std::vector<Completion> rc;
+  ASSERT_TRUE(p.wait_completions(cq, &rc, 1));
+  // Expect: an unsolicited SEND completes without an event.
+  EXPECT_EQ(cq->events(), events0);
+  SendWr w = wr(WrOpcode::send, 2, src->sge(0, 64));
+  w.send_flags |= kSendSolicited;
+  ASSERT_EQ(p.a().post_send(q.a, w), 0);
+  ASSERT_TRUE(p.wait_completions(cq, &rc, 2));
+  // Expect: the solicited one raises exactly one event (the arm is used up).
+  EXPECT_EQ(cq->events(), events0 + 1);
+  w.wr_id = 3;
+  ASSERT_EQ(p.a().post_send(q.a, w), 0);
+  ASSERT_TRUE(p.wait_completions(cq, &rc, 3));
+  EXPECT_EQ(cq->events(), events0 + 1) << "an event without a new arm";
+  // Expect: arming for any completion fires on the next one.
+  cq->arm(false);
+  ASSERT_EQ(p.b().post_recv(q.b, rwr(4, dst->sge(0, 64))), 0);
+  ASSERT_EQ(p.a().post_send(q.a, wr(WrOpcode::send, 4, src->sge(0, 64))), 0);
+  ASSERT_TRUE(p.wait_completions(cq, &rc, 4));
+  EXPECT_EQ(cq->events(), events0 + 2);
+}
+
 }  // namespace
 }  // namespace droce::test
