@@ -1,0 +1,953 @@
+// net::Port over the PMDs droce runs on without a NIC: a net_ring pair (in
+// process), a net_null port taken by id, net_memif server and client (same
+// process, one socket), and, as root, net_af_packet / net_af_xdp / net_tap on
+// a veth pair or tap device in a network namespace the test creates and
+// deletes. Frames go both ways and are compared byte for byte; link changes
+// made with `ip link` are seen; everything the port created is gone after
+// close.
+//
+// Waits are bounded (a few seconds) and only ever fail a test by running
+// out; no test measures time.
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <linux/if_packet.h>
+#include <net/ethernet.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <rte_dev.h>
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "net/addr.h"
+#include "net/eal.h"
+#include "net/port.h"
+#include "tests/test_support.h"
+
+// DPDK 22.11's net_af_xdp never destroys its umem on close (eth_dev_close
+// tests `__atomic_sub_fetch(&refcnt, 1) - 1 == 0`, true only for a shared
+// umem), so libxdp's umem handle leaks once per port: not droce's to fix, and
+// not a leak that grows with traffic.
+extern "C" const char* __lsan_default_suppressions() { return "leak:xsk_umem__create\n"; }
+
+namespace droce::net {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr uint16_t kTestEtherType = 0x88b5;  // IEEE local experimental
+constexpr MacAddr kDstMac = {0x02, 0xd0, 0xce, 0x00, 0x00, 0x02};
+constexpr MacAddr kSrcMac = {0x02, 0xd0, 0xce, 0x00, 0x00, 0x01};
+
+unsigned unique() {
+  static std::atomic<unsigned> n{0};
+  return n.fetch_add(1);
+}
+
+std::string unique_name(const char* prefix) {
+  return std::string(prefix) + std::to_string(getpid()) + "_" + std::to_string(unique());
+}
+
+// Ethernet frame `seq` of `len` bytes: dst, src, the test EtherType, the
+// sequence number (big-endian) and a pattern that differs per frame.
+std::vector<uint8_t> test_frame(uint32_t seq, size_t len, const MacAddr& dst = kDstMac,
+                                const MacAddr& src = kSrcMac) {
+  std::vector<uint8_t> f(std::max<size_t>(len, 18));
+  std::copy(dst.begin(), dst.end(), f.begin());
+  std::copy(src.begin(), src.end(), f.begin() + 6);
+  f[12] = kTestEtherType >> 8;
+  f[13] = kTestEtherType & 0xff;
+  for (int i = 0; i < 4; ++i) f[14 + i] = uint8_t(seq >> (24 - 8 * i));
+  for (size_t i = 18; i < f.size(); ++i) f[i] = uint8_t(seq * 31 + i * 7 + (i >> 8));
+  return f;
+}
+
+bool is_test_frame(const std::vector<uint8_t>& f) {
+  return f.size() >= 18 && f[12] == (kTestEtherType >> 8) && f[13] == (kTestEtherType & 0xff);
+}
+
+uint32_t seq_of(const std::vector<uint8_t>& f) {
+  return (uint32_t{f[14]} << 24) | (uint32_t{f[15]} << 16) | (uint32_t{f[16]} << 8) | f[17];
+}
+
+// An mbuf (chain of `segments` when > 1) holding `bytes`.
+// More segments than asked when one mbuf cannot hold a piece.
+rte_mbuf* to_mbuf(rte_mempool* pool, const std::vector<uint8_t>& bytes, unsigned segments = 1) {
+  rte_mbuf* head = nullptr;
+  const size_t room = rte_pktmbuf_data_room_size(pool) - RTE_PKTMBUF_HEADROOM;
+  segments = std::max<unsigned>(segments, unsigned((bytes.size() + room - 1) / room));
+  const size_t per = (bytes.size() + segments - 1) / segments;
+  for (size_t at = 0; at < bytes.size(); at += per) {
+    rte_mbuf* m = rte_pktmbuf_alloc(pool);
+    if (m == nullptr) {
+      rte_pktmbuf_free(head);
+      return nullptr;
+    }
+    const size_t n = std::min(per, bytes.size() - at);
+    char* dst = rte_pktmbuf_append(m, uint16_t(n));
+    if (dst == nullptr) {
+      rte_pktmbuf_free(m);
+      rte_pktmbuf_free(head);
+      return nullptr;
+    }
+    std::memcpy(dst, bytes.data() + at, n);
+    if (head == nullptr) {
+      head = m;
+    } else if (rte_pktmbuf_chain(head, m) != 0) {
+      rte_pktmbuf_free(m);
+      rte_pktmbuf_free(head);
+      return nullptr;
+    }
+  }
+  return head;
+}
+
+std::vector<uint8_t> bytes_of(const rte_mbuf* m) {
+  std::vector<uint8_t> out(m->pkt_len);
+  const void* p = rte_pktmbuf_read(m, 0, m->pkt_len, out.data());
+  if (p != out.data()) std::memcpy(out.data(), p, m->pkt_len);
+  return out;
+}
+
+bool wait_for(const std::function<bool()>& done, std::chrono::milliseconds limit = 5000ms) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+// Sends all of `frames` on `tx` queue `q`, retrying what the port hands back
+// for a bounded time. Returns how many were taken.
+size_t send_all(Port& tx, uint16_t q, std::vector<rte_mbuf*> frames) {
+  size_t at = 0;
+  wait_for([&] {
+    at += tx.tx_burst(q, frames.data() + at, uint16_t(std::min<size_t>(32, frames.size() - at)));
+    return at == frames.size();
+  });
+  for (size_t i = at; i < frames.size(); ++i) rte_pktmbuf_free(frames[i]);
+  return at;
+}
+
+// Receives test frames on `rx` queue `q` until `count` arrived or time ran
+// out; other frames (the kernel's own chatter on a netdev) are dropped.
+std::vector<std::vector<uint8_t>> receive(Port& rx, uint16_t q, size_t count,
+                                          std::chrono::milliseconds limit = 5000ms,
+                                          std::vector<uint16_t>* nb_segs = nullptr) {
+  std::vector<std::vector<uint8_t>> got;
+  wait_for(
+      [&] {
+        rte_mbuf* burst[32];
+        const uint16_t n = rx.rx_burst(q, burst, 32);
+        for (uint16_t i = 0; i < n; ++i) {
+          auto b = bytes_of(burst[i]);
+          if (is_test_frame(b)) {
+            got.push_back(std::move(b));
+            if (nb_segs) nb_segs->push_back(burst[i]->nb_segs);
+          }
+          rte_pktmbuf_free(burst[i]);
+        }
+        return got.size() >= count;
+      },
+      limit);
+  return got;
+}
+
+// Sends `count` frames of varied sizes from `a` to `b` in bursts of 32 while
+// `b` polls, as an lcore loop does (a memif client hands the server its
+// buffers only when it polls RX), and checks each arrives whole, in order.
+// `max_len` bounds the frame size.
+void exchange(Port& a, Port& b, uint32_t first_seq, size_t count, size_t max_len = 1514,
+              uint16_t q = 0) {
+  std::vector<std::vector<uint8_t>> sent;
+  std::vector<rte_mbuf*> mbufs;
+  for (size_t i = 0; i < count; ++i) {
+    sent.push_back(test_frame(first_seq + uint32_t(i), 60 + (i * 97) % (max_len - 59),
+                              b.mac(), a.mac()));
+    mbufs.push_back(to_mbuf(a.pool(), sent.back()));
+    ASSERT_NE(mbufs.back(), nullptr);
+  }
+  size_t taken = 0;
+  std::vector<std::vector<uint8_t>> got;
+  wait_for([&] {
+    if (taken < count)
+      taken += a.tx_burst(q, mbufs.data() + taken, uint16_t(std::min<size_t>(32, count - taken)));
+    rte_mbuf* burst[32];
+    const uint16_t n = b.rx_burst(q, burst, 32);
+    for (uint16_t i = 0; i < n; ++i) {
+      auto bytes = bytes_of(burst[i]);
+      if (is_test_frame(bytes)) got.push_back(std::move(bytes));
+      rte_pktmbuf_free(burst[i]);
+    }
+    return got.size() >= count;
+  });
+  for (size_t i = taken; i < count; ++i) rte_pktmbuf_free(mbufs[i]);
+  ASSERT_EQ(taken, count) << "port " << a.port_id() << " did not take every frame";
+  ASSERT_EQ(got.size(), count) << "frames lost from port " << a.port_id() << " to "
+                               << b.port_id();
+  for (size_t i = 0; i < count; ++i)
+    EXPECT_EQ(got[i], sent[i]) << "frame " << i << " differs:\n"
+                               << test::hex(got[i]) << "\nexpected\n"
+                               << test::hex(sent[i]);
+}
+
+// ============================================================== net_ring
+
+TEST(PortRing, FramesArriveByteForByteInBursts) {
+  PortConfig cfg;
+  std::unique_ptr<Port> a, b;
+  ASSERT_EQ(Port::open_ring_pair(unique_name("bytes"), cfg, &a, &b), 0);
+  EXPECT_EQ(a->driver_name(), "net_ring");
+  EXPECT_FALSE(a->kernel_netdev());
+  EXPECT_TRUE(a->owns_pool());
+  EXPECT_NE(a->port_id(), b->port_id());
+
+  // Four bursts of 32 each way.
+  exchange(*a, *b, 0, 128);
+  exchange(*b, *a, 1000, 128);
+
+  rte_eth_stats sa{}, sb{};
+  ASSERT_EQ(a->stats(&sa), 0);
+  ASSERT_EQ(b->stats(&sb), 0);
+  EXPECT_EQ(sa.opackets, 128u);
+  EXPECT_EQ(sa.ipackets, 128u);
+  EXPECT_EQ(sb.ipackets, 128u);
+  EXPECT_EQ(sb.opackets, 128u);
+  PortQueueStats qa;
+  ASSERT_EQ(a->queue_stats(0, &qa), 0);
+  EXPECT_EQ(qa.tx_packets, 128u);
+  EXPECT_EQ(qa.rx_packets, 128u);
+  EXPECT_EQ(qa.tx_not_taken, 0u);
+  EXPECT_EQ(a->queue_stats(1, &qa), -EINVAL);
+
+  uint64_t good = 0;
+  ASSERT_EQ(b->xstat("rx_good_packets", &good), 0);
+  EXPECT_EQ(good, 128u);
+  EXPECT_EQ(b->xstat("no_such_counter", &good), -EINVAL);
+  std::vector<std::pair<std::string, uint64_t>> all;
+  ASSERT_EQ(b->xstats(&all), 0);
+  EXPECT_NE(std::find(all.begin(), all.end(), std::make_pair(std::string("tx_good_packets"),
+                                                             uint64_t{128})),
+            all.end());
+
+  ASSERT_EQ(a->reset_stats(), 0);
+  ASSERT_EQ(a->stats(&sa), 0);
+  EXPECT_EQ(sa.opackets, 0u);
+
+  // Every mbuf went back to its pool.
+  EXPECT_EQ(rte_mempool_in_use_count(a->pool()), 0u);
+  EXPECT_EQ(rte_mempool_in_use_count(b->pool()), 0u);
+}
+
+TEST(PortRing, MultiSegmentChainsPass) {
+  PortConfig cfg;
+  std::unique_ptr<Port> a, b;
+  ASSERT_EQ(Port::open_ring_pair(unique_name("chain"), cfg, &a, &b), 0);
+  EXPECT_TRUE(a->capabilities().tx_multi_segs);
+  EXPECT_TRUE(a->enabled_tx_offloads() & RTE_ETH_TX_OFFLOAD_MULTI_SEGS);
+
+  std::vector<std::vector<uint8_t>> sent;
+  std::vector<rte_mbuf*> mbufs;
+  for (uint32_t i = 0; i < 32; ++i) {
+    sent.push_back(test_frame(i, 200 + i * 40));
+    mbufs.push_back(to_mbuf(a->pool(), sent.back(), 1 + i % 4));
+    ASSERT_NE(mbufs.back(), nullptr);
+  }
+  ASSERT_EQ(mbufs[3]->nb_segs, 4);
+  ASSERT_EQ(send_all(*a, 0, mbufs), 32u);
+  std::vector<uint16_t> segs;
+  const auto got = receive(*b, 0, 32, 5000ms, &segs);
+  ASSERT_EQ(got.size(), 32u);
+  for (size_t i = 0; i < 32; ++i) {
+    EXPECT_EQ(got[i], sent[i]) << "chained frame " << i;
+    EXPECT_EQ(segs[i], 1 + i % 4);
+  }
+  EXPECT_EQ(rte_mempool_in_use_count(a->pool()), 0u);
+}
+
+TEST(PortRing, MtuSetAndReadBack) {
+  PortConfig cfg;
+  cfg.mtu = 9000;
+  std::unique_ptr<Port> a, b;
+  ASSERT_EQ(Port::open_ring_pair(unique_name("mtu"), cfg, &a, &b), 0);
+  // Applied at configure time (rxmode.mtu); net_ring has no mtu_set, so the
+  // explicit rte_eth_dev_set_mtu reports -ENOTSUP and changes nothing.
+  EXPECT_EQ(a->mtu(), 9000);
+  EXPECT_EQ(a->mtu_result(), -ENOTSUP);
+  EXPECT_EQ(a->set_mtu(1500), -ENOTSUP);
+  EXPECT_EQ(a->mtu_result(), -ENOTSUP);
+  EXPECT_EQ(a->mtu(), 9000);
+  // net_ring can scatter: jumbo frames are received as chains of ordinary
+  // mbufs rather than the pool growing to 9 KiB buffers.
+  EXPECT_TRUE(a->enabled_rx_offloads() & RTE_ETH_RX_OFFLOAD_SCATTER);
+  EXPECT_EQ(rte_pktmbuf_data_room_size(a->pool()), RTE_MBUF_DEFAULT_BUF_SIZE);
+  exchange(*a, *b, 0, 32, 9014);
+
+  PortConfig plain;
+  std::unique_ptr<Port> c, d;
+  ASSERT_EQ(Port::open_ring_pair(unique_name("mtu"), plain, &c, &d), 0);
+  EXPECT_EQ(c->mtu(), RTE_ETHER_MTU);
+  EXPECT_EQ(c->mtu_result(), 0);
+}
+
+TEST(PortRing, LinkUpAndChangesSeen) {
+  PortConfig cfg;
+  std::unique_ptr<Port> a, b;
+  ASSERT_EQ(Port::open_ring_pair(unique_name("link"), cfg, &a, &b), 0);
+  EXPECT_FALSE(a->capabilities().lsc_interrupt);
+  EXPECT_FALSE(a->lsc_enabled());
+  const LinkState up = a->link();
+  EXPECT_TRUE(up.up);
+  EXPECT_GT(up.speed_mbps, 0u);
+  EXPECT_TRUE(up.full_duplex);
+  EXPECT_FALSE(a->take_link_change());
+
+  ASSERT_EQ(a->stop(), 0);
+  EXPECT_FALSE(a->started());
+  EXPECT_FALSE(a->link().up);
+  EXPECT_TRUE(a->take_link_change());
+  EXPECT_FALSE(a->take_link_change()) << "a change is reported once";
+  ASSERT_EQ(a->start(), 0);
+  EXPECT_TRUE(a->link().up);
+  EXPECT_TRUE(a->take_link_change());
+  exchange(*a, *b, 0, 32);
+}
+
+TEST(PortRing, CloseFreesPoolDeviceAndName) {
+  PortConfig cfg;
+  const std::string name = unique_name("close");
+  std::unique_ptr<Port> a, b;
+  ASSERT_EQ(Port::open_ring_pair(name, cfg, &a, &b), 0);
+  exchange(*a, *b, 0, 64);
+  const std::string pool_a = a->pool()->name;
+  const uint16_t id_a = a->port_id();
+  ASSERT_NE(rte_mempool_lookup(pool_a.c_str()), nullptr);
+  EXPECT_EQ(rte_mempool_in_use_count(a->pool()), 0u);
+
+  EXPECT_EQ(a->close(), 0);
+  EXPECT_EQ(a->close(), 0) << "close is idempotent";
+  EXPECT_EQ(rte_mempool_lookup(pool_a.c_str()), nullptr) << "the created pool is freed";
+  EXPECT_FALSE(rte_eth_dev_is_valid_port(id_a));
+  EXPECT_FALSE(a->link().up);
+  b.reset();
+  a.reset();
+
+  // The vdevs and rings are gone: the same name opens again.
+  ASSERT_EQ(Port::open_ring_pair(name, cfg, &a, &b), 0);
+  exchange(*a, *b, 0, 32);
+
+  // A held mbuf keeps the pool alive (leaked, with an error) rather than
+  // freeing it under its holder.
+  rte_mbuf* held = rte_pktmbuf_alloc(a->pool());
+  ASSERT_NE(held, nullptr);
+  rte_mempool* pool = a->pool();
+  const std::string held_pool = pool->name;
+  EXPECT_EQ(a->close(), -EBUSY);
+  EXPECT_EQ(rte_mempool_lookup(held_pool.c_str()), pool);
+  rte_pktmbuf_free(held);
+  EXPECT_EQ(rte_mempool_in_use_count(pool), 0u);
+  rte_mempool_free(pool);
+}
+
+TEST(PortRing, GivenPoolIsNotFreed) {
+  rte_mempool* pool = create_mbuf_pool(unique_name("given").c_str(), 4096);
+  ASSERT_NE(pool, nullptr);
+  PortConfig cfg;
+  cfg.pool = pool;
+  {
+    std::unique_ptr<Port> a, b;
+    ASSERT_EQ(Port::open_ring_pair(unique_name("given"), cfg, &a, &b), 0);
+    EXPECT_EQ(a->pool(), pool);
+    EXPECT_FALSE(a->owns_pool());
+    exchange(*a, *b, 0, 32);
+  }
+  EXPECT_EQ(rte_mempool_in_use_count(pool), 0u);
+  rte_mempool_free(pool);
+}
+
+TEST(PortRing, CreatedPoolSizedFromQueuesAndRings) {
+  PortConfig cfg;
+  cfg.rx_queues = 2;
+  cfg.tx_queues = 2;
+  cfg.rx_ring_size = 256;
+  cfg.tx_ring_size = 512;
+  cfg.pool_cache = 64;
+  std::unique_ptr<Port> a, b;
+  ASSERT_EQ(Port::open_ring_pair(unique_name("size"), cfg, &a, &b), 0);
+  EXPECT_EQ(a->rx_queues(), 2);
+  EXPECT_EQ(a->rx_ring_size(), 256);
+  EXPECT_EQ(a->tx_ring_size(), 512);
+  EXPECT_EQ(a->pool()->size, 2u * (2 * 256 + 2 * 512) + rte_lcore_count() * 64);
+  EXPECT_EQ(a->pool()->cache_size, 64u);
+}
+
+TEST(PortRing, QueuesAreSeparate) {
+  PortConfig cfg;
+  cfg.rx_queues = 4;
+  cfg.tx_queues = 4;
+  std::unique_ptr<Port> a, b;
+  ASSERT_EQ(Port::open_ring_pair(unique_name("queues"), cfg, &a, &b), 0);
+  ASSERT_EQ(a->rx_queues(), 4);
+  ASSERT_EQ(b->tx_queues(), 4);
+  // Queue q of A feeds queue q of B only.
+  exchange(*a, *b, 0, 32, 1514, 2);
+  rte_mbuf* none[4];
+  for (uint16_t q : {0, 1, 3}) EXPECT_EQ(b->rx_burst(q, none, 4), 0);
+  PortQueueStats qs;
+  ASSERT_EQ(b->queue_stats(2, &qs), 0);
+  EXPECT_EQ(qs.rx_packets, 32u);
+  ASSERT_EQ(b->queue_stats(0, &qs), 0);
+  EXPECT_EQ(qs.rx_packets, 0u);
+}
+
+TEST(PortRing, TxBackPressureCounted) {
+  PortConfig cfg;
+  std::unique_ptr<Port> a, b;
+  ASSERT_EQ(Port::open_ring_pair(unique_name("bp"), cfg, &a, &b, 64), 0);
+  // 63 slots in a 64-entry ring: the rest is handed back, and counted.
+  std::vector<rte_mbuf*> m;
+  for (uint32_t i = 0; i < 96; ++i) m.push_back(to_mbuf(a->pool(), test_frame(i, 64)));
+  uint16_t taken = 0;
+  uint16_t bursts_short = 0;
+  for (size_t at = 0; at < m.size(); at += 32) {
+    const uint16_t t = a->tx_burst(0, m.data() + at, 32);
+    bursts_short += t != 32;
+    for (size_t i = at + t; i < at + 32; ++i) rte_pktmbuf_free(m[i]);
+    taken += t;
+  }
+  EXPECT_EQ(taken, 63);
+  PortQueueStats q;
+  ASSERT_EQ(a->queue_stats(0, &q), 0);
+  EXPECT_EQ(q.tx_not_taken, 96u - 63u);
+  EXPECT_EQ(q.tx_short_bursts, bursts_short);
+  EXPECT_EQ(receive(*b, 0, 63).size(), 63u);
+  EXPECT_EQ(rte_mempool_in_use_count(a->pool()), 0u);
+}
+
+TEST(PortRing, CapabilitiesAndRxModes) {
+  PortConfig cfg;
+  cfg.multicast = {{0x33, 0x33, 0, 0, 0, 1}, {0x33, 0x33, 0xff, 0, 0, 2}};
+  std::unique_ptr<Port> a, b;
+  ASSERT_EQ(Port::open_ring_pair(unique_name("caps"), cfg, &a, &b), 0);
+  const PortCapabilities& c = a->capabilities();
+  EXPECT_TRUE(c.tx_multi_segs);
+  EXPECT_TRUE(c.rx_scatter);
+  EXPECT_FALSE(c.tx_ipv4_checksum);
+  EXPECT_FALSE(c.tx_udp_checksum);
+  EXPECT_EQ(c.rss_hash_types, 0u);
+  EXPECT_EQ(c.flow_udp_4791_to_queue, -ENOSYS) << "net_ring has no rte_flow";
+  // No list filter on net_ring: falls back to allmulticast, which it accepts.
+  EXPECT_EQ(a->multicast_mode(), MulticastMode::allmulticast);
+  EXPECT_FALSE(a->promiscuous());
+  EXPECT_EQ(a->set_promiscuous(true), 0);
+  EXPECT_TRUE(a->promiscuous());
+  EXPECT_NE(a->describe().find("net_ring"), std::string::npos);
+}
+
+TEST(PortNull, OpenExistingPortId) {
+  // A port EAL already has (as --vdev would leave it): taken over, closed on
+  // close, but not detached.
+  const std::string name = unique_name("net_null_x");
+  ASSERT_EQ(rte_dev_probe(name.c_str()), 0);
+  uint16_t id = 0;
+  ASSERT_EQ(rte_eth_dev_get_port_by_name(name.c_str(), &id), 0);
+  PortConfig cfg;
+  cfg.rx_ring_size = 128;
+  cfg.tx_ring_size = 128;
+  std::unique_ptr<Port> port;
+  ASSERT_EQ(Port::open_port_id(id, cfg, &port), 0);
+  EXPECT_EQ(port->port_id(), id);
+  EXPECT_EQ(port->driver_name(), "net_null");
+  EXPECT_EQ(port->device_name(), name);
+  EXPECT_FALSE(port->hot_plugged());
+  EXPECT_TRUE(port->link().up);
+  // net_null makes frames out of nothing and swallows what it is sent.
+  rte_mbuf* burst[32];
+  const uint16_t n = port->rx_burst(0, burst, 32);
+  EXPECT_EQ(n, 32);
+  EXPECT_EQ(port->tx_burst(0, burst, n), n);
+  EXPECT_EQ(rte_mempool_in_use_count(port->pool()), 0u);
+
+  std::unique_ptr<Port> twice;
+  EXPECT_EQ(Port::open_port_id(id, cfg, &twice), -EBUSY) << "a started port is not reconfigured";
+  EXPECT_EQ(twice, nullptr);
+  EXPECT_EQ(Port::open_port_id(RTE_MAX_ETHPORTS - 1, cfg, &twice), -ENODEV);
+
+  port.reset();
+  EXPECT_FALSE(rte_eth_dev_is_valid_port(id)) << "close closes the ethdev";
+  EXPECT_EQ(rte_eal_hotplug_remove("vdev", name.c_str()), 0) << "the device was left plugged in";
+}
+
+// ============================================================== net_memif
+
+TEST(PortMemif, ServerAndClientInOneProcess) {
+  const std::string sock = "/tmp/droce-memif-" + unique_name("") + ".sock";
+  const std::string common = ",socket=" + sock + ",socket-abstract=no,id=0";
+  PortConfig cfg;
+  std::unique_ptr<Port> server, client;
+  ASSERT_EQ(Port::open_device(unique_name("net_memif_s") + ",role=server" + common, cfg, &server),
+            0);
+  struct stat st {};
+  EXPECT_EQ(stat(sock.c_str(), &st), 0) << "the server listens on " << sock;
+  ASSERT_EQ(Port::open_device(unique_name("net_memif_c") + ",role=client" + common, cfg, &client),
+            0);
+  EXPECT_EQ(server->driver_name(), "net_memif");
+  EXPECT_TRUE(server->hot_plugged());
+  EXPECT_FALSE(server->kernel_netdev());
+
+  ASSERT_TRUE(wait_for([&] { return server->link().up && client->link().up; }))
+      << "memif did not connect";
+  EXPECT_TRUE(server->take_link_change());
+  EXPECT_TRUE(client->take_link_change());
+
+  exchange(*server, *client, 0, 128);
+  exchange(*client, *server, 500, 128);
+  // Frames longer than one memif buffer (2048) travel as chains.
+  exchange(*client, *server, 900, 32, 5000);
+  rte_eth_stats s{};
+  ASSERT_EQ(server->stats(&s), 0);
+  EXPECT_EQ(s.opackets, 128u);
+  EXPECT_EQ(s.ipackets, 160u);
+  ASSERT_EQ(server->reset_stats(), 0);
+
+  // The client stops (memif disconnects): the server's link falls; the
+  // client starts again and reconnects.
+  server->take_link_change();
+  ASSERT_EQ(client->stop(), 0);
+  EXPECT_TRUE(wait_for([&] { return !server->link().up; })) << "server still up";
+  EXPECT_TRUE(server->take_link_change());
+  ASSERT_EQ(client->start(), 0);
+  ASSERT_TRUE(wait_for([&] { return server->link().up && client->link().up; }))
+      << "memif did not reconnect";
+  EXPECT_TRUE(server->take_link_change());
+  exchange(*client, *server, 1500, 32);
+
+  // The client goes away altogether: the same.
+  const uint16_t client_id = client->port_id();
+  client.reset();
+  EXPECT_FALSE(rte_eth_dev_is_valid_port(client_id));
+  EXPECT_TRUE(wait_for([&] { return !server->link().up; })) << "server still up";
+  EXPECT_TRUE(server->take_link_change());
+
+  // A new client connects to the same server.
+  ASSERT_EQ(Port::open_device(unique_name("net_memif_c") + ",role=client" + common, cfg, &client),
+            0);
+  ASSERT_TRUE(wait_for([&] { return server->link().up && client->link().up; }));
+  exchange(*server, *client, 2000, 32);
+
+  client.reset();
+  server.reset();
+  EXPECT_NE(stat(sock.c_str(), &st), 0) << sock << " left behind";
+}
+
+// ============================================================== kernel netdevs
+
+int run(const std::string& cmd) {
+  const int rc = std::system((cmd + " >/dev/null 2>&1").c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+// Why the namespace tests cannot run here, or "" when they can.
+std::string netns_skip_reason() {
+  if (geteuid() != 0) return "needs root (network namespaces, veth)";
+  if (run("command -v ip") != 0) return "needs `ip` (iproute2)";
+  return "";
+}
+
+// A network namespace for one test, deleted (with everything in it) however
+// the test ends.
+class TestNetns {
+ public:
+  TestNetns() : name_("droce-test-" + std::to_string(getpid()) + "-" + std::to_string(unique())) {
+    created_ = run("ip netns add " + name_) == 0;
+    if (created_) {
+      // Quiet: no IPv6 autoconfiguration chatter on the links.
+      run("ip netns exec " + name_ + " sysctl -qw net.ipv6.conf.all.disable_ipv6=1 " +
+          "net.ipv6.conf.default.disable_ipv6=1");
+      run(ip("link set lo up"));
+    }
+  }
+  ~TestNetns() {
+    if (created_) run("ip netns del " + name_);
+  }
+  TestNetns(const TestNetns&) = delete;
+  TestNetns& operator=(const TestNetns&) = delete;
+
+  bool ok() const { return created_; }
+  const std::string& name() const { return name_; }
+  std::string ip(const std::string& args) const { return "ip -n " + name_ + " " + args; }
+  // `ip -n NS ARGS`, 0 on success.
+  int sh(const std::string& args) const { return run(ip(args)); }
+
+  // The calling thread inside the namespace for a scope.
+  class Enter {
+   public:
+    explicit Enter(const TestNetns& ns) {
+      saved_ = ::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+      const int fd = ::open(("/run/netns/" + ns.name()).c_str(), O_RDONLY | O_CLOEXEC);
+      entered_ = fd >= 0 && saved_ >= 0 && setns(fd, CLONE_NEWNET) == 0;
+      if (fd >= 0) ::close(fd);
+    }
+    ~Enter() {
+      if (entered_) {
+        EXPECT_EQ(setns(saved_, CLONE_NEWNET), 0);
+      }
+      if (saved_ >= 0) ::close(saved_);
+    }
+    bool ok() const { return entered_; }
+
+   private:
+    int saved_ = -1;
+    bool entered_ = false;
+  };
+
+  // An MTU as the kernel sees it.
+  int mtu_of(const std::string& ifname) const {
+    Enter in(*this);
+    const int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    ifreq ifr{};
+    std::snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", ifname.c_str());
+    const int rc = ioctl(s, SIOCGIFMTU, &ifr);
+    ::close(s);
+    return rc == 0 ? ifr.ifr_mtu : -1;
+  }
+
+ private:
+  std::string name_;
+  bool created_ = false;
+};
+
+// A raw AF_PACKET socket on an interface of the namespace: the test's own
+// end of the wire.
+class RawSocket {
+ public:
+  RawSocket(const TestNetns& ns, const std::string& ifname) {
+    TestNetns::Enter in(ns);
+    if (!in.ok()) return;
+    fd_ = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, htons(ETH_P_ALL));
+    // Room for a burst of jumbo frames (the default ~208 KiB drops some).
+    const int rcvbuf = 8 << 20;
+    if (fd_ >= 0) setsockopt(fd_, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof(rcvbuf));
+    ifindex_ = static_cast<int>(if_nametoindex(ifname.c_str()));
+    sockaddr_ll sll{};
+    sll.sll_family = AF_PACKET;
+    sll.sll_protocol = htons(ETH_P_ALL);
+    sll.sll_ifindex = ifindex_;
+    if (fd_ >= 0 && bind(fd_, reinterpret_cast<sockaddr*>(&sll), sizeof(sll)) != 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~RawSocket() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  bool ok() const { return fd_ >= 0 && ifindex_ > 0; }
+  // A socket bound to an interface that went down reports ENETDOWN once.
+  bool send(const std::vector<uint8_t>& f) const {
+    for (int i = 0; i < 2; ++i) {
+      if (::send(fd_, f.data(), f.size(), 0) == ssize_t(f.size())) return true;
+      if (errno != ENETDOWN) return false;
+    }
+    return false;
+  }
+  // Test frames received (not our own outgoing ones) until `count` or time out.
+  std::vector<std::vector<uint8_t>> receive(size_t count) const {
+    std::vector<std::vector<uint8_t>> got;
+    wait_for([&] {
+      pollfd p{fd_, POLLIN, 0};
+      while (::poll(&p, 1, 0) == 1) {
+        std::vector<uint8_t> buf(16384);
+        sockaddr_ll from{};
+        socklen_t len = sizeof(from);
+        const ssize_t n = recvfrom(fd_, buf.data(), buf.size(), 0,
+                                   reinterpret_cast<sockaddr*>(&from), &len);
+        if (n <= 0) break;
+        buf.resize(size_t(n));
+        if (from.sll_pkttype != PACKET_OUTGOING && is_test_frame(buf)) got.push_back(buf);
+      }
+      return got.size() >= count;
+    });
+    return got;
+  }
+
+ private:
+  int fd_ = -1;
+  int ifindex_ = 0;
+};
+
+// A veth pair dv0 (the port's) <-> dv1 (the test's raw socket) in a fresh
+// namespace, both up.
+struct VethRig {
+  TestNetns ns;
+  bool ok = false;
+  VethRig() {
+    ok = ns.ok() && ns.sh("link add dv0 type veth peer name dv1") == 0 &&
+         ns.sh("link set dv0 up") == 0 && ns.sh("link set dv1 up") == 0;
+  }
+};
+
+// The kernel-netdev checks shared by af_packet and af_xdp: frames both ways
+// against a raw socket on the peer, the MTU through the driver, and link
+// down / up with `ip link` seen by the port.
+void check_netdev_port(VethRig& rig, Port& port) {
+  EXPECT_TRUE(port.kernel_netdev());
+  EXPECT_EQ(port.ifname(), "dv0");
+  EXPECT_FALSE(port.lsc_enabled()) << "polled: the driver does not follow the carrier";
+  ASSERT_TRUE(wait_for([&] { return port.link().up; }));
+  port.take_link_change();
+
+  RawSocket peer(rig.ns, "dv1");
+  ASSERT_TRUE(peer.ok());
+
+  // Injected on the peer end: arrive on the port, byte for byte.
+  std::vector<std::vector<uint8_t>> sent;
+  for (uint32_t i = 0; i < 64; ++i) {
+    sent.push_back(test_frame(i, 60 + (i * 97) % 1455, port.mac()));
+    ASSERT_TRUE(peer.send(sent.back()));
+  }
+  auto got = receive(port, 0, 64);
+  ASSERT_EQ(got.size(), 64u);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], sent[i]) << "frame " << i;
+
+  // Sent by the port (in bursts of 32, some chained): arrive on the peer.
+  std::vector<rte_mbuf*> m;
+  sent.clear();
+  for (uint32_t i = 0; i < 64; ++i) {
+    sent.push_back(test_frame(100 + i, 60 + (i * 89) % 1455, kDstMac, port.mac()));
+    const unsigned segs = port.capabilities().tx_multi_segs ? 1 + i % 2 : 1;
+    m.push_back(to_mbuf(port.pool(), sent.back(), segs));
+  }
+  ASSERT_EQ(send_all(port, 0, m), 64u);
+  got = peer.receive(64);
+  ASSERT_EQ(got.size(), 64u);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], sent[i]) << "frame " << i;
+
+  // All-nodes multicast (what ND sends to) reaches the port: the test opens
+  // it with that group in PortConfig::multicast.
+  EXPECT_NE(port.multicast_mode(), MulticastMode::none);
+  const MacAddr all_nodes = {0x33, 0x33, 0, 0, 0, 1};
+  ASSERT_TRUE(peer.send(test_frame(5000, 90, all_nodes)));
+  got = receive(port, 0, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(seq_of(got[0]), 5000u);
+
+  rte_eth_stats s{};
+  ASSERT_EQ(port.stats(&s), 0);
+  EXPECT_GE(s.ipackets, 64u);
+  EXPECT_GE(s.opackets, 64u);
+
+  // MTU through the driver, from outside the namespace: the port re-enters it.
+  const int mtu_rc = port.set_mtu(1400);
+  if (mtu_rc == 0) {
+    EXPECT_EQ(rig.ns.mtu_of("dv0"), 1400);
+    EXPECT_EQ(port.mtu(), 1400);
+    EXPECT_EQ(port.netdev_mtu(), 1400);
+  } else {
+    EXPECT_EQ(mtu_rc, -ENOTSUP) << "set_mtu refused an MTU every netdev takes";
+  }
+
+  // Jumbo: whatever the driver answers is reported, and a refusal leaves the
+  // MTU as it was (af_packet and af_xdp in 22.11 refuse 9000: see the header).
+  const int jumbo = port.set_mtu(9000);
+  ::testing::Test::RecordProperty("set_mtu_9000", jumbo);
+  EXPECT_EQ(port.mtu_result(), jumbo);
+  EXPECT_EQ(rig.ns.mtu_of("dv0"), jumbo == 0 ? 9000 : port.mtu());
+
+  // Stop and start the port: link follows, traffic resumes.
+  port.take_link_change();
+  ASSERT_EQ(port.stop(), 0);
+  EXPECT_FALSE(port.link().up);
+  EXPECT_TRUE(port.take_link_change());
+  ASSERT_EQ(port.start(), 0);
+  EXPECT_TRUE(wait_for([&] { return port.link().up; }));
+  EXPECT_TRUE(port.take_link_change());
+  ASSERT_TRUE(peer.send(test_frame(6000, 100, port.mac())));
+  got = receive(port, 0, 1);
+  ASSERT_EQ(got.size(), 1u) << "no RX after stop and start";
+  EXPECT_EQ(seq_of(got[0]), 6000u);
+
+  // Link down on the port's own interface, then up.
+  ASSERT_EQ(rig.ns.sh("link set dv0 down"), 0);
+  EXPECT_TRUE(wait_for([&] { return !port.link().up; })) << "dv0 down not seen";
+  EXPECT_TRUE(port.take_link_change());
+  ASSERT_EQ(rig.ns.sh("link set dv0 up"), 0);
+  EXPECT_TRUE(wait_for([&] { return port.link().up; })) << "dv0 up not seen";
+  EXPECT_TRUE(port.take_link_change());
+  // The peer going down takes the carrier away too.
+  ASSERT_EQ(rig.ns.sh("link set dv1 down"), 0);
+  EXPECT_TRUE(wait_for([&] { return !port.link().up; })) << "dv1 down not seen on dv0";
+  ASSERT_EQ(rig.ns.sh("link set dv1 up"), 0);
+  EXPECT_TRUE(wait_for([&] { return port.link().up; })) << "dv1 up not seen on dv0";
+
+  // Traffic resumes after the flap.
+  ASSERT_TRUE(peer.send(test_frame(7777, 100, port.mac())));
+  got = receive(port, 0, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(seq_of(got[0]), 7777u);
+}
+
+TEST(PortAfPacket, VethInNamespace) {
+  if (const std::string why = netns_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  VethRig rig;
+  ASSERT_TRUE(rig.ok) << "cannot create the veth pair in " << rig.ns.name();
+  std::unique_ptr<Port> port;
+  PortConfig cfg;
+  cfg.multicast = {{0x33, 0x33, 0, 0, 0, 1}};
+  cfg.rx_queues = 4;  // af_packet has qpairs (default 1) queues: clamped
+  cfg.tx_queues = 4;
+  const std::string dev = unique_name("net_af_packet_t");
+  {
+    TestNetns::Enter in(rig.ns);
+    ASSERT_TRUE(in.ok());
+    ASSERT_EQ(Port::open_device(dev + ",iface=dv0", cfg, &port), 0);
+  }
+  EXPECT_EQ(port->driver_name(), "net_af_packet");
+  EXPECT_EQ(port->rx_queues(), 1);
+  EXPECT_EQ(port->tx_queues(), 1);
+  check_netdev_port(rig, *port);
+  const uint16_t id = port->port_id();
+  EXPECT_EQ(port->close(), 0);
+  port.reset();
+  EXPECT_FALSE(rte_eth_dev_is_valid_port(id));
+  uint16_t unused = 0;
+  EXPECT_NE(rte_eth_dev_get_port_by_name(dev.c_str(), &unused), 0);
+}
+
+// Jumbo frames over af_packet: the ethdev refuses MTU 9000 (22.11 reports a
+// 1518-byte maximum frame), but with the netdevs at MTU 9000, a 16 KiB
+// framesz and mbufs that hold a whole frame, 9014-byte frames pass both ways.
+TEST(PortAfPacket, JumboFramesWithFrameSize) {
+  if (const std::string why = netns_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  VethRig rig;
+  ASSERT_TRUE(rig.ok) << "cannot create the veth pair in " << rig.ns.name();
+  ASSERT_EQ(rig.ns.sh("link set dv0 mtu 9000"), 0);
+  ASSERT_EQ(rig.ns.sh("link set dv1 mtu 9000"), 0);
+  std::unique_ptr<Port> port;
+  PortConfig cfg;
+  cfg.rx_ring_size = 256;
+  cfg.tx_ring_size = 256;
+  cfg.mbuf_data_room = 16384;
+  cfg.mtu = 9000;
+  {
+    TestNetns::Enter in(rig.ns);
+    ASSERT_TRUE(in.ok());
+    ASSERT_EQ(Port::open_device(unique_name("net_af_packet_j") +
+                                    ",iface=dv0,framesz=16384,blocksz=16384,framecnt=256",
+                                cfg, &port),
+              0);
+  }
+  EXPECT_EQ(port->mtu_result(), -EINVAL) << "22.11's af_packet now takes MTU 9000: simplify";
+  EXPECT_EQ(port->mtu(), RTE_ETHER_MTU);
+  EXPECT_EQ(port->netdev_mtu(), 9000);
+  ASSERT_TRUE(wait_for([&] { return port->link().up; }));
+
+  RawSocket peer(rig.ns, "dv1");
+  ASSERT_TRUE(peer.ok());
+  std::vector<std::vector<uint8_t>> sent;
+  for (uint32_t i = 0; i < 32; ++i) {
+    sent.push_back(test_frame(i, 9014 - i * 100, port->mac()));
+    ASSERT_TRUE(peer.send(sent.back()));
+  }
+  auto got = receive(*port, 0, 32);
+  ASSERT_EQ(got.size(), 32u);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], sent[i]) << "frame " << i;
+
+  sent.clear();
+  std::vector<rte_mbuf*> m;
+  for (uint32_t i = 0; i < 32; ++i) {
+    sent.push_back(test_frame(100 + i, 9014 - i * 100, kDstMac, port->mac()));
+    m.push_back(to_mbuf(port->pool(), sent.back(), 1 + i % 3));
+    ASSERT_NE(m.back(), nullptr);
+  }
+  ASSERT_EQ(send_all(*port, 0, m), 32u);
+  got = peer.receive(32);
+  ASSERT_EQ(got.size(), 32u);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], sent[i]) << "frame " << i;
+  EXPECT_EQ(port->close(), 0);
+}
+
+TEST(PortAfXdp, VethInNamespace) {
+  if (const std::string why = netns_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  VethRig rig;
+  ASSERT_TRUE(rig.ok) << "cannot create the veth pair in " << rig.ns.name();
+  std::unique_ptr<Port> port;
+  PortConfig cfg;
+  cfg.multicast = {{0x33, 0x33, 0, 0, 0, 1}};
+  const std::string dev = unique_name("net_af_xdp_t");
+  int rc = 0;
+  {
+    TestNetns::Enter in(rig.ns);
+    ASSERT_TRUE(in.ok());
+    rc = Port::open_device(dev + ",iface=dv0,start_queue=0,queue_count=1", cfg, &port);
+  }
+  if (rc != 0) GTEST_SKIP() << "net_af_xdp refused on this kernel: " << rte_strerror(-rc);
+  EXPECT_EQ(port->driver_name(), "net_af_xdp");
+  check_netdev_port(rig, *port);
+  const int closed = port->close();
+  if (closed == -EBUSY) {
+    // DPDK 22.11 keeps the umem (and the mbufs in its fill ring) after close;
+    // Port leaks the pool rather than free it under them.
+    ::testing::Test::RecordProperty("af_xdp_close", "pool leaked (DPDK umem leak)");
+  } else {
+    EXPECT_EQ(closed, 0);
+  }
+  port.reset();
+  // The XDP program is detached from dv0 again.
+  EXPECT_EQ(run(rig.ns.ip("link show dv0") + " | grep -q xdp"), 1);
+}
+
+TEST(PortTap, LscInterruptInNamespace) {
+  if (const std::string why = netns_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  TestNetns ns;
+  ASSERT_TRUE(ns.ok());
+  std::unique_ptr<Port> port;
+  PortConfig cfg;
+  cfg.multicast = {{0x33, 0x33, 0, 0, 0, 1}};
+  int rc = 0;
+  {
+    TestNetns::Enter in(ns);
+    ASSERT_TRUE(in.ok());
+    rc = Port::open_device(unique_name("net_tap_t") + ",iface=dtap0", cfg, &port);
+  }
+  if (rc != 0) GTEST_SKIP() << "net_tap refused: " << rte_strerror(-rc);
+  EXPECT_EQ(port->driver_name(), "net_tap");
+  EXPECT_TRUE(port->kernel_netdev());
+  EXPECT_EQ(port->ifname(), "dtap0");
+  EXPECT_TRUE(port->capabilities().lsc_interrupt);
+  EXPECT_TRUE(port->lsc_enabled());
+  ASSERT_TRUE(wait_for([&] { return port->link().up; }));
+  port->take_link_change();
+  ASSERT_EQ(ns.sh("link set dtap0 down"), 0);
+  EXPECT_TRUE(wait_for([&] { return port->take_link_change(); })) << "no LSC interrupt";
+  EXPECT_FALSE(port->link().up);
+  ASSERT_EQ(ns.sh("link set dtap0 up"), 0);
+  EXPECT_TRUE(wait_for([&] { return port->take_link_change(); })) << "no LSC interrupt";
+  EXPECT_TRUE(port->link().up);
+  port.reset();
+  EXPECT_NE(ns.sh("link show dtap0"), 0) << "the tap device outlived the port";
+}
+
+}  // namespace
+}  // namespace droce::net
