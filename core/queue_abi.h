@@ -1,0 +1,85 @@
+#pragma once
+// The entries of the shared queues between the provider and droced: send
+// WQEs, receive WQEs and CQEs as they sit in core/shm_ring entries.
+//
+// These layouts are ABI (see docs/droced.md): fixed-width fields, explicit
+// offsets checked by static_assert, append-only evolution through the
+// reserved fields. Values use rdma-core's numbering (ibv_wr_opcode,
+// ibv_send_flags, ibv_wc_status, ibv_wc_opcode, ibv_wc_flags).
+
+#include <cstddef>
+#include <cstdint>
+
+namespace droce::core::abi {
+
+/// One scatter/gather entry (ibv_sge).
+struct WqeSge {
+  uint64_t addr;
+  uint32_t length;
+  uint32_t lkey;
+};
+static_assert(sizeof(WqeSge) == 16);
+
+/// A send WQE's header; num_sge WqeSge entries or inline_len bytes follow.
+struct SendWqeHeader {
+  uint64_t wr_id;
+  uint64_t remote_addr;
+  uint64_t compare_add;
+  uint64_t swap;
+  uint32_t rkey;
+  uint32_t imm_or_inv;   ///< immediate data (as the wire's bytes read big-endian) or the R_Key to invalidate
+  uint32_t ah;           ///< UD
+  uint32_t remote_qpn;   ///< UD
+  uint32_t remote_qkey;  ///< UD
+  uint32_t send_flags;
+  uint8_t opcode;
+  uint8_t reserved0;
+  uint16_t num_sge;
+  uint32_t inline_len;
+};
+static_assert(sizeof(SendWqeHeader) == 64);
+static_assert(offsetof(SendWqeHeader, rkey) == 32 && offsetof(SendWqeHeader, send_flags) == 52);
+static_assert(offsetof(SendWqeHeader, opcode) == 56 && offsetof(SendWqeHeader, num_sge) == 58);
+static_assert(offsetof(SendWqeHeader, inline_len) == 60);
+
+/// A receive WQE's header; num_sge WqeSge entries follow.
+struct RecvWqeHeader {
+  uint64_t wr_id;
+  uint16_t num_sge;
+  uint16_t reserved0;
+  uint32_t reserved1;
+};
+static_assert(sizeof(RecvWqeHeader) == 16);
+
+/// A completion (ibv_wc).
+struct Cqe {
+  uint64_t wr_id;
+  uint32_t byte_len;
+  uint32_t imm_or_inv;
+  uint32_t qp_num;
+  uint32_t src_qp;
+  uint32_t vendor_err;
+  uint32_t wc_flags;
+  uint16_t pkey_index;
+  uint16_t slid;
+  uint8_t status;
+  uint8_t opcode;
+  uint8_t sl;
+  uint8_t dlid_path_bits;
+  uint8_t reserved[24];
+};
+static_assert(sizeof(Cqe) == 64);
+static_assert(offsetof(Cqe, qp_num) == 16 && offsetof(Cqe, wc_flags) == 28);
+static_assert(offsetof(Cqe, status) == 36 && offsetof(Cqe, opcode) == 37);
+
+/// Bytes of a send WQE entry for a QP's limits (a multiple of 64).
+constexpr uint32_t send_wqe_size(uint32_t max_sge, uint32_t max_inline) {
+  const uint32_t body = max_sge * uint32_t{sizeof(WqeSge)} > max_inline ? max_sge * uint32_t{sizeof(WqeSge)} : max_inline;
+  return (uint32_t{sizeof(SendWqeHeader)} + body + 63) & ~63u;
+}
+/// Bytes of a receive WQE entry (a multiple of 16).
+constexpr uint32_t recv_wqe_size(uint32_t max_sge) {
+  return uint32_t{sizeof(RecvWqeHeader)} + max_sge * uint32_t{sizeof(WqeSge)};
+}
+
+}  // namespace droce::core::abi
