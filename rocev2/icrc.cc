@@ -15,6 +15,11 @@ constexpr uint32_t kLrhSeed = 0x2144df1c;
 
 constexpr size_t kMaskedMax = net::kIpv6HdrLen + net::kUdpHdrLen + sizeof(BthWire);
 
+// Packets this short (ACKs, atomics, READ requests, small SENDs) are copied
+// whole into the scratch buffer and take one CRC call: ISA-L's path for the
+// few bytes left after the masked headers costs more than the copy.
+constexpr size_t kOneCallMax = 192;
+
 }  // namespace
 
 uint32_t crc32(uint32_t crc, const void* data, size_t len) {
@@ -25,15 +30,20 @@ uint32_t compute_icrc(const net::FrameBytes& frame, size_t l3_off, size_t icrc_o
                       uint8_t ip_version, bool* ok) {
   const size_t ip_len = ip_version == 6 ? net::kIpv6HdrLen : net::kIpv4HdrLen;
   const size_t masked_len = ip_len + net::kUdpHdrLen + sizeof(BthWire);
-  uint8_t scratch[kMaskedMax];
-  const uint8_t* src = (icrc_off >= l3_off + masked_len) ? frame.read(l3_off, masked_len, scratch)
-                                                          : nullptr;
-  if (src == nullptr || icrc_off > frame.size()) {
+  if (icrc_off < l3_off + masked_len || icrc_off > frame.size()) {
     if (ok) *ok = false;
     return 0;
   }
-  uint8_t h[kMaskedMax];
-  std::memcpy(h, src, masked_len);
+  const size_t total = icrc_off - l3_off;
+  const size_t copied = total <= kOneCallMax ? total : masked_len;
+  uint8_t scratch[kOneCallMax];
+  const uint8_t* src = frame.read(l3_off, copied, scratch);
+  if (src == nullptr) {
+    if (ok) *ok = false;
+    return 0;
+  }
+  uint8_t h[kOneCallMax];
+  std::memcpy(h, src, copied);
   if (ip_version == 6) {
     h[0] |= 0x0f;  // traffic class (high nibble) ...
     h[1] = h[2] = h[3] = 0xff;  // ... rest of traffic class and the flow label
@@ -45,9 +55,8 @@ uint32_t compute_icrc(const net::FrameBytes& frame, size_t l3_off, size_t icrc_o
   }
   h[ip_len + 6] = h[ip_len + 7] = 0xff;                 // UDP checksum
   h[ip_len + net::kUdpHdrLen + 4] = 0xff;               // BTH: FECN, BECN, resv6
-  uint32_t crc = crc32(kLrhSeed, h, masked_len);
-  frame.for_each_piece(l3_off + masked_len, icrc_off - l3_off - masked_len,
-                       [&](const uint8_t* p, size_t n) { crc = crc32(crc, p, n); });
+  uint32_t crc = crc32(kLrhSeed, h, copied);
+  frame.for_each_piece(l3_off + copied, total - copied, [&](const uint8_t* p, size_t n) { crc = crc32(crc, p, n); });
   if (ok) *ok = true;
   return crc;
 }
