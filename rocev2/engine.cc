@@ -584,6 +584,7 @@ void Engine::send_frame(rte_mbuf* m, Qp* q) {
   const uint8_t ipv = (*rte_pktmbuf_mtod_offset(m, uint8_t*, l3) >> 4) == 6 ? 6 : 4;
   const uint32_t icrc = compute_icrc(net::FrameBytes(m), l3, icrc_off, ipv);
   core::store_le32(rte_pktmbuf_mtod_offset(m, uint8_t*, icrc_off), icrc);
+  if (cfg_.offloads.tx_ipv4_checksum && ipv == 4) m->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM;
   ++q->counters.tx_packets;
   q->counters.tx_bytes += m->pkt_len;
   tx_.push_back(m);
@@ -635,7 +636,19 @@ void Engine::rx_burst(rte_mbuf** frames, uint16_t n, uint64_t now_ns) {
     rte_mbuf* m = frames[i];
     ++counters_.rx_frames;
     ParsedPacket p;
-    const ParseStatus s = parse_frame(m, &p);
+    ParseOptions opts;
+    if (cfg_.offloads.rx_ipv4_checksum) {
+      // The NIC checked the IPv4 header: trust its verdict either way.
+      const uint64_t ck = m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK;
+      if (ck == RTE_MBUF_F_RX_IP_CKSUM_BAD) {
+        counters_.parse.count(ParseStatus::bad_ipv4_checksum);
+        rte_pktmbuf_free(m);
+        continue;
+      }
+      opts.verify_ipv4_checksum = ck != RTE_MBUF_F_RX_IP_CKSUM_GOOD;
+    }
+    opts.verify_icrc = !cfg_.offloads.rx_icrc;
+    const ParseStatus s = parse_frame(m, &p, opts);
     counters_.parse.count(s);
     if (s != ParseStatus::ok) {
       rte_pktmbuf_free(m);

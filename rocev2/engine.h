@@ -25,6 +25,7 @@
 #include "core/timer_heap.h"
 #include "rocev2/cq.h"
 #include "rocev2/mr.h"
+#include "rocev2/offload.h"
 #include "rocev2/packet.h"
 #include "rocev2/parser.h"
 #include "rocev2/qp.h"
@@ -58,6 +59,8 @@ struct EngineConfig {
   uint32_t min_unacked_psns = 16;
   /// Most frames built per poll (bounded work per loop iteration).
   uint32_t tx_budget = 256;
+  /// What the port's NIC does for us (hw_offload::select_offloads fills it).
+  OffloadOps offloads;
   /// The local address every QP sends from (tests and single-port droced).
   MacAddr local_mac{};
   IpAddr local_ip{};

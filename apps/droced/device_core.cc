@@ -3,6 +3,7 @@
 #include <rte_mbuf.h>
 
 #include "core/endian.h"
+#include "hw_offload/select.h"
 #include "net/headers.h"
 
 namespace droce::droced {
@@ -39,6 +40,7 @@ DeviceCore::DeviceCore(const DeviceCoreConfig& cfg, int* rc) : cfg_(cfg), neighb
   ec.port = link_.get();
   ec.local_mac = cfg.port->mac();
   ec.local_ip = cfg.addresses.front();
+  ec.offloads = hw_offload::select_offloads(*cfg.port);  // once, at start
   engine_ = std::make_unique<rocev2::Engine>(ec);
   for (const auto& ip : cfg.addresses) {
     if (int r = neighbors_.add_local(ip, cfg.port->mac(), cfg.vlan); r != 0) {

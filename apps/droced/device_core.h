@@ -29,7 +29,7 @@ struct DeviceCoreConfig {
   std::vector<net::IpAddr> addresses;
   uint16_t vlan = net::kNoVlan;
   net::NeighborConfig neighbor;
-  rocev2::EngineConfig engine;  ///< pool, port, MAC and IP are filled in from the above
+  rocev2::EngineConfig engine;  ///< pool, port, MAC, IP and offloads are filled in from the above
 };
 
 struct DeviceCoreCounters {
