@@ -208,6 +208,9 @@ class Engine {
   /// The R_Key check of a WRITE or READ's RETH (C9-88): the QP must allow
   /// the access, and a non-zero length must fall in a region that does.
   bool remote_access_ok(Qp* qp, const Reth& reth, uint32_t need);
+  /// Binds a receive WQE to the message arriving at `psn`. False when there
+  /// is none: an RNR NAK went out (RC) or the message is dropped (UC).
+  bool bind_recv(Qp* qp, uint32_t psn);
 
   EngineConfig cfg_;
   MrTable mrs_;

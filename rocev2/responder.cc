@@ -59,6 +59,28 @@ bool Engine::scatter(Qp* q, const Sge* sges, uint32_t num_sge, uint32_t offset, 
   return true;
 }
 
+bool Engine::bind_recv(Qp* q, uint32_t psn) {
+  Qp::Responder& s = q->resp;
+  RecvWqe w;
+  if (take_recv(q, &w)) {
+    s.recv = w;
+    s.have_recv = true;
+    return true;
+  }
+  if (q->type != QpType::rc) {
+    // UC: no receive, no message; the next one may start at the next PSN.
+    ++q->counters.dropped;
+    s.msg = Qp::Responder::none;
+    s.epsn = psn_add(psn, 1);
+    return false;
+  }
+  // No receive WQE: an RNR NAK with our min_rnr_timer; the PSN is not
+  // consumed, the requester sends it again (IBA 9.7.5.2.8).
+  ++q->counters.rnr_naks_sent;
+  responder_nak(q, Aeth::make_syndrome(AethKind::rnr_nak, q->attr.min_rnr_timer), psn);
+  return false;
+}
+
 bool Engine::remote_access_ok(Qp* q, const Reth& reth, uint32_t need) {
   if (!(q->attr.qp_access_flags & need)) return false;
   Mr* mr = nullptr;
@@ -289,20 +311,7 @@ void Engine::responder_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint6
   switch (info.kind) {
     case OpKind::send: {
       if (info.starts_message() && !s.have_recv) {
-        RecvWqe w;
-        if (!take_recv(q, &w)) {
-          if (!rc) {
-            ++q->counters.dropped;  // UC: no receive, no message
-            s.epsn = psn_add(psn, 1);
-            return;
-          }
-          // 3. No receive WQE: RNR NAK with our min_rnr_timer (9.7.5.2.8); PSN not consumed.
-          ++q->counters.rnr_naks_sent;
-          responder_nak(q, Aeth::make_syndrome(AethKind::rnr_nak, q->attr.min_rnr_timer), psn);
-          return;
-        }
-        s.recv = w;
-        s.have_recv = true;
+        if (!bind_recv(q, psn)) return;
         s.recv_offset = 0;
       }
       if (info.starts_message()) s.recv_offset = 0;
@@ -357,25 +366,8 @@ void Engine::responder_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint6
         fatal_nak(NakCode::invalid_request, WcStatus::success);
         return;
       }
-      RecvWqe w;
-      if (info.ends_message() && info.immediate()) {
-        // WRITE with immediate consumes a receive WQE; check before placing data.
-        if (!s.have_recv) {
-          if (!take_recv(q, &w)) {
-            if (!rc) {
-              ++q->counters.dropped;
-              s.msg = Qp::Responder::none;
-              s.epsn = psn_add(psn, 1);
-              return;
-            }
-            ++q->counters.rnr_naks_sent;
-            responder_nak(q, Aeth::make_syndrome(AethKind::rnr_nak, q->attr.min_rnr_timer), psn);
-            return;
-          }
-          s.recv = w;
-          s.have_recv = true;
-        }
-      }
+      // WRITE with immediate consumes a receive WQE; check before placing data.
+      if (info.ends_message() && info.immediate() && !s.have_recv && !bind_recv(q, psn)) return;
       if (len != 0) {
         Mr* mr = mrs_.find(s.write_rkey);
         if (mr == nullptr || mrs_.check_remote(s.write_rkey, q->pd, s.write_va, len, kAccessRemoteWrite, &mr) !=
