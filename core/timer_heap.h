@@ -1,8 +1,10 @@
 #pragma once
-// Deadlines for many objects (QPs), earliest first, with lazy cancellation:
-// arming an object again (or cancelling it) bumps its generation, and stale
-// entries are skipped when they surface. O(log n) per arm, O(1) to read the
-// earliest deadline, which a virtual-time driver needs to jump the clock.
+// Deadlines for many objects (QPs), earliest first, cancelled lazily: the
+// owner keeps its true deadline and decides, when an entry surfaces, whether
+// it is stale (another incarnation: `gen`), early (the deadline moved later:
+// queue it again) or due. O(log n) per entry, O(1) to read the earliest
+// deadline, which a virtual-time driver needs to jump the clock. With one
+// queued entry per object and timer at a time, the heap stays small.
 //
 // Why a heap and not a timing wheel: the engine's tests drive it in virtual
 // time and must know the next deadline exactly; a wheel would need a scan.
@@ -32,14 +34,14 @@ class TimerHeap {
   /// Earliest deadline still queued (possibly stale); UINT64_MAX if none.
   uint64_t next_deadline() const { return heap_.empty() ? UINT64_MAX : heap_.top().deadline; }
 
-  /// Pops entries due by now_ns, calling fire(id, kind, gen) for each; the
-  /// callback ignores the ones whose generation is stale.
+  /// Pops entries due by now_ns, calling fire(id, kind, gen, deadline) for
+  /// each; the callback decides what a surfacing entry means.
   template <class Fn>
   void expire(uint64_t now_ns, Fn&& fire) {
     while (!heap_.empty() && heap_.top().deadline <= now_ns) {
       const Entry e = heap_.top();
       heap_.pop();
-      fire(e.id, e.kind, e.gen);
+      fire(e.id, e.kind, e.gen, e.deadline);
     }
   }
 

@@ -107,8 +107,8 @@ void Engine::completer_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint6
         completer_retire(q, psn, now_ns);
         return;
       case AethKind::rnr_nak: {
-        ++q->counters.rnr_naks_received;
         if (psn_diff(psn, r.unacked_psn) < 0) return;  // stale
+        ++q->counters.rnr_naks_received;
         completer_retire(q, psn_add(psn, kPsnMask), now_ns);  // all before it arrived
         if (q->state == QpState::err) return;
         if (q->attr.rnr_retry != 7) {  // 7: retry forever
@@ -120,9 +120,7 @@ void Engine::completer_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint6
         }
         requester_rewind(q, psn);
         // Hold sending until the timer the responder asked for runs out (IBA 9.7.5.2.8).
-        r.rnr_until = now_ns + rnr_timer_ns(aeth.value());
-        ++r.rnr_gen;
-        timers_.arm(q->qpn, kRnrTimer, r.rnr_until, r.rnr_gen);
+        arm_rnr_timer(q, now_ns + rnr_timer_ns(aeth.value()));
         return;
       }
       case AethKind::nak: {

@@ -84,11 +84,12 @@ uint64_t rnr_timer_ns(uint8_t code) {
 
 Engine::Engine(const EngineConfig& cfg) : cfg_(cfg), mrs_(cfg.max_mrs) {
   qps_.resize(cfg.max_qps);
-  for (uint32_t i = cfg.max_qps; i-- > 0;) free_qp_slots_.push_back(i);
+  for (uint32_t i = 0; i < cfg.max_qps; ++i) free_qp_slots_.push_back(i);
   pd_refs_.push_back(0);  // PD 0 is never handed out
   pd_used_.push_back(false);
   ahs_.emplace_back();
   ah_used_.push_back(false);
+  ah_pd_.push_back(0);
   tx_.reserve(cfg.tx_budget + 64);
 }
 
@@ -182,16 +183,25 @@ int Engine::destroy_srq(Srq* srq) {
 
 int Engine::create_ah(uint32_t pd, const AddressVector& av, uint32_t* ah) {
   if (pd == 0 || pd >= pd_used_.size() || !pd_used_[pd]) return -EINVAL;
-  ahs_.push_back(av);
-  ah_used_.push_back(true);
+  uint32_t slot = 1;
+  while (slot < ahs_.size() && ah_used_[slot]) ++slot;  // control path: a scan is fine
+  if (slot == ahs_.size()) {
+    ahs_.emplace_back();
+    ah_used_.push_back(false);
+    ah_pd_.push_back(0);
+  }
+  ahs_[slot] = av;
+  ah_used_[slot] = true;
+  ah_pd_[slot] = pd;
   ++pd_refs_[pd];
-  *ah = static_cast<uint32_t>(ahs_.size() - 1);
+  *ah = slot;
   return 0;
 }
 
 int Engine::destroy_ah(uint32_t ah) {
   if (ah == 0 || ah >= ahs_.size() || !ah_used_[ah]) return -EINVAL;
   ah_used_[ah] = false;
+  --pd_refs_[ah_pd_[ah]];
   return 0;
 }
 
@@ -205,10 +215,13 @@ int Engine::create_qp(const QpInit& init, uint32_t* qpn) {
   if (init.srq == nullptr && (init.cap.max_recv_wr > lim.max_qp_wr || init.cap.max_recv_sge > lim.max_sge))
     return -EINVAL;
   if (free_qp_slots_.empty()) return -ENOMEM;
-  const uint32_t slot = free_qp_slots_.back();
-  free_qp_slots_.pop_back();
+  // Oldest free slot first: a QPN comes back only after every other free one,
+  // so late packets for a destroyed QP do not land on a new one (as rxe does).
+  const uint32_t slot = free_qp_slots_.front();
+  free_qp_slots_.pop_front();
   auto q = std::make_unique<Qp>();
   q->qpn = cfg_.first_qpn + slot;
+  q->incarnation = ++incarnations_;
   q->type = init.type;
   q->pd = init.pd;
   q->send_cq = init.send_cq;
@@ -226,6 +239,7 @@ int Engine::create_qp(const QpInit& init, uint32_t* qpn) {
     q->rq.resize(q->rq_depth);
   }
   q->udp_sport = sport_for(q->qpn);
+  if (init.type == QpType::ud) q->mtu = mtu_bytes(cfg_.active_mtu);  // UD has no path MTU attribute
   q->attr.cap = init.cap;
   q->resp.resources.resize(1);
   ++pd_refs_[init.pd];
@@ -454,9 +468,12 @@ bool Engine::take_recv(Qp* q, RecvWqe* out) {
 // ---- Completions and errors -------------------------------------------------------
 
 bool Engine::push_cq(Qp* q, Cq* cq, const Completion& c, bool solicited) {
+  const bool was_error = cq->in_error();
   if (cq->push(c, solicited)) return true;
-  ++counters_.cq_overflows;
-  events_.push_back({AsyncEventType::cq_err, cq->id()});
+  if (!was_error) {  // the overflow itself: counted and reported once
+    ++counters_.cq_overflows;
+    events_.push_back({AsyncEventType::cq_err, cq->id()});
+  }
   // The completion is lost; the QP cannot go on (IBA 11.4.2.1).
   if (q->state != QpState::err) {
     events_.push_back({AsyncEventType::qp_fatal, q->qpn});
@@ -468,6 +485,9 @@ bool Engine::push_cq(Qp* q, Cq* cq, const Completion& c, bool solicited) {
 void Engine::complete_send(Qp* q, SendWqe& w, WcStatus status) {
   const bool signaled = q->sq_sig_all || (w.wr.send_flags & kSendSignaled);
   if (status != WcStatus::success && status != WcStatus::wr_flush_err) ++q->counters.send_errors;
+  // The WQE is retired before its completion is pushed: a full CQ moves the
+  // QP to ERR from inside push_cq, and that flush must find this one gone.
+  ++q->sq_tail;
   if (status != WcStatus::success || signaled) {
     Completion c;
     c.wr_id = w.wr.wr_id;
@@ -481,7 +501,6 @@ void Engine::complete_send(Qp* q, SendWqe& w, WcStatus status) {
     }
     push_cq(q, q->send_cq, c, false);
   }
-  ++q->sq_tail;
 }
 
 void Engine::complete_recv(Qp* q, const RecvWqe&, const Completion& c, bool solicited) {
@@ -600,7 +619,7 @@ void Engine::flush_tx() {
     counters_.tx_frames += k;
     if (k < n) {
       // Back-pressure: keep the rest for the next flush, in order.
-      ++counters_.tx_port_full;
+      counters_.tx_port_full += n - k;
       break;
     }
   }
@@ -612,15 +631,27 @@ void Engine::flush_tx() {
 void Engine::arm_retry_timer(Qp* q, uint64_t now_ns) {
   const uint64_t t = ack_timeout_ns(q->attr.timeout);
   if (t == 0 || q->type != QpType::rc) return;
-  ++q->req.timer_gen;
-  q->req.timer_armed = true;
-  timers_.arm(q->qpn, kRetryTimer, now_ns + t, q->req.timer_gen);
+  Qp::Requester& r = q->req;
+  r.retry_deadline = now_ns + t;
+  // Re-arming on every ACK only moves the deadline; the queued entry, when it
+  // surfaces early, is queued again at the deadline then in force.
+  if (r.retry_queued == 0 || r.retry_queued > r.retry_deadline) {
+    timers_.arm(q->qpn, kRetryTimer, r.retry_deadline, q->incarnation);
+    r.retry_queued = r.retry_deadline;
+  }
+}
+
+void Engine::arm_rnr_timer(Qp* q, uint64_t deadline_ns) {
+  Qp::Requester& r = q->req;
+  r.rnr_until = deadline_ns;
+  if (r.rnr_queued == 0 || r.rnr_queued > deadline_ns) {
+    timers_.arm(q->qpn, kRnrTimer, deadline_ns, q->incarnation);
+    r.rnr_queued = deadline_ns;
+  }
 }
 
 void Engine::cancel_retry_timer(Qp* q) {
-  ++q->req.timer_gen;
-  q->req.timer_armed = false;
-  ++q->req.rnr_gen;
+  q->req.retry_deadline = 0;
   q->req.rnr_until = 0;
 }
 
@@ -693,22 +724,38 @@ void Engine::rx_burst(rte_mbuf** frames, uint16_t n, uint64_t now_ns) {
   }
 }
 
-void Engine::on_timer(uint32_t qpn, uint32_t kind, uint32_t gen, uint64_t now_ns) {
+void Engine::on_timer(uint32_t qpn, uint32_t kind, uint32_t gen, uint64_t deadline, uint64_t now_ns) {
   Qp* q = lookup(qpn);
-  if (q == nullptr) return;
+  if (q == nullptr || gen != q->incarnation) return;  // a destroyed QP's entry
+  Qp::Requester& r = q->req;
   if (kind == kRnrTimer) {
+    if (deadline == r.rnr_queued) r.rnr_queued = 0;
+    if (r.rnr_until == 0) return;
+    if (now_ns < r.rnr_until) {
+      arm_rnr_timer(q, r.rnr_until);  // the wait was extended: come back then
+      return;
+    }
     // The RNR wait ended: resend, no retry consumed (IBA 9.7.5.2.8).
-    if (gen != q->req.rnr_gen || q->req.rnr_until == 0) return;
-    q->req.rnr_until = 0;
+    r.rnr_until = 0;
     if (q->state != QpState::rts && q->state != QpState::sqd) return;
     mark_ready(q);
     arm_retry_timer(q, now_ns);
     return;
   }
-  if (kind != kRetryTimer || gen != q->req.timer_gen || !q->req.timer_armed) return;
-  q->req.timer_armed = false;
+  if (kind != kRetryTimer) return;
+  if (deadline == r.retry_queued) r.retry_queued = 0;
+  if (r.retry_deadline == 0) return;
+  if (now_ns < r.retry_deadline) {
+    // Progress moved the deadline since this entry was queued.
+    if (r.retry_queued == 0 || r.retry_queued > r.retry_deadline) {
+      timers_.arm(q->qpn, kRetryTimer, r.retry_deadline, q->incarnation);
+      r.retry_queued = r.retry_deadline;
+    }
+    return;
+  }
+  r.retry_deadline = 0;
   if (q->state != QpState::rts && q->state != QpState::sqd) return;
-  if (q->req.rnr_until != 0) return;  // waiting out an RNR NAK: that timer decides
+  if (r.rnr_until != 0) return;  // waiting out an RNR NAK: that timer decides
   if (q->sq_tail == q->sq_head) return;  // nothing outstanding
   ++q->counters.timeouts;
   if (q->req.retry_left == 0) {
@@ -723,7 +770,9 @@ void Engine::on_timer(uint32_t qpn, uint32_t kind, uint32_t gen, uint64_t now_ns
 
 void Engine::poll(uint64_t now_ns) {
   now_ns_ = now_ns;
-  timers_.expire(now_ns, [&](uint32_t id, uint32_t kind, uint32_t gen) { on_timer(id, kind, gen, now_ns); });
+  timers_.expire(now_ns, [&](uint32_t id, uint32_t kind, uint32_t gen, uint64_t deadline) {
+    on_timer(id, kind, gen, deadline, now_ns);
+  });
   uint32_t budget = cfg_.tx_budget;
   // Each ready QP gets a turn; one that still has work goes to the back.
   size_t turns = ready_.size();

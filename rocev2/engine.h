@@ -59,6 +59,8 @@ struct EngineConfig {
   uint32_t min_unacked_psns = 16;
   /// Most frames built per poll (bounded work per loop iteration).
   uint32_t tx_budget = 256;
+  /// The port's active MTU: UD QPs (which have no path MTU attribute) use it.
+  PathMtu active_mtu = PathMtu::mtu1024;
   /// What the port's NIC does for us (hw_offload::select_offloads fills it).
   OffloadOps offloads;
   /// The local address every QP sends from (tests and single-port droced).
@@ -93,7 +95,7 @@ struct EngineCounters {
   uint64_t rx_bad_dest = 0;           ///< wrong transport for the QP, or not our address
   uint64_t rx_unexpected = 0;         ///< responses nobody asked for, stale PSNs
   uint64_t tx_no_mbuf = 0;            ///< back-pressure: pool empty
-  uint64_t tx_port_full = 0;          ///< back-pressure: port refused frames
+  uint64_t tx_port_full = 0;          ///< back-pressure: frames the port refused (sent again later)
   uint64_t cq_overflows = 0;
   uint64_t cnp_received = 0;
 };
@@ -147,6 +149,8 @@ class Engine {
   void poll(uint64_t now_ns);
   /// Earliest time poll() has timer work; UINT64_MAX if none.
   uint64_t next_deadline() const { return timers_.next_deadline(); }
+  /// Entries in the timer heap (at most a few per QP; for tests and `droce`).
+  size_t timer_entries() const { return timers_.size(); }
   /// True when some QP has packets it could send now.
   bool has_tx_work() const { return !ready_.empty() || !tx_.empty(); }
 
@@ -172,8 +176,9 @@ class Engine {
   void send_frame(rte_mbuf* m, Qp* qp);
   void flush_tx();
   void arm_retry_timer(Qp* qp, uint64_t now_ns);
+  void arm_rnr_timer(Qp* qp, uint64_t deadline_ns);
   void cancel_retry_timer(Qp* qp);
-  void on_timer(uint32_t qpn, uint32_t kind, uint32_t gen, uint64_t now_ns);
+  void on_timer(uint32_t qpn, uint32_t kind, uint32_t gen, uint64_t deadline, uint64_t now_ns);
 
   // requester.cc
   void requester_run(Qp* qp, uint64_t now_ns, uint32_t* budget);
@@ -215,16 +220,18 @@ class Engine {
   EngineConfig cfg_;
   MrTable mrs_;
   std::vector<std::unique_ptr<Qp>> qps_;   ///< index = qpn - first_qpn
-  std::vector<uint32_t> free_qp_slots_;
+  std::deque<uint32_t> free_qp_slots_;  ///< control path only
   std::vector<std::unique_ptr<Cq>> cqs_;
   std::vector<std::unique_ptr<Srq>> srqs_;
   std::vector<AddressVector> ahs_;
   std::vector<bool> ah_used_;
+  std::vector<uint32_t> ah_pd_;
   std::vector<uint32_t> pd_refs_;          ///< per PD: MRs, QPs, SRQs, AHs using it
   std::vector<bool> pd_used_;
   std::deque<uint32_t> ready_;             ///< QPNs with requester or responder TX work
   std::vector<rte_mbuf*> tx_;              ///< frames built this poll, flushed once
   core::TimerHeap timers_;
+  uint32_t incarnations_ = 0;
   std::vector<AsyncEvent> events_;
   EngineCounters counters_;
   uint64_t now_ns_ = 0;

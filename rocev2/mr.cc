@@ -7,7 +7,7 @@ namespace droce::rocev2 {
 MrTable::MrTable(uint32_t max_mrs) : slots_(max_mrs), key_byte_(max_mrs, 0) {
   free_.reserve(max_mrs);
   // Index 0 is never used: key 0 is what an uninitialized SGE carries.
-  for (uint32_t i = max_mrs; i-- > 1;) free_.push_back(i);
+  for (uint32_t i = 1; i < max_mrs; ++i) free_.push_back(i);
 }
 
 int MrTable::reg(uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint32_t access, Mr** out) {
@@ -19,9 +19,12 @@ int MrTable::reg(uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint3
   if ((access & (kAccessRemoteWrite | kAccessRemoteAtomic)) && !(access & kAccessLocalWrite)) return -EINVAL;
   if (length != 0 && host == nullptr) return -EINVAL;
   if (va + length < va) return -EINVAL;  // wraps the address space
-  if (free_.empty()) return -ENOMEM;
-  const uint32_t i = free_.back();
-  free_.pop_back();
+  if (free_head_ == free_.size()) return -ENOMEM;
+  const uint32_t i = free_[free_head_++];
+  if (free_head_ > 1024 && free_head_ * 2 > free_.size()) {  // compact now and then
+    free_.erase(free_.begin(), free_.begin() + static_cast<ptrdiff_t>(free_head_));
+    free_head_ = 0;
+  }
   const uint8_t kb = ++key_byte_[i];
   Mr& mr = slots_[i];
   mr = Mr{};

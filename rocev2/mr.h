@@ -74,7 +74,11 @@ class MrTable {
   }
 
   std::vector<Mr> slots_;
+  // Free indexes, reused oldest first: an index comes back only after every
+  // other free one has, so its 8-bit key byte repeats only after
+  // 256 x (free slots) registrations, not 256 (a register/deregister per I/O).
   std::vector<uint32_t> free_;
+  size_t free_head_ = 0;
   std::vector<uint8_t> key_byte_;
   size_t registered_ = 0;
 };

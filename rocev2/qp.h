@@ -72,6 +72,7 @@ struct QpCounters {
 struct Qp {
   // Identity and attributes.
   uint32_t qpn = 0;
+  uint32_t incarnation = 0;  ///< unique per created QP: timer entries of a destroyed one never match
   QpType type = QpType::rc;
   QpState state = QpState::reset;
   uint32_t pd = 0;
@@ -109,10 +110,10 @@ struct Qp {
     uint32_t unacked_psn = 0;  ///< oldest PSN not yet acknowledged
     uint32_t retry_left = 0;
     uint32_t rnr_retry_left = 0;
-    uint64_t rnr_until = 0;    ///< sending paused until then (RNR wait)
-    uint32_t rnr_gen = 0;      ///< the RNR timer's own generation (not the ACK timer's)
-    uint32_t timer_gen = 0;
-    bool timer_armed = false;
+    uint64_t rnr_until = 0;       ///< sending paused until then (RNR wait); 0: not waiting
+    uint64_t rnr_queued = 0;      ///< deadline of the RNR entry in the timer heap; 0: none
+    uint64_t retry_deadline = 0;  ///< local ACK timeout; 0: not armed
+    uint64_t retry_queued = 0;    ///< deadline of the retry entry in the timer heap; 0: none
     uint32_t packets_since_ackreq = 0;
     // The send window (PSNs unacknowledged), adaptive: halved on a loss
     // signal, regrown on acknowledgement (slow start to ssthresh, then one

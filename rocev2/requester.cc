@@ -230,7 +230,7 @@ bool Engine::requester_send_one(Qp* q, uint64_t now_ns) {
     r.next_offset += payload;
   }
   if (rc) {
-    if (!r.timer_armed) arm_retry_timer(q, now_ns);
+    if (r.retry_deadline == 0) arm_retry_timer(q, now_ns);
   } else if (last) {
     w.resp_complete = true;
     retire_sent(q, now_ns);
@@ -251,6 +251,7 @@ void Engine::retire_sent(Qp* q, uint64_t now_ns) {
       // UC and UD: a send error stops only the send queue (SQE, IBA 10.3.1);
       // receives go on, and modify SQE->RTS resumes sending.
       complete_send(q, w, w.local_error);
+      if (q->state == QpState::err) return;  // its completion overflowed the CQ: ERR, not SQE
       q->state = QpState::sqe;
       q->attr.qp_state = QpState::sqe;
       flush_qp(q);

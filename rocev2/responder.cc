@@ -352,6 +352,10 @@ void Engine::responder_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint6
       if (info.starts_message()) {
         ++q->counters.rdma_recvs;
         const Reth& reth = p.hdr.ext.reth;
+        if (reth.dma_len > 0x80000000u) {  // messages are at most 2^31 bytes
+          fatal_nak(NakCode::invalid_request, WcStatus::success);
+          return;
+        }
         if (!remote_access_ok(q, reth, kAccessRemoteWrite)) {
           fatal_nak(NakCode::remote_access_error, WcStatus::success);
           return;

@@ -606,5 +606,171 @@ TEST_F(EnginePairTest, SolicitedOnlyArmingFiresForSolicitedOrFailedCompletions) 
   EXPECT_EQ(cq->events(), events0 + 2);
 }
 
+// The following pin fixes from a spec review of the engine.
+
+TEST_F(EnginePairTest, SendCqOverflowLeavesTheQueueConsistent) {
+  EnginePair& p = make();
+  Cq* tiny = nullptr;
+  ASSERT_EQ(p.a().create_cq(1, &tiny), 0);
+  uint32_t qa = 0;
+  QpInit init;
+  init.pd = p.host(0).pd;
+  init.send_cq = tiny;
+  init.recv_cq = p.host(0).rcq;
+  init.cap = {8, 8, 1, 1, 0};
+  init.sq_sig_all = true;
+  ASSERT_EQ(p.a().create_qp(init, &qa), 0);
+  // Bring it up against a peer QP on B.
+  QpPair q = p.connect({});
+  QpAttr at;
+  at.qp_state = QpState::init;
+  at.port_num = 1;
+  at.qp_access_flags = kAccessLocalWrite;
+  ASSERT_EQ(p.a().modify_qp(qa, at, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrAccessFlags), 0);
+  at = QpAttr{};
+  at.qp_state = QpState::rtr;
+  at.dest_qp_num = q.b;
+  at.ah_attr = p.av_to(1);
+  ASSERT_EQ(p.a().modify_qp(qa, at, kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn |
+                                        kAttrMaxDestRdAtomic | kAttrMinRnrTimer),
+            0);
+  at = QpAttr{};
+  at.qp_state = QpState::rts;
+  at.timeout = 14;
+  at.retry_cnt = 7;
+  at.rnr_retry = 7;
+  ASSERT_EQ(p.a().modify_qp(qa, at, kAttrState | kAttrSqPsn | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry |
+                                        kAttrMaxQpRdAtomic),
+            0);
+  auto src = p.buffer(0, 64);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(p.a().post_send(qa, wr(WrOpcode::rdma_write, i, src->sge(0, 8))), 0);
+  // B's QP q.b is connected to q.a, not qa: the writes are NAKed or time out; either
+  // way completions arrive, overflow the 1-deep CQ, and the QP goes to ERR.
+  p.run_until([&] { return p.a().qp(qa)->state == QpState::err; }, 10'000'000'000);
+  Qp* qp = p.a().qp(qa);
+  ASSERT_EQ(qp->state, QpState::err);
+  // Expect: every WQE retired exactly once; posting still works (and flushes at once);
+  // posting a receive does not loop.
+  EXPECT_EQ(qp->sq_tail, qp->sq_head);
+  EXPECT_EQ(p.a().post_send(qa, wr(WrOpcode::send, 9, src->sge(0, 8))), 0);
+  EXPECT_EQ(qp->sq_tail, qp->sq_head);
+  EXPECT_EQ(p.a().post_recv(qa, rwr(1, src->sge(0, 8))), 0);
+  int cq_errs = 0;
+  for (const auto& e : p.a().events()) cq_errs += e.type == AsyncEventType::cq_err;
+  EXPECT_EQ(cq_errs, 1) << "the overflow is reported once";
+}
+
+TEST_F(EnginePairTest, TimersOfAResetQpDoNotFireEarlyAfterItComesBack) {
+  net::LinkFaults dead;
+  dead.loss = 1.0;
+  EnginePair& p = make(dead);
+  EnginePair::RcOptions o;
+  o.timeout = 14;  // 67 ms
+  QpPair q = p.connect(o);
+  auto src = p.buffer(0, 64);
+  ASSERT_EQ(p.a().post_send(q.a, wr(WrOpcode::send, 1, src->sge(0, 8))), 0);
+  p.step();  // sent, timer armed for 67 ms
+  QpAttr at;
+  at.qp_state = QpState::reset;
+  ASSERT_EQ(p.a().modify_qp(q.a, at, kAttrState), 0);
+  // Back to RTS with a 4.3 s timeout, and a new send.
+  at = QpAttr{};
+  at.qp_state = QpState::init;
+  at.port_num = 1;
+  at.qp_access_flags = kAccessLocalWrite;
+  ASSERT_EQ(p.a().modify_qp(q.a, at, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrAccessFlags), 0);
+  at = QpAttr{};
+  at.qp_state = QpState::rtr;
+  at.dest_qp_num = q.b;
+  at.ah_attr = p.av_to(1);
+  ASSERT_EQ(p.a().modify_qp(q.a, at, kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn |
+                                         kAttrMaxDestRdAtomic | kAttrMinRnrTimer),
+            0);
+  at = QpAttr{};
+  at.qp_state = QpState::rts;
+  at.timeout = 20;  // 4.3 s
+  at.retry_cnt = 7;
+  at.rnr_retry = 7;
+  ASSERT_EQ(p.a().modify_qp(q.a, at, kAttrState | kAttrSqPsn | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry |
+                                         kAttrMaxQpRdAtomic),
+            0);
+  ASSERT_EQ(p.a().post_send(q.a, wr(WrOpcode::send, 2, src->sge(0, 8))), 0);
+  p.run_until([] { return false; }, 1'000'000'000);  // 1 s
+  // Expect: the old 67 ms entry did not count as a timeout of the new life.
+  EXPECT_EQ(p.a().qp(q.a)->counters.timeouts, 0u);
+  p.run_until([] { return false; }, 6'000'000'000);  // past 4.3 s from the post, not yet 8.6 s
+  EXPECT_EQ(p.a().qp(q.a)->counters.timeouts, 1u);
+}
+
+TEST_F(EnginePairTest, TimerHeapStaysSmallUnderManyAcks) {
+  EnginePair& p = make();
+  EnginePair::RcOptions o;
+  o.timeout = 20;  // 4.3 s: every ACK re-arms long before expiry
+  o.depth = 64;
+  QpPair q = p.connect(o);
+  auto src = p.buffer(0, 64);
+  auto dst = p.buffer(1, 64);
+  for (int round = 0; round < 50; ++round) {
+    for (int i = 0; i < 40; ++i) {
+      ASSERT_EQ(p.b().post_recv(q.b, rwr(i, dst->sge(0, 64))), 0);
+      ASSERT_EQ(p.a().post_send(q.a, wr(WrOpcode::send, i, src->sge(0, 8))), 0);
+    }
+    std::vector<Completion> sc, rc;
+    ASSERT_TRUE(p.wait_completions(p.host(0).scq, &sc, 40));
+    ASSERT_TRUE(p.wait_completions(p.host(1).rcq, &rc, 40));
+  }
+  // Expect: 2,000 acknowledged messages leave a handful of heap entries, not 2,000.
+  EXPECT_LE(p.a().timer_entries(), 4u);
+}
+
+TEST_F(EnginePairTest, DestroyedQpnsAndAhsAreReusedCorrectly) {
+  EnginePair& p = make();
+  QpPair q = p.connect({});
+  Engine& a = p.a();
+  // AHs: destroying releases the PD; slots are reused.
+  uint32_t ah1 = 0, ah2 = 0;
+  uint32_t pd = 0;
+  ASSERT_EQ(a.alloc_pd(&pd), 0);
+  ASSERT_EQ(a.create_ah(pd, p.av_to(1), &ah1), 0);
+  EXPECT_EQ(a.dealloc_pd(pd), -EBUSY);
+  ASSERT_EQ(a.destroy_ah(ah1), 0);
+  ASSERT_EQ(a.create_ah(pd, p.av_to(1), &ah2), 0);
+  EXPECT_EQ(ah2, ah1) << "the freed slot is reused";
+  ASSERT_EQ(a.destroy_ah(ah2), 0);
+  EXPECT_EQ(a.dealloc_pd(pd), 0);
+  // QPNs: a destroyed QP's number does not come straight back.
+  ASSERT_EQ(a.destroy_qp(q.a), 0);
+  uint32_t again = 0;
+  QpInit init;
+  init.pd = p.host(0).pd;
+  init.send_cq = init.recv_cq = p.host(0).scq;
+  init.cap = {4, 4, 1, 1, 0};
+  ASSERT_EQ(a.create_qp(init, &again), 0);
+  EXPECT_NE(again, q.a);
+}
+
+TEST_F(EnginePairTest, UdQpsUseThePortsActiveMtu) {
+  EngineConfig base;
+  base.active_mtu = PathMtu::mtu4096;
+  pair_ = std::make_unique<EnginePair>(1, net::LinkFaults{}, pool_, false, base);
+  EnginePair& p = *pair_;
+  EnginePair::RcOptions o;
+  o.type = QpType::ud;
+  QpPair q = p.connect(o);
+  auto src = p.buffer(0, 4096);
+  auto dst = p.buffer(1, 4096 + 40);
+  uint32_t ah = 0;
+  ASSERT_EQ(p.a().create_ah(p.host(0).pd, p.av_to(1), &ah), 0);
+  ASSERT_EQ(p.b().post_recv(q.b, rwr(1, dst->sge(0, 4096 + 40))), 0);
+  SendWr w = wr(WrOpcode::send, 1, src->sge(0, 4096));
+  w.ah = ah;
+  w.remote_qpn = q.b;
+  w.remote_qkey = 0x11111111;
+  ASSERT_EQ(p.a().post_send(q.a, w), 0) << "4 KiB fits a 4096 active MTU";
+  std::vector<Completion> rc;
+  ASSERT_TRUE(p.wait_completions(p.host(1).rcq, &rc, 1));
+  EXPECT_EQ(rc[0].byte_len, 4096u + 40);
+}
+
 }  // namespace
 }  // namespace droce::test
