@@ -121,9 +121,10 @@ int Engine::dealloc_pd(uint32_t pd) {
   return 0;
 }
 
-int Engine::reg_mr(uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint32_t access, Mr** out) {
+int Engine::reg_mr(uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint32_t access, Mr** out,
+                   bool invalidatable) {
   if (pd == 0 || pd >= pd_used_.size() || !pd_used_[pd]) return -EINVAL;
-  int rc = mrs_.reg(pd, va, length, host, access, out);
+  int rc = mrs_.reg(pd, va, length, host, access, out, invalidatable);
   if (rc == 0) ++pd_refs_[pd];
   return rc;
 }
@@ -390,6 +391,10 @@ int Engine::post_send(uint32_t qpn, const SendWr& wr) {
     if (length > q->mtu) return -EINVAL;  // UD messages are one packet (C10-?)
     if (wr.ah == 0 || wr.ah >= ahs_.size() || !ah_used_[wr.ah]) return -EINVAL;
   }
+
+  // A message may not span a quarter of the 24-bit PSN space: PSN distances
+  // must stay unambiguous (a 2 GiB message at MTU 256 would need 2^23 PSNs).
+  if ((length + q->mtu - 1) / q->mtu > (1u << 22)) return -EINVAL;
 
   const uint32_t slot = q->sq_head % q->sq_depth;
   SendWqe& w = q->sq[slot];

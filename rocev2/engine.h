@@ -120,7 +120,10 @@ class Engine {
   // ---- Resources (control path) --------------------------------------------
   int alloc_pd(uint32_t* pd);
   int dealloc_pd(uint32_t pd);  ///< -EBUSY while anything uses it
-  int reg_mr(uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint32_t access, Mr** out);
+  /// `invalidatable`: a fast-registration region that SEND_WITH_INV and
+  /// LOCAL_INV may invalidate (ordinary ibv_reg_mr regions are not).
+  int reg_mr(uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint32_t access, Mr** out,
+             bool invalidatable = false);
   int dereg_mr(uint32_t lkey);
   int create_cq(uint32_t depth, Cq** out);
   int destroy_cq(Cq* cq);  ///< -EBUSY while a QP uses it

@@ -10,7 +10,8 @@ MrTable::MrTable(uint32_t max_mrs) : slots_(max_mrs), key_byte_(max_mrs, 0) {
   for (uint32_t i = 1; i < max_mrs; ++i) free_.push_back(i);
 }
 
-int MrTable::reg(uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint32_t access, Mr** out) {
+int MrTable::reg(uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint32_t access, Mr** out,
+                 bool invalidatable) {
   constexpr uint32_t kKnown = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead |
                               kAccessRemoteAtomic | kAccessMwBind | kAccessZeroBased |
                               kAccessOnDemand | kAccessHugetlb | kAccessRelaxedOrdering;
@@ -36,6 +37,7 @@ int MrTable::reg(uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint3
   mr.host = host;
   mr.valid = true;
   mr.remote_key_valid = true;
+  mr.invalidatable = invalidatable;
   ++registered_;
   *out = &mr;
   return 0;
@@ -73,7 +75,7 @@ MrCheck MrTable::check_remote(uint32_t rkey, uint32_t pd, uint64_t va, uint64_t 
 
 int MrTable::invalidate(uint32_t rkey, uint32_t pd) {
   Mr* mr = find(rkey);
-  if (mr == nullptr || mr->pd != pd) return -EINVAL;
+  if (mr == nullptr || mr->pd != pd || !mr->invalidatable) return -EINVAL;
   mr->remote_key_valid = false;
   return 0;
 }

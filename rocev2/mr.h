@@ -31,6 +31,9 @@ struct Mr {
   uint8_t* host = nullptr;
   bool valid = false;    ///< registered and not invalidated
   bool remote_key_valid = false;  ///< cleared by SEND_WITH_INV / LOCAL_INV
+  /// Only fast-registration regions (and memory windows) may be invalidated
+  /// (IBA 10.6.6; rxe refuses others): never one from an ordinary reg_mr.
+  bool invalidatable = false;
 };
 
 /// Why an access was refused; each maps to a completion status or NAK.
@@ -43,7 +46,8 @@ class MrTable {
   /// Registers [va, va + length) seen at `host`. Returns 0 and *out, or
   /// -ENOMEM (table full), -EINVAL (bad access flags: remote write or atomic
   /// without local write, C10-? of IBA 10.6.3.1; length 0 with host null is allowed).
-  int reg(uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint32_t access, Mr** out);
+  int reg(uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint32_t access, Mr** out,
+          bool invalidatable = false);
   /// Deregisters by L_Key. -EINVAL if no such region.
   int dereg(uint32_t lkey);
 
@@ -62,7 +66,8 @@ class MrTable {
   MrCheck check_remote(uint32_t rkey, uint32_t pd, uint64_t va, uint64_t len, uint32_t need,
                        Mr** out);
 
-  /// SEND_WITH_INV / LOCAL_INV: the R_Key stops working. -EINVAL if unknown.
+  /// SEND_WITH_INV / LOCAL_INV: the R_Key stops working. -EINVAL if unknown,
+  /// of another PD, or not an invalidatable region.
   int invalidate(uint32_t rkey, uint32_t pd);
 
   size_t registered() const { return registered_; }

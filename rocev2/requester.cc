@@ -114,6 +114,10 @@ bool Engine::requester_send_one(Qp* q, uint64_t now_ns) {
     // At most max_rd_atomic READs/atomics outstanding (IBA 9.5, o9-?); 0 acts as 1.
     if (rd_atomic && r.rd_atomic_inflight >= std::max<uint32_t>(1, q->attr.max_rd_atomic)) return false;
   }
+  // A new message must keep everything outstanding within 2^23 PSNs, where
+  // 24-bit PSN comparisons stay unambiguous: a huge READ waits for the rest.
+  if (new_wqe && rc && psn_diff(r.next_psn, r.unacked_psn) + int64_t{w.npackets} >= (int64_t{1} << 23) - 1)
+    return false;
   if (new_wqe) {
     w.first_psn = r.next_psn;
     w.last_psn = psn_add(r.next_psn, w.npackets == 0 ? kPsnMask : w.npackets - 1);  // npackets 0: the PSN before

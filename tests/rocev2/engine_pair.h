@@ -200,10 +200,11 @@ class EnginePair {
     Sge sge(uint32_t off, uint32_t len) const { return {va() + off, len, mr->lkey}; }
   };
   std::shared_ptr<Buf> buffer(int i, size_t len, uint32_t access = kAccessLocalWrite | kAccessRemoteWrite |
-                                                                     kAccessRemoteRead | kAccessRemoteAtomic) {
+                                                                     kAccessRemoteRead | kAccessRemoteAtomic,
+                              bool invalidatable = false) {
     auto b = std::make_shared<Buf>();
     b->bytes.resize(len);
-    EXPECT_EQ(host_[i].engine->reg_mr(host_[i].pd, b->va(), len, b->bytes.data(), access, &b->mr), 0);
+    EXPECT_EQ(host_[i].engine->reg_mr(host_[i].pd, b->va(), len, b->bytes.data(), access, &b->mr, invalidatable), 0);
     return b;
   }
 

@@ -87,7 +87,8 @@ TEST_F(EnginePairTest, RcSendWithImmediateAndInvalidate) {
   QpPair q = p.connect({});
   auto src = p.buffer(0, 100);
   auto dst = p.buffer(1, 100);
-  auto victim = p.buffer(1, 64);  // its R_Key gets invalidated
+  const uint32_t all = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+  auto victim = p.buffer(1, 64, all, true);  // a fast-registration region: its R_Key gets invalidated
   ASSERT_EQ(p.b().post_recv(q.b, rwr(1, dst->sge(0, 100))), 0);
   ASSERT_EQ(p.b().post_recv(q.b, rwr(2, dst->sge(0, 100))), 0);
   SendWr w = wr(WrOpcode::send_with_imm, 1, src->sge(0, 100));
@@ -423,7 +424,9 @@ TEST_F(EnginePairTest, LocalInvalidateStopsARemoteKey) {
   EnginePair& p = make();
   QpPair q = p.connect({});
   auto src = p.buffer(0, 64);
-  auto exposed = p.buffer(0, 64);
+  const uint32_t all = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+  auto exposed = p.buffer(0, 64, all, true);  // fast-registration: invalidatable
+  auto plain = p.buffer(0, 64);               // an ordinary reg_mr region: not
   // LOCAL_INV on A invalidates A's own region's R_Key, in order with the other WRs.
   SendWr w = wr(WrOpcode::local_inv, 1, src->sge(0, 0));
   w.num_sge = 0;
@@ -443,6 +446,35 @@ TEST_F(EnginePairTest, LocalInvalidateStopsARemoteKey) {
   std::vector<Completion> bc;
   ASSERT_TRUE(p.wait_completions(p.host(1).scq, &bc, 1));
   EXPECT_EQ(bc[0].status, WcStatus::rem_access_err);
+  // Expect: an ordinary region refuses LOCAL_INV (LOC_QP_OP_ERR) and keeps its key.
+  SendWr w2 = wr(WrOpcode::local_inv, 3, src->sge(0, 0));
+  w2.num_sge = 0;
+  w2.invalidate_rkey = plain->mr->rkey;
+  EnginePair& p2 = make();  // a fresh pair: A's QP above is in ERR now
+  QpPair q2 = p2.connect({});
+  auto plain2 = p2.buffer(0, 64);
+  w2.invalidate_rkey = plain2->mr->rkey;
+  ASSERT_EQ(p2.a().post_send(q2.a, w2), 0);
+  std::vector<Completion> c2;
+  ASSERT_TRUE(p2.wait_completions(p2.host(0).scq, &c2, 1));
+  EXPECT_EQ(c2[0].status, WcStatus::loc_qp_op_err);
+  EXPECT_TRUE(plain2->mr->remote_key_valid);
+}
+
+TEST_F(EnginePairTest, RemoteInvalidateOfAnOrdinaryRegionIsAnInvalidRequest) {
+  EnginePair& p = make();
+  QpPair q = p.connect({});
+  auto src = p.buffer(0, 64);
+  auto dst = p.buffer(1, 64);
+  auto plain = p.buffer(1, 64);  // ordinary reg_mr: a peer may not revoke its key
+  ASSERT_EQ(p.b().post_recv(q.b, rwr(1, dst->sge(0, 64))), 0);
+  SendWr w = wr(WrOpcode::send_with_inv, 1, src->sge(0, 8));
+  w.invalidate_rkey = plain->mr->rkey;
+  ASSERT_EQ(p.a().post_send(q.a, w), 0);
+  std::vector<Completion> sc;
+  ASSERT_TRUE(p.wait_completions(p.host(0).scq, &sc, 1));
+  EXPECT_EQ(sc[0].status, WcStatus::rem_inv_req_err);
+  EXPECT_TRUE(plain->mr->remote_key_valid);
 }
 
 TEST_F(EnginePairTest, RemoteAccessErrorFailsTheWrAndFlushesTheRestInOrder) {
@@ -747,6 +779,21 @@ TEST_F(EnginePairTest, DestroyedQpnsAndAhsAreReusedCorrectly) {
   init.cap = {4, 4, 1, 1, 0};
   ASSERT_EQ(a.create_qp(init, &again), 0);
   EXPECT_NE(again, q.a);
+}
+
+TEST_F(EnginePairTest, AMessageSpanningAQuarterOfThePsnSpaceIsRefused) {
+  EnginePair& p = make();
+  EnginePair::RcOptions o;
+  o.mtu = PathMtu::mtu256;
+  QpPair q = p.connect(o);
+  auto local = p.buffer(0, 64);
+  SendWr w = wr(WrOpcode::rdma_read, 1, local->sge(0, 0));
+  w.sg_list[0].length = 0x80000000u;  // 2 GiB at MTU 256: 2^23 PSNs
+  w.remote_addr = 0x1000;
+  w.rkey = 1;
+  EXPECT_EQ(p.a().post_send(q.a, w), -EINVAL);
+  w.sg_list[0].length = 1u << 30;  // 1 GiB: 2^22 PSNs, allowed
+  EXPECT_EQ(p.a().post_send(q.a, w), 0);
 }
 
 TEST_F(EnginePairTest, UdQpsUseThePortsActiveMtu) {

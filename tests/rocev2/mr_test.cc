@@ -72,7 +72,10 @@ TEST(MrTable, InvalidateStopsRemoteUseOnly) {
   MrTable t(8);
   std::vector<uint8_t> buf(64);
   Mr* mr = nullptr;
-  ASSERT_EQ(t.reg(1, 0, 64, buf.data(), kAccessLocalWrite | kAccessRemoteRead, &mr), 0);
+  Mr* ordinary = nullptr;
+  ASSERT_EQ(t.reg(1, 0, 64, buf.data(), kAccessLocalWrite | kAccessRemoteRead, &ordinary), 0);
+  EXPECT_EQ(t.invalidate(ordinary->rkey, 1), -EINVAL) << "an ordinary region is not invalidatable";
+  ASSERT_EQ(t.reg(1, 0, 64, buf.data(), kAccessLocalWrite | kAccessRemoteRead, &mr, true), 0);
   Mr* out = nullptr;
   EXPECT_EQ(t.invalidate(mr->rkey, 2), -EINVAL) << "another PD may not invalidate it";
   ASSERT_EQ(t.invalidate(mr->rkey, 1), 0);
