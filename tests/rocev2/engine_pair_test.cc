@@ -788,6 +788,7 @@ TEST_F(EnginePairTest, AMessageSpanningAQuarterOfThePsnSpaceIsRefused) {
   QpPair q = p.connect(o);
   auto local = p.buffer(0, 64);
   SendWr w = wr(WrOpcode::rdma_read, 1, local->sge(0, 0));
+  w.num_sge = 1;
   w.sg_list[0].length = 0x80000000u;  // 2 GiB at MTU 256: 2^23 PSNs
   w.remote_addr = 0x1000;
   w.rkey = 1;
