@@ -82,7 +82,7 @@ uint64_t rnr_timer_ns(uint8_t code) {
   return uint64_t{kUs100[code & 31]} * 10000;  // units of 10 us -> ns
 }
 
-Engine::Engine(const EngineConfig& cfg) : cfg_(cfg), mrs_(cfg.max_mrs) {
+Engine::Engine(const EngineConfig& cfg) : cfg_(cfg), mrs_(cfg.max_mrs), ready_(std::max<uint32_t>(1, cfg.max_qps)) {
   qps_.resize(cfg.max_qps);
   for (uint32_t i = 0; i < cfg.max_qps; ++i) free_qp_slots_.push_back(i);
   pd_refs_.push_back(0);  // PD 0 is never handed out
@@ -782,8 +782,7 @@ void Engine::poll(uint64_t now_ns) {
   // Each ready QP gets a turn; one that still has work goes to the back.
   size_t turns = ready_.size();
   while (turns-- > 0 && budget > 0 && !ready_.empty()) {
-    const uint32_t qpn = ready_.front();
-    ready_.pop_front();
+    const uint32_t qpn = ready_.pop_front();
     Qp* q = lookup(qpn);
     if (q == nullptr) continue;
     q->on_ready_list = false;

@@ -231,7 +231,30 @@ class Engine {
   std::vector<uint32_t> ah_pd_;
   std::vector<uint32_t> pd_refs_;          ///< per PD: MRs, QPs, SRQs, AHs using it
   std::vector<bool> pd_used_;
-  std::deque<uint32_t> ready_;             ///< QPNs with requester or responder TX work
+  /// QPNs with requester or responder TX work: a fixed ring of max_qps (a QP
+  /// is on it at most once, see Qp::on_ready_list), so the loop never allocates.
+  class ReadyRing {
+   public:
+    explicit ReadyRing(uint32_t capacity) : slots_(capacity) {}
+    bool empty() const { return count_ == 0; }
+    size_t size() const { return count_; }
+    void push_back(uint32_t qpn) {
+      slots_[(head_ + count_) % slots_.size()] = qpn;
+      ++count_;
+    }
+    uint32_t pop_front() {
+      const uint32_t v = slots_[head_];
+      head_ = (head_ + 1) % slots_.size();
+      --count_;
+      return v;
+    }
+
+   private:
+    std::vector<uint32_t> slots_;
+    size_t head_ = 0;
+    size_t count_ = 0;
+  };
+  ReadyRing ready_;
   std::vector<rte_mbuf*> tx_;              ///< frames built this poll, flushed once
   core::TimerHeap timers_;
   uint32_t incarnations_ = 0;
