@@ -95,6 +95,8 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg), mrs_(cfg.max_mrs), ready_(s
 
 Engine::~Engine() {
   for (rte_mbuf* m : tx_) rte_pktmbuf_free(m);
+  for (auto& q : qps_)
+    if (q) drop_held(q.get());
 }
 
 // ---- Resources -----------------------------------------------------------------
@@ -243,6 +245,7 @@ int Engine::create_qp(const QpInit& init, uint32_t* qpn) {
   if (init.type == QpType::ud) q->mtu = mtu_bytes(cfg_.active_mtu);  // UD has no path MTU attribute
   q->attr.cap = init.cap;
   q->resp.resources.resize(1);
+  q->resp.held.reserve(kMaxHeldRequests);
   ++pd_refs_[init.pd];
   *qpn = q->qpn;
   qps_[slot] = std::move(q);
@@ -312,12 +315,15 @@ int Engine::modify_qp(uint32_t qpn, const QpAttr& a, uint32_t mask) {
       case QpState::reset: {
         // IBA 10.3.1: RESET empties the queues and forgets all transport state.
         cancel_retry_timer(q);
+        drop_held(q);
         q->sq_head = q->sq_tail = 0;
         q->rq_head = q->rq_tail = 0;
         q->req = Qp::Requester{};
         auto resources = std::move(q->resp.resources);
+        auto held = std::move(q->resp.held);
         q->resp = Qp::Responder{};
         q->resp.resources = std::move(resources);
+        q->resp.held = std::move(held);
         for (auto& r : q->resp.resources) r = RdAtomicResource{};
         q->error_flushed = false;
         break;
@@ -364,6 +370,7 @@ int Engine::destroy_qp(uint32_t qpn) {
   Qp* q = lookup(qpn);
   if (q == nullptr) return -EINVAL;
   cancel_retry_timer(q);
+  drop_held(q);
   --pd_refs_[q->pd];
   const uint32_t slot = qpn - cfg_.first_qpn;
   qps_[slot].reset();
@@ -518,6 +525,7 @@ void Engine::enter_error(Qp* q) {
   cancel_retry_timer(q);
   q->resp.reading = false;
   q->resp.ack_pending = false;
+  drop_held(q);
   flush_qp(q);
 }
 
@@ -722,10 +730,11 @@ void Engine::rx_burst(rte_mbuf** frames, uint16_t n, uint64_t now_ns) {
     }
     ++q->counters.rx_packets;
     q->counters.rx_bytes += m->pkt_len;
+    bool kept = false;
     if (q->type == QpType::ud) responder_ud_rx(q, p, m);
     else if (info.responder) completer_rx(q, p, m, now_ns);
-    else responder_rx(q, p, m, now_ns);
-    rte_pktmbuf_free(m);
+    else responder_rx(q, p, m, now_ns, &kept);
+    if (!kept) rte_pktmbuf_free(m);
   }
 }
 
@@ -788,6 +797,7 @@ void Engine::poll(uint64_t now_ns) {
     q->on_ready_list = false;
     if (q->resp.ack_pending) responder_send_ack(q);
     if (q->resp.reading) responder_read_run(q, &budget);
+    if (!q->resp.reading && !q->resp.held.empty()) responder_replay_held(q, now_ns);
     requester_run(q, now_ns, &budget);
   }
   flush_tx();

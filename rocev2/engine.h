@@ -203,7 +203,11 @@ class Engine {
   void completer_fail(Qp* qp, WcStatus status);
 
   // responder.cc
-  void responder_rx(Qp* qp, const ParsedPacket& p, const rte_mbuf* m, uint64_t now_ns);
+  /// Sets *kept when it holds on to `m` (the caller must not free it).
+  void responder_rx(Qp* qp, const ParsedPacket& p, rte_mbuf* m, uint64_t now_ns, bool* kept);
+  /// Processes requests held behind a READ that has finished streaming.
+  void responder_replay_held(Qp* qp, uint64_t now_ns);
+  void drop_held(Qp* qp);
   void responder_ud_rx(Qp* qp, const ParsedPacket& p, const rte_mbuf* m);
   void responder_send_ack(Qp* qp);
   void responder_nak(Qp* qp, uint8_t syndrome, uint32_t psn);

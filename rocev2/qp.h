@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <vector>
 
+#include <rte_mbuf.h>
+
 #include "rocev2/cq.h"
 #include "rocev2/mr.h"
 #include "rocev2/verbs.h"
@@ -67,6 +69,7 @@ struct QpCounters {
   uint64_t send_errors = 0;             ///< rxe: send_err (WRs completed with an error other than flush)
   uint64_t read_replays = 0, atomic_replays = 0;
   uint64_t dropped = 0;                 ///< packets the QP dropped (UC gap, bad Q_Key, ...)
+  uint64_t held_requests = 0;           ///< requests held behind a streaming READ
 };
 
 struct Qp {
@@ -146,6 +149,10 @@ struct Qp {
     uint32_t read_offset = 0;   ///< bytes answered so far
     uint32_t read_psn = 0;      ///< PSN of the next response packet
     std::vector<uint32_t> pending_reads;  ///< indexes into resources, answered in order
+    /// Requests that arrived while a READ was still streaming, kept (with
+    /// their mbufs) and processed in order once its responses are out.
+    /// Capacity reserved at QP creation (kMaxHeldRequests).
+    std::vector<rte_mbuf*> held;
     // Coalesced acknowledgement.
     bool ack_pending = false;
     uint32_t ack_psn = 0;
@@ -157,6 +164,10 @@ struct Qp {
   bool on_ready_list = false;
   bool error_flushed = false;
 };
+
+/// Requests a responder holds behind a streaming READ before it drops more
+/// (the requester's window rarely lets more than this arrive meanwhile).
+inline constexpr size_t kMaxHeldRequests = 64;
 
 /// rxe's RNR timer table in nanoseconds, indexed by the 5-bit code (IBA table 45).
 uint64_t rnr_timer_ns(uint8_t code);

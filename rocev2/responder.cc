@@ -171,7 +171,26 @@ void Engine::responder_read_run(Qp* q, uint32_t* budget) {
   if (s.reading) mark_ready(q);
 }
 
-void Engine::responder_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint64_t) {
+void Engine::drop_held(Qp* q) {
+  for (rte_mbuf* m : q->resp.held) rte_pktmbuf_free(m);
+  q->resp.held.clear();
+}
+
+void Engine::responder_replay_held(Qp* q, uint64_t now_ns) {
+  auto& held = q->resp.held;
+  size_t done = 0;
+  // In arrival order, until one of them starts a READ that streams again.
+  while (done < held.size() && !q->resp.reading && q->state != QpState::err) {
+    rte_mbuf* m = held[done++];
+    ParsedPacket p;
+    bool kept = false;
+    if (parse_frame(m, &p) == ParseStatus::ok) responder_rx(q, p, m, now_ns, &kept);
+    if (!kept) rte_pktmbuf_free(m);
+  }
+  held.erase(held.begin(), held.begin() + static_cast<ptrdiff_t>(done));
+}
+
+void Engine::responder_rx(Qp* q, const ParsedPacket& p, rte_mbuf* m, uint64_t, bool* kept) {
   Qp::Responder& s = q->resp;
   if (q->state == QpState::reset || q->state == QpState::init) {
     ++counters_.rx_wrong_state;
@@ -188,8 +207,16 @@ void Engine::responder_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint6
   if (rc && s.reading && !(d < 0 && info.kind == OpKind::read_request)) {
     // Still streaming a READ's responses: anything answered now (an ACK, a
     // NAK, an atomic ACK) would overtake them. Only a duplicate READ (the
-    // requester going back) is served; the rest is dropped and sent again.
-    ++q->counters.dropped;
+    // requester going back) is served; the rest waits, in order, until the
+    // responses are out (rxe queues likewise), or past kMaxHeldRequests is
+    // dropped and sent again by the requester.
+    if (s.held.size() < kMaxHeldRequests) {
+      s.held.push_back(m);
+      *kept = true;
+      ++q->counters.held_requests;
+    } else {
+      ++q->counters.dropped;
+    }
     return;
   }
   if (rc && d < 0) {

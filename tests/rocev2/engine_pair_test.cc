@@ -797,6 +797,36 @@ TEST_F(EnginePairTest, AMessageSpanningAQuarterOfThePsnSpaceIsRefused) {
   EXPECT_EQ(p.a().post_send(q.a, w), 0);
 }
 
+TEST_F(EnginePairTest, RequestsBehindALongReadWaitInsteadOfBeingDropped) {
+  EnginePair& p = make();
+  QpPair q = p.connect({});
+  auto remote = p.buffer(1, 1 << 20);
+  auto local = p.buffer(0, 1 << 20);
+  auto src = p.buffer(0, 64);
+  auto dst = p.buffer(1, 64);
+  fill(remote->bytes, 9);
+  ASSERT_EQ(p.b().post_recv(q.b, rwr(1, dst->sge(0, 64))), 0);
+  // 512 response packets: more than one poll's budget (256), so the READ
+  // streams over several loops, yet inside the send window, so the SEND right
+  // behind it leaves at once and arrives while the READ still streams.
+  SendWr w = wr(WrOpcode::rdma_read, 1, local->sge(0, 1 << 19));
+  w.remote_addr = remote->va();
+  w.rkey = remote->mr->rkey;
+  ASSERT_EQ(p.a().post_send(q.a, w), 0);
+  ASSERT_EQ(p.a().post_send(q.a, wr(WrOpcode::send, 2, src->sge(0, 64))), 0);
+  std::vector<Completion> sc;
+  ASSERT_TRUE(p.wait_completions(p.host(0).scq, &sc, 2));
+  EXPECT_EQ(sc[0].status, WcStatus::success);
+  EXPECT_EQ(sc[1].status, WcStatus::success);
+  EXPECT_EQ(std::memcmp(local->bytes.data(), remote->bytes.data(), 1 << 19), 0);
+  // Expect: the SEND waited behind the READ and was served: nothing dropped,
+  // no timeout, nothing sent twice.
+  EXPECT_GE(p.b().qp(q.b)->counters.held_requests, 1u);
+  EXPECT_EQ(p.b().qp(q.b)->counters.dropped, 0u);
+  EXPECT_EQ(p.a().qp(q.a)->counters.timeouts, 0u);
+  EXPECT_EQ(p.a().qp(q.a)->counters.retransmits, 0u);
+}
+
 TEST_F(EnginePairTest, UdQpsUseThePortsActiveMtu) {
   EngineConfig base;
   base.active_mtu = PathMtu::mtu4096;
