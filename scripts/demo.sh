@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # droce's demo: installs what is missing, builds (release), and runs the
-# current demo. Today: every RoCEv2 opcode built on one DPDK port, sent to a
-# second port wired back to back (net_ring), parsed and checked there; the
-# capture of it all decoded by tshark and by droce's own decoder.
+# current demos:
+#  1. the transport: two droce hosts in one process on a net_memif link find
+#     each other by ARP and run RC SEND, WRITE, READ and atomics, checked;
+#  2. the wire format: every RoCEv2 opcode built on one DPDK port, sent to a
+#     second one (net_ring), parsed and checked there, and the capture of it
+#     decoded by tshark and by droce's own decoder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,7 +16,11 @@ if [ -f build/release/build.ninja ]; then
 else
   meson setup build/release -Dbuildtype=release >/dev/null
 fi
-ninja -C build/release apps/droce apps/droce-wire-demo >/dev/null
+ninja -C build/release apps/droce apps/droce-wire-demo apps/droce-engine-demo >/dev/null
+
+echo "### droce-engine-demo: two droce hosts on a net_memif link"
+build/release/apps/droce-engine-demo 2>&1 | grep -vE '^(EAL|TELEMETRY)|rte_pmd_memif|Frame size'
+echo
 
 mkdir -p build/demo
 pcap=build/demo/wire.pcap
