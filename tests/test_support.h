@@ -2,7 +2,10 @@
 // Helpers shared by droce's tests: where the rxe captures live, hex dumps for
 // failure messages, and the one EAL a test binary may start.
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+
+#include <array>
 
 #include <cstdint>
 #include <cstdlib>
@@ -30,6 +33,20 @@ inline std::string hex(std::span<const uint8_t> b) {
     s += ' ';
   }
   return s;
+}
+
+/// IP address literals in GID form ("192.0.2.1" -> ::ffff:192.0.2.1); a bad
+/// literal fails the test.
+inline std::array<uint8_t, 16> ip4(const char* s) {
+  std::array<uint8_t, 16> a{};
+  a[10] = a[11] = 0xff;
+  if (inet_pton(AF_INET, s, &a[12]) != 1) ADD_FAILURE() << "bad IPv4 literal " << s;
+  return a;
+}
+inline std::array<uint8_t, 16> ip6(const char* s) {
+  std::array<uint8_t, 16> a{};
+  if (inet_pton(AF_INET6, s, a.data()) != 1) ADD_FAILURE() << "bad IPv6 literal " << s;
+  return a;
 }
 
 /// A seed for a randomized test: DROCE_TEST_SEED when set (to reproduce a

@@ -3,6 +3,7 @@
 // selection follows the destination's version and scope.
 
 #include "net/gid_table.h"
+#include "tests/test_support.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -14,18 +15,8 @@ namespace {
 
 constexpr MacAddr kPortMac = {0x52, 0x54, 0x00, 0x12, 0x34, 0x56};
 
-IpAddr ip4(const char* s) {
-  IpAddr a{};
-  a[10] = a[11] = 0xff;
-  if (inet_pton(AF_INET, s, &a[12]) != 1) ADD_FAILURE() << "bad IPv4 literal " << s;
-  return a;
-}
-
-IpAddr ip6(const char* s) {
-  IpAddr a{};
-  if (inet_pton(AF_INET6, s, a.data()) != 1) ADD_FAILURE() << "bad IPv6 literal " << s;
-  return a;
-}
+using test::ip4;
+using test::ip6;
 
 TEST(GidTable, LinkLocalGidIsTheModifiedEui64OfTheMac) {
   EXPECT_EQ(ipv6_link_local_from_mac(kPortMac), ip6("fe80::5054:ff:fe12:3456"));

@@ -32,18 +32,8 @@ constexpr MacAddr kPeerMac = {0x52, 0x54, 0x00, 0x12, 0x34, 0x56};
 constexpr MacAddr kOtherMac = {0x52, 0x54, 0x00, 0xab, 0xcd, 0xef};
 constexpr MacAddr kBroadcast = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
 
-IpAddr ip4(const char* s) {
-  IpAddr a{};
-  a[10] = a[11] = 0xff;
-  if (inet_pton(AF_INET, s, &a[12]) != 1) ADD_FAILURE() << "bad IPv4 literal " << s;
-  return a;
-}
-
-IpAddr ip6(const char* s) {
-  IpAddr a{};
-  if (inet_pton(AF_INET6, s, a.data()) != 1) ADD_FAILURE() << "bad IPv6 literal " << s;
-  return a;
-}
+using test::ip4;
+using test::ip6;
 
 const IpAddr kOur4 = ip4("192.168.1.10");
 const IpAddr kPeer4 = ip4("192.168.1.1");
