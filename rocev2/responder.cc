@@ -227,6 +227,14 @@ void Engine::responder_rx(Qp* q, const ParsedPacket& p, rte_mbuf* m, uint64_t, b
         if (r.kind == RdAtomicResource::none) continue;
         if (psn_diff(psn, r.first_psn) < 0 || psn_diff(psn, r.last_psn) > 0) continue;
         if (r.kind == RdAtomicResource::read && info.kind == OpKind::read_request) {
+          // The duplicate must ask for a part of the READ it repeats (rxe
+          // checks the same): same R_Key, inside the saved range.
+          const Reth& reth = p.hdr.ext.reth;
+          if (reth.rkey != r.rkey || reth.va < r.va || reth.va - r.va > r.length ||
+              reth.dma_len > r.length - (reth.va - r.va)) {
+            ++q->counters.dropped;
+            return;
+          }
           ++q->counters.read_replays;
           responder_send_ack(q);
           s.read = r;

@@ -434,6 +434,31 @@ TEST_F(ResponderTest, ReadAnsweredWithFirstMiddleLastFromMemory) {
   EXPECT_EQ(out[0].payload(), slice(mem->bytes, 0, 8));
 }
 
+TEST_F(ResponderTest, DuplicateReadOutsideTheSavedRangeIsNotReplayed) {
+  const uint32_t qpn = make_qp();
+  auto mem = reg(8192);
+  mem->fill(pattern(8192, 11));
+  PacketHeaders read = peer(op::kReadRequest, kE, true);
+  read.ext.reth = {mem->va(), mem->rkey(), 2600};
+  deliver(read);
+  ASSERT_EQ(sent().size(), 3u);
+  // Step: a "duplicate" at kE+1 asking for bytes the original READ never covered.
+  PacketHeaders beyond = peer(op::kReadRequest, psn(kE, 1), true);
+  beyond.ext.reth = {mem->va() + 4096, mem->rkey(), 2048};
+  deliver(beyond);
+  // Expect: nothing sent, nothing replayed, counted as dropped.
+  EXPECT_TRUE(sent().empty());
+  EXPECT_EQ(qp_counters(qpn).read_replays, 0u);
+  EXPECT_EQ(qp_counters(qpn).dropped, 1u);
+  // Step: a duplicate with another R_Key.
+  PacketHeaders other_key = peer(op::kReadRequest, kE, true);
+  other_key.ext.reth = {mem->va(), mem->rkey() ^ 0x80, 2600};
+  deliver(other_key);
+  EXPECT_TRUE(sent().empty());
+  EXPECT_EQ(qp_counters(qpn).dropped, 2u);
+  EXPECT_EQ(epsn(qpn), psn(kE, 3));
+}
+
 TEST_F(ResponderTest, DuplicateReadIsReplayedFromSavedState) {
   const uint32_t qpn = make_qp();
   auto mem = reg(4096);
