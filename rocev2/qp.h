@@ -148,7 +148,6 @@ struct Qp {
     RdAtomicResource read;      ///< the READ being answered
     uint32_t read_offset = 0;   ///< bytes answered so far
     uint32_t read_psn = 0;      ///< PSN of the next response packet
-    std::vector<uint32_t> pending_reads;  ///< indexes into resources, answered in order
     /// Requests that arrived while a READ was still streaming, kept (with
     /// their mbufs) and processed in order once its responses are out.
     /// Capacity reserved at QP creation (kMaxHeldRequests).

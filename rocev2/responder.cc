@@ -157,16 +157,8 @@ void Engine::responder_read_run(Qp* q, uint32_t* budget) {
     --*budget;
     s.read_offset += len;
     s.read_psn = psn_add(s.read_psn, 1);
-    if (last) {
-      s.reading = false;
-      if (!s.pending_reads.empty()) {
-        s.read = s.resources[s.pending_reads.front()];
-        s.pending_reads.erase(s.pending_reads.begin());
-        s.reading = true;
-        s.read_offset = 0;
-        s.read_psn = s.read.first_psn;
-      }
-    }
+    // A later READ that arrived meanwhile waits in `held` and starts after this.
+    if (last) s.reading = false;
   }
   if (s.reading) mark_ready(q);
 }
@@ -239,7 +231,6 @@ void Engine::responder_rx(Qp* q, const ParsedPacket& p, rte_mbuf* m, uint64_t, b
           responder_send_ack(q);
           s.read = r;
           s.reading = true;
-          s.pending_reads.clear();
           s.read_offset = static_cast<uint32_t>(psn_diff(psn, r.first_psn)) * q->mtu;
           s.read_psn = psn;
           uint32_t budget = cfg_.tx_budget;
