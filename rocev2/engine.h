@@ -140,7 +140,11 @@ class Engine {
 
   // ---- Data path -------------------------------------------------------------
   /// ibv_post_send for one WR: -EINVAL (state, opcode, SGE count, inline
-  /// size, opcode for the QP type), -ENOMEM (queue full).
+  /// size, opcode for the QP type, a message over 2^22 packets), -ENOMEM
+  /// (queue full). With kSendInline the SGEs' addresses are pointers in this
+  /// process (droced: into its copy of the WQE) and are copied before return;
+  /// otherwise they are application virtual addresses checked against MRs
+  /// when sent. In ERR or SQE the WR is accepted and flushed at once.
   int post_send(uint32_t qpn, const SendWr& wr);
   /// ibv_post_recv: -EINVAL (RESET state, SGE count, QP with SRQ), -ENOMEM.
   int post_recv(uint32_t qpn, const RecvWr& wr);
