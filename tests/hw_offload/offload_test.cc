@@ -82,5 +82,80 @@ TEST(EngineOffloads, NicIpv4VerdictIsTrustedOnlyWhenTheTableSaysSo) {
   rte_mempool_free(pool);
 }
 
+// Keeps the frames it is given, to inspect their TX flags.
+class CapturePort : public PacketPort {
+ public:
+  std::vector<rte_mbuf*> frames;
+  uint16_t tx_burst(rte_mbuf** f, uint16_t n) override {
+    frames.insert(frames.end(), f, f + n);
+    return n;
+  }
+};
+
+TEST(EngineOffloads, TxIpv4ChecksumOffloadMarksFramesOnlyWhenTheNicDoesIt) {
+  rte_mempool* pool = net::create_mbuf_pool("offl_tx_pool", 256, 2048);
+  ASSERT_NE(pool, nullptr);
+  for (bool nic_fills : {false, true}) {
+    SCOPED_TRACE(nic_fills ? "NIC fills IPv4 checksums" : "software");
+    CapturePort port;
+    EngineConfig cfg;
+    cfg.pool = pool;
+    cfg.port = &port;
+    cfg.offloads.tx_ipv4_checksum = nic_fills;
+    {
+      Engine e(cfg);
+      uint32_t pd = 0, qpn = 0;
+      Cq* cq = nullptr;
+      ASSERT_EQ(e.alloc_pd(&pd), 0);
+      ASSERT_EQ(e.create_cq(16, &cq), 0);
+      QpInit init;
+      init.pd = pd;
+      init.send_cq = init.recv_cq = cq;
+      init.cap = {4, 4, 1, 1, 64};
+      ASSERT_EQ(e.create_qp(init, &qpn), 0);
+      QpAttr a;
+      a.qp_state = QpState::init;
+      a.port_num = 1;
+      ASSERT_EQ(e.modify_qp(qpn, a, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrAccessFlags), 0);
+      a = QpAttr{};
+      a.qp_state = QpState::rtr;
+      a.dest_qp_num = 0x99;
+      a.ah_attr.dgid = ipv4_mapped(0x0a000002);
+      ASSERT_EQ(e.modify_qp(qpn, a, kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn |
+                                        kAttrMaxDestRdAtomic | kAttrMinRnrTimer),
+                0);
+      a = QpAttr{};
+      a.qp_state = QpState::rts;
+      a.timeout = 14;
+      ASSERT_EQ(e.modify_qp(qpn, a, kAttrState | kAttrSqPsn | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry |
+                                        kAttrMaxQpRdAtomic),
+                0);
+      std::vector<uint8_t> data(16, 7);
+      SendWr w;
+      w.opcode = WrOpcode::send;
+      w.send_flags = kSendInline;
+      w.num_sge = 1;
+      w.sg_list[0] = {reinterpret_cast<uint64_t>(data.data()), 16, 0};
+      ASSERT_EQ(e.post_send(qpn, w), 0);
+      e.poll(0);
+      ASSERT_EQ(port.frames.size(), 1u);
+      rte_mbuf* m = port.frames[0];
+      const uint64_t want = RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM;
+      // Expect: flags (and the header lengths a NIC needs) only when the NIC fills it.
+      EXPECT_EQ((m->ol_flags & want) == want, nic_fills);
+      if (nic_fills) {
+        EXPECT_EQ(m->l2_len, 14u);
+        EXPECT_EQ(m->l3_len, 20u);
+      }
+      // The engine still wrote a correct checksum (the frame parses with the check on).
+      ParsedPacket p;
+      EXPECT_EQ(parse_frame(m, &p), ParseStatus::ok);
+      rte_pktmbuf_free_bulk(port.frames.data(), unsigned(port.frames.size()));
+    }
+  }
+  EXPECT_EQ(rte_mempool_in_use_count(pool), 0u);
+  rte_mempool_free(pool);
+}
+
 }  // namespace
 }  // namespace droce::hw_offload
