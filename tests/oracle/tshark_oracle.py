@@ -51,7 +51,7 @@ def main():
     rows = [line.split("\t") for line in out.splitlines()]
     passed = failed = 0
     shown = 0
-    nonlocal_guessed = [0]
+    guessed = 0
 
     def fail(n, what):
         nonlocal failed, shown
@@ -76,7 +76,7 @@ def main():
         layers = r["frame.protocols"].split(":")
         after_ib = layers[layers.index("infiniband") + 1:] if "infiniband" in layers else []
         payload_guessed = any(layer != "data" for layer in after_ib)
-        nonlocal_guessed[0] += payload_guessed
+        guessed += payload_guessed
         if r["_ws.malformed"] and not payload_guessed:
             problems.append("marked malformed")
         for msg in filter(None, r["_ws.expert.message"].split("|")):
@@ -99,7 +99,7 @@ def main():
         else:
             passed += 1
     print(f"tshark dissected {len(rows)} frames; {passed} agree with droce "
-          f"({nonlocal_guessed[0]} payloads were guessed at by tshark's heuristic dissectors)")
+          f"({guessed} payloads were guessed at by tshark's heuristic dissectors)")
     print(f"{passed} passed, {failed} failed")
     return 0 if failed == 0 else 1
 
