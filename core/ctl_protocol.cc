@@ -20,7 +20,7 @@ HeaderCheck check_header(std::span<const uint8_t> msg, CtlHeader* hdr) {
   if (hdr->magic != kMagic) return HeaderCheck::bad_magic;
   if (hdr->abi_major != kAbiMajor) return HeaderCheck::major_mismatch;
   if (hdr->length != msg.size() || hdr->length > kMaxMessage) return HeaderCheck::bad_length;
-  if (hdr->type < static_cast<uint16_t>(MsgType::hello) || hdr->type > static_cast<uint16_t>(MsgType::destroy_ah))
+  if (hdr->type < static_cast<uint16_t>(MsgType::hello) || hdr->type > kLastMsgType)
     return HeaderCheck::unknown_type;
   return HeaderCheck::ok;
 }

@@ -51,7 +51,11 @@ enum class MsgType : uint16_t {
   destroy_qp = 16,
   create_ah = 17,
   destroy_ah = 18,
+  query_srq = 19,
+  query_gid = 20,
+  stats = 21,  ///< read-only: droced's state as JSON in a memfd (the droce CLI)
 };
+inline constexpr uint16_t kLastMsgType = static_cast<uint16_t>(MsgType::stats);
 
 enum CtlFlags : uint16_t {
   kFlagReply = 1u << 0,
@@ -87,14 +91,27 @@ struct HelloRequest {
 };
 static_assert(sizeof(HelloRequest) == 40);
 
+/// Three descriptors come beside it: the context region (core/queue_abi.h
+/// ContextPage, then the doorbell ring, then the async event ring), the
+/// async eventfd droced writes when it queues an event, and the wake eventfd
+/// the client writes after a doorbell when droced says it sleeps.
 struct HelloReply {
   uint64_t node_guid;
   uint32_t context_id;
   uint32_t phys_port_cnt;
   char device_name[64];  ///< "droce0"
   char daemon_version[32];
+  uint64_t context_bytes;
+  uint32_t doorbell_offset;
+  uint32_t doorbell_entries;
+  uint32_t event_offset;
+  uint32_t event_entries;
 };
-static_assert(sizeof(HelloReply) == 112);
+static_assert(sizeof(HelloReply) == 136);
+static_assert(offsetof(HelloReply, context_bytes) == 112);
+
+/// Hello's descriptors, in order.
+inline constexpr int kHelloFdContext = 0, kHelloFdAsync = 1, kHelloFdWake = 2;
 
 struct IdRequest {  ///< dealloc_pd, dereg_mr (lkey), destroy_* (id), query_port (port), query_qp (qpn)
   uint32_t id;
@@ -108,21 +125,247 @@ struct IdReply {  ///< alloc_pd (pd), create_ah (ah)
 };
 static_assert(sizeof(IdReply) == 8);
 
-struct RegMrRequest {  ///< the memfd comes beside it
+/// The registered range [va, va + length) lies in whole pages
+/// [page_va, page_va + sum of segment lengths); each segment is a run of
+/// those pages backed by one memfd, whose descriptor comes beside the message
+/// in segment order. `segment_count` MrSegment entries follow the body.
+struct RegMrRequest {
   uint32_t pd;
   uint32_t access;
   uint64_t va;
   uint64_t length;
-  uint64_t fd_offset;  ///< where va sits in the memfd
+  uint64_t page_va;
+  uint32_t segment_count;
+  uint32_t reserved;
 };
-static_assert(sizeof(RegMrRequest) == 32);
-static_assert(offsetof(RegMrRequest, va) == 8 && offsetof(RegMrRequest, fd_offset) == 24);
+static_assert(sizeof(RegMrRequest) == 40);
+static_assert(offsetof(RegMrRequest, va) == 8 && offsetof(RegMrRequest, page_va) == 24);
+
+struct MrSegment {
+  uint64_t length;     ///< bytes, a page multiple
+  uint64_t fd_offset;  ///< where the segment starts in its memfd, a page multiple
+};
+static_assert(sizeof(MrSegment) == 16);
+/// Most segments one registration may have (one descriptor each).
+inline constexpr uint32_t kMaxMrSegments = 8;
 
 struct RegMrReply {
   uint32_t lkey;
   uint32_t rkey;
 };
 static_assert(sizeof(RegMrReply) == 8);
+
+/// An address vector as a client gives it (ibv_ah_attr with a GRH). droced
+/// fills in the MACs and the VLAN from its own port and neighbour table;
+/// query_qp reports them back.
+struct WireAv {
+  uint8_t dgid[16];
+  uint32_t flow_label;
+  uint8_t sgid_index;
+  uint8_t hop_limit;
+  uint8_t traffic_class;
+  uint8_t sl;
+  uint8_t is_global;
+  uint8_t port_num;
+  uint16_t reserved0;
+  uint8_t dmac[6];   ///< query_qp only
+  uint16_t vlan_id;  ///< query_qp only; 0xffff untagged
+  uint32_t reserved1[3];
+};
+static_assert(sizeof(WireAv) == 48);
+static_assert(offsetof(WireAv, sgid_index) == 20 && offsetof(WireAv, dmac) == 28);
+
+/// ibv_qp_attr's fields, fixed width (values as in rocev2/verbs.h).
+struct WireQpAttr {
+  uint32_t qp_state;
+  uint32_t cur_qp_state;
+  uint32_t path_mtu;
+  uint32_t path_mig_state;
+  uint32_t qkey;
+  uint32_t rq_psn;
+  uint32_t sq_psn;
+  uint32_t dest_qp_num;
+  uint32_t qp_access_flags;
+  uint32_t max_send_wr;
+  uint32_t max_recv_wr;
+  uint32_t max_send_sge;
+  uint32_t max_recv_sge;
+  uint32_t max_inline_data;
+  uint16_t pkey_index;
+  uint16_t alt_pkey_index;
+  uint8_t en_sqd_async_notify;
+  uint8_t sq_draining;
+  uint8_t max_rd_atomic;
+  uint8_t max_dest_rd_atomic;
+  uint8_t min_rnr_timer;
+  uint8_t port_num;
+  uint8_t timeout;
+  uint8_t retry_cnt;
+  uint8_t rnr_retry;
+  uint8_t alt_port_num;
+  uint8_t alt_timeout;
+  uint8_t reserved0;
+  uint32_t rate_limit;
+  uint32_t reserved1;
+  WireAv ah_attr;
+  WireAv alt_ah_attr;
+};
+static_assert(sizeof(WireQpAttr) == 176);
+static_assert(offsetof(WireQpAttr, pkey_index) == 56 && offsetof(WireQpAttr, ah_attr) == 80);
+
+struct QueryDeviceReply {
+  uint64_t node_guid;
+  uint64_t sys_image_guid;
+  uint64_t max_mr_size;
+  uint64_t page_size_cap;
+  uint32_t vendor_id;
+  uint32_t vendor_part_id;
+  uint32_t hw_ver;
+  uint32_t max_qp;
+  uint32_t max_qp_wr;
+  uint32_t max_sge;
+  uint32_t max_cq;
+  uint32_t max_cqe;
+  uint32_t max_mr;
+  uint32_t max_pd;
+  uint32_t max_qp_rd_atom;
+  uint32_t max_qp_init_rd_atom;
+  uint32_t max_srq;
+  uint32_t max_srq_wr;
+  uint32_t max_srq_sge;
+  uint32_t max_ah;
+  uint32_t max_inline_data;
+  uint32_t atomic_cap;  ///< ibv_atomic_cap
+  uint32_t phys_port_cnt;
+  uint32_t max_pkeys;
+  char fw_ver[64];
+};
+static_assert(sizeof(QueryDeviceReply) == 176);
+
+struct QueryPortReply {
+  uint32_t state;       ///< ibv_port_state
+  uint32_t max_mtu;     ///< ibv_mtu
+  uint32_t active_mtu;  ///< ibv_mtu
+  uint32_t gid_tbl_len;
+  uint32_t port_cap_flags;
+  uint32_t max_msg_sz;
+  uint32_t pkey_tbl_len;
+  uint8_t link_layer;  ///< IBV_LINK_LAYER_ETHERNET = 2
+  uint8_t phys_state;  ///< 5 link up, 3 disabled
+  uint8_t active_width;
+  uint8_t active_speed;
+  uint32_t netdev_mtu;  ///< the port's Ethernet MTU
+  uint32_t link_speed_mbps;
+  uint32_t reserved;
+};
+static_assert(sizeof(QueryPortReply) == 44);
+
+struct QueryGidRequest {
+  uint32_t port;
+  uint32_t index;
+};
+struct QueryGidReply {
+  uint8_t gid[16];
+  uint32_t type;  ///< 1: RoCE v2
+  uint32_t reserved;
+};
+static_assert(sizeof(QueryGidReply) == 24);
+
+/// One descriptor comes beside the reply: the CQ's region (one ring of Cqe)
+/// and then the CQ's eventfd.
+struct CreateCqRequest {
+  uint32_t cqe;
+  uint32_t flags;
+};
+struct CreateCqReply {
+  uint32_t cq_id;
+  uint32_t cqe;  ///< entries the CQ holds (>= asked)
+  uint64_t region_bytes;
+};
+static_assert(sizeof(CreateCqReply) == 16);
+
+/// The SRQ's region comes beside the reply: a QueueDoorbellBlock, then the
+/// receive ring at ring_offset.
+struct CreateSrqRequest {
+  uint32_t pd;
+  uint32_t max_wr;
+  uint32_t max_sge;
+  uint32_t srq_limit;
+};
+struct CreateSrqReply {
+  uint32_t srq_id;
+  uint32_t max_wr;
+  uint32_t max_sge;
+  uint32_t ring_entries;
+  uint32_t entry_size;
+  uint32_t ring_offset;
+  uint64_t region_bytes;
+};
+static_assert(sizeof(CreateSrqReply) == 32);
+
+struct ModifySrqRequest {  ///< also query_srq's reply (srq_id then unused)
+  uint32_t srq_id;
+  uint32_t mask;  ///< IBV_SRQ_MAX_WR 1, IBV_SRQ_LIMIT 2
+  uint32_t max_wr;
+  uint32_t srq_limit;
+  uint32_t max_sge;
+  uint32_t reserved;
+};
+static_assert(sizeof(ModifySrqRequest) == 24);
+
+struct CreateQpRequest {
+  uint32_t pd;
+  uint32_t send_cq;
+  uint32_t recv_cq;
+  uint32_t srq;  ///< 0: none
+  uint8_t qp_type;
+  uint8_t sq_sig_all;
+  uint16_t reserved;
+  uint32_t max_send_wr;
+  uint32_t max_recv_wr;
+  uint32_t max_send_sge;
+  uint32_t max_recv_sge;
+  uint32_t max_inline_data;
+};
+static_assert(sizeof(CreateQpRequest) == 40);
+
+/// The QP's region comes beside the reply: a QueueDoorbellBlock, the send
+/// ring at sq_offset and the receive ring at rq_offset (none with an SRQ).
+struct CreateQpReply {
+  uint32_t qpn;
+  uint32_t max_send_wr;
+  uint32_t max_recv_wr;
+  uint32_t max_send_sge;
+  uint32_t max_recv_sge;
+  uint32_t max_inline_data;
+  uint32_t sq_entries;
+  uint32_t sq_entry_size;
+  uint32_t rq_entries;
+  uint32_t rq_entry_size;
+  uint32_t sq_offset;
+  uint32_t rq_offset;
+  uint64_t region_bytes;
+};
+static_assert(sizeof(CreateQpReply) == 56);
+
+struct ModifyQpRequest {
+  uint32_t qpn;
+  uint32_t mask;  ///< ibv_qp_attr_mask
+  WireQpAttr attr;
+};
+static_assert(sizeof(ModifyQpRequest) == 184);
+
+struct CreateAhRequest {
+  uint32_t pd;
+  uint32_t reserved;
+  WireAv av;
+};
+static_assert(sizeof(CreateAhRequest) == 56);
+
+/// A memfd with the text comes beside the reply.
+struct StatsReply {
+  uint64_t length;
+};
 
 // ---- Encoding and decoding --------------------------------------------------
 
@@ -135,6 +378,16 @@ std::vector<uint8_t> encode(MsgType type, uint32_t seq, const Body& body, bool r
               static_cast<uint16_t>(reply ? kFlagReply : 0), static_cast<uint32_t>(out.size()), seq, status};
   std::memcpy(out.data(), &h, sizeof h);
   std::memcpy(out.data() + sizeof h, &body, sizeof body);
+  return out;
+}
+
+/// A message whose body is followed by `tail` (reg_mr's segments).
+template <class Body>
+std::vector<uint8_t> encode_with_tail(MsgType type, uint32_t seq, const Body& body, std::span<const uint8_t> tail) {
+  std::vector<uint8_t> out = encode(type, seq, body);
+  out.insert(out.end(), tail.begin(), tail.end());
+  const uint32_t len = static_cast<uint32_t>(out.size());
+  std::memcpy(out.data() + offsetof(CtlHeader, length), &len, sizeof len);
   return out;
 }
 

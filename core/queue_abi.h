@@ -72,6 +72,65 @@ static_assert(sizeof(Cqe) == 64);
 static_assert(offsetof(Cqe, qp_num) == 16 && offsetof(Cqe, wc_flags) == 28);
 static_assert(offsetof(Cqe, status) == 36 && offsetof(Cqe, opcode) == 37);
 
+// ---- The per-client context region (docs/droced.md) ------------------------
+
+inline constexpr uint32_t kContextMagic = 0x78746364;  // "dctx"
+inline constexpr uint32_t kContextVersion = 1;
+
+enum DeviceState : uint32_t { kDeviceRunning = 1, kDeviceFatal = 2 };
+
+/// The first page of a client's context region. droced writes every field;
+/// the client reads them. `daemon_sleeping` sits on its own cache line: the
+/// client reads it after each doorbell (and writes the wake eventfd when set).
+struct ContextPage {
+  uint32_t magic;
+  uint32_t version;
+  uint32_t device_state;  ///< DeviceState
+  uint32_t reserved0;
+  uint64_t heartbeat;     ///< droced's loop count, now and then
+  uint8_t reserved1[40];
+  uint32_t daemon_sleeping;
+  uint8_t reserved2[60];
+};
+static_assert(sizeof(ContextPage) == 128);
+static_assert(offsetof(ContextPage, daemon_sleeping) == 64);
+
+enum DoorbellKind : uint16_t {
+  kDoorbellSq = 1,     ///< id: QPN; the send ring has new WQEs
+  kDoorbellRq = 2,     ///< id: QPN; the receive ring has new WQEs
+  kDoorbellSrq = 3,    ///< id: SRQ id
+  kDoorbellArmCq = 4,  ///< id: CQ id; arg 1: solicited only
+};
+
+/// An entry of the context's doorbell ring (client -> droced).
+struct Doorbell {
+  uint16_t kind;  ///< DoorbellKind
+  uint16_t arg;
+  uint32_t id;
+};
+static_assert(sizeof(Doorbell) == 8);
+
+/// An entry of the context's async event ring (droced -> client):
+/// ibv_event_type and the QPN, CQ id, SRQ id or port.
+struct EventEntry {
+  uint32_t type;
+  uint32_t id;
+};
+static_assert(sizeof(EventEntry) == 8);
+
+/// The start of a QP's or SRQ's region. A queue's flag is 1 while a doorbell
+/// for it is in the doorbell ring: the client sets it (exchange) before
+/// pushing a doorbell and skips the push when it was already set; droced
+/// clears it before it drains the queue. So each queue has at most one
+/// doorbell in flight and the doorbell ring cannot overflow.
+struct QueueDoorbellBlock {
+  uint32_t sq_pending;
+  uint8_t reserved0[60];
+  uint32_t rq_pending;  ///< also the SRQ's
+  uint8_t reserved1[60];
+};
+static_assert(sizeof(QueueDoorbellBlock) == 128);
+
 /// Bytes of a send WQE entry for a QP's limits (a multiple of 64).
 constexpr uint32_t send_wqe_size(uint32_t max_sge, uint32_t max_inline) {
   const uint32_t body = max_sge * uint32_t{sizeof(WqeSge)} > max_inline ? max_sge * uint32_t{sizeof(WqeSge)} : max_inline;

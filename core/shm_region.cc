@@ -146,7 +146,7 @@ int ShmRegion::create(const char* name, size_t size, const ShmMapOptions& option
   return 0;
 }
 
-int ShmRegion::map_peer(int fd, size_t size, const ShmMapOptions& options, ShmRegion* out) {
+int check_peer_memfd(int fd, uint64_t min_size) {
   if (fd < 0) return -EBADF;
   struct stat st;
   if (::fstat(fd, &st) != 0) return -errno;
@@ -155,10 +155,16 @@ int ShmRegion::map_peer(int fd, size_t size, const ShmMapOptions& options, ShmRe
   if (seals < 0) return errno == EINVAL ? -ENODEV : -errno;
   // F_SEAL_SEAL among the required seals means what is checked here cannot
   // change once checked: the peer can no longer add or drop a seal.
-  if ((seals & kRequiredSeals) != kRequiredSeals) return -EPERM;
+  if ((seals & ShmRegion::kRequiredSeals) != ShmRegion::kRequiredSeals) return -EPERM;
   if ((seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) != 0) return -EPERM;
+  if (st.st_size < 0 || static_cast<uint64_t>(st.st_size) < min_size) return -EINVAL;
+  return 0;
+}
+
+int ShmRegion::map_peer(int fd, size_t size, const ShmMapOptions& options, ShmRegion* out) {
+  if (int rc = check_peer_memfd(fd, size); rc != 0) return rc;
   const size_t len = page_round(size);
-  if (len == 0 || st.st_size < 0 || static_cast<uint64_t>(st.st_size) < size) return -EINVAL;
+  if (len == 0) return -EINVAL;
   // The last page may reach past the end of the file when `size` is not a
   // page multiple; it still starts inside the file, so it cannot SIGBUS.
   Mapping m;

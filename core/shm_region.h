@@ -108,4 +108,10 @@ class ShmRegion {
 /// The system page size.
 size_t page_size();
 
+/// The checks map_peer makes of a peer's descriptor, for callers that map it
+/// themselves (droced maps registered memory in segments): a memfd carrying
+/// ShmRegion::kRequiredSeals, not write-sealed, at least `min_size` bytes.
+/// 0, or -EBADF, -ENODEV, -EPERM, -EINVAL as map_peer documents.
+int check_peer_memfd(int fd, uint64_t min_size);
+
 }  // namespace droce::core

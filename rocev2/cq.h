@@ -19,12 +19,25 @@
 
 namespace droce::rocev2 {
 
+/// Where a CQ's completions go instead of its own ring: droced's shared CQ
+/// ring, which the application polls. One sink per CQ, same lcore.
+class CqSink {
+ public:
+  virtual ~CqSink() = default;
+  /// Stores one completion; false when there is no room (overflow).
+  virtual bool push(const Completion& c) = 0;
+  /// An armed notification fired (write the CQ's eventfd).
+  virtual void notify() = 0;
+};
+
 class Cq {
  public:
-  Cq(uint32_t id, uint32_t depth) : id_(id), ring_(depth) {}
+  /// With a sink, completions go there and poll() finds nothing.
+  Cq(uint32_t id, uint32_t depth, CqSink* sink = nullptr)
+      : id_(id), depth_(depth), ring_(sink != nullptr ? 0 : depth), sink_(sink) {}
 
   uint32_t id() const { return id_; }
-  uint32_t depth() const { return static_cast<uint32_t>(ring_.size()); }
+  uint32_t depth() const { return depth_; }
   uint32_t size() const { return count_; }
   bool in_error() const { return error_; }
 
@@ -32,16 +45,19 @@ class Cq {
   /// `solicited`: the completion is for a message with SE set.
   bool push(const Completion& c, bool solicited) {
     if (error_) return false;
-    if (count_ == ring_.size()) {
+    if (sink_ != nullptr ? !sink_->push(c) : count_ == ring_.size()) {
       error_ = true;
       ++overflows_;
       return false;
     }
-    ring_[(head_ + count_) % ring_.size()] = c;
-    ++count_;
+    if (sink_ == nullptr) {
+      ring_[(head_ + count_) % ring_.size()] = c;
+      ++count_;
+    }
     if (armed_ && (!solicited_only_ || solicited || c.status != WcStatus::success)) {
       armed_ = false;
       ++events_;
+      if (sink_ != nullptr) sink_->notify();
     }
     return true;
   }
@@ -71,7 +87,9 @@ class Cq {
 
  private:
   uint32_t id_;
+  uint32_t depth_;
   std::vector<Completion> ring_;
+  CqSink* sink_;
   uint32_t head_ = 0;
   uint32_t count_ = 0;
   bool error_ = false;

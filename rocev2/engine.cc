@@ -140,11 +140,23 @@ int Engine::dereg_mr(uint32_t lkey) {
   return rc;
 }
 
-int Engine::create_cq(uint32_t depth, Cq** out) {
+namespace {
+// The first free slot of an object table (control path: a scan is fine), so
+// ids are reused and the table stays as large as the most objects alive.
+template <class T>
+uint32_t free_slot(std::vector<std::unique_ptr<T>>& table) {
+  for (uint32_t i = 0; i < table.size(); ++i)
+    if (!table[i]) return i;
+  table.emplace_back();
+  return static_cast<uint32_t>(table.size() - 1);
+}
+}  // namespace
+
+int Engine::create_cq(uint32_t depth, Cq** out, CqSink* sink) {
   if (depth == 0 || depth > cfg_.limits.max_cqe) return -EINVAL;
-  const auto id = static_cast<uint32_t>(cqs_.size());
-  cqs_.push_back(std::make_unique<Cq>(id, depth));
-  *out = cqs_.back().get();
+  const uint32_t id = free_slot(cqs_);
+  cqs_[id] = std::make_unique<Cq>(id, depth, sink);
+  *out = cqs_[id].get();
   return 0;
 }
 
@@ -164,10 +176,10 @@ int Engine::create_srq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, Srq** out
   if (pd == 0 || pd >= pd_used_.size() || !pd_used_[pd]) return -EINVAL;
   if (max_wr == 0 || max_wr > cfg_.limits.max_qp_wr || max_sge == 0 || max_sge > cfg_.limits.max_sge)
     return -EINVAL;
-  const auto id = static_cast<uint32_t>(srqs_.size());
-  srqs_.push_back(std::make_unique<Srq>(id, pd, max_wr, max_sge));
+  const uint32_t id = free_slot(srqs_);
+  srqs_[id] = std::make_unique<Srq>(id, pd, max_wr, max_sge);
   ++pd_refs_[pd];
-  *out = srqs_.back().get();
+  *out = srqs_[id].get();
   return 0;
 }
 
@@ -396,7 +408,9 @@ int Engine::post_send(uint32_t qpn, const SendWr& wr) {
   if (inl && length > q->max_inline) return -EINVAL;
   if (q->type == QpType::ud) {
     if (length > q->mtu) return -EINVAL;  // UD messages are one packet (C10-?)
-    if (wr.ah == 0 || wr.ah >= ahs_.size() || !ah_used_[wr.ah]) return -EINVAL;
+    // An AH of another PD is as foreign as a bad id: in droced, PDs are what
+    // keeps one client from sending with another's address handles.
+    if (wr.ah == 0 || wr.ah >= ahs_.size() || !ah_used_[wr.ah] || ah_pd_[wr.ah] != q->pd) return -EINVAL;
   }
 
   // A message may not span a quarter of the 24-bit PSN space: PSN distances

@@ -125,7 +125,9 @@ class Engine {
   int reg_mr(uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint32_t access, Mr** out,
              bool invalidatable = false);
   int dereg_mr(uint32_t lkey);
-  int create_cq(uint32_t depth, Cq** out);
+  /// With a sink, completions go there (droced's shared ring) and the CQ
+  /// overflows when the sink is full.
+  int create_cq(uint32_t depth, Cq** out, CqSink* sink = nullptr);
   int destroy_cq(Cq* cq);  ///< -EBUSY while a QP uses it
   int create_srq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, Srq** out);
   int destroy_srq(Srq* srq);

@@ -91,6 +91,24 @@ std::string format_ip(const IpAddr& a) {
   return buf;
 }
 
+bool parse_ip(const std::string& text, IpAddr* out) {
+  uint8_t v4[4];
+  if (inet_pton(AF_INET, text.c_str(), v4) == 1) {
+    *out = ipv4_mapped((uint32_t{v4[0]} << 24) | (uint32_t{v4[1]} << 16) | (uint32_t{v4[2]} << 8) | v4[3]);
+    return true;
+  }
+  return inet_pton(AF_INET6, text.c_str(), out->data()) == 1;
+}
+
+std::string format_gid(const IpAddr& g) {
+  std::string s;
+  for (int i = 0; i < 16; i += 2) {
+    if (i) s += ':';
+    s += sprintf_str("%02x%02x", g[i], g[i + 1]);
+  }
+  return s;
+}
+
 std::string format_mac(const MacAddr& m) {
   return sprintf_str("%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5]);
 }

@@ -22,6 +22,8 @@ class Srq {
   uint32_t max_sge() const { return max_sge_; }
   uint32_t size() const { return head_ - tail_; }
   uint32_t limit() const { return limit_; }
+  /// WQEs taken so far (free-running): droced releases shared ring slots by it.
+  uint32_t consumed() const { return tail_; }
 
   /// -ENOMEM when full, -EINVAL for too many SGEs.
   int post(const RecvWr& wr) {

@@ -1,0 +1,22 @@
+#pragma once
+// QP attributes and address vectors between the engine's vocabulary
+// (rocev2/verbs.h) and their fixed-width control-protocol form
+// (core/ctl_protocol.h): droced decodes what the client library encodes,
+// through these two functions each way.
+
+#include "core/ctl_protocol.h"
+#include "rocev2/verbs.h"
+
+namespace droce::rocev2 {
+
+void to_wire(const AddressVector& av, core::ctl::WireAv* out);
+/// The client's part of an address vector (GID, index, hop limit, class,
+/// flow label, SL); MACs, VLAN and source GID are droced's to fill in.
+void from_wire(const core::ctl::WireAv& w, AddressVector* out);
+
+void to_wire(const QpAttr& a, core::ctl::WireQpAttr* out);
+/// False when a state, MTU or migration state is out of range (the caller
+/// answers EINVAL); the engine checks the rest against the mask.
+bool from_wire(const core::ctl::WireQpAttr& w, QpAttr* out);
+
+}  // namespace droce::rocev2
