@@ -1,0 +1,147 @@
+#include "apps/droced/config.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace droce::droced {
+
+const char* usage() {
+  return "usage: droced --port DEVARGS --address IP [options]\n"
+         "  --name NAME          device name (droce0)\n"
+         "  --run-dir DIR        control socket directory (/run/droce, or $DROCE_RUN_DIR)\n"
+         "  --port DEVARGS       the DPDK port, e.g. net_af_packet0,iface=eth1 or\n"
+         "                       net_memif0,role=server,socket=/tmp/m.sock\n"
+         "  --address IP         an IPv4 or IPv6 address of this host (repeatable)\n"
+         "  --vlan ID            802.1Q VLAN of the addresses\n"
+         "  --mtu BYTES          Ethernet MTU to set on the port\n"
+         "  --lcore N            the poll core (0)\n"
+         "  --memory MB          EAL memory without hugepages (512)\n"
+         "  --mbufs N            mbufs in the port's pool (16384)\n"
+         "  --max-qps N          QPs the device offers (16384)\n"
+         "  --queue-depth N      port RX/TX descriptors (1024)\n"
+         "  --idle-spin-us N     busy-poll this long after work before sleeping (200)\n"
+         "  --max-sleep-us N     longest idle sleep (1000)\n"
+         "  --eal ARG            pass ARG to DPDK's EAL (repeatable)\n"
+         "  --log-level LEVEL    droce log level (error, warning, info, debug)\n"
+         "  --config FILE        read the same keys from FILE (key = value)\n";
+}
+
+namespace {
+
+bool to_uint(const std::string& v, uint64_t max, uint64_t* out) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long x = std::strtoull(v.c_str(), &end, 0);
+  if (errno != 0 || end == v.c_str() || *end != '\0' || x > max) return false;
+  *out = x;
+  return true;
+}
+
+int apply(const std::string& key, const std::string& value, DaemonConfig* c, std::string* err) {
+  uint64_t n = 0;
+  auto num = [&](uint64_t max) {
+    if (to_uint(value, max, &n)) return true;
+    *err = "bad value for --" + key + ": " + value;
+    return false;
+  };
+  if (key == "name") c->name = value;
+  else if (key == "run-dir") c->run_dir = value;
+  else if (key == "port") c->port = value;
+  else if (key == "address") c->addresses.push_back(value);
+  else if (key == "vlan") { if (!num(4094) || n == 0) { *err = "--vlan is 1..4094"; return -EINVAL; } c->vlan = uint16_t(n); }
+  else if (key == "mtu") { if (!num(9702)) return -EINVAL; c->mtu = uint16_t(n); }
+  else if (key == "lcore") { if (!num(1023)) return -EINVAL; c->lcore = unsigned(n); }
+  else if (key == "memory") { if (!num(1u << 20)) return -EINVAL; c->memory_mb = unsigned(n); }
+  else if (key == "mbufs") { if (!num(1u << 24)) return -EINVAL; c->mbufs = unsigned(n); }
+  else if (key == "max-qps") { if (!num(1u << 20) || n == 0) return -EINVAL; c->max_qps = uint32_t(n); }
+  else if (key == "queue-depth") { if (!num(32768) || n == 0) return -EINVAL; c->queue_depth = uint32_t(n); }
+  else if (key == "idle-spin-us") { if (!num(60'000'000)) return -EINVAL; c->idle_spin_us = n; }
+  else if (key == "max-sleep-us") { if (!num(1'000'000) || n == 0) return -EINVAL; c->max_sleep_us = n; }
+  else if (key == "eal") c->eal_args.push_back(value);
+  else if (key == "log-level") c->log_level = value;
+  else {
+    *err = "unknown option --" + key;
+    return -EINVAL;
+  }
+  return 0;
+}
+
+int read_file(const std::string& path, std::vector<std::pair<std::string, std::string>>* out, std::string* err) {
+  std::ifstream in(path);
+  if (!in) {
+    *err = "cannot read " + path;
+    return -ENOENT;
+  }
+  std::string line;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (auto hash = line.find('#'); hash != std::string::npos) line.erase(hash);
+    auto trim = [](std::string s) {
+      const auto b = s.find_first_not_of(" \t\r");
+      const auto e = s.find_last_not_of(" \t\r");
+      return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+    };
+    line = trim(line);
+    if (line.empty()) continue;
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) {
+      *err = path + ":" + std::to_string(lineno) + ": expected key = value";
+      return -EINVAL;
+    }
+    out->emplace_back(trim(line.substr(0, eq)), trim(line.substr(eq + 1)));
+  }
+  return 0;
+}
+
+}  // namespace
+
+int parse_config(int argc, char** argv, DaemonConfig* out, std::string* err) {
+  DaemonConfig c;
+  if (const char* d = std::getenv("DROCE_RUN_DIR"); d != nullptr && *d != '\0') c.run_dir = d;
+  std::vector<std::pair<std::string, std::string>> flags, file;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") return 1;
+    if (a.rfind("--", 0) != 0) {
+      *err = "unexpected argument " + a;
+      return -EINVAL;
+    }
+    a = a.substr(2);
+    std::string v;
+    if (auto eq = a.find('='); eq != std::string::npos) {
+      v = a.substr(eq + 1);
+      a = a.substr(0, eq);
+    } else if (i + 1 < argc) {
+      v = argv[++i];
+    } else {
+      *err = "--" + a + " needs a value";
+      return -EINVAL;
+    }
+    if (a == "config") {
+      if (int rc = read_file(v, &file, err); rc != 0) return rc;
+    } else {
+      flags.emplace_back(a, v);
+    }
+  }
+  // The file first, so flags override (and add to the repeatable ones).
+  for (auto& [k, v] : file)
+    if (int rc = apply(k, v, &c, err); rc != 0) return err->empty() ? (*err = "bad value for " + k, rc) : rc;
+  for (auto& [k, v] : flags)
+    if (int rc = apply(k, v, &c, err); rc != 0) return err->empty() ? (*err = "bad value for --" + k, rc) : rc;
+  if (c.port.empty()) {
+    *err = "--port is required";
+    return -EINVAL;
+  }
+  if (c.addresses.empty()) {
+    *err = "at least one --address is required";
+    return -EINVAL;
+  }
+  *out = c;
+  return 0;
+}
+
+}  // namespace droce::droced

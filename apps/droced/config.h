@@ -1,0 +1,37 @@
+#pragma once
+// droced's configuration: command-line flags, and the same keys in a
+// configuration file (`--config FILE`; one `key = value` per line, `#`
+// comments; flags given on the command line win). docs/droced.md lists them.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "net/addr.h"
+
+namespace droce::droced {
+
+struct DaemonConfig {
+  std::string name = "droce0";       ///< the device name clients see
+  std::string run_dir = "/run/droce";  ///< where <name>.sock lives ($DROCE_RUN_DIR)
+  std::string port;                  ///< DPDK devargs ("net_memif0,role=server,socket=/tmp/m.sock")
+  std::vector<std::string> addresses;  ///< IPv4 / IPv6 addresses of this host on the port
+  uint16_t vlan = net::kNoVlan;      ///< 802.1Q VLAN of the addresses (none by default)
+  uint16_t mtu = 0;                  ///< Ethernet MTU to set (0: the port's)
+  unsigned lcore = 0;                ///< the poll core
+  unsigned memory_mb = 512;          ///< EAL memory without hugepages
+  unsigned mbufs = 16384;            ///< the port's mbuf pool
+  uint32_t max_qps = 16384;
+  uint32_t queue_depth = 1024;       ///< port RX/TX descriptors
+  uint64_t idle_spin_us = 200;       ///< busy-poll this long after the last work, then sleep
+  uint64_t max_sleep_us = 1000;      ///< longest sleep (port RX is polled on waking)
+  std::vector<std::string> eal_args;  ///< passed through to EAL
+  std::string log_level;             ///< EAL --log-level for droce.* (e.g. "debug")
+};
+
+/// Parses argv (and a --config file). 0, 1 for --help (usage printed), or
+/// -EINVAL with a message in *err.
+int parse_config(int argc, char** argv, DaemonConfig* out, std::string* err);
+const char* usage();
+
+}  // namespace droce::droced

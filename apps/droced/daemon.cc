@@ -1,0 +1,481 @@
+#include "apps/droced/daemon.h"
+
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cinttypes>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+
+#include "core/clock.h"
+#include "core/log.h"
+#include "rocev2/format.h"
+
+namespace droce::droced {
+
+namespace {
+
+constexpr uint64_t kListenKey = 1, kSignalKey = 2, kWakeKey = 3;
+constexpr uint64_t kLinkCheckNs = 50'000'000;  // 50 ms
+
+// The node GUID from the port MAC (EUI-64 with the U/L bit flipped), as rxe.
+uint64_t guid_from_mac(const net::MacAddr& m) {
+  const uint8_t g[8] = {uint8_t(m[0] ^ 2), m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]};
+  uint64_t v = 0;
+  for (uint8_t b : g) v = (v << 8) | b;
+  return v;
+}
+
+std::string guid_text(uint64_t g) {
+  char b[24];
+  std::snprintf(b, sizeof b, "%04x:%04x:%04x:%04x", unsigned(g >> 48), unsigned(g >> 32) & 0xffff,
+                unsigned(g >> 16) & 0xffff, unsigned(g) & 0xffff);
+  return b;
+}
+
+// A minimal JSON writer: objects, arrays, numbers, strings.
+class Json {
+ public:
+  Json& open(const char* key, char bracket) {
+    sep(key);
+    s_ += bracket;
+    first_ = true;
+    return *this;
+  }
+  Json& close(char bracket) {
+    s_ += bracket;
+    first_ = false;
+    return *this;
+  }
+  Json& num(const char* key, uint64_t v) {
+    sep(key);
+    s_ += std::to_string(v);
+    return *this;
+  }
+  Json& boolean(const char* key, bool v) {
+    sep(key);
+    s_ += v ? "true" : "false";
+    return *this;
+  }
+  Json& str(const char* key, const std::string& v) {
+    sep(key);
+    s_ += '"';
+    for (char c : v) {
+      if (c == '"' || c == '\\') {
+        s_ += '\\';
+        s_ += c;
+      } else if (static_cast<unsigned char>(c) < 0x20) {
+        char b[8];
+        std::snprintf(b, sizeof b, "\\u%04x", c);
+        s_ += b;
+      } else {
+        s_ += c;
+      }
+    }
+    s_ += '"';
+    return *this;
+  }
+  std::string take() { return std::move(s_); }
+
+ private:
+  void sep(const char* key) {
+    if (!first_) s_ += ',';
+    first_ = false;
+    if (key != nullptr) {
+      s_ += '"';
+      s_ += key;
+      s_ += "\":";
+    }
+  }
+  std::string s_;
+  bool first_ = true;
+};
+
+std::string stats_trampoline(void* arg) { return static_cast<const Daemon*>(arg)->render_stats(); }
+
+}  // namespace
+
+Daemon::~Daemon() { shutdown(); }
+
+int Daemon::start(const DaemonConfig& cfg) {
+  cfg_ = cfg;
+  net::PortConfig pc;
+  pc.rx_ring_size = pc.tx_ring_size = static_cast<uint16_t>(cfg.queue_depth);
+  pc.pool_size = cfg.mbufs;
+  pc.mbuf_data_room = 4096 + 256;
+  pc.mtu = cfg.mtu;
+  pc.allmulticast = true;  // IPv6 neighbour discovery's solicited-node groups
+  if (int rc = net::Port::open_device(cfg.port, pc, &port_); rc != 0) {
+    DROCE_LOG(ERR, app, "cannot open port %s: %s", cfg.port.c_str(), std::strerror(-rc));
+    return rc;
+  }
+  gids_ = std::make_unique<net::GidTable>(port_->mac(), port_->kernel_netdev() ? port_->ifname() : std::string());
+  DeviceCoreConfig dc;
+  dc.port = port_.get();
+  dc.vlan = cfg.vlan;
+  for (const auto& text : cfg.addresses) {
+    net::IpAddr ip;
+    if (!rocev2::parse_ip(text, &ip)) {
+      DROCE_LOG(ERR, app, "not an IP address: %s", text.c_str());
+      return -EINVAL;
+    }
+    dc.addresses.push_back(ip);
+    if (int rc = gids_->add(ip, cfg.vlan); rc < 0) return rc;
+  }
+  // GID 0, the link-local one, is a source too.
+  dc.addresses.push_back(gids_->at(0)->gid);
+  dc.engine.max_qps = cfg.max_qps;
+  const uint16_t mtu = port_->mtu();
+  dc.engine.active_mtu = mtu >= 4096 + 80   ? rocev2::PathMtu::mtu4096
+                         : mtu >= 2048 + 80 ? rocev2::PathMtu::mtu2048
+                         : mtu >= 1024 + 80 ? rocev2::PathMtu::mtu1024
+                         : mtu >= 512 + 80  ? rocev2::PathMtu::mtu512
+                                            : rocev2::PathMtu::mtu256;
+  int rc = 0;
+  core_ = std::make_unique<DeviceCore>(dc, &rc);
+  if (rc != 0) return rc;
+
+  wake_ = core::Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  device_.name = cfg.name;
+  device_.node_guid = guid_from_mac(port_->mac());
+  device_.core = core_.get();
+  device_.port = port_.get();
+  device_.gids = gids_.get();
+  device_.vlan = cfg.vlan;
+  device_.limits = dc.engine.limits;
+  device_.max_qps = cfg.max_qps;
+  device_.wake_fd = wake_.get();
+  device_.render_stats = stats_trampoline;
+  device_.render_arg = this;
+
+  std::error_code ec;
+  std::filesystem::create_directories(cfg.run_dir, ec);
+  socket_path_ = cfg.run_dir + "/" + cfg.name + ".sock";
+  if (int r = core::seqpacket_listen(socket_path_, &listen_); r != 0) {
+    DROCE_LOG(ERR, app, "cannot listen on %s: %s", socket_path_.c_str(), std::strerror(-r));
+    return r;
+  }
+  // Applications need no privileges: what a client can reach is its own.
+  ::chmod(socket_path_.c_str(), 0666);
+  ::fcntl(listen_.get(), F_SETFL, ::fcntl(listen_.get(), F_GETFL) | O_NONBLOCK);
+
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  signal_ = core::Fd(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
+  epoll_ = core::Fd(::epoll_create1(EPOLL_CLOEXEC));
+  if (!signal_.valid() || !epoll_.valid() || !wake_.valid()) return -errno;
+  for (auto [fd, key] : {std::pair{listen_.get(), kListenKey}, {signal_.get(), kSignalKey}, {wake_.get(), kWakeKey}}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = key;
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) return -errno;
+  }
+  link_up_ = port_->link().up;
+  DROCE_LOG(INFO, app, "%s: port %s (%s, %s, MTU %u), node GUID %s, socket %s", cfg.name.c_str(), cfg.port.c_str(),
+            port_->driver_name().c_str(), rocev2::format_mac(port_->mac()).c_str(), unsigned(mtu),
+            guid_text(device_.node_guid).c_str(), socket_path_.c_str());
+  return 0;
+}
+
+void Daemon::accept_clients() {
+  for (;;) {
+    core::Fd fd;
+    if (core::seqpacket_accept(listen_.get(), &fd) != 0) return;
+    // The loop never blocks on a client.
+    ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) | O_NONBLOCK);
+    const uint64_t key = next_key_++;
+    auto s = std::make_unique<Session>(&device_, std::move(fd), static_cast<uint32_t>(key));
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.u64 = key;
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, s->fd(), &ev) != 0) continue;
+    ++counters_.clients_accepted;
+    sessions_[key] = std::move(s);
+  }
+}
+
+void Daemon::close_session(uint64_t key) {
+  auto it = sessions_.find(key);
+  if (it == sessions_.end()) return;
+  Session& s = *it->second;
+  DROCE_LOG(INFO, app, "client %u (pid %d, %s) %s: freeing its %zu QPs, %zu CQs, %zu MRs", s.id(), int(s.pid()),
+            s.program().c_str(), s.close_reason(), s.qp_count(), s.cq_count(), s.mr_count());
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, s.fd(), nullptr);
+  ++counters_.clients_closed;
+  sessions_.erase(it);  // the destructor moves its QPs to error and frees everything
+}
+
+void Daemon::control(int timeout_us) {
+  epoll_event evs[32];
+  int n;
+  if (timeout_us > 0) {
+    timespec ts{timeout_us / 1'000'000, (timeout_us % 1'000'000) * 1000L};
+    n = ::epoll_pwait2(epoll_.get(), evs, 32, &ts, nullptr);
+    if (n < 0 && errno == ENOSYS) n = ::epoll_wait(epoll_.get(), evs, 32, (timeout_us + 999) / 1000);
+  } else {
+    n = ::epoll_wait(epoll_.get(), evs, 32, 0);
+  }
+  const uint64_t now = core::monotonic_ns();
+  for (int i = 0; i < n; ++i) {
+    const uint64_t key = evs[i].data.u64;
+    if (key == kListenKey) {
+      accept_clients();
+    } else if (key == kSignalKey) {
+      signalfd_siginfo si;
+      while (::read(signal_.get(), &si, sizeof si) == sizeof si) {
+        DROCE_LOG(INFO, app, "%s: signal %u, stopping", cfg_.name.c_str(), si.ssi_signo);
+        stopping_ = true;
+      }
+    } else if (key == kWakeKey) {
+      uint64_t v;
+      [[maybe_unused]] ssize_t r = ::read(wake_.get(), &v, sizeof v);
+      ++counters_.wakeups_by_client;
+    } else {
+      auto it = sessions_.find(key);
+      if (it == sessions_.end()) continue;
+      it->second->on_readable(now);
+      if (it->second->closed()) {
+        if (std::strcmp(it->second->close_reason(), "closed its socket") != 0) ++counters_.clients_faulted;
+        close_session(key);
+      }
+    }
+  }
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    auto next = std::next(it);
+    if (it->second->has_pending()) it->second->poll_pending(now);
+    if (it->second->closed()) close_session(it->first);
+    it = next;
+  }
+}
+
+void Daemon::route_events() {
+  auto& events = core_->engine().events();
+  for (const auto& ev : events) {
+    const auto& owners = ev.type == rocev2::AsyncEventType::cq_err                ? device_.cq_owner
+                         : ev.type == rocev2::AsyncEventType::srq_limit_reached ? device_.srq_owner
+                                                                                : device_.qp_owner;
+    auto it = owners.find(ev.id);
+    if (it == owners.end()) ++counters_.events_unrouted;
+    else it->second->push_event(static_cast<uint32_t>(ev.type), ev.id);
+  }
+  events.clear();
+}
+
+void Daemon::check_link(uint64_t now_ns) {
+  if (now_ns < next_link_check_ns_) return;
+  next_link_check_ns_ = now_ns + kLinkCheckNs;
+  if (!port_->take_link_change()) return;
+  const bool up = port_->link().up;
+  if (up == link_up_) return;
+  link_up_ = up;
+  DROCE_LOG(INFO, app, "%s: port link %s", cfg_.name.c_str(), up ? "up" : "down");
+  for (auto& [k, s] : sessions_) s->push_event(up ? 9 /* IBV_EVENT_PORT_ACTIVE */ : 10 /* IBV_EVENT_PORT_ERR */, 1);
+}
+
+void Daemon::sleep(uint64_t now_ns) {
+  for (auto& [k, s] : sessions_) s->set_daemon_sleeping(true);
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // the flags before the last look at the rings
+  bool work = false;
+  for (auto& [k, s] : sessions_) work = work || s->doorbells_waiting();
+  if (!work) {
+    const uint64_t deadline = core_->next_deadline();
+    uint64_t us = cfg_.max_sleep_us;
+    if (deadline != UINT64_MAX) us = deadline <= now_ns ? 0 : std::min<uint64_t>(us, (deadline - now_ns) / 1000);
+    if (us > 0) {
+      ++counters_.sleeps;
+      control(static_cast<int>(us));
+    }
+  }
+  for (auto& [k, s] : sessions_) s->set_daemon_sleeping(false);
+}
+
+int Daemon::run() {
+  uint64_t idle_since = core::monotonic_ns();
+  const uint64_t spin_ns = cfg_.idle_spin_us * 1000;
+  const rocev2::EngineCounters& ec = core_->engine().counters();
+  while (!stopping_) {
+    const uint64_t now = core::monotonic_ns();
+    uint64_t work = 0;
+    for (auto& [k, s] : sessions_) work += s->poll(now);
+    const uint64_t before = ec.rx_frames + ec.tx_frames + core_->counters().neighbor_frames_in;
+    core_->run_once(now);
+    work += ec.rx_frames + ec.tx_frames + core_->counters().neighbor_frames_in - before;
+    if (!core_->engine().events().empty()) route_events();
+    check_link(now);
+    if ((++counters_.loops & 63) == 0) control(0);
+    if (work != 0 || core_->engine().has_tx_work()) {
+      idle_since = now;
+    } else if (now - idle_since > spin_ns) {
+      sleep(now);
+    }
+  }
+  shutdown();
+  return 0;
+}
+
+void Daemon::shutdown() {
+  if (!sessions_.empty()) {
+    DROCE_LOG(INFO, app, "%s: stopping; %zu clients told the device is gone", cfg_.name.c_str(), sessions_.size());
+    for (auto& [k, s] : sessions_) s->mark_fatal();
+    sessions_.clear();
+  }
+  if (!socket_path_.empty()) {
+    ::unlink(socket_path_.c_str());
+    socket_path_.clear();
+  }
+  listen_.reset();
+  core_.reset();
+  port_.reset();
+}
+
+std::string Daemon::render_stats() const {
+  Json j;
+  j.open(nullptr, '{');
+  j.open("device", '{')
+      .str("name", cfg_.name)
+      .str("node_guid", guid_text(device_.node_guid))
+      .str("socket", socket_path_)
+      .num("clients", sessions_.size())
+      .close('}');
+  const net::LinkState link = port_->link();
+  j.open("ports", '[').open(nullptr, '{');
+  j.num("port", 1)
+      .str("devargs", cfg_.port)
+      .str("driver", port_->driver_name())
+      .str("mac", rocev2::format_mac(port_->mac()))
+      .num("mtu", port_->mtu())
+      .str("state", link.up ? "ACTIVE" : "DOWN")
+      .num("speed_mbps", link.speed_mbps);
+  rte_eth_stats st{};
+  if (port_->stats(&st) == 0) {
+    j.open("stats", '{')
+        .num("rx_packets", st.ipackets)
+        .num("tx_packets", st.opackets)
+        .num("rx_bytes", st.ibytes)
+        .num("tx_bytes", st.obytes)
+        .num("rx_missed", st.imissed)
+        .num("rx_errors", st.ierrors)
+        .num("tx_errors", st.oerrors)
+        .close('}');
+  }
+  j.close('}').close(']');
+  j.open("gids", '[');
+  for (uint32_t i = 0; i < gids_->capacity(); ++i) {
+    const net::GidEntry* g = gids_->at(i);
+    if (g == nullptr) continue;
+    j.open(nullptr, '{')
+        .num("index", i)
+        .str("gid", rocev2::format_gid(g->gid))
+        .str("address", rocev2::format_ip(g->gid))
+        .str("type", g->type == net::GidType::roce_v2 ? "RoCE v2" : "RoCE v1")
+        .num("vlan", g->vlan == net::kNoVlan ? 0 : g->vlan)
+        .close('}');
+  }
+  j.close(']');
+
+  const rocev2::EngineCounters& ec = core_->engine().counters();
+  j.open("counters", '{')
+      .num("rx_frames", ec.rx_frames)
+      .num("tx_frames", ec.tx_frames)
+      .num("rx_unknown_qp", ec.rx_unknown_qp)
+      .num("rx_wrong_state", ec.rx_wrong_state)
+      .num("rx_bad_pkey", ec.rx_bad_pkey)
+      .num("rx_bad_qkey", ec.rx_bad_qkey)
+      .num("rx_bad_dest", ec.rx_bad_dest)
+      .num("rx_unexpected", ec.rx_unexpected)
+      .num("tx_no_mbuf", ec.tx_no_mbuf)
+      .num("tx_port_full", ec.tx_port_full)
+      .num("cq_overflows", ec.cq_overflows)
+      .num("cnp_received", ec.cnp_received)
+      .num("neighbor_frames_in", core_->counters().neighbor_frames_in)
+      .num("neighbor_frames_out", core_->counters().neighbor_frames_out)
+      .num("loops", counters_.loops)
+      .num("sleeps", counters_.sleeps)
+      .num("wakeups_by_client", counters_.wakeups_by_client)
+      .num("clients_accepted", counters_.clients_accepted)
+      .num("clients_closed", counters_.clients_closed)
+      .num("clients_faulted", counters_.clients_faulted)
+      .num("events_unrouted", counters_.events_unrouted);
+  j.open("parse", '{');
+  for (size_t i = 0; i < rocev2::kParseStatusCount; ++i)
+    if (ec.parse.by_status[i] != 0) j.num(rocev2::to_string(static_cast<rocev2::ParseStatus>(i)), ec.parse.by_status[i]);
+  j.close('}');
+  const net::NeighborCounters& nc = core_->neighbors().counters();
+  j.open("neighbor", '{')
+      .num("arp_requests_sent", nc.arp.requests_sent)
+      .num("arp_replies_sent", nc.arp.replies_sent)
+      .num("nd_requests_sent", nc.nd.requests_sent)
+      .num("nd_replies_sent", nc.nd.replies_sent)
+      .num("resolutions_failed", nc.resolutions_failed)
+      .close('}');
+  j.close('}');
+
+  j.open("clients", '[');
+  for (const auto& [k, s] : sessions_) {
+    const SessionCounters& c = s->counters();
+    j.open(nullptr, '{')
+        .num("id", s->id())
+        .num("pid", static_cast<uint64_t>(s->pid() < 0 ? 0 : s->pid()))
+        .str("program", s->program())
+        .num("qps", s->qp_count())
+        .num("cqs", s->cq_count())
+        .num("mrs", s->mr_count())
+        .num("messages", c.messages)
+        .num("errors", c.errors)
+        .num("doorbells", c.doorbells)
+        .num("bad_doorbells", c.bad_doorbells)
+        .num("wqes_posted", c.wqes_posted)
+        .num("wqes_refused", c.wqes_refused)
+        .num("events_dropped", c.events_dropped)
+        .close('}');
+  }
+  j.close(']');
+
+  j.open("qps", '[');
+  rocev2::Engine& e = core_->engine();
+  for (const auto& [k, s] : sessions_) {
+    for (uint32_t qpn : s->qpns()) {
+      const rocev2::Qp* q = e.qp(qpn);
+      if (q == nullptr) continue;
+      const rocev2::QpCounters& c = q->counters;
+      j.open(nullptr, '{')
+          .num("qpn", qpn)
+          .num("client", s->id())
+          .str("type", rocev2::to_string(q->type))
+          .str("state", rocev2::to_string(q->state))
+          .num("dest_qpn", q->attr.dest_qp_num)
+          .str("dest", rocev2::format_ip(q->attr.ah_attr.dgid))
+          .num("tx_packets", c.tx_packets)
+          .num("rx_packets", c.rx_packets)
+          .num("tx_bytes", c.tx_bytes)
+          .num("rx_bytes", c.rx_bytes)
+          .num("retransmits", c.retransmits)
+          .num("timeouts", c.timeouts)
+          .num("seq_naks_sent", c.seq_naks_sent)
+          .num("seq_naks_received", c.seq_naks_received)
+          .num("rnr_naks_sent", c.rnr_naks_sent)
+          .num("rnr_naks_received", c.rnr_naks_received)
+          .num("duplicate_requests", c.duplicate_requests)
+          .num("out_of_sequence", c.out_of_sequence)
+          .num("retry_exceeded", c.retry_exceeded)
+          .num("rnr_retry_exceeded", c.rnr_retry_exceeded)
+          .num("send_errors", c.send_errors)
+          .num("dropped", c.dropped)
+          .close('}');
+    }
+  }
+  j.close(']');
+  j.close('}');
+  return j.take();
+}
+
+}  // namespace droce::droced

@@ -1,0 +1,62 @@
+// droced: the droce software HCA. See daemon.h and docs/droced.md.
+//
+//   droced --port net_memif0,role=server,socket=/tmp/m.sock --address 10.0.0.1
+
+#include <rte_eal.h>
+
+#include <csignal>
+#include <cstdio>
+#include <string>
+
+#include "apps/droced/config.h"
+#include "apps/droced/daemon.h"
+#include "net/eal.h"
+
+int main(int argc, char** argv) {
+  using namespace droce;
+  droced::DaemonConfig cfg;
+  std::string err;
+  const int prc = droced::parse_config(argc, argv, &cfg, &err);
+  if (prc == 1) {
+    std::fputs(droced::usage(), stdout);
+    return 0;
+  }
+  if (prc != 0) {
+    std::fprintf(stderr, "droced: %s\n%s", err.c_str(), droced::usage());
+    return 2;
+  }
+  // Before EAL starts its threads, so that only the signalfd sees these.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  net::EalOptions eal;
+  eal.program = "droced";
+  eal.lcores = std::to_string(cfg.lcore);
+  eal.memory_mb = cfg.memory_mb;
+  eal.extra = {"--file-prefix=droced-" + cfg.name + "-" + std::to_string(getpid()), "--log-level=lib.eal:error",
+               "--log-level=pmd.*:error"};
+  if (!cfg.log_level.empty()) eal.extra.push_back("--log-level=droce.*:" + cfg.log_level);
+  eal.extra.insert(eal.extra.end(), cfg.eal_args.begin(), cfg.eal_args.end());
+  if (net::eal_start(eal) != 0) {
+    std::fprintf(stderr, "droced: EAL did not start\n");
+    return 1;
+  }
+  int status;
+  {
+    droced::Daemon d;
+    if (int rc = d.start(cfg); rc != 0) {
+      std::fprintf(stderr, "droced: cannot start %s (%s)\n", cfg.name.c_str(), std::strerror(-rc));
+      status = 1;
+    } else {
+      std::fprintf(stdout, "droced: %s ready\n", cfg.name.c_str());
+      std::fflush(stdout);
+      status = d.run();
+    }
+  }
+  rte_eal_cleanup();
+  return status;
+}

@@ -1,0 +1,47 @@
+#pragma once
+// A client's registered memory as droced sees it: the memfd segments the
+// client mapped over its buffer (provider/client), mapped again here side by
+// side in one reserved range, so the engine reads and writes the very pages
+// the application uses and atomics act on the same memory.
+//
+// Each descriptor is checked before it is mapped (a sealed memfd large
+// enough for its segment, core::check_peer_memfd): a client can hand droced
+// only memory it cannot shrink afterwards, so no access here can SIGBUS.
+// Control path only.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "core/ctl_protocol.h"
+
+namespace droce::droced {
+
+class PeerMemory {
+ public:
+  /// Most bytes one registration may map (1 TiB).
+  static constexpr uint64_t kMaxBytes = uint64_t{1} << 40;
+
+  PeerMemory() = default;
+  ~PeerMemory() { reset(); }
+  PeerMemory(PeerMemory&& o) noexcept;
+  PeerMemory& operator=(PeerMemory&& o) noexcept;
+  PeerMemory(const PeerMemory&) = delete;
+  PeerMemory& operator=(const PeerMemory&) = delete;
+
+  /// Maps `segments` (one descriptor each, in order) contiguously.
+  /// -EINVAL: no segment, a count that differs from the descriptors', a
+  /// length or offset not a page multiple, a total over kMaxBytes; what
+  /// check_peer_memfd and mmap return.
+  static int map(std::span<const core::ctl::MrSegment> segments, std::span<const int> fds, PeerMemory* out);
+
+  uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  void reset();
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace droce::droced

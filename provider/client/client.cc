@@ -1,0 +1,574 @@
+#include "provider/client/client.h"
+
+#include <poll.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "rocev2/ctl_attr.h"
+#include "rocev2/shm_wqe.h"
+
+namespace droce::client {
+
+using namespace core::ctl;
+namespace abi = core::abi;
+
+namespace {
+
+constexpr int kEventDeviceFatal = 8;
+
+uint32_t atomic_load(const uint32_t* p) {
+  return std::atomic_ref<uint32_t>(*const_cast<uint32_t*>(p)).load(std::memory_order_acquire);
+}
+
+int map_region(core::Fd& fd, uint64_t bytes, core::ShmRegion* out) {
+  core::ShmMapOptions o;
+  o.dont_fork = true;  // a forked child must not become a second producer
+  return core::ShmRegion::map_peer(fd.get(), bytes, o, out);
+}
+
+std::span<std::byte> sub(core::ShmRegion& r, size_t off, size_t len) {
+  if (off > r.size() || len > r.size() - off) return {};
+  return {r.data() + off, len};
+}
+
+}  // namespace
+
+std::string Context::socket_path(const std::string& device) {
+  const char* d = std::getenv("DROCE_RUN_DIR");
+  return std::string(d != nullptr && *d != '\0' ? d : "/run/droce") + "/" + device + ".sock";
+}
+
+int Context::open(const std::string& path, std::unique_ptr<Context>* out) {
+  std::unique_ptr<Context> c(new Context());
+  if (int rc = core::seqpacket_connect(path, &c->sock_); rc != 0) return rc;
+  HelloRequest h{};
+  h.pid = static_cast<uint32_t>(::getpid());
+  // The program's name, for `droce clients`.
+  if (FILE* f = std::fopen("/proc/self/comm", "r")) {
+    if (std::fgets(h.program, sizeof h.program, f) != nullptr) h.program[std::strcspn(h.program, "\n")] = '\0';
+    std::fclose(f);
+  }
+  std::vector<core::Fd> fds;
+  if (int rc = c->call(MsgType::hello, &h, sizeof h, &c->hello_, sizeof c->hello_, &fds); rc != 0) return rc;
+  if (fds.size() != 3) return -EPROTO;
+  HelloReply& r = c->hello_;
+  if (int rc = map_region(fds[kHelloFdContext], r.context_bytes, &c->context_); rc != 0) return rc;
+  const core::ShmRingGeometry db{r.doorbell_entries, sizeof(abi::Doorbell)};
+  const core::ShmRingGeometry ev{r.event_entries, sizeof(abi::EventEntry)};
+  if (int rc = core::ShmRingProducer::attach(sub(c->context_, r.doorbell_offset, core::shm_ring_bytes(db)), db,
+                                             &c->doorbells_);
+      rc != 0)
+    return rc;
+  if (int rc = core::ShmRingConsumer::attach(sub(c->context_, r.event_offset, core::shm_ring_bytes(ev)), ev,
+                                             &c->events_);
+      rc != 0)
+    return rc;
+  c->page_ = reinterpret_cast<abi::ContextPage*>(c->context_.data());
+  if (c->page_->magic != abi::kContextMagic) return -EPROTO;
+  c->async_fd_ = std::move(fds[kHelloFdAsync]);
+  c->wake_fd_ = std::move(fds[kHelloFdWake]);
+  // One descriptor for "something happened": an event, or droced gone.
+  c->async_epoll_ = core::Fd(::epoll_create1(EPOLL_CLOEXEC));
+  if (!c->async_epoll_.valid()) return -errno;
+  for (int fd : {c->async_fd_.get(), c->sock_.get()}) {
+    epoll_event e{};
+    e.events = fd == c->sock_.get() ? (EPOLLRDHUP | EPOLLHUP) : EPOLLIN;
+    e.data.fd = fd;
+    if (::epoll_ctl(c->async_epoll_.get(), EPOLL_CTL_ADD, fd, &e) != 0) return -errno;
+  }
+  *out = std::move(c);
+  return 0;
+}
+
+Context::~Context() {
+  // Closing the socket is enough: droced frees what is left. The shared
+  // memory of MRs stays mapped here (it is the application's memory).
+  cqs_.clear();
+  qps_.clear();
+  srqs_.clear();
+}
+
+bool Context::fatal() const {
+  return dead_.load(std::memory_order_relaxed) ||
+         (page_ != nullptr && atomic_load(&page_->device_state) == abi::kDeviceFatal);
+}
+
+void Context::set_dead() { dead_.store(true); }
+
+int Context::call(MsgType type, const void* body, size_t len, void* reply, size_t reply_len,
+                  std::vector<core::Fd>* fds, std::span<const int> send_fds, std::span<const uint8_t> tail) {
+  std::lock_guard<std::mutex> g(ctl_mutex_);
+  if (dead_) return -EIO;
+  const uint32_t seq = ++seq_;
+  std::vector<uint8_t> msg(sizeof(CtlHeader) + len);
+  CtlHeader h{kMagic, kAbiMajor, kAbiMinor, static_cast<uint16_t>(type), 0, 0, seq, 0};
+  if (len != 0) std::memcpy(msg.data() + sizeof h, body, len);
+  msg.insert(msg.end(), tail.begin(), tail.end());
+  h.length = static_cast<uint32_t>(msg.size());
+  std::memcpy(msg.data(), &h, sizeof h);
+  if (core::send_message(sock_.get(), msg, send_fds) != 0) {
+    set_dead();
+    return -EIO;
+  }
+  std::vector<uint8_t> in;
+  std::vector<core::Fd> in_fds;
+  for (;;) {
+    const ssize_t n = core::receive_message(sock_.get(), &in, kMaxMessage, &in_fds);
+    if (n <= 0) {
+      set_dead();
+      return -EIO;
+    }
+    CtlHeader rh;
+    const HeaderCheck hc = check_header(in, &rh);
+    if (hc == HeaderCheck::major_mismatch) return -EPROTO;
+    if (hc != HeaderCheck::ok || !(rh.flags & kFlagReply)) {
+      set_dead();
+      return -EPROTO;
+    }
+    if (rh.seq != seq) continue;  // a stale reply (not expected with one call at a time)
+    if (rh.status != 0) return rh.status;
+    if (reply_len != 0) {  // append-only: a shorter (older) body reads as zeros past its end
+      const size_t present = in.size() - sizeof(CtlHeader);
+      std::memset(reply, 0, reply_len);
+      std::memcpy(reply, in.data() + sizeof(CtlHeader), present < reply_len ? present : reply_len);
+    }
+    if (fds != nullptr) *fds = std::move(in_fds);
+    return 0;
+  }
+}
+
+// ---- Queries, PDs, MRs ------------------------------------------------------
+
+int Context::query_device(QueryDeviceReply* out) { return call(MsgType::query_device, nullptr, 0, out, sizeof *out); }
+
+int Context::query_port(uint8_t port, QueryPortReply* out) {
+  IdRequest q{port, 0};
+  return call(MsgType::query_port, &q, sizeof q, out, sizeof *out);
+}
+
+int Context::query_gid(uint8_t port, uint32_t index, QueryGidReply* out) {
+  QueryGidRequest q{port, index};
+  return call(MsgType::query_gid, &q, sizeof q, out, sizeof *out);
+}
+
+int Context::alloc_pd(uint32_t* pd) {
+  IdReply r{};
+  int rc = call(MsgType::alloc_pd, nullptr, 0, &r, sizeof r);
+  if (rc == 0) *pd = r.id;
+  return rc;
+}
+
+int Context::dealloc_pd(uint32_t pd) {
+  IdRequest q{pd, 0};
+  return call(MsgType::dealloc_pd, &q, sizeof q, nullptr, 0);
+}
+
+int Context::reg_mr(uint32_t pd, void* addr, size_t length, uint32_t access, uint32_t* lkey, uint32_t* rkey) {
+  if (addr == nullptr || length == 0) return -EINVAL;
+  // Remote write or atomic access needs local write (ibv_reg_mr(3)).
+  if ((access & (rocev2::kAccessRemoteWrite | rocev2::kAccessRemoteAtomic)) && !(access & rocev2::kAccessLocalWrite))
+    return -EINVAL;
+  std::unique_lock<std::mutex> g(ctl_mutex_);  // the registry shares the control lock
+  uintptr_t page_start = 0;
+  std::vector<SharedMemory::Piece> pieces;
+  if (int rc = memory_.share(addr, length, &page_start, &pieces); rc != 0) {
+    if (rc != -EINVAL && rc != -EFAULT) memory_.release(addr, length);
+    return rc == -E2BIG ? -ENOMEM : rc;
+  }
+  std::vector<MrSegment> segs;
+  std::vector<int> fds;
+  for (const auto& p : pieces) {
+    segs.push_back(p.segment);
+    fds.push_back(p.fd);
+  }
+  RegMrRequest q{};
+  q.pd = pd;
+  q.access = access;
+  q.va = reinterpret_cast<uint64_t>(addr);
+  q.length = length;
+  q.page_va = page_start;
+  q.segment_count = static_cast<uint32_t>(segs.size());
+  RegMrReply r{};
+  g.unlock();
+  const int rc = call(MsgType::reg_mr, &q, sizeof q, &r, sizeof r, nullptr, fds,
+                      {reinterpret_cast<const uint8_t*>(segs.data()), segs.size() * sizeof(MrSegment)});
+  g.lock();
+  if (rc != 0) {
+    memory_.release(addr, length);
+    return rc;
+  }
+  mrs_[r.lkey] = {addr, length};
+  *lkey = r.lkey;
+  *rkey = r.rkey;
+  return 0;
+}
+
+int Context::dereg_mr(uint32_t lkey) {
+  IdRequest q{lkey, 0};
+  int rc = call(MsgType::dereg_mr, &q, sizeof q, nullptr, 0);
+  std::lock_guard<std::mutex> g(ctl_mutex_);
+  auto it = mrs_.find(lkey);
+  if ((rc == 0 || rc == -EIO) && it != mrs_.end()) {
+    memory_.release(it->second.addr, it->second.length);
+    mrs_.erase(it);
+  }
+  return rc == -EIO ? 0 : rc;  // a dead device has nothing left to deregister
+}
+
+// ---- CQs ---------------------------------------------------------------------
+
+int Context::create_cq(uint32_t cqe, Cq** out) {
+  CreateCqRequest q{cqe, 0};
+  CreateCqReply r{};
+  std::vector<core::Fd> fds;
+  if (int rc = call(MsgType::create_cq, &q, sizeof q, &r, sizeof r, &fds); rc != 0) return rc;
+  auto cq = std::make_unique<Cq>();
+  cq->ctx_ = this;
+  cq->id_ = r.cq_id;
+  cq->cqe_ = r.cqe;
+  const core::ShmRingGeometry g{r.cqe, sizeof(abi::Cqe)};
+  const size_t ring_off = sizeof(abi::QueueDoorbellBlock);
+  int rc = fds.size() == 2 ? map_region(fds[0], r.region_bytes, &cq->region_) : -EPROTO;
+  if (rc == 0) rc = core::ShmRingConsumer::attach(sub(cq->region_, ring_off, core::shm_ring_bytes(g)), g, &cq->ring_);
+  if (rc != 0) {
+    IdRequest d{r.cq_id, 0};
+    (void)call(MsgType::destroy_cq, &d, sizeof d, nullptr, 0);
+    return rc;
+  }
+  cq->block_ = reinterpret_cast<abi::QueueDoorbellBlock*>(cq->region_.data());
+  cq->event_fd_ = std::move(fds[1]);
+  *out = cq.get();
+  std::lock_guard<std::mutex> l(ctl_mutex_);
+  cqs_[cq.get()] = std::move(cq);
+  return 0;
+}
+
+int Context::destroy_cq(Cq* cq) {
+  IdRequest q{cq->id_, 0};
+  int rc = call(MsgType::destroy_cq, &q, sizeof q, nullptr, 0);
+  if (rc != 0 && rc != -EIO) return rc;
+  std::lock_guard<std::mutex> l(ctl_mutex_);
+  cqs_.erase(cq);
+  return 0;
+}
+
+int Cq::poll(rocev2::Completion* out, int n) {
+  if (n <= 0) return 0;
+  abi::Cqe buf[16];
+  int done = 0;
+  std::lock_guard<SpinLock> g(lock_);
+  while (done < n) {
+    uint32_t got = 0;
+    const uint32_t want = static_cast<uint32_t>(n - done < 16 ? n - done : 16);
+    if (ring_.pop_burst(buf, want, &got) == core::ShmRingStatus::corrupt) return -EIO;
+    for (uint32_t i = 0; i < got; ++i) out[done++] = rocev2::decode_cqe(buf[i]);
+    if (got < want) break;
+  }
+  return done;
+}
+
+int Cq::req_notify(bool solicited_only) {
+  if (ctx_->fatal()) return -EIO;
+  std::atomic_ref<uint32_t>(block_->rq_pending).fetch_or(solicited_only ? 1u : 2u);
+  ctx_->ring_doorbell(abi::kDoorbellArmCq, id_, &block_->sq_pending);
+  return 0;
+}
+
+int Cq::wait_event(int timeout_ms) {
+  pollfd p[2] = {{event_fd_.get(), POLLIN, 0}, {ctx_->sock_.get(), POLLRDHUP, 0}};
+  const int n = ::poll(p, 2, timeout_ms);
+  if (n < 0) return -errno;
+  if (p[0].revents & POLLIN) {
+    uint64_t v;
+    if (::read(event_fd_.get(), &v, sizeof v) == sizeof v) return 1;
+  }
+  if (p[1].revents & (POLLRDHUP | POLLHUP)) {
+    ctx_->set_dead();
+    return -EIO;
+  }
+  return 0;
+}
+
+// ---- SRQs --------------------------------------------------------------------
+
+int Context::create_srq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit, Srq** out) {
+  CreateSrqRequest q{pd, max_wr, max_sge, limit};
+  CreateSrqReply r{};
+  std::vector<core::Fd> fds;
+  if (int rc = call(MsgType::create_srq, &q, sizeof q, &r, sizeof r, &fds); rc != 0) return rc;
+  auto s = std::make_unique<Srq>();
+  s->ctx_ = this;
+  s->id_ = r.srq_id;
+  const core::ShmRingGeometry g{r.ring_entries, r.entry_size};
+  int rc = fds.size() == 1 ? map_region(fds[0], r.region_bytes, &s->region_) : -EPROTO;
+  if (rc == 0) rc = core::ShmRingProducer::attach(sub(s->region_, r.ring_offset, core::shm_ring_bytes(g)), g, &s->rq_.ring);
+  if (rc != 0) {
+    IdRequest d{r.srq_id, 0};
+    (void)call(MsgType::destroy_srq, &d, sizeof d, nullptr, 0);
+    return rc;
+  }
+  s->rq_.pending = &reinterpret_cast<abi::QueueDoorbellBlock*>(s->region_.data())->rq_pending;
+  s->rq_.max_wr = r.max_wr;
+  s->rq_.max_sge = r.max_sge;
+  *out = s.get();
+  std::lock_guard<std::mutex> l(ctl_mutex_);
+  srqs_[s.get()] = std::move(s);
+  return 0;
+}
+
+int Context::modify_srq(Srq* srq, uint32_t mask, uint32_t max_wr, uint32_t limit) {
+  ModifySrqRequest q{srq->id_, mask, max_wr, limit, 0, 0};
+  return call(MsgType::modify_srq, &q, sizeof q, nullptr, 0);
+}
+
+int Context::query_srq(Srq* srq, uint32_t* max_wr, uint32_t* max_sge, uint32_t* limit) {
+  IdRequest q{srq->id_, 0};
+  ModifySrqRequest r{};
+  int rc = call(MsgType::query_srq, &q, sizeof q, &r, sizeof r);
+  if (rc == 0) {
+    *max_wr = r.max_wr;
+    *max_sge = r.max_sge;
+    *limit = r.srq_limit;
+  }
+  return rc;
+}
+
+int Context::destroy_srq(Srq* srq) {
+  IdRequest q{srq->id_, 0};
+  int rc = call(MsgType::destroy_srq, &q, sizeof q, nullptr, 0);
+  if (rc != 0 && rc != -EIO) return rc;
+  std::lock_guard<std::mutex> l(ctl_mutex_);
+  srqs_.erase(srq);
+  return 0;
+}
+
+// ---- QPs ---------------------------------------------------------------------
+
+int Context::create_qp(const QpCreate& c, Qp** out) {
+  if (c.send_cq == nullptr || c.recv_cq == nullptr) return -EINVAL;
+  CreateQpRequest q{};
+  q.pd = c.pd;
+  q.send_cq = c.send_cq->id_;
+  q.recv_cq = c.recv_cq->id_;
+  q.srq = c.srq != nullptr ? c.srq->id_ + 1 : 0;
+  q.qp_type = static_cast<uint8_t>(c.type);
+  q.sq_sig_all = c.sq_sig_all ? 1 : 0;
+  q.max_send_wr = c.cap.max_send_wr;
+  q.max_recv_wr = c.cap.max_recv_wr;
+  q.max_send_sge = c.cap.max_send_sge;
+  q.max_recv_sge = c.cap.max_recv_sge;
+  q.max_inline_data = c.cap.max_inline_data;
+  CreateQpReply r{};
+  std::vector<core::Fd> fds;
+  if (int rc = call(MsgType::create_qp, &q, sizeof q, &r, sizeof r, &fds); rc != 0) return rc;
+  auto qp = std::make_unique<Qp>();
+  qp->ctx_ = this;
+  qp->qpn_ = r.qpn;
+  qp->type_ = c.type;
+  qp->cap_ = {r.max_send_wr, r.max_recv_wr, r.max_send_sge, r.max_recv_sge, r.max_inline_data};
+  qp->has_rq_ = c.srq == nullptr;
+  int rc = fds.size() == 1 ? map_region(fds[0], r.region_bytes, &qp->region_) : -EPROTO;
+  const core::ShmRingGeometry sq{r.sq_entries, r.sq_entry_size};
+  const core::ShmRingGeometry rq{r.rq_entries, r.rq_entry_size};
+  if (rc == 0)
+    rc = core::ShmRingProducer::attach(sub(qp->region_, r.sq_offset, core::shm_ring_bytes(sq)), sq, &qp->sq_.ring);
+  if (rc == 0 && qp->has_rq_)
+    rc = core::ShmRingProducer::attach(sub(qp->region_, r.rq_offset, core::shm_ring_bytes(rq)), rq, &qp->rq_.ring);
+  if (rc != 0) {
+    IdRequest d{r.qpn, 0};
+    (void)call(MsgType::destroy_qp, &d, sizeof d, nullptr, 0);
+    return rc;
+  }
+  auto* block = reinterpret_cast<abi::QueueDoorbellBlock*>(qp->region_.data());
+  qp->sq_.pending = &block->sq_pending;
+  qp->sq_.max_wr = r.max_send_wr;
+  qp->sq_.max_sge = r.max_send_sge;
+  qp->sq_.max_inline = r.max_inline_data;
+  qp->rq_.pending = &block->rq_pending;
+  qp->rq_.max_wr = r.max_recv_wr;
+  qp->rq_.max_sge = r.max_recv_sge;
+  *out = qp.get();
+  std::lock_guard<std::mutex> l(ctl_mutex_);
+  qps_[qp.get()] = std::move(qp);
+  return 0;
+}
+
+int Context::modify_qp(Qp* qp, const rocev2::QpAttr& attr, uint32_t mask) {
+  ModifyQpRequest q{};
+  q.qpn = qp->qpn_;
+  q.mask = mask;
+  rocev2::to_wire(attr, &q.attr);
+  int rc = call(MsgType::modify_qp, &q, sizeof q, nullptr, 0);
+  if (rc == 0 && (mask & rocev2::kAttrState)) qp->state_.store(static_cast<uint8_t>(attr.qp_state));
+  return rc;
+}
+
+int Context::query_qp(Qp* qp, rocev2::QpAttr* attr) {
+  IdRequest q{qp->qpn_, 0};
+  WireQpAttr r{};
+  int rc = call(MsgType::query_qp, &q, sizeof q, &r, sizeof r);
+  if (rc != 0) return rc;
+  if (!rocev2::from_wire(r, attr)) return -EPROTO;
+  std::memcpy(attr->ah_attr.dmac.data(), r.ah_attr.dmac, 6);
+  attr->ah_attr.vlan_id = r.ah_attr.vlan_id;
+  qp->state_.store(static_cast<uint8_t>(attr->qp_state));
+  return 0;
+}
+
+int Context::destroy_qp(Qp* qp) {
+  IdRequest q{qp->qpn_, 0};
+  int rc = call(MsgType::destroy_qp, &q, sizeof q, nullptr, 0);
+  if (rc != 0 && rc != -EIO) return rc;
+  std::lock_guard<std::mutex> l(ctl_mutex_);
+  qps_.erase(qp);
+  return 0;
+}
+
+int Context::create_ah(uint32_t pd, const rocev2::AddressVector& av, uint32_t* ah) {
+  CreateAhRequest q{};
+  q.pd = pd;
+  rocev2::to_wire(av, &q.av);
+  IdReply r{};
+  int rc = call(MsgType::create_ah, &q, sizeof q, &r, sizeof r);
+  if (rc == 0) *ah = r.id;
+  return rc;
+}
+
+int Context::destroy_ah(uint32_t ah) {
+  IdRequest q{ah, 0};
+  int rc = call(MsgType::destroy_ah, &q, sizeof q, nullptr, 0);
+  return rc == -EIO ? 0 : rc;
+}
+
+int Context::stats(std::string* json) {
+  StatsReply r{};
+  std::vector<core::Fd> fds;
+  if (int rc = call(MsgType::stats, nullptr, 0, &r, sizeof r, &fds); rc != 0) return rc;
+  if (fds.size() != 1) return -EPROTO;
+  core::ShmRegion m;
+  if (int rc = core::ShmRegion::map_peer(fds[0].get(), r.length + 1, {}, &m); rc != 0) return rc;
+  json->assign(reinterpret_cast<const char*>(m.data()), r.length);
+  return 0;
+}
+
+// ---- Data path -----------------------------------------------------------------
+
+void Context::ring_doorbell(uint16_t kind, uint32_t id, uint32_t* pending) {
+  // The queue's producer index was published before this fence; droced
+  // clears the flag, fences, then reads the index: one of the two sides
+  // sees the other (docs/droced.md).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (std::atomic_ref<uint32_t>(*pending).exchange(1) != 0) return;  // a doorbell is in flight
+  {
+    std::lock_guard<SpinLock> g(doorbell_lock_);
+    const abi::Doorbell d{kind, 0, id};
+    // The ring holds one doorbell per queue and CQ: it is full only if corrupt.
+    if (doorbells_.try_push(&d) != core::ShmRingStatus::ok) return set_dead();
+  }
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (atomic_load(&page_->daemon_sleeping) != 0) {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(wake_fd_.get(), &one, sizeof one);
+  }
+}
+
+int Qp::post_send(const rocev2::SendWr& wr) {
+  if (ctx_->fatal()) return -EIO;
+  const auto st = static_cast<rocev2::QpState>(state_.load(std::memory_order_relaxed));
+  if (st == rocev2::QpState::reset || st == rocev2::QpState::init || st == rocev2::QpState::rtr) return -EINVAL;
+  const bool inl = (wr.send_flags & rocev2::kSendInline) != 0;
+  if (wr.num_sge > rocev2::kMaxSge || (!inl && wr.num_sge > sq_.max_sge)) return -EINVAL;
+  uint8_t inline_buf[1024];
+  size_t inline_len = 0;
+  if (inl) {
+    for (uint32_t i = 0; i < wr.num_sge; ++i) {
+      const rocev2::Sge& s = wr.sg_list[i];
+      if (inline_len + s.length > sq_.max_inline || inline_len + s.length > sizeof inline_buf) return -EINVAL;
+      std::memcpy(inline_buf + inline_len, reinterpret_cast<const void*>(s.addr), s.length);
+      inline_len += s.length;
+    }
+  }
+  {
+    std::lock_guard<SpinLock> g(sq_.lock);
+    if (sq_.ring.size() >= sq_.max_wr) return sq_.ring.corrupted() ? -EIO : -ENOMEM;
+    uint32_t got = 0;
+    if (sq_.ring.reserve(1, &got) != core::ShmRingStatus::ok) return -ENOMEM;
+    std::span<uint8_t> slot(static_cast<uint8_t*>(sq_.ring.slot(0)), sq_.ring.entry_size());
+    if (rocev2::encode_send_wqe(wr, {inline_buf, inline_len}, slot) == 0) return -EINVAL;
+    sq_.ring.publish(1);
+  }
+  ctx_->ring_doorbell(abi::kDoorbellSq, qpn_, sq_.pending);
+  return 0;
+}
+
+namespace {
+int post_recv_to(Context* ctx, ClientQueue& q, const rocev2::RecvWr& wr, uint16_t kind, uint32_t id,
+                 void (Context::*ring)(uint16_t, uint32_t, uint32_t*)) {
+  if (wr.num_sge > q.max_sge) return -EINVAL;
+  {
+    std::lock_guard<SpinLock> g(q.lock);
+    if (q.ring.size() >= q.max_wr) return q.ring.corrupted() ? -EIO : -ENOMEM;
+    uint32_t got = 0;
+    if (q.ring.reserve(1, &got) != core::ShmRingStatus::ok) return -ENOMEM;
+    std::span<uint8_t> slot(static_cast<uint8_t*>(q.ring.slot(0)), q.ring.entry_size());
+    if (rocev2::encode_recv_wqe(wr, slot) == 0) return -EINVAL;
+    q.ring.publish(1);
+  }
+  (ctx->*ring)(kind, id, q.pending);
+  return 0;
+}
+}  // namespace
+
+int Qp::post_recv(const rocev2::RecvWr& wr) {
+  if (ctx_->fatal()) return -EIO;
+  if (!has_rq_ || static_cast<rocev2::QpState>(state_.load(std::memory_order_relaxed)) == rocev2::QpState::reset)
+    return -EINVAL;
+  return post_recv_to(ctx_, rq_, wr, abi::kDoorbellRq, qpn_, &Context::ring_doorbell);
+}
+
+int Srq::post_recv(const rocev2::RecvWr& wr) {
+  if (ctx_->fatal()) return -EIO;
+  return post_recv_to(ctx_, rq_, wr, abi::kDoorbellSrq, id_, &Context::ring_doorbell);
+}
+
+// ---- Async events ----------------------------------------------------------------
+
+int Context::get_async_event(AsyncEvent* out, int timeout_ms) {
+  for (;;) {
+    {
+      std::lock_guard<SpinLock> g(event_lock_);
+      abi::EventEntry e;
+      const core::ShmRingStatus st = events_.try_pop(&e);
+      if (st == core::ShmRingStatus::ok) {
+        if (e.type == kEventDeviceFatal) fatal_reported_ = true;
+        *out = {e.type, e.id};
+        return 0;
+      }
+      if (fatal() && !fatal_reported_) {
+        fatal_reported_ = true;
+        *out = {kEventDeviceFatal, 0};
+        return 0;
+      }
+    }
+    if (timeout_ms == 0) return -EAGAIN;
+    epoll_event ev[2];
+    const int n = ::epoll_wait(async_epoll_.get(), ev, 2, timeout_ms);
+    if (n == 0) return -EAGAIN;
+    if (n < 0 && errno != EINTR) return -errno;
+    for (int i = 0; i < n; ++i) {
+      if (ev[i].data.fd == async_fd_.get()) {
+        uint64_t v;
+        [[maybe_unused]] ssize_t r = ::read(async_fd_.get(), &v, sizeof v);
+      } else {
+        set_dead();
+      }
+    }
+    if (fatal_reported_ && fatal()) return -EAGAIN;
+  }
+}
+
+}  // namespace droce::client

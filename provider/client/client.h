@@ -1,0 +1,227 @@
+#pragma once
+// The client library: a verbs context on droced, in C++. The rdma-core
+// provider wraps it; droce-selftest and the tests use it directly.
+//
+// Control calls (create, modify, destroy, register) are messages on the
+// control socket (core/ctl_protocol.h), one at a time per context. The data
+// path makes no syscall: post_send / post_recv write WQEs into the QP's
+// shared ring and ring the context's doorbell; poll reads CQEs from the CQ's
+// shared ring (core/queue_abi.h for the layouts and the doorbell rules).
+//
+// Errors: 0 or -errno as the verbs document them (EINVAL for bad
+// arguments, ENOMEM for a full queue or too many objects, EBUSY for an
+// object still in use). When droced stops or dies, the context turns fatal:
+// control calls answer -EIO, posts answer -EIO, and get_async_event reports
+// a device-fatal event (IBV_EVENT_DEVICE_FATAL, 8) once.
+//
+// Threading: any thread may call anything; control calls serialize on the
+// context, each queue's data path on its own lock.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/ctl_protocol.h"
+#include "core/queue_abi.h"
+#include "core/shm_region.h"
+#include "core/shm_ring.h"
+#include "core/unix_socket.h"
+#include "provider/client/shared_memory.h"
+#include "rocev2/verbs.h"
+
+namespace droce::client {
+
+class Context;
+
+/// A small spinlock for the data path (a post holds it for a copy).
+class SpinLock {
+ public:
+  void lock() {
+    while (flag_.test_and_set(std::memory_order_acquire)) {
+    }
+  }
+  void unlock() { flag_.clear(std::memory_order_release); }
+
+ private:
+  std::atomic_flag flag_ = ATOMIC_FLAG_INIT;
+};
+
+class Cq {
+ public:
+  uint32_t id() const { return id_; }
+  /// Entries the CQ holds (>= what was asked).
+  uint32_t cqe() const { return cqe_; }
+  /// Up to n completions, oldest first; 0 when none; -EIO on a corrupt ring.
+  int poll(rocev2::Completion* out, int n);
+  /// Asks for one event on the next completion (or solicited one).
+  int req_notify(bool solicited_only);
+  /// The eventfd droced writes when an armed notification fires.
+  int event_fd() const { return event_fd_.get(); }
+  /// Waits up to timeout_ms (-1: forever) for an event and consumes it.
+  /// 1: an event; 0: none in time; -EIO: the device is gone.
+  int wait_event(int timeout_ms);
+
+ private:
+  friend class Context;
+  Context* ctx_ = nullptr;
+  uint32_t id_ = 0;
+  uint32_t cqe_ = 0;
+  core::ShmRegion region_;
+  core::abi::QueueDoorbellBlock* block_ = nullptr;
+  core::ShmRingConsumer ring_;
+  core::Fd event_fd_;
+  SpinLock lock_;
+};
+
+/// A send or receive queue as the client sees it.
+struct ClientQueue {
+  core::ShmRingProducer ring;
+  uint32_t* pending = nullptr;  ///< the doorbell flag
+  uint32_t max_wr = 0;
+  uint32_t max_sge = 0;
+  uint32_t max_inline = 0;
+  SpinLock lock;
+};
+
+class Srq {
+ public:
+  uint32_t id() const { return id_; }
+  uint32_t max_wr() const { return rq_.max_wr; }
+  int post_recv(const rocev2::RecvWr& wr);
+
+ private:
+  friend class Context;
+  Context* ctx_ = nullptr;
+  uint32_t id_ = 0;
+  core::ShmRegion region_;
+  ClientQueue rq_;
+};
+
+struct QpCreate {
+  rocev2::QpType type = rocev2::QpType::rc;
+  uint32_t pd = 0;
+  Cq* send_cq = nullptr;
+  Cq* recv_cq = nullptr;
+  Srq* srq = nullptr;
+  rocev2::QpCap cap;
+  bool sq_sig_all = false;
+};
+
+class Qp {
+ public:
+  uint32_t qpn() const { return qpn_; }
+  rocev2::QpType type() const { return type_; }
+  /// What droced granted.
+  const rocev2::QpCap& cap() const { return cap_; }
+  /// One WR. With kSendInline the SGEs' bytes are copied into the WQE now.
+  /// -EINVAL (state, SGE count, inline length), -ENOMEM (max_send_wr
+  /// outstanding), -EIO (device gone).
+  int post_send(const rocev2::SendWr& wr);
+  int post_recv(const rocev2::RecvWr& wr);
+
+ private:
+  friend class Context;
+  Context* ctx_ = nullptr;
+  uint32_t qpn_ = 0;
+  rocev2::QpType type_ = rocev2::QpType::rc;
+  rocev2::QpCap cap_;
+  bool has_rq_ = true;
+  std::atomic<uint8_t> state_{0};  ///< as last modified (rocev2::QpState)
+  core::ShmRegion region_;
+  ClientQueue sq_, rq_;
+};
+
+struct AsyncEvent {
+  uint32_t type;  ///< ibv_event_type
+  uint32_t id;    ///< QPN, CQ id, SRQ id or port
+};
+
+class Context {
+ public:
+  /// $DROCE_RUN_DIR (default /run/droce) / <device>.sock
+  static std::string socket_path(const std::string& device = "droce0");
+  /// Connects and says hello. -ENOENT / -ECONNREFUSED (no droced), -EPROTO
+  /// (a droced of another major ABI version), -errno.
+  static int open(const std::string& socket_path, std::unique_ptr<Context>* out);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  const core::ctl::HelloReply& info() const { return hello_; }
+  int query_device(core::ctl::QueryDeviceReply* out);
+  int query_port(uint8_t port, core::ctl::QueryPortReply* out);
+  int query_gid(uint8_t port, uint32_t index, core::ctl::QueryGidReply* out);
+
+  int alloc_pd(uint32_t* pd);
+  int dealloc_pd(uint32_t pd);
+  int reg_mr(uint32_t pd, void* addr, size_t length, uint32_t access, uint32_t* lkey, uint32_t* rkey);
+  int dereg_mr(uint32_t lkey);
+
+  int create_cq(uint32_t cqe, Cq** out);
+  int destroy_cq(Cq* cq);
+  int create_srq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit, Srq** out);
+  int modify_srq(Srq* srq, uint32_t mask, uint32_t max_wr, uint32_t limit);
+  int query_srq(Srq* srq, uint32_t* max_wr, uint32_t* max_sge, uint32_t* limit);
+  int destroy_srq(Srq* srq);
+  int create_qp(const QpCreate& c, Qp** out);
+  /// The AV's dgid, sgid_index, hop_limit, traffic_class, flow_label and sl
+  /// count; droced resolves the MAC (which may take a neighbour exchange).
+  int modify_qp(Qp* qp, const rocev2::QpAttr& attr, uint32_t mask);
+  int query_qp(Qp* qp, rocev2::QpAttr* attr);
+  int destroy_qp(Qp* qp);
+  int create_ah(uint32_t pd, const rocev2::AddressVector& av, uint32_t* ah);
+  int destroy_ah(uint32_t ah);
+
+  /// droced's state as JSON (what `droce ... --json` prints).
+  int stats(std::string* json);
+
+  /// One async event; -EAGAIN when none (non-blocking), or waits up to
+  /// timeout_ms when given (>= 0; -1 forever).
+  int get_async_event(AsyncEvent* out, int timeout_ms = 0);
+  /// The descriptor that becomes readable with an async event or droced's end.
+  int async_fd() const { return async_epoll_.get(); }
+  /// droced stopped, crashed or marked this context fatal.
+  bool fatal() const;
+
+ private:
+  friend class Cq;
+  friend class Qp;
+  friend class Srq;
+  Context() = default;
+
+  int call(core::ctl::MsgType type, const void* body, size_t len, void* reply, size_t reply_len,
+           std::vector<core::Fd>* fds = nullptr, std::span<const int> send_fds = {},
+           std::span<const uint8_t> tail = {});
+  /// Rings the doorbell for a queue whose `pending` flag guards it.
+  void ring_doorbell(uint16_t kind, uint32_t id, uint32_t* pending);
+  void set_dead();
+
+  core::Fd sock_;
+  core::ctl::HelloReply hello_{};
+  core::ShmRegion context_;
+  core::abi::ContextPage* page_ = nullptr;
+  core::ShmRingProducer doorbells_;
+  core::ShmRingConsumer events_;
+  core::Fd async_fd_, wake_fd_, async_epoll_;
+  std::atomic<bool> dead_{false};
+  bool fatal_reported_ = false;
+  uint32_t seq_ = 0;
+  std::mutex ctl_mutex_;
+  SpinLock doorbell_lock_;
+  SpinLock event_lock_;
+  SharedMemory memory_;
+  struct MrRange {
+    void* addr;
+    size_t length;
+  };
+  std::unordered_map<uint32_t, MrRange> mrs_;
+  std::unordered_map<Cq*, std::unique_ptr<Cq>> cqs_;
+  std::unordered_map<Qp*, std::unique_ptr<Qp>> qps_;
+  std::unordered_map<Srq*, std::unique_ptr<Srq>> srqs_;
+};
+
+}  // namespace droce::client
