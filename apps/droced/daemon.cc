@@ -325,6 +325,9 @@ int Daemon::run() {
 void Daemon::shutdown() {
   if (!sessions_.empty()) {
     DROCE_LOG(INFO, app, "%s: stopping; %zu clients told the device is gone", cfg_.name.c_str(), sessions_.size());
+    // Take in what the clients posted last, so it is flushed with the rest.
+    const uint64_t now = core::monotonic_ns();
+    for (auto& [k, s] : sessions_) (void)s->poll(now);
     for (auto& [k, s] : sessions_) s->mark_fatal();
     sessions_.clear();
   }

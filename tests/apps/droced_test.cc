@@ -1,0 +1,438 @@
+// Two droced processes joined by a net_memif link (no root needed), driven
+// through the client library and droce-selftest: data verified end to end,
+// then the hard cases: a client killed mid-traffic, a client that scribbles
+// over its shared memory, droced stopped under a client, the stats message,
+// and protocol garbage on the control socket.
+//
+// DROCED_BIN and SELFTEST_BIN name the binaries (meson sets them).
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/ctl_protocol.h"
+#include "core/unix_socket.h"
+#include "provider/client/client.h"
+#include "rocev2/format.h"
+
+extern char** environ;
+
+namespace droce {
+namespace {
+
+using namespace rocev2;
+using client::Context;
+namespace fs = std::filesystem;
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : fallback;
+}
+
+pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  return rc == 0 ? pid : -1;
+}
+
+// Waits for a child up to `seconds`; its wait status, or -1 on timeout.
+int wait_for(pid_t pid, double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (;;) {
+    int st = 0;
+    if (waitpid(pid, &st, WNOHANG) == pid) return st;
+    if (std::chrono::steady_clock::now() > end) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+struct DaemonProc {
+  pid_t pid = -1;
+  std::string run_dir, log, sock;
+};
+
+class TwoDaemons : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static int n = 0;
+    dir_ = "/tmp/droced-test-" + std::to_string(getpid()) + "-" + std::to_string(n++);
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+
+  void TearDown() override {
+    for (auto& d : d_) stop(d, SIGKILL);
+    fs::remove_all(dir_);
+  }
+
+  // Starts daemon A (memif server) and B (client) with `extra` flags.
+  void start(const std::vector<std::string>& extra = {}, bool ipv6 = false) {
+    const std::string memif = dir_ + "/memif.sock";
+    for (int i = 0; i < 2; ++i) {
+      DaemonProc& d = d_[i];
+      d.run_dir = dir_ + (i == 0 ? "/a" : "/b");
+      d.log = dir_ + (i == 0 ? "/a.log" : "/b.log");
+      d.sock = d.run_dir + "/droce0.sock";
+      std::vector<std::string> args = {env_or("DROCED_BIN", "apps/droced"),
+                                       "--run-dir", d.run_dir,
+                                       "--port", std::string("net_memif") + char('0' + i) + ",role=" +
+                                                     (i == 0 ? "server" : "client") + ",socket=" + memif +
+                                                     ",socket-abstract=no",
+                                       "--address", i == 0 ? "10.77.0.1" : "10.77.0.2",
+                                       "--memory", "256", "--mbufs", "8192"};
+      if (ipv6) args.insert(args.end(), {"--address", i == 0 ? "fd00:77::1" : "fd00:77::2"});
+      args.insert(args.end(), extra.begin(), extra.end());
+      d.pid = spawn(args, d.log);
+      ASSERT_GT(d.pid, 0);
+      // The server's memif socket must exist before the client starts.
+      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (!fs::exists(d.sock) && std::chrono::steady_clock::now() < end) {
+        ASSERT_EQ(waitpid(d.pid, nullptr, WNOHANG), 0) << "droced exited:\n" << slurp(d.log);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      ASSERT_TRUE(fs::exists(d.sock)) << slurp(d.log);
+    }
+  }
+
+  // Stops a daemon; returns its wait status (-1: it had to be killed).
+  int stop(DaemonProc& d, int sig = SIGTERM) {
+    if (d.pid <= 0) return 0;
+    kill(d.pid, sig);
+    int st = wait_for(d.pid, 30);
+    if (st == -1) {
+      kill(d.pid, SIGKILL);
+      waitpid(d.pid, nullptr, 0);
+    }
+    d.pid = -1;
+    return st;
+  }
+
+  bool alive(const DaemonProc& d) { return d.pid > 0 && waitpid(d.pid, nullptr, WNOHANG) == 0; }
+
+  // Runs droce-selftest between the two daemons; its exit status and output.
+  int selftest(const std::vector<std::string>& extra, std::string* out) {
+    const std::string log = dir_ + "/selftest.log";
+    fs::remove(log);
+    std::vector<std::string> args = {env_or("SELFTEST_BIN", "apps/droce-selftest"), "--a", d_[0].sock, "--b",
+                                     d_[1].sock, "--quiet"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const pid_t pid = spawn(args, log);
+    int st = wait_for(pid, 600);
+    if (st == -1) kill(pid, SIGKILL);
+    *out = slurp(log);
+    return st == -1 ? -1 : (WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+  }
+
+  std::string dir_;
+  DaemonProc d_[2];
+};
+
+TEST_F(TwoDaemons, EveryOpcodeAndAThousandQpsOverIpv4) {
+  start();
+  std::string out;
+  EXPECT_EQ(selftest({"--qps", "1000", "--size", "1048576"}, &out), 0) << out;
+  EXPECT_NE(out.find("ok: 0 failures"), std::string::npos) << out;
+  EXPECT_TRUE(alive(d_[0]) && alive(d_[1]));
+  EXPECT_EQ(stop(d_[0]), 0);
+  EXPECT_EQ(stop(d_[1]), 0);
+}
+
+TEST_F(TwoDaemons, Ipv6OnAVlanWithPathMtu4096) {
+  start({"--vlan", "100"}, /*ipv6=*/true);
+  std::string out;
+  // GID 0 is the link-local one, 1 the IPv4 address, 2 the IPv6 one.
+  EXPECT_EQ(selftest({"--qps", "16", "--gid-index", "2", "--mtu", "4096"}, &out), 0) << out;
+  EXPECT_EQ(selftest({"--qps", "16", "--gid-index", "1"}, &out), 0) << out;
+}
+
+// Makes a connected RC QP pair between `a` and `b` (contexts of the two daemons).
+struct RcPair {
+  client::Cq* cq[2] = {};
+  client::Qp* qp[2] = {};
+  uint32_t pd[2] = {};
+};
+
+void bring_up(Context* ctx, client::Qp* qp, uint32_t peer, const net::IpAddr& dgid, uint8_t timeout, uint8_t retry) {
+  QpAttr a;
+  a.qp_state = QpState::init;
+  a.port_num = 1;
+  a.qp_access_flags = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead;
+  ASSERT_EQ(ctx->modify_qp(qp, a, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrAccessFlags), 0);
+  a = QpAttr{};
+  a.qp_state = QpState::rtr;
+  a.path_mtu = PathMtu::mtu1024;
+  a.dest_qp_num = peer;
+  a.max_dest_rd_atomic = 1;
+  a.min_rnr_timer = 1;
+  a.ah_attr.dgid = dgid;
+  a.ah_attr.sgid_index = 1;
+  ASSERT_EQ(ctx->modify_qp(qp, a, kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn |
+                                      kAttrMaxDestRdAtomic | kAttrMinRnrTimer),
+            0);
+  a = QpAttr{};
+  a.qp_state = QpState::rts;
+  a.timeout = timeout;
+  a.retry_cnt = retry;
+  a.rnr_retry = retry;
+  a.max_rd_atomic = 1;
+  ASSERT_EQ(ctx->modify_qp(qp, a, kAttrState | kAttrSqPsn | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry |
+                                      kAttrMaxQpRdAtomic),
+            0);
+}
+
+net::IpAddr v4(uint32_t a) { return net::ipv4_mapped(a); }
+
+TEST_F(TwoDaemons, AKilledClientsPeerSeesRetryExceededAndDaemonsServeOn) {
+  start();
+  // The peer: this process, a client of daemon B.
+  std::unique_ptr<Context> b;
+  ASSERT_EQ(Context::open(d_[1].sock, &b), 0);
+  uint32_t pd = 0;
+  client::Cq* cq = nullptr;
+  client::Qp* qp = nullptr;
+  ASSERT_EQ(b->alloc_pd(&pd), 0);
+  ASSERT_EQ(b->create_cq(256, &cq), 0);
+  client::QpCreate c;
+  c.pd = pd;
+  c.send_cq = c.recv_cq = cq;
+  c.cap = {64, 64, 1, 1, 0};
+  c.sq_sig_all = true;
+  ASSERT_EQ(b->create_qp(c, &qp), 0);
+  std::vector<uint8_t> buf(1 << 16, 0x5a);
+  uint32_t lkey = 0, rkey = 0;
+  ASSERT_EQ(b->reg_mr(pd, buf.data(), buf.size(), kAccessLocalWrite | kAccessRemoteWrite, &lkey, &rkey), 0);
+
+  // The victim: a child, a client of daemon A, writing into our buffer.
+  int to_child[2], from_child[2];
+  ASSERT_EQ(pipe(to_child), 0);
+  ASSERT_EQ(pipe(from_child), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::unique_ptr<Context> a;
+    if (Context::open(d_[0].sock, &a) != 0) _exit(10);
+    uint32_t cpd = 0, ck = 0, crk = 0;
+    client::Cq* ccq = nullptr;
+    client::Qp* cqp = nullptr;
+    std::vector<uint8_t> mine(4096, 0x33);
+    if (a->alloc_pd(&cpd) || a->create_cq(256, &ccq) || a->reg_mr(cpd, mine.data(), mine.size(), kAccessLocalWrite, &ck, &crk))
+      _exit(11);
+    client::QpCreate cc = c;
+    cc.pd = cpd;
+    cc.send_cq = cc.recv_cq = ccq;
+    if (a->create_qp(cc, &cqp) != 0) _exit(12);
+    uint32_t qpn = cqp->qpn(), peer = 0;
+    if (write(from_child[1], &qpn, 4) != 4 || read(to_child[0], &peer, 4) != 4) _exit(13);
+    bring_up(a.get(), cqp, peer, v4(0x0a4d0002), 14, 7);
+    if (::testing::Test::HasFatalFailure()) _exit(14);
+    uint64_t raddr = 0;
+    uint32_t r = 0;
+    if (read(to_child[0], &raddr, 8) != 8 || read(to_child[0], &r, 4) != 4) _exit(15);
+    uint8_t ready = 1;
+    if (write(from_child[1], &ready, 1) != 1) _exit(16);
+    for (;;) {  // WRITEs until killed
+      SendWr w;
+      w.opcode = WrOpcode::rdma_write;
+      w.num_sge = 1;
+      w.sg_list[0] = {reinterpret_cast<uint64_t>(mine.data()), 4096, ck};
+      w.remote_addr = raddr;
+      w.rkey = r;
+      (void)cqp->post_send(w);
+      Completion x[16];
+      (void)ccq->poll(x, 16);
+    }
+  }
+  uint32_t child_qpn = 0;
+  ASSERT_EQ(read(from_child[0], &child_qpn, 4), 4);
+  const uint32_t my_qpn = qp->qpn();
+  ASSERT_EQ(write(to_child[1], &my_qpn, 4), 4);
+  // Short timers: 4.096 us << 10 = 4 ms, 3 retries.
+  bring_up(b.get(), qp, child_qpn, v4(0x0a4d0001), 10, 3);
+  const uint64_t raddr = reinterpret_cast<uint64_t>(buf.data());
+  ASSERT_EQ(write(to_child[1], &raddr, 8), 8);
+  ASSERT_EQ(write(to_child[1], &rkey, 4), 4);
+  uint8_t ready = 0;
+  ASSERT_EQ(read(from_child[0], &ready, 1), 1);
+  // The child's WRITEs land in our buffer.
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (buf[100] != 0x33 && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(buf[100], 0x33);
+
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  // Daemon A frees the child's QP; our SENDs to it now go unanswered, and
+  // the requester gives up with the transport retry error (IBA C9-141).
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  SendWr s;
+  s.opcode = WrOpcode::send;
+  s.num_sge = 1;
+  s.sg_list[0] = {raddr, 64, lkey};
+  ASSERT_EQ(qp->post_send(s), 0);
+  Completion got;
+  bool have = false;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!have && std::chrono::steady_clock::now() < until) have = cq->poll(&got, 1) == 1;
+  ASSERT_TRUE(have);
+  EXPECT_EQ(got.status, WcStatus::retry_exc_err) << to_string(got.status);
+
+  // Daemon A is healthy and its stats show the child gone.
+  ASSERT_TRUE(alive(d_[0]) && alive(d_[1]));
+  std::unique_ptr<Context> a;
+  ASSERT_EQ(Context::open(d_[0].sock, &a), 0);
+  std::string json;
+  ASSERT_EQ(a->stats(&json), 0);
+  EXPECT_NE(json.find("\"clients_closed\":1"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"qps\":[]"), std::string::npos) << json;
+  a.reset();
+  b.reset();
+  std::string out;
+  EXPECT_EQ(selftest({"--qps", "8"}, &out), 0) << out;
+}
+
+TEST_F(TwoDaemons, AClientScribblingOverItsSharedMemoryHurtsOnlyItself) {
+  start();
+  for (uint32_t seed = 1; seed <= 3; ++seed) {
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      std::unique_ptr<Context> a;
+      if (Context::open(d_[0].sock, &a) != 0) _exit(10);
+      uint32_t pd = 0;
+      client::Cq* cq = nullptr;
+      client::Qp* qp = nullptr;
+      client::Srq* srq = nullptr;
+      if (a->alloc_pd(&pd) || a->create_cq(64, &cq) || a->create_srq(pd, 16, 1, 0, &srq)) _exit(11);
+      client::QpCreate c;
+      c.pd = pd;
+      c.send_cq = c.recv_cq = cq;
+      c.cap = {16, 16, 1, 1, 0};
+      if (a->create_qp(c, &qp) != 0) _exit(12);
+      // Garbage over every droce region this process maps: rings, indexes,
+      // doorbell flags, the context page.
+      std::mt19937 rng(seed);
+      std::ifstream maps("/proc/self/maps");
+      std::string line;
+      while (std::getline(maps, line)) {
+        if (line.find("memfd:droce-") == std::string::npos || line.find("droce-mr") != std::string::npos) continue;
+        uintptr_t lo = 0, hi = 0;
+        if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) != 2) continue;
+        for (uintptr_t p = lo; p + 4 <= hi; p += 4) *reinterpret_cast<uint32_t*>(p) = rng();
+      }
+      // And ring every doorbell there is, so droced reads the garbage.
+      RecvWr r;
+      (void)qp->post_recv(r);
+      (void)srq->post_recv(r);
+      (void)cq->req_notify(false);
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      _exit(0);
+    }
+    const int st = wait_for(child, 30);
+    EXPECT_NE(st, -1);
+  }
+  ASSERT_TRUE(alive(d_[0])) << slurp(d_[0].log);
+  std::string out;
+  EXPECT_EQ(selftest({"--qps", "8"}, &out), 0) << out;
+}
+
+TEST_F(TwoDaemons, StoppingDroceTurnsItsClientsFatal) {
+  start();
+  std::unique_ptr<Context> a;
+  ASSERT_EQ(Context::open(d_[0].sock, &a), 0);
+  uint32_t pd = 0;
+  client::Cq* cq = nullptr;
+  client::Qp* qp = nullptr;
+  ASSERT_EQ(a->alloc_pd(&pd), 0);
+  ASSERT_EQ(a->create_cq(256, &cq), 0);
+  client::QpCreate c;
+  c.pd = pd;
+  c.send_cq = c.recv_cq = cq;
+  c.cap = {64, 64, 1, 1, 0};
+  ASSERT_EQ(a->create_qp(c, &qp), 0);
+  bring_up(a.get(), qp, 0x999, v4(0x0a4d0002), 14, 7);
+  RecvWr r;
+  ASSERT_EQ(qp->post_recv(r), 0);
+  client::AsyncEvent ev{};
+  EXPECT_EQ(a->get_async_event(&ev, 0), -EAGAIN);
+
+  const int st = stop(d_[0], SIGTERM);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+  ASSERT_EQ(a->get_async_event(&ev, 5000), 0);
+  EXPECT_EQ(ev.type, 8u);  // IBV_EVENT_DEVICE_FATAL
+  EXPECT_TRUE(a->fatal());
+  // The posted receive was flushed into the CQ before droced went away.
+  Completion got;
+  ASSERT_EQ(cq->poll(&got, 1), 1);
+  EXPECT_EQ(got.status, WcStatus::wr_flush_err);
+  SendWr w;
+  EXPECT_EQ(qp->post_send(w), -EIO);
+  uint32_t pd2 = 0;
+  EXPECT_EQ(a->alloc_pd(&pd2), -EIO);
+}
+
+TEST_F(TwoDaemons, ControlSocketGarbageIsRefusedAndTheDaemonServesOn) {
+  start();
+  using namespace core::ctl;
+  {  // A different major version: a clear -EPROTO, then the door closes.
+    std::unique_ptr<Context> dummy;
+    core::Fd s;
+    ASSERT_EQ(core::seqpacket_connect(d_[0].sock, &s), 0);
+    auto msg = encode(MsgType::hello, 1, HelloRequest{});
+    msg[4] = kAbiMajor + 1;
+    ASSERT_EQ(core::send_message(s.get(), msg), 0);
+    std::vector<uint8_t> in;
+    std::vector<core::Fd> fds;
+    ASSERT_GT(core::receive_message(s.get(), &in, kMaxMessage, &fds), 0);
+    CtlHeader h;
+    std::memcpy(&h, in.data(), sizeof h);
+    EXPECT_EQ(h.status, -EPROTO);
+    EXPECT_EQ(core::receive_message(s.get(), &in, kMaxMessage, &fds), 0);  // closed
+  }
+  {  // Random bytes, and a request before hello.
+    std::mt19937 rng(7);
+    for (int i = 0; i < 50; ++i) {
+      core::Fd s;
+      ASSERT_EQ(core::seqpacket_connect(d_[0].sock, &s), 0);
+      std::vector<uint8_t> junk(1 + rng() % 300);
+      for (auto& b : junk) b = static_cast<uint8_t>(rng());
+      if (i % 2 == 0 && junk.size() >= sizeof(CtlHeader)) {
+        auto m = encode(MsgType::create_qp, 1, CreateQpRequest{});
+        std::memcpy(junk.data(), m.data(), sizeof(CtlHeader));
+        junk.resize(m.size());
+      }
+      (void)core::send_message(s.get(), junk);
+    }
+  }
+  ASSERT_TRUE(alive(d_[0]));
+  std::string out;
+  EXPECT_EQ(selftest({"--qps", "4"}, &out), 0) << out;
+}
+
+}  // namespace
+}  // namespace droce
