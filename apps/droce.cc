@@ -41,6 +41,10 @@ void usage(FILE* out) {
       "  gen --seed S --count N [--ipv4|--ipv6] [--no-vlan] [--max-payload B] OUT.pcap\n"
       "      Write N random valid RoCEv2 frames (every opcode, IPv4/IPv6, VLAN or not)\n"
       "      to OUT.pcap, and their fields, one JSON object per line, to OUT.pcap.jsonl.\n"
+      "  devices | ports | gids | qps | clients | counters | status [--json] [--device NAME | --socket PATH]\n"
+      "      droced's state: devices, ports and link, the GID table, QPs with their\n"
+      "      per-QP counters, connected clients, global counters (RX parse failures\n"
+      "      by reason, neighbour discovery, sleeps); status shows all tables.\n"
       "  help\n",
       out);
 }
@@ -214,6 +218,10 @@ int cmd_gen(const std::vector<std::string_view>& args) {
 
 }  // namespace
 
+namespace droce::cli {
+int status_command(std::string_view cmd, const std::vector<std::string_view>& args);
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     usage(stderr);
@@ -223,6 +231,8 @@ int main(int argc, char** argv) {
   std::vector<std::string_view> args(argv + 2, argv + argc);
   if (cmd == "decode") return cmd_decode(args);
   if (cmd == "gen") return cmd_gen(args);
+  for (const char* c : {"devices", "ports", "gids", "qps", "clients", "counters", "status"})
+    if (cmd == c) return droce::cli::status_command(cmd, args);
   if (cmd == "help" || cmd == "--help" || cmd == "-h") {
     usage(stdout);
     return kExitOk;

@@ -455,6 +455,12 @@ int Context::stats(std::string* json) {
   return 0;
 }
 
+int query_stats(const std::string& socket_path, std::string* json) {
+  std::unique_ptr<Context> c(new Context());
+  if (int rc = core::seqpacket_connect(socket_path, &c->sock_); rc != 0) return rc;
+  return c->stats(json);  // allowed before hello
+}
+
 // ---- Data path -----------------------------------------------------------------
 
 void Context::ring_doorbell(uint16_t kind, uint32_t id, uint32_t* pending) {

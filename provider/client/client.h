@@ -140,6 +140,9 @@ struct AsyncEvent {
   uint32_t id;    ///< QPN, CQ id, SRQ id or port
 };
 
+/// droced's state as JSON, without opening a verbs context (the droce CLI).
+int query_stats(const std::string& socket_path, std::string* json);
+
 class Context {
  public:
   /// $DROCE_RUN_DIR (default /run/droce) / <device>.sock
@@ -191,6 +194,7 @@ class Context {
   friend class Cq;
   friend class Qp;
   friend class Srq;
+  friend int query_stats(const std::string&, std::string*);
   Context() = default;
 
   int call(core::ctl::MsgType type, const void* body, size_t len, void* reply, size_t reply_len,

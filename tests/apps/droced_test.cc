@@ -432,6 +432,18 @@ TEST_F(TwoDaemons, ControlSocketGarbageIsRefusedAndTheDaemonServesOn) {
   ASSERT_TRUE(alive(d_[0]));
   std::string out;
   EXPECT_EQ(selftest({"--qps", "4"}, &out), 0) << out;
+  // The CLI reads the same daemon: its GIDs, as a table and as JSON.
+  const std::string cli_log = dir_ + "/cli.log";
+  for (const char* fmt : {"--json", ""}) {
+    std::vector<std::string> args = {env_or("DROCE_BIN", "apps/droce"), "gids", "--socket", d_[0].sock};
+    if (*fmt) args.push_back(fmt);
+    fs::remove(cli_log);
+    const int st = wait_for(spawn(args, cli_log), 30);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    const std::string text = slurp(cli_log);
+    EXPECT_NE(text.find("10.77.0.1"), std::string::npos) << text;
+    EXPECT_EQ(text.find("\"address\":\"10.77.0.1\"") != std::string::npos, *fmt != '\0') << text;
+  }
 }
 
 }  // namespace
