@@ -496,7 +496,7 @@ void bench_one(WrOpcode op, uint32_t len, std::vector<Pair>& pairs, uint32_t nqp
   const uint32_t depth = 64;
   const uint64_t duration = 2'000'000'000ull;
   std::vector<uint32_t> inflight(nqps, 0);
-  uint64_t done = 0;
+  uint64_t done = 0, errors = 0;
   Completion c[64];
   const bool send = op == WrOpcode::send;
   // Receives for SENDs: keep each B QP stocked.
@@ -529,7 +529,8 @@ void bench_one(WrOpcode op, uint32_t len, std::vector<Pair>& pairs, uint32_t nqp
     const int n = g_side[0].cq->poll(c, 64);
     for (int k = 0; k < n; ++k) {
       --inflight[c[k].wr_id];
-      ++done;
+      if (c[k].status == WcStatus::success) ++done;
+      else if (errors++ == 0) std::printf("  first error: %s\n", to_string(c[k].status));
     }
     if (send) {
       const int m = g_side[1].cq->poll(c, 64);
@@ -554,6 +555,12 @@ void bench_one(WrOpcode op, uint32_t len, std::vector<Pair>& pairs, uint32_t nqp
   while (g_side[1].cq->poll(c, 64) > 0) {
   }
   const double secs = static_cast<double>(now - start) / 1e9;
+  if (errors != 0) {
+    std::printf("%-6s %6u B  %4u QP  %" PRIu64 " completions with errors: no figure\n",
+                op == WrOpcode::send ? "SEND" : "WRITE", len, nqps, errors);
+    ++g_failures;
+    return;
+  }
   std::printf("%-6s %6u B  %4u QP  %10.0f msg/s  %9.1f MB/s  %10.2f Gbit/s\n", op == WrOpcode::send ? "SEND" : "WRITE",
               len, nqps, static_cast<double>(done) / secs, static_cast<double>(done) * len / secs / 1e6,
               static_cast<double>(done) * len * 8 / secs / 1e9);

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# droce's demo: installs what is missing, builds (release), and runs the
-# current demos:
+# droce's demo: installs what is missing, builds (release), and runs:
+#  0. the main job: two droce hosts on this machine (two droced processes on
+#     a net_memif link) and verbs traffic between them through the client
+#     library (droce-selftest: RC SEND/WRITE/READ/atomics, SRQ, UD, 64 QP
+#     pairs, every byte checked), then droced's own view (droce status);
 #  1. the transport: two droce hosts in one process on a net_memif link find
 #     each other by ARP and run RC SEND, WRITE, READ and atomics, checked;
 #  2. the wire format: every RoCEv2 opcode built on one DPDK port, sent to a
@@ -16,7 +19,21 @@ if [ -f build/release/build.ninja ]; then
 else
   meson setup build/release -Dbuildtype=release >/dev/null
 fi
-ninja -C build/release apps/droce apps/droce-wire-demo apps/droce-engine-demo >/dev/null
+ninja -C build/release apps/droce apps/droced apps/droce-selftest apps/droce-wire-demo apps/droce-engine-demo >/dev/null
+
+. scripts/lib/droced-pair.sh
+trap droced_pair_stop EXIT
+echo "### two droce hosts: droced A (10.77.0.1) and droced B (10.77.0.2) on a net_memif link"
+droced_pair_start build/release/apps build/demo/hosts
+build/release/apps/droce-selftest --a "$DROCE_A_SOCK" --b "$DROCE_B_SOCK" --qps 64
+echo
+echo "### droce status (host A), while a client holds 4 QPs with traffic"
+build/release/apps/droce-selftest --a "$DROCE_A_SOCK" --b "$DROCE_B_SOCK" --qps 4 --hold-seconds 2 --quiet >/dev/null &
+sleep 1
+build/release/apps/droce status --socket "$DROCE_A_SOCK"
+wait
+droced_pair_stop
+echo
 
 echo "### droce-engine-demo: two droce hosts on a net_memif link"
 build/release/apps/droce-engine-demo 2>&1 | grep -vE '^(EAL|TELEMETRY)|rte_pmd_memif|Frame size'

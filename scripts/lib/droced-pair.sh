@@ -1,0 +1,49 @@
+# Sourced by scripts/demo.sh and bench/droced_pair.sh: two droced processes
+# on this machine joined by a net_memif link (no root, no NIC).
+#   droced_pair_start BIN_DIR WORK_DIR [extra droced flags...]
+#   droced_pair_stop
+# Sets DROCE_A_SOCK, DROCE_B_SOCK, DROCE_A_PID, DROCE_B_PID.
+
+droced_pair_start() {
+  local bin=$1 work
+  work=$(realpath -m "$2")  # memif wants an absolute socket path
+  shift 2
+  rm -rf "$work"
+  mkdir -p "$work/a" "$work/b"
+  local memif="socket=$work/memif.sock,socket-abstract=no"
+  "$bin/droced" --run-dir "$work/a" --port "net_memif0,role=server,$memif" \
+    --address 10.77.0.1 --address fd00:77::1 "$@" >"$work/a.log" 2>&1 &
+  DROCE_A_PID=$!
+  DROCE_A_SOCK=$work/a/droce0.sock
+  _droced_pair_wait "$DROCE_A_SOCK" "$DROCE_A_PID" "$work/a.log" || return 1
+  "$bin/droced" --run-dir "$work/b" --port "net_memif1,role=client,$memif" \
+    --address 10.77.0.2 --address fd00:77::2 "$@" >"$work/b.log" 2>&1 &
+  DROCE_B_PID=$!
+  DROCE_B_SOCK=$work/b/droce0.sock
+  _droced_pair_wait "$DROCE_B_SOCK" "$DROCE_B_PID" "$work/b.log" || return 1
+}
+
+_droced_pair_wait() {
+  local sock=$1 pid=$2 log=$3
+  for _ in $(seq 600); do
+    [ -S "$sock" ] && return 0
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "droced did not start:" >&2
+      cat "$log" >&2
+      return 1
+    fi
+    sleep 0.05
+  done
+  echo "droced did not create $sock in 30 s" >&2
+  return 1
+}
+
+droced_pair_stop() {
+  for pid in ${DROCE_A_PID:-} ${DROCE_B_PID:-}; do
+    kill -TERM "$pid" 2>/dev/null || true
+  done
+  for pid in ${DROCE_A_PID:-} ${DROCE_B_PID:-}; do
+    wait "$pid" 2>/dev/null || true
+  done
+  DROCE_A_PID= DROCE_B_PID=
+}
