@@ -26,11 +26,10 @@ struct Value {
   bool b = false;
   std::string str;
   std::vector<Value> items;
-  std::vector<std::pair<std::string, Value>> fields;
-
+  std::vector<std::string> keys;  ///< an object's keys; its values are in items
   const Value* get(std::string_view k) const {
-    for (const auto& [name, v] : fields)
-      if (name == k) return &v;
+    for (size_t i = 0; i < keys.size(); ++i)
+      if (keys[i] == k) return &items[i];
     return nullptr;
   }
   std::string text() const {
@@ -87,10 +86,10 @@ struct Reader {
       while (ok && i < s.size() && s[i] != (c == '{' ? '}' : ']')) {
         if (c == '{') {
           ws();
-          std::string k = read_string();
+          v.keys.push_back(read_string());
           ws();
           ++i;  // :
-          v.fields.emplace_back(std::move(k), parse());
+          v.items.push_back(parse());
         } else {
           v.items.push_back(parse());
         }
@@ -123,10 +122,10 @@ void print_json(const Value& v, std::string* out) {
   switch (v.kind) {
     case Value::object:
       *out += '{';
-      for (size_t k = 0; k < v.fields.size(); ++k) {
+      for (size_t k = 0; k < v.keys.size(); ++k) {
         if (k) *out += ',';
-        *out += '"' + v.fields[k].first + "\":";
-        print_json(v.fields[k].second, out);
+        *out += '"' + v.keys[k] + "\":";
+        print_json(v.items[k], out);
       }
       *out += '}';
       return;
@@ -172,9 +171,10 @@ void table(const Value* rows, const std::vector<std::string>& cols) {
 }
 
 void flat(const Value& v, const std::string& prefix) {
-  for (const auto& [k, x] : v.fields) {
-    if (x.kind == Value::object) flat(x, prefix + k + ".");
-    else std::printf("%-40s %s\n", (prefix + k).c_str(), x.text().c_str());
+  for (size_t i = 0; i < v.keys.size(); ++i) {
+    const Value& x = v.items[i];
+    if (x.kind == Value::object) flat(x, prefix + v.keys[i] + ".");
+    else std::printf("%-40s %s\n", (prefix + v.keys[i]).c_str(), x.text().c_str());
   }
 }
 
@@ -211,7 +211,10 @@ int status_command(std::string_view cmd, const std::vector<std::string_view>& ar
   if (v == nullptr) return 1;
   if (json) {
     std::string out;
-    print_json(cmd == "devices" ? Value{Value::array, 0, false, {}, {*v}, {}} : *v, &out);
+    Value list;
+    list.kind = Value::array;
+    list.items.push_back(*v);
+    print_json(cmd == "devices" ? list : *v, &out);
     std::printf("%s\n", out.c_str());
     return 0;
   }
