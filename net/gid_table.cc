@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstdio>
 
 namespace droce::net {
 
@@ -62,6 +63,32 @@ Gid ipv6_link_local_from_mac(const MacAddr& mac) {
   g[14] = mac[4];
   g[15] = mac[5];
   return g;
+}
+
+uint64_t node_guid_from_mac(const MacAddr& mac) {
+  const Gid g = ipv6_link_local_from_mac(mac);
+  uint64_t v = 0;
+  for (int i = 8; i < 16; ++i) v = (v << 8) | g[i];
+  return v;
+}
+
+std::string format_guid(uint64_t guid) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%04x:%04x:%04x:%04x", static_cast<unsigned>(guid >> 48),
+                static_cast<unsigned>((guid >> 32) & 0xffff),
+                static_cast<unsigned>((guid >> 16) & 0xffff), static_cast<unsigned>(guid & 0xffff));
+  return buf;
+}
+
+std::string format_gid(const Gid& gid) {
+  std::string s;
+  s.reserve(39);
+  char buf[8];
+  for (int i = 0; i < 8; ++i) {
+    std::snprintf(buf, sizeof buf, i ? ":%02x%02x" : "%02x%02x", gid[2 * i], gid[2 * i + 1]);
+    s += buf;
+  }
+  return s;
 }
 
 GidTable::GidTable(const MacAddr& port_mac, std::string netdev, uint32_t capacity)

@@ -58,6 +58,16 @@ struct GidEntry {
 /// fe80::5054:ff:fe12:3456).
 Gid ipv6_link_local_from_mac(const MacAddr& mac);
 
+/// The node GUID of a port with this MAC: the EUI-64 of its link-local GID
+/// (the last eight bytes of ipv6_link_local_from_mac), as rxe derives it.
+uint64_t node_guid_from_mac(const MacAddr& mac);
+
+/// "%04x:%04x:%04x:%04x" of a GUID, most significant group first, as sysfs
+/// shows node_guid and ibv_devinfo prints it.
+std::string format_guid(uint64_t guid);
+/// Eight colon-separated groups of four hex digits, as sysfs shows gids/<i>.
+std::string format_gid(const Gid& gid);
+
 class GidTable {
  public:
   /// Linux's and rxe's default table length is larger; 256 covers any

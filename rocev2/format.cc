@@ -100,15 +100,6 @@ bool parse_ip(const std::string& text, IpAddr* out) {
   return inet_pton(AF_INET6, text.c_str(), out->data()) == 1;
 }
 
-std::string format_gid(const IpAddr& g) {
-  std::string s;
-  for (int i = 0; i < 16; i += 2) {
-    if (i) s += ':';
-    s += sprintf_str("%02x%02x", g[i], g[i + 1]);
-  }
-  return s;
-}
-
 std::string format_mac(const MacAddr& m) {
   return sprintf_str("%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5]);
 }

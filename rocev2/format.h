@@ -13,8 +13,6 @@ std::string format_ip(const IpAddr& a);
 std::string format_mac(const MacAddr& m);
 /// An IPv4 address (as its IPv4-mapped GID) or an IPv6 address; false if neither.
 bool parse_ip(const std::string& text, IpAddr* out);
-/// A GID as rdma-core prints it: eight groups of four hex digits.
-std::string format_gid(const IpAddr& g);
 
 /// Multi-line text, tshark-like: one line per layer, then the verdict.
 /// Shows as much as was parsed before a failure.

@@ -228,25 +228,6 @@ int publish_dir(const std::string& final_path, Fill&& fill) {
 
 }  // namespace
 
-std::string format_guid(uint64_t guid) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "%04x:%04x:%04x:%04x", static_cast<unsigned>(guid >> 48),
-                static_cast<unsigned>((guid >> 32) & 0xffff),
-                static_cast<unsigned>((guid >> 16) & 0xffff), static_cast<unsigned>(guid & 0xffff));
-  return buf;
-}
-
-std::string format_gid(const net::Gid& gid) {
-  std::string s;
-  s.reserve(39);
-  char buf[8];
-  for (int i = 0; i < 8; ++i) {
-    std::snprintf(buf, sizeof buf, i ? ":%02x%02x" : "%02x%02x", gid[2 * i], gid[2 * i + 1]);
-    s += buf;
-  }
-  return s;
-}
-
 SysfsTree::SysfsTree(std::string root, DeviceDescription desc)
     : root_(std::move(root)), desc_(std::move(desc)), gids_stale_(desc_.ports.size(), false) {}
 

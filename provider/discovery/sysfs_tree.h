@@ -141,9 +141,8 @@ class SysfsTree {
   std::vector<bool> gids_stale_;  ///< per port: a failed set_gids left slots unknown
 };
 
-/// "%04x:%04x:%04x:%04x" of a GUID, most significant group first, as sysfs shows node_guid.
-std::string format_guid(uint64_t guid);
-/// Eight colon-separated groups of four hex digits, as sysfs shows gids/<i>.
-std::string format_gid(const net::Gid& gid);
+// The sysfs renderings of GUIDs and GIDs live with the GID table.
+using net::format_gid;
+using net::format_guid;
 
 }  // namespace droce::provider
