@@ -25,21 +25,6 @@ namespace {
 constexpr uint64_t kListenKey = 1, kSignalKey = 2, kWakeKey = 3;
 constexpr uint64_t kLinkCheckNs = 50'000'000;  // 50 ms
 
-// The node GUID from the port MAC (EUI-64 with the U/L bit flipped), as rxe.
-uint64_t guid_from_mac(const net::MacAddr& m) {
-  const uint8_t g[8] = {uint8_t(m[0] ^ 2), m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]};
-  uint64_t v = 0;
-  for (uint8_t b : g) v = (v << 8) | b;
-  return v;
-}
-
-std::string guid_text(uint64_t g) {
-  char b[24];
-  std::snprintf(b, sizeof b, "%04x:%04x:%04x:%04x", unsigned(g >> 48), unsigned(g >> 32) & 0xffff,
-                unsigned(g >> 16) & 0xffff, unsigned(g) & 0xffff);
-  return b;
-}
-
 // A minimal JSON writer: objects, arrays, numbers, strings.
 class Json {
  public:
@@ -133,18 +118,14 @@ int Daemon::start(const DaemonConfig& cfg) {
   dc.addresses.push_back(gids_->at(0)->gid);
   dc.engine.max_qps = cfg.max_qps;
   const uint16_t mtu = port_->mtu();
-  dc.engine.active_mtu = mtu >= 4096 + 80   ? rocev2::PathMtu::mtu4096
-                         : mtu >= 2048 + 80 ? rocev2::PathMtu::mtu2048
-                         : mtu >= 1024 + 80 ? rocev2::PathMtu::mtu1024
-                         : mtu >= 512 + 80  ? rocev2::PathMtu::mtu512
-                                            : rocev2::PathMtu::mtu256;
+  dc.engine.active_mtu = rocev2::path_mtu_for(mtu);
   int rc = 0;
   core_ = std::make_unique<DeviceCore>(dc, &rc);
   if (rc != 0) return rc;
 
   wake_ = core::Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   device_.name = cfg.name;
-  device_.node_guid = guid_from_mac(port_->mac());
+  device_.node_guid = net::node_guid_from_mac(port_->mac());
   device_.core = core_.get();
   device_.port = port_.get();
   device_.gids = gids_.get();
@@ -182,7 +163,7 @@ int Daemon::start(const DaemonConfig& cfg) {
   link_up_ = port_->link().up;
   DROCE_LOG(INFO, app, "%s: port %s (%s, %s, MTU %u), node GUID %s, socket %s", cfg.name.c_str(), cfg.port.c_str(),
             port_->driver_name().c_str(), rocev2::format_mac(port_->mac()).c_str(), unsigned(mtu),
-            guid_text(device_.node_guid).c_str(), socket_path_.c_str());
+            net::format_guid(device_.node_guid).c_str(), socket_path_.c_str());
   return 0;
 }
 
@@ -244,7 +225,7 @@ void Daemon::control(int timeout_us) {
       if (it == sessions_.end()) continue;
       it->second->on_readable(now);
       if (it->second->closed()) {
-        if (std::strcmp(it->second->close_reason(), "closed its socket") != 0) ++counters_.clients_faulted;
+        if (it->second->faulted()) ++counters_.clients_faulted;
         close_session(key);
       }
     }
@@ -345,7 +326,7 @@ std::string Daemon::render_stats() const {
   j.open(nullptr, '{');
   j.open("device", '{')
       .str("name", cfg_.name)
-      .str("node_guid", guid_text(device_.node_guid))
+      .str("node_guid", net::format_guid(device_.node_guid))
       .str("socket", socket_path_)
       .num("clients", sessions_.size())
       .close('}');
@@ -377,7 +358,7 @@ std::string Daemon::render_stats() const {
     if (g == nullptr) continue;
     j.open(nullptr, '{')
         .num("index", i)
-        .str("gid", rocev2::format_gid(g->gid))
+        .str("gid", net::format_gid(g->gid))
         .str("address", rocev2::format_ip(g->gid))
         .str("type", g->type == net::GidType::roce_v2 ? "RoCE v2" : "RoCE v1")
         .num("vlan", g->vlan == net::kNoVlan ? 0 : g->vlan)
