@@ -25,12 +25,28 @@ HeaderCheck check_header(std::span<const uint8_t> msg, CtlHeader* hdr) {
   return HeaderCheck::ok;
 }
 
-std::vector<uint8_t> encode_empty(MsgType type, uint32_t seq, bool reply, int32_t status) {
-  std::vector<uint8_t> out(sizeof(CtlHeader));
+std::vector<uint8_t> encode_raw(MsgType type, uint32_t seq, std::span<const uint8_t> body,
+                                std::span<const uint8_t> tail, bool reply, int32_t status) {
+  std::vector<uint8_t> out(sizeof(CtlHeader) + body.size() + tail.size());
   CtlHeader h{kMagic, kAbiMajor, kAbiMinor, static_cast<uint16_t>(type),
               static_cast<uint16_t>(reply ? kFlagReply : 0), static_cast<uint32_t>(out.size()), seq, status};
   std::memcpy(out.data(), &h, sizeof h);
+  if (!body.empty()) std::memcpy(out.data() + sizeof h, body.data(), body.size());
+  if (!tail.empty()) std::memcpy(out.data() + sizeof h + body.size(), tail.data(), tail.size());
   return out;
+}
+
+std::vector<uint8_t> encode_empty(MsgType type, uint32_t seq, bool reply, int32_t status) {
+  return encode_raw(type, seq, {}, {}, reply, status);
+}
+
+int decode_body_bytes(std::span<const uint8_t> msg, void* out, size_t size, size_t min_size) {
+  if (msg.size() < sizeof(CtlHeader)) return -EBADMSG;
+  const size_t present = msg.size() - sizeof(CtlHeader);
+  if (present < min_size) return -EBADMSG;
+  std::memset(out, 0, size);
+  std::memcpy(out, msg.data() + sizeof(CtlHeader), present < size ? present : size);
+  return 0;
 }
 
 }  // namespace droce::core::ctl

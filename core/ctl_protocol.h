@@ -369,43 +369,30 @@ struct StatsReply {
 
 // ---- Encoding and decoding --------------------------------------------------
 
+/// A whole message from its parts: the header, `body`, then `tail` (reg_mr's
+/// segments). Every encoder below, and droced's replies, are built on it.
+std::vector<uint8_t> encode_raw(MsgType type, uint32_t seq, std::span<const uint8_t> body,
+                                std::span<const uint8_t> tail = {}, bool reply = false, int32_t status = 0);
+
 /// A whole message: header then body, ready to send.
 template <class Body>
 std::vector<uint8_t> encode(MsgType type, uint32_t seq, const Body& body, bool reply = false, int32_t status = 0) {
   static_assert(std::is_trivially_copyable_v<Body>);
-  std::vector<uint8_t> out(sizeof(CtlHeader) + sizeof(Body));
-  CtlHeader h{kMagic, kAbiMajor, kAbiMinor, static_cast<uint16_t>(type),
-              static_cast<uint16_t>(reply ? kFlagReply : 0), static_cast<uint32_t>(out.size()), seq, status};
-  std::memcpy(out.data(), &h, sizeof h);
-  std::memcpy(out.data() + sizeof h, &body, sizeof body);
-  return out;
-}
-
-/// A message whose body is followed by `tail` (reg_mr's segments).
-template <class Body>
-std::vector<uint8_t> encode_with_tail(MsgType type, uint32_t seq, const Body& body, std::span<const uint8_t> tail) {
-  std::vector<uint8_t> out = encode(type, seq, body);
-  out.insert(out.end(), tail.begin(), tail.end());
-  const uint32_t len = static_cast<uint32_t>(out.size());
-  std::memcpy(out.data() + offsetof(CtlHeader, length), &len, sizeof len);
-  return out;
+  return encode_raw(type, seq, {reinterpret_cast<const uint8_t*>(&body), sizeof body}, {}, reply, status);
 }
 
 /// A message without a body (requests such as alloc_pd, replies with only a status).
 std::vector<uint8_t> encode_empty(MsgType type, uint32_t seq, bool reply = false, int32_t status = 0);
 
-/// The body of a checked message: min(present, sizeof Body) bytes, the rest
-/// zero (a field an older peer did not send). -EBADMSG when shorter than
-/// `min_size` (the body's first version).
+/// The body of a checked message into `size` bytes at `out`: min(present,
+/// size) bytes, the rest zero (a field an older peer did not send).
+/// -EBADMSG when shorter than `min_size` (the body's first version).
+int decode_body_bytes(std::span<const uint8_t> msg, void* out, size_t size, size_t min_size);
+
 template <class Body>
 int decode_body(std::span<const uint8_t> msg, Body* out, size_t min_size = sizeof(Body)) {
   static_assert(std::is_trivially_copyable_v<Body>);
-  if (msg.size() < sizeof(CtlHeader)) return -EBADMSG;
-  const size_t present = msg.size() - sizeof(CtlHeader);
-  if (present < min_size) return -EBADMSG;
-  std::memset(out, 0, sizeof *out);
-  std::memcpy(out, msg.data() + sizeof(CtlHeader), present < sizeof *out ? present : sizeof *out);
-  return 0;
+  return decode_body_bytes(msg, out, sizeof *out, min_size);
 }
 
 }  // namespace droce::core::ctl
