@@ -143,6 +143,7 @@ void Session::fault(const char* why) {
   if (!closed_) {
     DROCE_LOG(WARNING, app, "client %u (pid %d, %s): %s; disconnecting it", id_, int(pid_), program_.c_str(), why);
     closed_ = true;
+    faulted_ = true;
     close_reason_ = why;
   }
 }
@@ -187,10 +188,9 @@ void Session::on_readable(uint64_t now_ns) {
 }
 
 void Session::reply(const CtlHeader& h, int status, const void* body, size_t len, std::span<const int> fds) {
-  std::vector<uint8_t> out(sizeof(CtlHeader) + (status == 0 ? len : 0));
-  CtlHeader r{kMagic, kAbiMajor, kAbiMinor, h.type, kFlagReply, static_cast<uint32_t>(out.size()), h.seq, status};
-  std::memcpy(out.data(), &r, sizeof r);
-  if (status == 0 && len != 0) std::memcpy(out.data() + sizeof r, body, len);
+  // A failed request's reply carries only its status.
+  const std::span<const uint8_t> bytes(static_cast<const uint8_t*>(body), status == 0 ? len : 0);
+  const auto out = encode_raw(static_cast<MsgType>(h.type), h.seq, bytes, {}, true, status);
   if (status != 0) ++counters_.errors;
   if (core::send_message(sock_.get(), out, status == 0 ? fds : std::span<const int>{}) != 0)
     fault("cannot send a reply");
@@ -265,7 +265,7 @@ void Session::handle(const std::vector<uint8_t>& msg, std::vector<core::Fd>& fds
       r.max_mtu = static_cast<uint32_t>(dev_->limits.max_mtu);
       const uint16_t mtu = dev_->port->mtu();
       r.netdev_mtu = mtu;
-      r.active_mtu = mtu >= 4096 + 80 ? 5 : mtu >= 2048 + 80 ? 4 : mtu >= 1024 + 80 ? 3 : mtu >= 512 + 80 ? 2 : 1;
+      r.active_mtu = static_cast<uint32_t>(rocev2::path_mtu_for(mtu));
       r.gid_tbl_len = dev_->gids->capacity();
       r.port_cap_flags = (1u << 16) | (1u << 26);  // IBV_PORT_CM_SUP, IBV_PORT_IP_BASED_GIDS
       r.max_msg_sz = 1u << 31;
@@ -872,30 +872,37 @@ uint32_t Session::poll(uint64_t now_ns) {
 
 namespace {
 
-// Reads what the client published past what was already read, hands each
-// entry to `post` (0: taken, -ENOMEM: no room, stop; else refused), and
-// records how far it got. Returns false when the ring is corrupt.
-template <class Post, class Refuse>
-bool drain_queue(core::ShmRingConsumer& ring, uint32_t* ahead, bool* backlog, std::vector<uint8_t>& scratch,
-                 Post post, Refuse refuse, uint64_t* posted) {
-  scratch.resize(ring.entry_size());
-  *backlog = false;
+// Drains one shared queue into the engine: clears its doorbell flag (then a
+// fence, so the producer index is read after it), reads what the client
+// published past what was already read, hands each entry to `post` (0:
+// taken, -ENOMEM: no room, stop and retry next loop; else refused and
+// counted), and records how far it got. False when the ring is corrupt.
+template <class Queue, class Post, class Refuse>
+bool drain_queue(Queue& q, std::vector<uint8_t>& scratch, Post post, Refuse refuse, uint64_t* posted) {
+  store_flag(q.pending, 0);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  scratch.resize(q.ring.entry_size());
+  q.backlog = false;
   for (;;) {
     uint32_t got = 0;
-    if (ring.peek(*ahead + kDrainBurst, &got) == core::ShmRingStatus::corrupt) return false;
-    if (got <= *ahead) return true;
-    for (uint32_t i = *ahead; i < got; ++i) {
-      ring.copy_entry(i, scratch.data());
+    if (q.ring.peek(q.ahead + kDrainBurst, &got) == core::ShmRingStatus::corrupt) return false;
+    if (got <= q.ahead) return true;
+    for (uint32_t i = q.ahead; i < got; ++i) {
+      q.ring.copy_entry(i, scratch.data());
       const int rc = post(scratch);
       if (rc == -ENOMEM) {
-        *backlog = true;
+        q.backlog = true;
         return true;
       }
-      ++*ahead;
-      if (rc != 0) refuse(scratch);
-      else ++*posted;
+      ++q.ahead;
+      if (rc == 0) {
+        ++*posted;
+      } else {
+        ++q.refused;
+        refuse(scratch);
+      }
     }
-    if (got < *ahead + kDrainBurst) return true;
+    if (got < q.ahead + kDrainBurst) return true;
   }
 }
 
@@ -918,69 +925,59 @@ void Session::refuse_wqe(SharedQp& q, const uint8_t* entry, uint32_t size, bool 
 }
 
 void Session::drain_sq(SharedQp& q) {
-  store_flag(q.sq.pending, 0);
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // the flag before the producer index
   rocev2::Engine& e = dev_->core->engine();
   const bool ok = drain_queue(
-      q.sq.ring, &q.sq.ahead, &q.sq.backlog, scratch_,
+      q.sq, scratch_,
       [&](std::vector<uint8_t>& entry) {
         rocev2::SendWr wr;
         if (rocev2::decode_send_wqe(entry, q.sq.limits, &wr) != rocev2::WqeError::ok) return -EINVAL;
         return e.post_send(q.qpn, wr);
       },
-      [&](std::vector<uint8_t>& entry) {
-        ++q.sq.refused;
-        refuse_wqe(q, entry.data(), uint32_t(entry.size()), true);
-      },
+      [&](std::vector<uint8_t>& entry) { refuse_wqe(q, entry.data(), uint32_t(entry.size()), true); },
       &counters_.wqes_posted);
   if (!ok) return fault("corrupt send ring");
-  if ((q.sq.ahead != 0 || q.sq.backlog) && !q.active) {
-    q.active = true;
-    active_qps_.push_back(&q);
-  }
+  track(q, q.sq.ahead != 0 || q.sq.backlog);
 }
 
 void Session::drain_rq(SharedQp& q) {
-  store_flag(q.rq.pending, 0);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
   rocev2::Engine& e = dev_->core->engine();
   const bool ok = drain_queue(
-      q.rq.ring, &q.rq.ahead, &q.rq.backlog, scratch_,
+      q.rq, scratch_,
       [&](std::vector<uint8_t>& entry) {
         rocev2::RecvWr wr;
         if (rocev2::decode_recv_wqe(entry, q.rq.limits, &wr) != rocev2::WqeError::ok) return -EINVAL;
         return e.post_recv(q.qpn, wr);
       },
-      [&](std::vector<uint8_t>& entry) {
-        ++q.rq.refused;
-        refuse_wqe(q, entry.data(), uint32_t(entry.size()), false);
-      },
+      [&](std::vector<uint8_t>& entry) { refuse_wqe(q, entry.data(), uint32_t(entry.size()), false); },
       &counters_.wqes_posted);
   if (!ok) return fault("corrupt receive ring");
-  if ((q.rq.ahead != 0 || q.rq.backlog) && !q.active) {
-    q.active = true;
-    active_qps_.push_back(&q);
-  }
+  track(q, q.rq.ahead != 0 || q.rq.backlog);
 }
 
 void Session::drain_srq(SharedSrq& s) {
-  store_flag(s.rq.pending, 0);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
   rocev2::Engine& e = dev_->core->engine();
   const bool ok = drain_queue(
-      s.rq.ring, &s.rq.ahead, &s.rq.backlog, scratch_,
+      s.rq, scratch_,
       [&](std::vector<uint8_t>& entry) {
         rocev2::RecvWr wr;
         if (rocev2::decode_recv_wqe(entry, s.rq.limits, &wr) != rocev2::WqeError::ok) return -EINVAL;
         return e.post_srq_recv(s.srq, wr);
       },
-      [&](std::vector<uint8_t>&) {
-        ++s.rq.refused;
-        ++counters_.wqes_refused;
-      },
+      [&](std::vector<uint8_t>&) { ++counters_.wqes_refused; },
       &counters_.wqes_posted);
   if (!ok) return fault("corrupt SRQ ring");
-  if ((s.rq.ahead != 0 || s.rq.backlog) && !s.active) {
+  track(s, s.rq.ahead != 0 || s.rq.backlog);
+}
+
+void Session::track(SharedQp& q, bool busy) {
+  if (busy && !q.active) {
+    q.active = true;
+    active_qps_.push_back(&q);
+  }
+}
+
+void Session::track(SharedSrq& s, bool busy) {
+  if (busy && !s.active) {
     s.active = true;
     active_srqs_.push_back(&s);
   }

@@ -94,6 +94,8 @@ class Session {
   const std::string& program() const { return program_; }
   /// Set when the session must end (EOF, protocol violation, corrupt ring).
   bool closed() const { return closed_; }
+  /// Closed for breaking the protocol (not a plain disconnect).
+  bool faulted() const { return faulted_; }
   const char* close_reason() const { return close_reason_; }
 
   /// Reads and answers what the socket has (non-blocking).
@@ -153,6 +155,9 @@ class Session {
   void drain_rq(SharedQp& q);
   void drain_srq(SharedSrq& s);
   void arm_cq(SharedCq& c);
+  /// Puts a queue with WQEs in the engine (or a backlog) on the active list.
+  void track(SharedQp& q, bool busy);
+  void track(SharedSrq& s, bool busy);
   void release_retired();
   void refuse_wqe(SharedQp& q, const uint8_t* entry, uint32_t size, bool send);
   void teardown();
@@ -164,6 +169,7 @@ class Session {
   std::string program_;
   bool hello_done_ = false;
   bool closed_ = false;
+  bool faulted_ = false;
   const char* close_reason_ = "";
 
   core::ShmRegion context_;

@@ -104,12 +104,7 @@ int Context::call(MsgType type, const void* body, size_t len, void* reply, size_
   std::lock_guard<std::mutex> g(ctl_mutex_);
   if (dead_) return -EIO;
   const uint32_t seq = ++seq_;
-  std::vector<uint8_t> msg(sizeof(CtlHeader) + len);
-  CtlHeader h{kMagic, kAbiMajor, kAbiMinor, static_cast<uint16_t>(type), 0, 0, seq, 0};
-  if (len != 0) std::memcpy(msg.data() + sizeof h, body, len);
-  msg.insert(msg.end(), tail.begin(), tail.end());
-  h.length = static_cast<uint32_t>(msg.size());
-  std::memcpy(msg.data(), &h, sizeof h);
+  const auto msg = encode_raw(type, seq, {static_cast<const uint8_t*>(body), len}, tail);
   if (core::send_message(sock_.get(), msg, send_fds) != 0) {
     set_dead();
     return -EIO;
@@ -131,11 +126,8 @@ int Context::call(MsgType type, const void* body, size_t len, void* reply, size_
     }
     if (rh.seq != seq) continue;  // a stale reply (not expected with one call at a time)
     if (rh.status != 0) return rh.status;
-    if (reply_len != 0) {  // append-only: a shorter (older) body reads as zeros past its end
-      const size_t present = in.size() - sizeof(CtlHeader);
-      std::memset(reply, 0, reply_len);
-      std::memcpy(reply, in.data() + sizeof(CtlHeader), present < reply_len ? present : reply_len);
-    }
+    // Append-only: a shorter (older) body reads as zeros past its end.
+    if (reply_len != 0) (void)decode_body_bytes(in, reply, reply_len, 0);
     if (fds != nullptr) *fds = std::move(in_fds);
     return 0;
   }
@@ -175,10 +167,8 @@ int Context::reg_mr(uint32_t pd, void* addr, size_t length, uint32_t access, uin
   std::unique_lock<std::mutex> g(ctl_mutex_);  // the registry shares the control lock
   uintptr_t page_start = 0;
   std::vector<SharedMemory::Piece> pieces;
-  if (int rc = memory_.share(addr, length, &page_start, &pieces); rc != 0) {
-    if (rc != -EINVAL && rc != -EFAULT) memory_.release(addr, length);
-    return rc == -E2BIG ? -ENOMEM : rc;
-  }
+  // A failed share takes no reference: nothing to give back.
+  if (int rc = memory_.share(addr, length, &page_start, &pieces); rc != 0) return rc == -E2BIG ? -ENOMEM : rc;
   std::vector<MrSegment> segs;
   std::vector<int> fds;
   for (const auto& p : pieces) {

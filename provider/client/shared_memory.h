@@ -47,7 +47,8 @@ class SharedMemory {
   /// (release() gives them back).
   /// Errors: -EINVAL (length 0), -EFAULT (a page not mapped or not readable),
   /// -E2BIG (more than kMaxMrSegments runs), or what memfd_create, ftruncate
-  /// and mmap return.
+  /// and mmap return. A failed call takes no reference (pages it converted
+  /// before failing stay converted, unreferenced).
   int share(const void* addr, size_t length, uintptr_t* page_start, std::vector<Piece>* pieces);
   /// Gives back the references share() took for the same range.
   void release(const void* addr, size_t length);
