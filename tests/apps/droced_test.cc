@@ -209,6 +209,22 @@ void bring_up(Context* ctx, client::Qp* qp, uint32_t peer, const net::IpAddr& dg
 
 net::IpAddr v4(uint32_t a) { return net::ipv4_mapped(a); }
 
+client::QpCreate rc_create(uint32_t pd, client::Cq* cq) {
+  client::QpCreate c;
+  c.pd = pd;
+  c.send_cq = c.recv_cq = cq;
+  c.cap = {64, 64, 1, 1, 0};
+  c.sq_sig_all = true;
+  return c;
+}
+
+// A PD, a CQ and an RC QP (signaling every WR) on `ctx`.
+void make_rc(Context* ctx, uint32_t* pd, client::Cq** cq, client::Qp** qp) {
+  ASSERT_EQ(ctx->alloc_pd(pd), 0);
+  ASSERT_EQ(ctx->create_cq(256, cq), 0);
+  ASSERT_EQ(ctx->create_qp(rc_create(*pd, *cq), qp), 0);
+}
+
 TEST_F(TwoDaemons, AKilledClientsPeerSeesRetryExceededAndDaemonsServeOn) {
   start();
   // The peer: this process, a client of daemon B.
@@ -217,14 +233,7 @@ TEST_F(TwoDaemons, AKilledClientsPeerSeesRetryExceededAndDaemonsServeOn) {
   uint32_t pd = 0;
   client::Cq* cq = nullptr;
   client::Qp* qp = nullptr;
-  ASSERT_EQ(b->alloc_pd(&pd), 0);
-  ASSERT_EQ(b->create_cq(256, &cq), 0);
-  client::QpCreate c;
-  c.pd = pd;
-  c.send_cq = c.recv_cq = cq;
-  c.cap = {64, 64, 1, 1, 0};
-  c.sq_sig_all = true;
-  ASSERT_EQ(b->create_qp(c, &qp), 0);
+  ASSERT_NO_FATAL_FAILURE(make_rc(b.get(), &pd, &cq, &qp));
   std::vector<uint8_t> buf(1 << 16, 0x5a);
   uint32_t lkey = 0, rkey = 0;
   ASSERT_EQ(b->reg_mr(pd, buf.data(), buf.size(), kAccessLocalWrite | kAccessRemoteWrite, &lkey, &rkey), 0);
@@ -244,10 +253,7 @@ TEST_F(TwoDaemons, AKilledClientsPeerSeesRetryExceededAndDaemonsServeOn) {
     std::vector<uint8_t> mine(4096, 0x33);
     if (a->alloc_pd(&cpd) || a->create_cq(256, &ccq) || a->reg_mr(cpd, mine.data(), mine.size(), kAccessLocalWrite, &ck, &crk))
       _exit(11);
-    client::QpCreate cc = c;
-    cc.pd = cpd;
-    cc.send_cq = cc.recv_cq = ccq;
-    if (a->create_qp(cc, &cqp) != 0) _exit(12);
+    if (a->create_qp(rc_create(cpd, ccq), &cqp) != 0) _exit(12);
     uint32_t qpn = cqp->qpn(), peer = 0;
     if (write(from_child[1], &qpn, 4) != 4 || read(to_child[0], &peer, 4) != 4) _exit(13);
     bring_up(a.get(), cqp, peer, v4(0x0a4d0002), 14, 7);
@@ -368,13 +374,7 @@ TEST_F(TwoDaemons, StoppingDroceTurnsItsClientsFatal) {
   uint32_t pd = 0;
   client::Cq* cq = nullptr;
   client::Qp* qp = nullptr;
-  ASSERT_EQ(a->alloc_pd(&pd), 0);
-  ASSERT_EQ(a->create_cq(256, &cq), 0);
-  client::QpCreate c;
-  c.pd = pd;
-  c.send_cq = c.recv_cq = cq;
-  c.cap = {64, 64, 1, 1, 0};
-  ASSERT_EQ(a->create_qp(c, &qp), 0);
+  ASSERT_NO_FATAL_FAILURE(make_rc(a.get(), &pd, &cq, &qp));
   bring_up(a.get(), qp, 0x999, v4(0x0a4d0002), 14, 7);
   RecvWr r;
   ASSERT_EQ(qp->post_recv(r), 0);

@@ -322,6 +322,51 @@ TEST_F(EnginePairTest, UdSendCarriesGrhAndSourceQp) {
   }
 }
 
+// droced's clients each have their own PDs: an AH of another PD must be as
+// unusable as an AH that does not exist.
+TEST_F(EnginePairTest, UdSendWithAnAhOfAnotherPdIsRefused) {
+  EnginePair& p = make({}, 1);
+  EnginePair::RcOptions o;
+  o.type = QpType::ud;
+  QpPair q = p.connect(o);
+  auto src = p.buffer(0, 64);
+  uint32_t other_pd = 0, ah = 0;
+  ASSERT_EQ(p.a().alloc_pd(&other_pd), 0);
+  ASSERT_EQ(p.a().create_ah(other_pd, p.av_to(1), &ah), 0);
+  SendWr w = wr(WrOpcode::send, 1, src->sge(0, 64));
+  w.ah = ah;
+  w.remote_qpn = q.b;
+  w.remote_qkey = 0x11111111;
+  EXPECT_EQ(p.a().post_send(q.a, w), -EINVAL);
+  uint32_t own = 0;
+  ASSERT_EQ(p.a().create_ah(p.host(0).pd, p.av_to(1), &own), 0);
+  w.ah = own;
+  EXPECT_EQ(p.a().post_send(q.a, w), 0);
+}
+
+// Clients come and go: a destroyed CQ's or SRQ's slot is used again, so the
+// tables stay as large as the most objects alive at once.
+TEST_F(EnginePairTest, DestroyedCqAndSrqSlotsAreReused) {
+  EnginePair& p = make({}, 1);
+  Engine& e = p.a();
+  Cq* c1 = nullptr;
+  Cq* c2 = nullptr;
+  ASSERT_EQ(e.create_cq(16, &c1), 0);
+  const uint32_t id = c1->id();
+  ASSERT_EQ(e.destroy_cq(c1), 0);
+  ASSERT_EQ(e.create_cq(16, &c2), 0);
+  EXPECT_EQ(c2->id(), id);
+  Srq* s1 = nullptr;
+  Srq* s2 = nullptr;
+  ASSERT_EQ(e.create_srq(p.host(0).pd, 8, 1, &s1), 0);
+  const uint32_t sid = s1->id();
+  ASSERT_EQ(e.destroy_srq(s1), 0);
+  ASSERT_EQ(e.create_srq(p.host(0).pd, 8, 1, &s2), 0);
+  EXPECT_EQ(s2->id(), sid);
+  EXPECT_EQ(e.destroy_srq(s2), 0);
+  EXPECT_EQ(e.destroy_cq(c2), 0);
+}
+
 TEST_F(EnginePairTest, RcUnderLossReorderDuplicationAndCorruption) {
   net::LinkFaults f;
   f.loss = 0.05;

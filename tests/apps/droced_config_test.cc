@@ -1,0 +1,61 @@
+// droced's flags and configuration file: values, the file under the flags,
+// and a clear message for each mistake.
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "apps/droced/config.h"
+
+namespace droce::droced {
+namespace {
+
+int parse(std::vector<std::string> args, DaemonConfig* c, std::string* err) {
+  args.insert(args.begin(), "droced");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return parse_config(static_cast<int>(argv.size()), argv.data(), c, err);
+}
+
+TEST(DrocedConfig, FlagsAndTheFileWithFlagsWinning) {
+  const std::string path = ::testing::TempDir() + "droced-config-test.conf";
+  {
+    std::ofstream f(path);
+    f << "# droced\nport = net_memif0,role=server\naddress = 10.0.0.1\nvlan = 7  # tagged\nmtu=9000\n";
+  }
+  DaemonConfig c;
+  std::string err;
+  ASSERT_EQ(parse({"--config", path, "--vlan", "100", "--address=fd00::1", "--eal", "--no-pci"}, &c, &err), 0) << err;
+  EXPECT_EQ(c.port, "net_memif0,role=server");
+  EXPECT_EQ(c.vlan, 100);  // the flag over the file
+  EXPECT_EQ(c.mtu, 9000);
+  EXPECT_EQ(c.addresses, (std::vector<std::string>{"10.0.0.1", "fd00::1"}));  // repeatable ones add up
+  EXPECT_EQ(c.eal_args, (std::vector<std::string>{"--no-pci"}));
+  std::remove(path.c_str());
+}
+
+TEST(DrocedConfig, EachMistakeSaysWhat) {
+  DaemonConfig c;
+  std::string err;
+  EXPECT_EQ(parse({"--address", "10.0.0.1"}, &c, &err), -EINVAL);
+  EXPECT_NE(err.find("--port"), std::string::npos) << err;
+  err.clear();
+  EXPECT_EQ(parse({"--port", "x"}, &c, &err), -EINVAL);
+  EXPECT_NE(err.find("--address"), std::string::npos) << err;
+  err.clear();
+  EXPECT_EQ(parse({"--port", "x", "--address", "1.2.3.4", "--vlan", "5000"}, &c, &err), -EINVAL);
+  EXPECT_NE(err.find("vlan"), std::string::npos) << err;
+  err.clear();
+  EXPECT_EQ(parse({"--port", "x", "--address", "1.2.3.4", "--bogus", "1"}, &c, &err), -EINVAL);
+  EXPECT_NE(err.find("unknown option --bogus"), std::string::npos) << err;
+  err.clear();
+  EXPECT_EQ(parse({"--config", "/nonexistent/droced.conf"}, &c, &err), -ENOENT);
+  EXPECT_NE(err.find("/nonexistent/droced.conf"), std::string::npos) << err;
+  EXPECT_EQ(parse({"--help"}, &c, &err), 1);
+}
+
+}  // namespace
+}  // namespace droce::droced
