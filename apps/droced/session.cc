@@ -887,6 +887,7 @@ bool drain_queue(Queue& q, std::vector<uint8_t>& scratch, Post post, Refuse refu
     uint32_t got = 0;
     if (q.ring.peek(q.ahead + kDrainBurst, &got) == core::ShmRingStatus::corrupt) return false;
     if (got <= q.ahead) return true;
+    const uint32_t burst_end = q.ahead + kDrainBurst;
     for (uint32_t i = q.ahead; i < got; ++i) {
       q.ring.copy_entry(i, scratch.data());
       const int rc = post(scratch);
@@ -902,7 +903,7 @@ bool drain_queue(Queue& q, std::vector<uint8_t>& scratch, Post post, Refuse refu
         refuse(scratch);
       }
     }
-    if (got < q.ahead + kDrainBurst) return true;
+    if (got < burst_end) return true;  // a short burst: nothing more was published
   }
 }
 
