@@ -53,8 +53,10 @@ struct Session::SharedCq final : rocev2::CqSink {
   core::ShmRingProducer ring;
   core::Fd event_fd;
   uint32_t users = 0;
+  Session* session = nullptr;
 
   bool push(const rocev2::Completion& c) override {
+    if (session != nullptr) session->release_for_completion(c.qp_num);
     abi::Cqe e;
     rocev2::encode_cqe(c, &e);
     return ring.try_push(&e) == core::ShmRingStatus::ok;
@@ -587,6 +589,7 @@ int Session::on_create_cq(const CreateCqRequest& q, CreateCqReply* out, std::uni
   c->event_fd = core::Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!c->event_fd.valid()) return -errno;
   if (int rc = dev_->core->engine().create_cq(entries, &c->cq, c.get()); rc != 0) return rc;
+  c->session = this;
   out->cq_id = c->cq->id();
   out->cqe = entries;
   out->region_bytes = c->region.size();
@@ -926,6 +929,7 @@ void Session::refuse_wqe(SharedQp& q, const uint8_t* entry, uint32_t size, bool 
 }
 
 void Session::drain_sq(SharedQp& q) {
+  draining_ = true;
   rocev2::Engine& e = dev_->core->engine();
   const bool ok = drain_queue(
       q.sq, scratch_,
@@ -936,11 +940,13 @@ void Session::drain_sq(SharedQp& q) {
       },
       [&](std::vector<uint8_t>& entry) { refuse_wqe(q, entry.data(), uint32_t(entry.size()), true); },
       &counters_.wqes_posted);
+  draining_ = false;
   if (!ok) return fault("corrupt send ring");
   track(q, q.sq.ahead != 0 || q.sq.backlog);
 }
 
 void Session::drain_rq(SharedQp& q) {
+  draining_ = true;
   rocev2::Engine& e = dev_->core->engine();
   const bool ok = drain_queue(
       q.rq, scratch_,
@@ -951,11 +957,13 @@ void Session::drain_rq(SharedQp& q) {
       },
       [&](std::vector<uint8_t>& entry) { refuse_wqe(q, entry.data(), uint32_t(entry.size()), false); },
       &counters_.wqes_posted);
+  draining_ = false;
   if (!ok) return fault("corrupt receive ring");
   track(q, q.rq.ahead != 0 || q.rq.backlog);
 }
 
 void Session::drain_srq(SharedSrq& s) {
+  draining_ = true;
   rocev2::Engine& e = dev_->core->engine();
   const bool ok = drain_queue(
       s.rq, scratch_,
@@ -966,6 +974,7 @@ void Session::drain_srq(SharedSrq& s) {
       },
       [&](std::vector<uint8_t>&) { ++counters_.wqes_refused; },
       &counters_.wqes_posted);
+  draining_ = false;
   if (!ok) return fault("corrupt SRQ ring");
   track(s, s.rq.ahead != 0 || s.rq.backlog);
 }
@@ -1035,6 +1044,23 @@ void Session::release_retired() {
       ++i;
     }
   }
+}
+
+void Session::release_for_completion(uint32_t qpn) {
+  // An application may reuse a queue slot as soon as it polls the slot's
+  // completion (with max_send_wr 1 it must), so the slots the engine retired
+  // (it retires before it pushes the completion) go back first. Not while a
+  // drain reads entries by position: the next release_retired() does it.
+  if (draining_) return;
+  auto it = qps_.find(qpn);
+  if (it == qps_.end()) return;
+  const rocev2::Qp* p = dev_->core->engine().qp(qpn);
+  if (p == nullptr) return;
+  SharedQp& q = *it->second;
+  release_queue(q.sq.ring, &q.sq.ahead, &q.sq.mark, &q.sq.refused, p->sq_tail);
+  if (q.has_rq) release_queue(q.rq.ring, &q.rq.ahead, &q.rq.mark, &q.rq.refused, p->rq_tail);
+  if (q.srq != nullptr)
+    release_queue(q.srq->rq.ring, &q.srq->rq.ahead, &q.srq->rq.mark, &q.srq->rq.refused, q.srq->srq->consumed());
 }
 
 void Session::push_event(uint32_t type, uint32_t id) {

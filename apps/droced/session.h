@@ -159,6 +159,9 @@ class Session {
   void track(SharedQp& q, bool busy);
   void track(SharedSrq& s, bool busy);
   void release_retired();
+  /// Gives back the slots of `qpn`'s retired WQEs before its completion is
+  /// pushed (SharedCq::push).
+  void release_for_completion(uint32_t qpn);
   void refuse_wqe(SharedQp& q, const uint8_t* entry, uint32_t size, bool send);
   void teardown();
 
@@ -190,6 +193,7 @@ class Session {
   std::vector<SharedQp*> active_qps_;
   std::vector<SharedSrq*> active_srqs_;
   std::vector<uint8_t> scratch_;
+  bool draining_ = false;  ///< a drain_* is reading ring entries by position
 
   struct Pending {
     bool active = false;
