@@ -534,7 +534,10 @@ int Srq::post_recv(const rocev2::RecvWr& wr) {
 // ---- Async events ----------------------------------------------------------------
 
 int Context::get_async_event(AsyncEvent* out, int timeout_ms) {
-  for (;;) {
+  // Pop; when empty, consume the eventfd's wake-ups (without waiting when
+  // timeout_ms is 0) and pop again: an event queued after that second pop
+  // writes the eventfd again, so none is missed and none is waited for twice.
+  for (int pass = 0;; ++pass) {
     {
       std::lock_guard<SpinLock> g(event_lock_);
       abi::EventEntry e;
@@ -550,10 +553,10 @@ int Context::get_async_event(AsyncEvent* out, int timeout_ms) {
         return 0;
       }
     }
-    if (timeout_ms == 0) return -EAGAIN;
+    if (timeout_ms == 0 && pass > 0) return -EAGAIN;
     epoll_event ev[2];
     const int n = ::epoll_wait(async_epoll_.get(), ev, 2, timeout_ms);
-    if (n == 0) return -EAGAIN;
+    if (n == 0 && timeout_ms != 0) return -EAGAIN;
     if (n < 0 && errno != EINTR) return -errno;
     for (int i = 0; i < n; ++i) {
       if (ev[i].data.fd == async_fd_.get()) {

@@ -182,8 +182,9 @@ class Context {
   /// droced's state as JSON (what `droce ... --json` prints).
   int stats(std::string* json);
 
-  /// One async event; -EAGAIN when none (non-blocking), or waits up to
-  /// timeout_ms when given (>= 0; -1 forever).
+  /// One async event; -EAGAIN when none (timeout_ms 0: without waiting; it
+  /// then also consumes the wake-ups async_fd() signalled), or waits up to
+  /// timeout_ms (-1 forever).
   int get_async_event(AsyncEvent* out, int timeout_ms = 0);
   /// The descriptor that becomes readable with an async event or droced's end.
   int async_fd() const { return async_epoll_.get(); }
