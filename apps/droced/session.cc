@@ -1,6 +1,8 @@
 #include "apps/droced/session.h"
 
+#include <fcntl.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -53,6 +55,11 @@ struct Session::SharedCq final : rocev2::CqSink {
   core::ShmRingProducer ring;
   core::Fd event_fd;
   uint32_t users = 0;
+  // A completion channel (register_channel): notifications go there as one
+  // 8-byte record, the client's handle for the CQ, instead of to event_fd.
+  std::shared_ptr<core::Fd> channel;
+  uint64_t user_handle = 0;
+
   Session* session = nullptr;
 
   bool push(const rocev2::Completion& c) override {
@@ -61,7 +68,12 @@ struct Session::SharedCq final : rocev2::CqSink {
     rocev2::encode_cqe(c, &e);
     return ring.try_push(&e) == core::ShmRingStatus::ok;
   }
-  void notify() override { write_eventfd(event_fd.get()); }
+  void notify() override {
+    if (!channel) return write_eventfd(event_fd.get());
+    // Non-blocking; a full pipe (thousands of unread events) or a reader
+    // that is gone loses the record, and SIGPIPE is ignored by droced.
+    [[maybe_unused]] ssize_t n = ::write(channel->get(), &user_handle, sizeof user_handle);
+  }
 };
 
 struct Session::SharedQueue {
@@ -341,7 +353,7 @@ void Session::handle(const std::vector<uint8_t>& msg, std::vector<core::Fd>& fds
       CreateCqRequest q;
       CreateCqReply r{};
       std::unique_ptr<SharedCq> made;
-      int rc = decode_body(msg, &q) == 0 ? on_create_cq(q, &r, &made) : -EINVAL;
+      int rc = decode_body(msg, &q, kCreateCqRequestV0) == 0 ? on_create_cq(q, &r, &made) : -EINVAL;
       if (rc != 0) {
         reply(h, rc);
         return;
@@ -461,6 +473,12 @@ void Session::handle(const std::vector<uint8_t>& msg, std::vector<core::Fd>& fds
       int rc = e.destroy_ah(q.id);
       if (rc == 0) ahs_.erase(it);
       reply(h, rc);
+      return;
+    }
+    case MsgType::register_channel: {
+      IdReply r{};
+      const int rc = on_register_channel(fds, &r.id);
+      reply(h, rc, &r, sizeof r);
       return;
     }
     case MsgType::stats: {
@@ -588,12 +606,33 @@ int Session::on_create_cq(const CreateCqRequest& q, CreateCqReply* out, std::uni
   c->block = reinterpret_cast<abi::QueueDoorbellBlock*>(c->region.data());
   c->event_fd = core::Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!c->event_fd.valid()) return -errno;
+  if (q.channel != 0) {
+    auto ch = channels_.find(q.channel);
+    if (ch == channels_.end()) return -EINVAL;
+    c->channel = ch->second;
+    c->user_handle = q.user_handle;
+  }
   if (int rc = dev_->core->engine().create_cq(entries, &c->cq, c.get()); rc != 0) return rc;
   c->session = this;
   out->cq_id = c->cq->id();
   out->cqe = entries;
   out->region_bytes = c->region.size();
   *made = std::move(c);
+  return 0;
+}
+
+int Session::on_register_channel(std::vector<core::Fd>& fds, uint32_t* id) {
+  if (fds.size() != 1) return -EINVAL;
+  if (channels_.size() >= kMaxChannelsPerSession) return -ENOMEM;
+  struct stat st;
+  const int fl = ::fcntl(fds[0].get(), F_GETFL);
+  if (::fstat(fds[0].get(), &st) != 0 || !S_ISFIFO(st.st_mode) || fl < 0 || (fl & O_ACCMODE) != O_WRONLY)
+    return -EINVAL;
+  // The client gave its own copy up (it closes it): this description is ours.
+  if (!(fl & O_NONBLOCK) && ::fcntl(fds[0].get(), F_SETFL, fl | O_NONBLOCK) != 0) return -errno;
+  const uint32_t cid = next_channel_id_++;
+  channels_[cid] = std::make_shared<core::Fd>(std::move(fds[0]));
+  *id = cid;
   return 0;
 }
 

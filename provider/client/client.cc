@@ -125,6 +125,7 @@ int Context::call(MsgType type, const void* body, size_t len, void* reply, size_
       return -EPROTO;
     }
     if (rh.seq != seq) continue;  // a stale reply (not expected with one call at a time)
+    if (type == MsgType::hello) daemon_minor_ = rh.abi_minor;
     if (rh.status != 0) return rh.status;
     // Append-only: a shorter (older) body reads as zeros past its end.
     if (reply_len != 0) (void)decode_body_bytes(in, reply, reply_len, 0);
@@ -211,8 +212,21 @@ int Context::dereg_mr(uint32_t lkey) {
 
 // ---- CQs ---------------------------------------------------------------------
 
-int Context::create_cq(uint32_t cqe, Cq** out) {
-  CreateCqRequest q{cqe, 0};
+int Context::register_channel(int write_fd, uint32_t* id) {
+  if (daemon_minor_ < 1) return -EOPNOTSUPP;  // a droced from before completion channels
+  IdReply r{};
+  const int fds[1] = {write_fd};
+  int rc = call(MsgType::register_channel, nullptr, 0, &r, sizeof r, nullptr, fds);
+  if (rc == 0) *id = r.id;
+  return rc;
+}
+
+int Context::create_cq(uint32_t cqe, Cq** out, uint32_t channel, uint64_t user_handle) {
+  if (channel != 0 && daemon_minor_ < 1) return -EOPNOTSUPP;
+  CreateCqRequest q{};
+  q.cqe = cqe;
+  q.channel = channel;
+  q.user_handle = user_handle;
   CreateCqReply r{};
   std::vector<core::Fd> fds;
   if (int rc = call(MsgType::create_cq, &q, sizeof q, &r, sizeof r, &fds); rc != 0) return rc;

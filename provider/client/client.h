@@ -155,6 +155,8 @@ class Context {
   Context& operator=(const Context&) = delete;
 
   const core::ctl::HelloReply& info() const { return hello_; }
+  /// droced's control-protocol minor version (from its hello reply).
+  uint16_t daemon_minor() const { return daemon_minor_; }
   int query_device(core::ctl::QueryDeviceReply* out);
   int query_port(uint8_t port, core::ctl::QueryPortReply* out);
   int query_gid(uint8_t port, uint32_t index, core::ctl::QueryGidReply* out);
@@ -164,7 +166,16 @@ class Context {
   int reg_mr(uint32_t pd, void* addr, size_t length, uint32_t access, uint32_t* lkey, uint32_t* rkey);
   int dereg_mr(uint32_t lkey);
 
-  int create_cq(uint32_t cqe, Cq** out);
+  /// A CQ of at least `cqe` entries. With `channel` (register_channel's
+  /// id), an armed notification writes `user_handle` to that channel instead
+  /// of the CQ's eventfd. -EINVAL (cqe 0 or past the device's max_cqe, an
+  /// unknown channel), -ENOMEM, -EOPNOTSUPP (a channel, and droced predates them).
+  int create_cq(uint32_t cqe, Cq** out, uint32_t channel = 0, uint64_t user_handle = 0);
+  /// Hands droced the write end of a completion channel's pipe (the caller
+  /// keeps its descriptor and may close it: droced has its own). *id names it
+  /// in create_cq. -EINVAL (not a pipe's write end), -ENOMEM (too many),
+  /// -EOPNOTSUPP (droced predates completion channels: ABI minor < 1).
+  int register_channel(int write_fd, uint32_t* id);
   int destroy_cq(Cq* cq);
   int create_srq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit, Srq** out);
   int modify_srq(Srq* srq, uint32_t mask, uint32_t max_wr, uint32_t limit);
@@ -215,6 +226,7 @@ class Context {
   std::atomic<bool> dead_{false};
   bool fatal_reported_ = false;
   uint32_t seq_ = 0;
+  uint16_t daemon_minor_ = 0;
   std::mutex ctl_mutex_;
   SpinLock doorbell_lock_;
   SpinLock event_lock_;
