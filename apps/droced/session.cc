@@ -1036,8 +1036,17 @@ void Session::arm_cq(SharedCq& c) {
   store_flag(&c.block->sq_pending, 0);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   const uint32_t mode = take_flag(&c.block->rq_pending);
-  if (mode == 0) return;
-  c.cq->arm((mode & 2u) == 0);  // bit 1: next completion; bit 0 alone: solicited only
+  if ((mode & (abi::kCqArmNext | abi::kCqArmSolicited)) == 0) return;
+  // Completions pushed since the client armed (it saw the ring's producer at
+  // cq_arm_index) came after ibv_req_notify_cq() returned: the event is due
+  // now. (For a solicited-only arm this may be an early event, which the
+  // verbs allow: the application polls after every event.)
+  if ((mode & abi::kCqArmIndex) &&
+      std::atomic_ref<uint32_t>(c.block->cq_arm_index).load(std::memory_order_acquire) != c.ring.index()) {
+    c.notify();
+    return;
+  }
+  c.cq->arm((mode & abi::kCqArmNext) == 0);
 }
 
 namespace {

@@ -277,7 +277,15 @@ int Cq::poll(rocev2::Completion* out, int n) {
 
 int Cq::req_notify(bool solicited_only) {
   if (ctx_->fatal()) return -EIO;
-  std::atomic_ref<uint32_t>(block_->rq_pending).fetch_or(solicited_only ? 1u : 2u);
+  {
+    // What this CQ's ring holds now: droced fires at once for anything
+    // pushed after it (core/queue_abi.h, CqArm).
+    std::lock_guard<SpinLock> g(lock_);
+    const uint32_t produced = ring_.index() + ring_.size();
+    std::atomic_ref<uint32_t>(block_->cq_arm_index).store(produced, std::memory_order_relaxed);
+  }
+  std::atomic_ref<uint32_t>(block_->rq_pending)
+      .fetch_or((solicited_only ? abi::kCqArmSolicited : abi::kCqArmNext) | abi::kCqArmIndex);
   ctx_->ring_doorbell(abi::kDoorbellArmCq, id_, &block_->sq_pending);
   return 0;
 }
