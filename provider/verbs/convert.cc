@@ -100,6 +100,16 @@ static_assert(sizeof(ibv_sge) == sizeof(Sge) &&
               offsetof(ibv_sge, length) == offsetof(Sge, length) &&
               offsetof(ibv_sge, lkey) == offsetof(Sge, lkey));
 
+// An enum field as the caller stored it: it may hold any value, which C++ may
+// not load as the enum type (UBSan: "not a valid value").
+template <class E>
+int raw(const E& e) {
+  static_assert(sizeof(E) == sizeof(int));
+  int v;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
+
 int to_access(int ibv_access, uint32_t* out) {
   const uint32_t a = static_cast<uint32_t>(ibv_access) & ~uint32_t{IBV_ACCESS_OPTIONAL_RANGE};
   if (a & IBV_ACCESS_ON_DEMAND) return EOPNOTSUPP;
@@ -116,7 +126,7 @@ int to_access(int ibv_access, uint32_t* out) {
 
 namespace {
 
-bool opcode_allowed(ibv_wr_opcode op, ibv_qp_type type) {
+bool opcode_allowed(int op, ibv_qp_type type) {
   switch (op) {
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM:
@@ -138,7 +148,8 @@ bool opcode_allowed(ibv_wr_opcode op, ibv_qp_type type) {
 }  // namespace
 
 int to_send_wr(const ibv_send_wr& wr, ibv_qp_type type, uint32_t ud_ah_id, SendWr* out) {
-  switch (wr.opcode) {
+  const int op = raw(wr.opcode);
+  switch (op) {
     case IBV_WR_BIND_MW:
     case IBV_WR_TSO:
     case IBV_WR_DRIVER1:
@@ -147,11 +158,11 @@ int to_send_wr(const ibv_send_wr& wr, ibv_qp_type type, uint32_t ud_ah_id, SendW
     default:
       break;
   }
-  if (!opcode_allowed(wr.opcode, type)) return EINVAL;
+  if (!opcode_allowed(op, type)) return EINVAL;
   if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > kMaxSge) return EINVAL;
   if (wr.num_sge > 0 && wr.sg_list == nullptr) return EINVAL;
   out->wr_id = wr.wr_id;
-  out->opcode = static_cast<WrOpcode>(wr.opcode);
+  out->opcode = static_cast<WrOpcode>(op);
   out->send_flags = wr.send_flags & (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE);
   out->imm_data = 0;
   out->invalidate_rkey = 0;
@@ -162,7 +173,7 @@ int to_send_wr(const ibv_send_wr& wr, ibv_qp_type type, uint32_t ud_ah_id, SendW
   out->ah = 0;
   out->remote_qpn = 0;
   out->remote_qkey = 0;
-  switch (wr.opcode) {
+  switch (op) {
     case IBV_WR_SEND_WITH_IMM:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
       out->imm_data = be32toh(wr.imm_data);
@@ -174,7 +185,7 @@ int to_send_wr(const ibv_send_wr& wr, ibv_qp_type type, uint32_t ud_ah_id, SendW
     default:
       break;
   }
-  switch (wr.opcode) {
+  switch (op) {
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
     case IBV_WR_RDMA_READ:
@@ -255,16 +266,16 @@ void from_av(const AddressVector& av, ibv_ah_attr* out) {
 
 int to_qp_attr(const ibv_qp_attr& attr, int mask, QpAttr* out) {
   *out = QpAttr{};
-  if ((mask & IBV_QP_STATE) && (attr.qp_state < IBV_QPS_RESET || attr.qp_state > IBV_QPS_ERR)) return EINVAL;
-  if ((mask & IBV_QP_CUR_STATE) && (attr.cur_qp_state < IBV_QPS_RESET || attr.cur_qp_state > IBV_QPS_ERR))
-    return EINVAL;
-  if ((mask & IBV_QP_PATH_MTU) && (attr.path_mtu < IBV_MTU_256 || attr.path_mtu > IBV_MTU_4096)) return EINVAL;
-  if ((mask & IBV_QP_PATH_MIG_STATE) && (attr.path_mig_state < IBV_MIG_MIGRATED || attr.path_mig_state > IBV_MIG_ARMED))
-    return EINVAL;
-  if (mask & IBV_QP_STATE) out->qp_state = static_cast<QpState>(attr.qp_state);
-  if (mask & IBV_QP_CUR_STATE) out->cur_qp_state = static_cast<QpState>(attr.cur_qp_state);
-  if (mask & IBV_QP_PATH_MTU) out->path_mtu = static_cast<PathMtu>(attr.path_mtu);
-  if (mask & IBV_QP_PATH_MIG_STATE) out->path_mig_state = static_cast<MigState>(attr.path_mig_state);
+  const int state = raw(attr.qp_state), cur = raw(attr.cur_qp_state), mtu = raw(attr.path_mtu),
+            mig = raw(attr.path_mig_state);
+  if ((mask & IBV_QP_STATE) && (state < IBV_QPS_RESET || state > IBV_QPS_ERR)) return EINVAL;
+  if ((mask & IBV_QP_CUR_STATE) && (cur < IBV_QPS_RESET || cur > IBV_QPS_ERR)) return EINVAL;
+  if ((mask & IBV_QP_PATH_MTU) && (mtu < IBV_MTU_256 || mtu > IBV_MTU_4096)) return EINVAL;
+  if ((mask & IBV_QP_PATH_MIG_STATE) && (mig < IBV_MIG_MIGRATED || mig > IBV_MIG_ARMED)) return EINVAL;
+  if (mask & IBV_QP_STATE) out->qp_state = static_cast<QpState>(state);
+  if (mask & IBV_QP_CUR_STATE) out->cur_qp_state = static_cast<QpState>(cur);
+  if (mask & IBV_QP_PATH_MTU) out->path_mtu = static_cast<PathMtu>(mtu);
+  if (mask & IBV_QP_PATH_MIG_STATE) out->path_mig_state = static_cast<MigState>(mig);
   out->qkey = attr.qkey;
   out->rq_psn = attr.rq_psn;
   out->sq_psn = attr.sq_psn;
