@@ -76,7 +76,7 @@ enum class AsyncEventType : uint8_t {
   qp_access_err = 3,
   comm_est = 4,
   sq_drained = 5,
-  srq_limit_reached = 17,
+  srq_limit_reached = 15,
   qp_last_wqe_reached = 16,
 };
 
