@@ -152,10 +152,10 @@ int droce_destroy_cq(ibv_cq* ibcq) {
 int droce_resize_cq(ibv_cq* ibcq, int cqe) {
   VerbsCq* v = cq_of(ibcq);
   if (cqe < 1 || static_cast<uint32_t>(cqe) > v->ctx->device.max_cqe) return EINVAL;
-  // droced's CQ rings do not grow; a size the CQ already holds is granted.
-  if (static_cast<uint32_t>(cqe) > v->cq->cqe()) return EOPNOTSUPP;
-  ibcq->cqe = static_cast<int>(v->cq->cqe());
-  return 0;
+  // droced's CQ rings are sized once. Granting only the sizes a CQ already
+  // holds would make resizing work or fail by size, which no program expects;
+  // it is simply not offered (what ibv_resize_cq(3) callers test for).
+  return EOPNOTSUPP;
 }
 
 void droce_cq_event(ibv_cq* ibcq) {

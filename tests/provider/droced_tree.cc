@@ -3,8 +3,12 @@
 // droce_control_socket), so stock verbs programs run with SYSFS_PATH=<root> find it. Until droced
 // writes its own tree, this is how the provider tests and the demo point a program at a droced.
 //
-//   droced_tree --socket SOCK --root DIR [--uverbs uverbs0] [--dev MAJ:MIN] [-- COMMAND [ARGS...]]
+//   droced_tree --socket SOCK --root DIR [--name NAME] [--uverbs uverbs0] [--dev MAJ:MIN]
+//               [-- COMMAND [ARGS...]]
 //
+// --name gives the device another name than droced's own (two droced that both call themselves
+// droce0 can then sit in one tree, as droce0 and droce1: the provider finds each one's droced
+// through droce_control_socket, not by name).
 // Without COMMAND the tree is written (replacing one left there) and stays; with COMMAND, the
 // command runs with SYSFS_PATH=DIR and the tree is removed after it. Exit: 0 (tree written), the
 // command's status, or 125 for a usage, droced or tree error.
@@ -25,8 +29,8 @@ namespace {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: droced_tree --socket SOCK --root DIR [--uverbs uverbs0] [--dev MAJ:MIN] "
-               "[-- COMMAND [ARGS...]]\n");
+               "usage: droced_tree --socket SOCK --root DIR [--name NAME] [--uverbs uverbs0] "
+               "[--dev MAJ:MIN] [-- COMMAND [ARGS...]]\n");
   return 125;
 }
 
@@ -34,7 +38,7 @@ int usage() {
 
 int main(int argc, char** argv) {
   using namespace droce;
-  std::string socket, root;
+  std::string socket, root, name;
   provider::DeviceDescription desc;
   int i = 1;
   for (; i < argc; ++i) {
@@ -49,6 +53,8 @@ int main(int argc, char** argv) {
       socket = v;
     } else if (a == "--root") {
       root = v;
+    } else if (a == "--name") {
+      name = v;
     } else if (a == "--uverbs") {
       desc.uverbs_name = v;
     } else if (a == "--dev") {
@@ -69,7 +75,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "droced_tree: query_device: %s\n", std::strerror(-rc));
     return 125;
   }
-  desc.name = ctx->info().device_name;
+  desc.name = name.empty() ? std::string(ctx->info().device_name) : name;
   desc.node_guid = dev.node_guid;
   desc.sys_image_guid = dev.sys_image_guid;
   desc.fw_ver = dev.fw_ver;

@@ -2,24 +2,26 @@
 # Unmodified verbs programs (Debian's ibverbs-utils and perftest) over droce: two droced hosts
 # joined by net_memif, the provider module, and the completion-channel preload.
 #
-#   verbs_programs_test.sh MODULE PRELOAD DROCED DROCED_TREE PAIR_LIB
+#   verbs_programs_test.sh MODULE PRELOAD DROCED DROCED_TREE PAIR_LIB API_PROBE
 #
 # MODULE is the built libdroce-rdmav<PABI>.so, PRELOAD libdroce-preload.so, DROCED the droced
 # binary, DROCED_TREE the tests' droced_tree (it writes the sysfs tree describing a running
-# droced), PAIR_LIB scripts/lib/droced-pair.sh. As root, in a private mount namespace whose /dev
+# droced), PAIR_LIB scripts/lib/droced-pair.sh, API_PROBE the tests' verbs_api_probe. As root, in a private mount namespace whose /dev
 # has /dev/infiniband/uverbs0 (libibverbs only looks there; see docs/discovery.md), it starts
 # the two droced, writes their trees and runs, server on host A and client on host B: the four
 # pingpongs with and without -e (completion channels), all with -c (data check), rc_pingpong
 # with the ibv_wr_* API (-N) and at 1 and 65536 bytes; an ib_write_bw whose server is killed
 # mid-run (the client must fail with a transport retry error, droced A must keep serving the
 # runs after it); perftest's send/write/read/atomic bandwidth and latency tools over RC (one
-# with -a), ib_send_bw over UD and UC, bidirectional, ib_write_bw with 4 QPs, and -e.
+# with -a), ib_send_bw over UD and UC, bidirectional, ib_write_bw with 4 QPs, and -e. Last,
+# verbs_api_probe with both hosts in one tree (droce0 and droce1): the API's corners, async
+# events, and the device-fatal event when it kills droced B.
 # Each check asserts exit statuses and what the program prints. Skips (77) without root,
 # unshare, or ibverbs-utils; the perftest part is skipped alone when perftest is missing.
 set -euo pipefail
 
-if [ $# -ne 5 ]; then
-  echo "usage: $0 MODULE PRELOAD DROCED DROCED_TREE PAIR_LIB" >&2
+if [ $# -ne 6 ]; then
+  echo "usage: $0 MODULE PRELOAD DROCED DROCED_TREE PAIR_LIB API_PROBE" >&2
   exit 2
 fi
 module=$(realpath "$1")
@@ -27,6 +29,7 @@ preload=$(realpath "$2")
 droced=$(realpath "$3")
 droced_tree=$(realpath "$4")
 pair_lib=$(realpath "$5")
+api_probe=$(realpath "$6")
 
 skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" -eq 0 ] || skip "needs root: /dev/infiniband/uverbs0 must be a char node (mknod) in a private /dev"
@@ -59,6 +62,9 @@ trap cleanup EXIT
 droced_pair_start "$(dirname "$droced")" "$tmp/hosts" --max-sleep-us 100
 "$droced_tree" --socket "$DROCE_A_SOCK" --root "$tmp/sysA"
 "$droced_tree" --socket "$DROCE_B_SOCK" --root "$tmp/sysB"
+# Both hosts in one tree, for verbs_api_probe: B's device is droce1 there, on uverbs1.
+"$droced_tree" --socket "$DROCE_A_SOCK" --root "$tmp/sysAB"
+"$droced_tree" --socket "$DROCE_B_SOCK" --root "$tmp/sysAB" --name droce1 --uverbs uverbs1
 
 mkdir -p "$tmp/dev"
 mount -t tmpfs -o mode=0755 droce-dev "$tmp/dev"
@@ -68,6 +74,7 @@ for n in null:1:3 zero:1:5 full:1:7 random:1:8 urandom:1:9; do
 done
 mkdir "$tmp/dev/infiniband" "$tmp/dev/shm"
 mknod -m 0666 "$tmp/dev/infiniband/uverbs0" c 1 7
+mknod -m 0666 "$tmp/dev/infiniband/uverbs1" c 1 7
 mount -t tmpfs -o mode=1777 droce-shm "$tmp/dev/shm"
 mount --rbind "$tmp/dev" /dev
 
@@ -135,8 +142,20 @@ pingpong "ibv_rc_pingpong-N (ibv_wr_* API)" "$A" "$B" ibv_rc_pingpong -N
 pingpong "ibv_rc_pingpong-s1" "$A" "$B" ibv_rc_pingpong -s 1
 pingpong "ibv_rc_pingpong-s65536" "$A" "$B" ibv_rc_pingpong -s 65536
 # ---- perftest -----------------------------------------------------------------------------------
+api_probe() {
+  # Last: it kills droced B.
+  local rc=0
+  # The probe is built like the rest of the tests (ASan in a sanitized build): the preload
+  # comes before ASan's runtime in its library list, which ASan accepts when told.
+  SYSFS_PATH=$tmp/sysAB ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
+    timeout 120 "$api_probe" droce0 droce1 "$DROCE_B_PID" >"$tmp/probe.out" 2>&1 || rc=$?
+  cat "$tmp/probe.out"
+  if [ $rc -eq 0 ]; then pass "verbs_api_probe"; else bad "verbs_api_probe: status $rc"; fi
+}
+
 if ! command -v ib_send_bw >/dev/null; then
   echo "SKIP (part): perftest not installed"
+  api_probe
   exit $fail
 fi
 
@@ -200,4 +219,5 @@ perf "ib_write_bw -q 4" 400 ib_write_bw -q 4 -n 100 -s 4096
 perf "ib_send_bw -e" 100 ib_send_bw -e -n 100
 perf "ib_send_lat -e" 100 ib_send_lat -e -n 100
 
+api_probe
 exit $fail
