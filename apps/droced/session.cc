@@ -108,6 +108,8 @@ struct Session::SharedSrq {
 
 struct Session::MrEntry {
   uint32_t lkey = 0;
+  uint32_t rkey = 0;
+  uint64_t page_va = 0;  ///< the client address of memory.data()
   PeerMemory memory;
 };
 
@@ -475,6 +477,12 @@ void Session::handle(const std::vector<uint8_t>& msg, std::vector<core::Fd>& fds
       reply(h, rc);
       return;
     }
+    case MsgType::rereg_mr: {
+      RegMrReply r{};
+      int rc = on_rereg_mr(msg, fds, &r);
+      reply(h, rc, &r, sizeof r);
+      return;
+    }
     case MsgType::register_channel: {
       IdReply r{};
       const int rc = on_register_channel(fds, &r.id);
@@ -586,9 +594,51 @@ int Session::on_reg_mr(const std::vector<uint8_t>& msg, std::vector<core::Fd>& f
   int rc = dev_->core->engine().reg_mr(q.pd, q.va, q.length, m->memory.data() + (q.va - q.page_va), q.access, &mr);
   if (rc != 0) return rc;
   m->lkey = mr->lkey;
+  m->rkey = mr->rkey;
+  m->page_va = q.page_va;
   out->lkey = mr->lkey;
   out->rkey = mr->rkey;
   mrs_[mr->lkey] = std::move(m);
+  return 0;
+}
+
+int Session::on_rereg_mr(const std::vector<uint8_t>& msg, std::vector<core::Fd>& fds, RegMrReply* out) {
+  ReregMrRequest q;
+  if (decode_body(msg, &q) != 0) return -EINVAL;
+  auto it = mrs_.find(q.lkey);
+  if (it == mrs_.end()) return -EINVAL;
+  if (std::find(pds_.begin(), pds_.end(), q.pd) == pds_.end()) return -EINVAL;
+  MrEntry& m = *it->second;
+  const bool translation = (q.flags & kReregTranslation) != 0;
+  PeerMemory fresh;
+  const PeerMemory* mem = &m.memory;
+  uint64_t page_va = m.page_va;
+  const size_t tail = sizeof(CtlHeader) + sizeof(ReregMrRequest);
+  if (translation) {
+    if (q.segment_count == 0 || q.segment_count > kMaxMrSegments || fds.size() != q.segment_count ||
+        msg.size() != tail + q.segment_count * sizeof(MrSegment) || q.page_va % core::page_size() != 0)
+      return -EINVAL;
+    MrSegment segs[kMaxMrSegments];
+    std::memcpy(segs, msg.data() + tail, q.segment_count * sizeof(MrSegment));
+    int raw[kMaxMrSegments];
+    for (uint32_t i = 0; i < q.segment_count; ++i) raw[i] = fds[i].get();
+    if (int rc = PeerMemory::map({segs, q.segment_count}, {raw, q.segment_count}, &fresh); rc != 0) return rc;
+    mem = &fresh;
+    page_va = q.page_va;
+  } else if (q.segment_count != 0 || !fds.empty() || msg.size() != tail) {
+    return -EINVAL;
+  }
+  // The range must lie inside the pages the region maps.
+  if (q.length == 0 || q.va < page_va || q.va - page_va > mem->size() || q.length > mem->size() - (q.va - page_va))
+    return -EINVAL;
+  const int rc = dev_->core->engine().rereg_mr(q.lkey, q.pd, q.va, q.length, mem->data() + (q.va - page_va), q.access);
+  if (rc != 0) return rc;
+  if (translation) {
+    m.memory = std::move(fresh);  // the engine reads the new mapping from now on; the old one goes
+    m.page_va = q.page_va;
+  }
+  out->lkey = m.lkey;
+  out->rkey = m.rkey;
   return 0;
 }
 

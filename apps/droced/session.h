@@ -138,6 +138,8 @@ class Session {
 
   int on_hello(const std::vector<uint8_t>& msg, const core::ctl::CtlHeader& h);
   int on_reg_mr(const std::vector<uint8_t>& msg, std::vector<core::Fd>& fds, core::ctl::RegMrReply* out);
+  /// ibv_rereg_mr in place (rereg_mr): the keys stay.
+  int on_rereg_mr(const std::vector<uint8_t>& msg, std::vector<core::Fd>& fds, core::ctl::RegMrReply* out);
   int on_create_cq(const core::ctl::CreateCqRequest& r, core::ctl::CreateCqReply* out, std::unique_ptr<SharedCq>* made);
   /// A completion channel's write end (register_channel).
   int on_register_channel(std::vector<core::Fd>& fds, uint32_t* id);

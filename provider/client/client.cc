@@ -198,6 +198,53 @@ int Context::reg_mr(uint32_t pd, void* addr, size_t length, uint32_t access, uin
   return 0;
 }
 
+int Context::rereg_mr(uint32_t lkey, uint32_t flags, uint32_t pd, void* addr, size_t length, uint32_t access) {
+  if (daemon_minor_ < 2) return -EOPNOTSUPP;  // a droced from before rereg_mr
+  if (addr == nullptr || length == 0) return -EINVAL;
+  if ((access & (rocev2::kAccessRemoteWrite | rocev2::kAccessRemoteAtomic)) && !(access & rocev2::kAccessLocalWrite))
+    return -EINVAL;
+  const bool translation = (flags & kReregTranslation) != 0;
+  std::unique_lock<std::mutex> g(ctl_mutex_);
+  auto it = mrs_.find(lkey);
+  if (it == mrs_.end()) return -EINVAL;
+  ReregMrRequest q{};
+  q.lkey = lkey;
+  q.flags = flags & (kReregTranslation | kReregPd | kReregAccess);
+  q.pd = pd;
+  q.access = access;
+  q.va = reinterpret_cast<uint64_t>(addr);
+  q.length = length;
+  std::vector<MrSegment> segs;
+  std::vector<int> fds;
+  if (translation) {
+    uintptr_t page_start = 0;
+    std::vector<SharedMemory::Piece> pieces;
+    if (int rc = memory_.share(addr, length, &page_start, &pieces); rc != 0) return rc == -E2BIG ? -ENOMEM : rc;
+    for (const auto& p : pieces) {
+      segs.push_back(p.segment);
+      fds.push_back(p.fd);
+    }
+    q.page_va = page_start;
+    q.segment_count = static_cast<uint32_t>(segs.size());
+  }
+  RegMrReply r{};
+  g.unlock();
+  const int rc = call(MsgType::rereg_mr, &q, sizeof q, &r, sizeof r, nullptr, fds,
+                      {reinterpret_cast<const uint8_t*>(segs.data()), segs.size() * sizeof(MrSegment)});
+  g.lock();
+  if (!translation) return rc;
+  // The references go with the range droced now maps: the new one on
+  // success, the old one otherwise.
+  it = mrs_.find(lkey);
+  if (rc != 0 || it == mrs_.end()) {
+    memory_.release(addr, length);
+    return rc != 0 ? rc : -EINVAL;
+  }
+  memory_.release(it->second.addr, it->second.length);
+  it->second = {addr, length};
+  return 0;
+}
+
 int Context::dereg_mr(uint32_t lkey) {
   IdRequest q{lkey, 0};
   int rc = call(MsgType::dereg_mr, &q, sizeof q, nullptr, 0);

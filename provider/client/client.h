@@ -165,6 +165,12 @@ class Context {
   int dealloc_pd(uint32_t pd);
   int reg_mr(uint32_t pd, void* addr, size_t length, uint32_t access, uint32_t* lkey, uint32_t* rkey);
   int dereg_mr(uint32_t lkey);
+  /// ibv_rereg_mr in place: the region keeps its keys and takes `pd`,
+  /// `access` and, with core::ctl::kReregTranslation in `flags`, the range
+  /// [addr, addr + length) (else addr/length must be its current range).
+  /// -EINVAL, -EFAULT and -ENOMEM as reg_mr; -EOPNOTSUPP when droced predates
+  /// rereg_mr (ABI minor < 2). On failure the region is as it was.
+  int rereg_mr(uint32_t lkey, uint32_t flags, uint32_t pd, void* addr, size_t length, uint32_t access);
 
   /// A CQ of at least `cqe` entries. With `channel` (register_channel's
   /// id), an armed notification writes `user_handle` to that channel instead
