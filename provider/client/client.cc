@@ -299,6 +299,12 @@ int Context::create_cq(uint32_t cqe, Cq** out, uint32_t channel, uint64_t user_h
 }
 
 int Context::destroy_cq(Cq* cq) {
+  {
+    // A QP still on it keeps it (droced says so too, but not once it is gone).
+    std::lock_guard<std::mutex> l(ctl_mutex_);
+    for (const auto& [p, qp] : qps_)
+      if (qp->send_cq_ == cq || qp->recv_cq_ == cq) return -EBUSY;
+  }
   IdRequest q{cq->id_, 0};
   int rc = call(MsgType::destroy_cq, &q, sizeof q, nullptr, 0);
   if (rc != 0 && rc != -EIO) return rc;
@@ -315,11 +321,28 @@ int Cq::poll(rocev2::Completion* out, int n) {
   while (done < n) {
     uint32_t got = 0;
     const uint32_t want = static_cast<uint32_t>(n - done < 16 ? n - done : 16);
+    const uint32_t first = ring_.index();
     if (ring_.pop_burst(buf, want, &got) == core::ShmRingStatus::corrupt) return -EIO;
-    for (uint32_t i = 0; i < got; ++i) out[done++] = rocev2::decode_cqe(buf[i]);
+    if (discards_.empty()) {
+      for (uint32_t i = 0; i < got; ++i) out[done++] = rocev2::decode_cqe(buf[i]);
+    } else {
+      for (uint32_t i = 0; i < got; ++i) {
+        bool drop = false;
+        for (const Discard& d : discards_)
+          drop = drop || (buf[i].qp_num == d.qpn && static_cast<int32_t>(first + i - d.until) < 0);
+        if (!drop) out[done++] = rocev2::decode_cqe(buf[i]);
+      }
+      std::erase_if(discards_, [&](const Discard& d) { return static_cast<int32_t>(ring_.index() - d.until) >= 0; });
+    }
     if (got < want) break;
   }
   return done;
+}
+
+void Cq::discard(uint32_t qpn) {
+  std::lock_guard<SpinLock> g(lock_);
+  const uint32_t until = ring_.index() + ring_.size();
+  if (until != ring_.index()) discards_.push_back({qpn, until});
 }
 
 int Cq::req_notify(bool solicited_only) {
@@ -427,6 +450,8 @@ int Context::create_qp(const QpCreate& c, Qp** out) {
   auto qp = std::make_unique<Qp>();
   qp->ctx_ = this;
   qp->qpn_ = r.qpn;
+  qp->send_cq_ = c.send_cq;
+  qp->recv_cq_ = c.recv_cq;
   qp->type_ = c.type;
   qp->cap_ = {r.max_send_wr, r.max_recv_wr, r.max_send_sge, r.max_recv_sge, r.max_inline_data};
   qp->has_rq_ = c.srq == nullptr;
@@ -463,6 +488,12 @@ int Context::modify_qp(Qp* qp, const rocev2::QpAttr& attr, uint32_t mask) {
   rocev2::to_wire(attr, &q.attr);
   int rc = call(MsgType::modify_qp, &q, sizeof q, nullptr, 0);
   if (rc == 0 && (mask & rocev2::kAttrState)) qp->state_.store(static_cast<uint8_t>(attr.qp_state));
+  if (rc == 0 && (mask & rocev2::kAttrState) && attr.qp_state == rocev2::QpState::reset) {
+    // droced pushes nothing more for the QP; what it pushed (flushed WRs of
+    // the error state) belongs to the QP's previous life.
+    qp->send_cq_->discard(qp->qpn_);
+    if (qp->recv_cq_ != qp->send_cq_) qp->recv_cq_->discard(qp->qpn_);
+  }
   return rc;
 }
 
@@ -482,6 +513,9 @@ int Context::destroy_qp(Qp* qp) {
   IdRequest q{qp->qpn_, 0};
   int rc = call(MsgType::destroy_qp, &q, sizeof q, nullptr, 0);
   if (rc != 0 && rc != -EIO) return rc;
+  // Its completions go with it (as an HCA's provider cleans its CQs).
+  qp->send_cq_->discard(qp->qpn_);
+  if (qp->recv_cq_ != qp->send_cq_) qp->recv_cq_->discard(qp->qpn_);
   std::lock_guard<std::mutex> l(ctl_mutex_);
   qps_.erase(qp);
   return 0;

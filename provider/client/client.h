@@ -64,9 +64,17 @@ class Cq {
   /// Waits up to timeout_ms (-1: forever) for an event and consumes it.
   /// 1: an event; 0: none in time; -EIO: the device is gone.
   int wait_event(int timeout_ms);
+  /// Drops the completions of `qpn` this CQ holds now (a QP moved to RESET
+  /// or destroyed leaves none behind, as an HCA's provider cleans its CQs);
+  /// poll() skips them. Control path.
+  void discard(uint32_t qpn);
 
  private:
   friend class Context;
+  struct Discard {
+    uint32_t qpn;
+    uint32_t until;  ///< ring index: entries before it are dropped
+  };
   Context* ctx_ = nullptr;
   uint32_t id_ = 0;
   uint32_t cqe_ = 0;
@@ -75,6 +83,7 @@ class Cq {
   core::ShmRingConsumer ring_;
   core::Fd event_fd_;
   SpinLock lock_;
+  std::vector<Discard> discards_;  ///< under lock_; empty on the common path
 };
 
 /// A send or receive queue as the client sees it.
@@ -127,6 +136,8 @@ class Qp {
   friend class Context;
   Context* ctx_ = nullptr;
   uint32_t qpn_ = 0;
+  Cq* send_cq_ = nullptr;
+  Cq* recv_cq_ = nullptr;
   rocev2::QpType type_ = rocev2::QpType::rc;
   rocev2::QpCap cap_;
   bool has_rq_ = true;
