@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <new>
+#include <vector>
 
 #include "provider/verbs/convert.h"
 #include "provider/verbs/objects.h"
@@ -60,6 +61,8 @@ int VerbsContext::open(ibv_context* context, const std::string& socket_path, int
   core::Fd read_end(sv[0]);
   event_write_ = core::Fd(sv[1]);
   ::shutdown(read_end.get(), SHUT_WR);
+  event_read_ = core::Fd(::fcntl(read_end.get(), F_DUPFD_CLOEXEC, 0));
+  if (!event_read_.valid()) return errno;
   stop_fd_ = core::Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!stop_fd_.valid()) return errno;
   try {
@@ -83,13 +86,11 @@ bool VerbsContext::deliver(const client::AsyncEvent& ev) {
   ib_uverbs_async_event_desc d{};
   d.event_type = ev.type;
   std::lock_guard<std::mutex> g(objects_mutex);
-  uint32_t* reported = nullptr;
   switch (ev.type) {
     case IBV_EVENT_CQ_ERR: {
       auto it = cqs.find(ev.id);
       if (it == cqs.end()) return false;  // destroyed meanwhile: nobody to tell
       d.element = reinterpret_cast<uintptr_t>(it->second->ibv);
-      reported = &it->second->async_events_reported;
       break;
     }
     case IBV_EVENT_QP_FATAL:
@@ -103,7 +104,6 @@ bool VerbsContext::deliver(const client::AsyncEvent& ev) {
       auto it = qps.find(ev.id);
       if (it == qps.end()) return false;
       d.element = reinterpret_cast<uintptr_t>(it->second->ibv);
-      reported = &it->second->events_reported;
       break;
     }
     case IBV_EVENT_SRQ_ERR:
@@ -111,7 +111,6 @@ bool VerbsContext::deliver(const client::AsyncEvent& ev) {
       auto it = srqs.find(ev.id);
       if (it == srqs.end()) return false;
       d.element = reinterpret_cast<uintptr_t>(it->second->ibv);
-      reported = &it->second->events_reported;
       break;
     }
     default:
@@ -122,8 +121,75 @@ bool VerbsContext::deliver(const client::AsyncEvent& ev) {
     events_dropped.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
-  if (reported != nullptr) ++*reported;
   return true;
+}
+
+namespace {
+
+enum class EventKind { qp, cq, srq, other };
+
+EventKind kind_of(uint32_t type) {
+  switch (type) {
+    case IBV_EVENT_CQ_ERR:
+      return EventKind::cq;
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_COMM_EST:
+    case IBV_EVENT_SQ_DRAINED:
+    case IBV_EVENT_PATH_MIG:
+    case IBV_EVENT_PATH_MIG_ERR:
+    case IBV_EVENT_QP_LAST_WQE_REACHED:
+      return EventKind::qp;
+    case IBV_EVENT_SRQ_ERR:
+    case IBV_EVENT_SRQ_LIMIT_REACHED:
+      return EventKind::srq;
+    default:
+      return EventKind::other;
+  }
+}
+
+}  // namespace
+
+void VerbsContext::count_read_event(const ibv_async_event& ev) {
+  std::lock_guard<std::mutex> g(objects_mutex);
+  // Only objects still in the tables: a destroyed one's pointer may dangle.
+  switch (kind_of(ev.event_type)) {
+    case EventKind::qp:
+      for (auto& [qpn, q] : qps)
+        if (q->ibv == ev.element.qp) ++q->events_reported;
+      break;
+    case EventKind::cq:
+      for (auto& [id, c] : cqs)
+        if (c->ibv == ev.element.cq) ++c->async_events_reported;
+      break;
+    case EventKind::srq:
+      for (auto& [id, s] : srqs)
+        if (s->ibv == ev.element.srq) ++s->events_reported;
+      break;
+    case EventKind::other:
+      break;
+  }
+}
+
+uint32_t VerbsContext::forget(const void* ibv_object, uint32_t* reported) {
+  std::lock_guard<std::mutex> g(objects_mutex);
+  std::erase_if(qps, [&](const auto& kv) { return kv.second->ibv == ibv_object; });
+  std::erase_if(cqs, [&](const auto& kv) { return kv.second->ibv == ibv_object; });
+  std::erase_if(srqs, [&](const auto& kv) { return kv.second->ibv == ibv_object; });
+  // Unread records about the object come out; the others go back in order.
+  // (The event thread writes under this mutex; an application reading at
+  // this moment may take a record before it goes back, which only reorders.)
+  std::vector<ib_uverbs_async_event_desc> keep;
+  ib_uverbs_async_event_desc d;
+  while (::recv(event_read_.get(), &d, sizeof d, MSG_DONTWAIT) == sizeof d) {
+    const bool about = kind_of(d.event_type) != EventKind::other && d.element == reinterpret_cast<uintptr_t>(ibv_object);
+    if (!about) keep.push_back(d);
+  }
+  for (const auto& k : keep)
+    if (::send(event_write_.get(), &k, sizeof k, MSG_DONTWAIT | MSG_NOSIGNAL) != sizeof k)
+      events_dropped.fetch_add(1, std::memory_order_relaxed);
+  return *reported;
 }
 
 void VerbsContext::event_loop() {
@@ -204,7 +270,9 @@ int droce_query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* port
   return 0;
 }
 
-void droce_async_event(ibv_context*, ibv_async_event*) {}
+void droce_async_event(ibv_context* context, ibv_async_event* event) {
+  if (event != nullptr) context_of(context)->count_read_event(*event);
+}
 
 // ---- PDs ---------------------------------------------------------------------------
 
@@ -249,16 +317,27 @@ int droce_glue_dereg_mr(ibv_mr* mr) { return positive(context_of(mr->context)->c
 
 int droce_glue_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, int access) {
   constexpr int kKnown = IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS;
+  static_assert(IBV_REREG_MR_CHANGE_TRANSLATION == int(core::ctl::kReregTranslation) &&
+                IBV_REREG_MR_CHANGE_PD == int(core::ctl::kReregPd) &&
+                IBV_REREG_MR_CHANGE_ACCESS == int(core::ctl::kReregAccess));
   if (flags == 0 || (flags & ~kKnown)) return EINVAL;
   ibv_pd* new_pd = (flags & IBV_REREG_MR_CHANGE_PD) ? pd : mr->pd;
   if (new_pd == nullptr || new_pd->context != mr->context) return EINVAL;
   void* new_addr = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? addr : mr->addr;
   const size_t new_len = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? length : mr->length;
-  // The new registration first, so a failure leaves the old one standing.
+  if (new_addr == nullptr || new_len == 0) return EINVAL;
+  uint32_t acc = 0;
+  if (int rc = to_access(access, &acc); rc != 0) return rc;
+  VerbsContext* ctx = context_of(mr->context);
+  // In place: the keys stay, as an HCA's do (a peer keeps the R_Key it has).
+  int rc = ctx->client->rereg_mr(mr->lkey, static_cast<uint32_t>(flags), new_pd->handle, new_addr, new_len, acc);
+  if (rc != -EOPNOTSUPP) return positive(rc);
+  // A droced without rereg_mr: a new registration replaces the old one (new
+  // keys, which ibv_rereg_mr(3) allows), made first so a failure leaves the
+  // old one standing.
   ibv_mr fresh{};
-  if (int rc = droce_glue_reg_mr(new_pd, new_addr, new_len, reinterpret_cast<uintptr_t>(new_addr), access, &fresh);
-      rc != 0)
-    return rc;
+  if (int r = droce_glue_reg_mr(new_pd, new_addr, new_len, reinterpret_cast<uintptr_t>(new_addr), access, &fresh); r != 0)
+    return r;
   (void)droce_glue_dereg_mr(mr);
   mr->lkey = fresh.lkey;
   mr->rkey = fresh.rkey;

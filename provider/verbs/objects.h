@@ -58,8 +58,9 @@ struct VerbsCq {
   VerbsContext* ctx = nullptr;
   client::Cq* cq = nullptr;
   ibv_cq* ibv = nullptr;
-  /// Completion events handed to the application (cq_event op); destroy
-  /// waits until it has acknowledged as many (ibv_ack_cq_events).
+  /// Completion and async events the application has read (the cq_event
+  /// and async_event ops); destroy waits until it has acknowledged as many
+  /// (ibv_ack_cq_events, ibv_ack_async_event), as the kernel's uverbs does.
   uint32_t comp_events_reported = 0;
   uint32_t async_events_reported = 0;
   /// The extended CQ's current completion (start_poll/next_poll).
@@ -122,6 +123,15 @@ class VerbsContext {
   std::unordered_map<uint32_t, VerbsCq*> cqs;    ///< by droced's CQ id
   std::unordered_map<uint32_t, VerbsSrq*> srqs;  ///< by droced's SRQ id
 
+  /// Counts an async event the application has read (the async_event op),
+  /// on its object when that still exists.
+  void count_read_event(const ibv_async_event& ev);
+  /// Takes `ibv_object` (a QP, CQ or SRQ being destroyed) out of the tables
+  /// and removes the events about it the application has not read yet (the
+  /// kernel drops them too: their element would dangle), under
+  /// objects_mutex. Returns the object's events_reported as it then stands.
+  uint32_t forget(const void* ibv_object, uint32_t* reported);
+
   /// Events dropped because the application did not read async_fd.
   std::atomic<uint64_t> events_dropped{0};
 
@@ -131,6 +141,7 @@ class VerbsContext {
   bool deliver(const client::AsyncEvent& ev);
 
   core::Fd event_write_;  ///< our end of async_fd's socket pair
+  core::Fd event_read_;   ///< a second descriptor of async_fd's end (forget() reads it)
   core::Fd stop_fd_;      ///< eventfd: the thread ends when it is written
   std::thread thread_;
 };

@@ -133,12 +133,7 @@ int droce_destroy_cq(ibv_cq* ibcq) {
   VerbsContext* ctx = v->ctx;
   // EBUSY while a QP uses it (droced counts the users).
   if (int rc = ctx->client->destroy_cq(v->cq); rc != 0) return positive(rc);
-  uint32_t async_reported;
-  {
-    std::lock_guard<std::mutex> g(ctx->objects_mutex);
-    ctx->cqs.erase(static_cast<uint32_t>(ibcq->handle));
-    async_reported = v->async_events_reported;
-  }
+  const uint32_t async_reported = ctx->forget(ibcq, &v->async_events_reported);
   pthread_mutex_lock(&ibcq->mutex);
   while (ibcq->comp_events_completed != v->comp_events_reported ||
          ibcq->async_events_completed != async_reported)
@@ -227,12 +222,7 @@ int droce_destroy_srq(ibv_srq* ibsrq) {
   VerbsSrq* v = srq_of(ibsrq);
   VerbsContext* ctx = v->ctx;
   if (int rc = ctx->client->destroy_srq(v->srq); rc != 0) return positive(rc);
-  uint32_t reported;
-  {
-    std::lock_guard<std::mutex> g(ctx->objects_mutex);
-    ctx->srqs.erase(ibsrq->handle);
-    reported = v->events_reported;
-  }
+  const uint32_t reported = ctx->forget(ibsrq, &v->events_reported);
   wait_acked(&ibsrq->mutex, &ibsrq->cond, &ibsrq->events_completed, reported);
   delete v;
   delete object_of(ibsrq);
@@ -333,12 +323,7 @@ int droce_glue_destroy_qp(ibv_qp* ibqp) {
   VerbsQp* v = qp_of(ibqp);
   VerbsContext* ctx = v->ctx;
   if (int rc = ctx->client->destroy_qp(v->qp); rc != 0) return positive(rc);
-  uint32_t reported;
-  {
-    std::lock_guard<std::mutex> g(ctx->objects_mutex);
-    ctx->qps.erase(ibqp->qp_num);
-    reported = v->events_reported;
-  }
+  const uint32_t reported = ctx->forget(ibqp, &v->events_reported);
   wait_acked(&ibqp->mutex, &ibqp->cond, &ibqp->events_completed, reported);
   delete v;
   return 0;

@@ -442,8 +442,10 @@ void rc_traffic(Dev& a, Dev& b) {
   void* mem2 = nullptr;
   if (posix_memalign(&mem2, 4096, 8192) != 0) die("posix_memalign");
   std::memset(mem2, 0, 8192);
+  const uint32_t old_rkey = b.mr->rkey;
   const int rr = ibv_rereg_mr(b.mr, IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, mem2, 8192, 0);
-  check(rr == 0 && b.mr->addr == mem2 && b.mr->length == 8192, "rereg_mr(CHANGE_TRANSLATION): 0");
+  check(rr == 0 && b.mr->addr == mem2 && b.mr->length == 8192 && b.mr->rkey == old_rkey,
+        "rereg_mr(CHANGE_TRANSLATION): 0, the keys stay");
   wr = ibv_send_wr{};
   wr.wr_id = 7;
   wr.sg_list = &sge;
@@ -454,8 +456,19 @@ void rc_traffic(Dev& a, Dev& b) {
   wr.wr.rdma.rkey = b.mr->rkey;
   check(ibv_post_send(aq, &wr, &bad) == 0 && poll_n(acq, wc, 1) == 1 && wc[0].status == IBV_WC_SUCCESS &&
             static_cast<uint8_t*>(mem2)[100 + 255] == 255,
-        "a WRITE with the re-registered MR's rkey lands in the new buffer");
+        "a WRITE with the MR's (unchanged) rkey lands in the new buffer");
   if (ibv_rereg_mr(b.mr, IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, b.buf, Dev::kBuf, 0) != 0) die("rereg_mr back");
+  // Access taken away: a remote WRITE now fails with a remote access error (last on this QP:
+  // the error takes it to ERR).
+  check(ibv_rereg_mr(b.mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, IBV_ACCESS_LOCAL_WRITE) == 0,
+        "rereg_mr(CHANGE_ACCESS to local write only): 0");
+  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(b.buf);
+  check(ibv_post_send(aq, &wr, &bad) == 0 && poll_n(acq, wc, 1) == 1 && wc[0].status == IBV_WC_REM_ACCESS_ERR,
+        "a remote WRITE after that: remote access error");
+  if (ibv_rereg_mr(b.mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
+                   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                       IBV_ACCESS_REMOTE_ATOMIC) != 0)
+    die("rereg_mr access back");
   std::free(mem2);
 
   ibv_destroy_qp(aq);

@@ -10,7 +10,8 @@
 # has /dev/infiniband/uverbs0 (libibverbs only looks there; see docs/discovery.md), it starts
 # the two droced, writes their trees and runs, server on host A and client on host B: the four
 # pingpongs with and without -e (completion channels), all with -c (data check), rc_pingpong
-# with the ibv_wr_* API (-N) and at 1 and 65536 bytes; an ib_write_bw whose server is killed
+# with the ibv_wr_* API (-N) and at 1 and 65536 bytes, RC and UD with both processes on host A;
+# an ib_write_bw whose server is killed
 # mid-run (the client must fail with a transport retry error, droced A must keep serving the
 # runs after it); perftest's send/write/read/atomic bandwidth and latency tools over RC (one
 # with -a), ib_send_bw over UD and UC, bidirectional, ib_write_bw with 4 QPs, and -e. Last,
@@ -141,6 +142,9 @@ done
 pingpong "ibv_rc_pingpong-N (ibv_wr_* API)" "$A" "$B" ibv_rc_pingpong -N
 pingpong "ibv_rc_pingpong-s1" "$A" "$B" ibv_rc_pingpong -s 1
 pingpong "ibv_rc_pingpong-s65536" "$A" "$B" ibv_rc_pingpong -s 65536
+# Two processes on one droced: the frames loop back inside droced A.
+pingpong "ibv_rc_pingpong (both on host A)" "$A" "$A" ibv_rc_pingpong
+pingpong "ibv_ud_pingpong (both on host A)" "$A" "$A" ibv_ud_pingpong
 # ---- perftest -----------------------------------------------------------------------------------
 api_probe() {
   # Last: it kills droced B.
