@@ -74,6 +74,7 @@ for n in null:1:3 zero:1:5 full:1:7 random:1:8 urandom:1:9; do
   mknod -m 0666 "$tmp/dev/$name" c "$major" "$minor"
 done
 mkdir "$tmp/dev/infiniband" "$tmp/dev/shm"
+ln -s /proc/self/fd "$tmp/dev/fd"  # process substitution and /dev/stdin need it
 mknod -m 0666 "$tmp/dev/infiniband/uverbs0" c 1 7
 mknod -m 0666 "$tmp/dev/infiniband/uverbs1" c 1 7
 mount -t tmpfs -o mode=1777 droce-shm "$tmp/dev/shm"
