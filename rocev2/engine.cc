@@ -5,10 +5,7 @@
 
 #include "rocev2/engine.h"
 
-#include <rte_ip.h>
-
 #include <cerrno>
-#include <cstring>
 
 #include "core/endian.h"
 #include "net/frame_bytes.h"
@@ -98,7 +95,6 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg), mrs_(cfg.max_mrs), ready_(s
 
 Engine::~Engine() {
   for (rte_mbuf* m : tx_) rte_pktmbuf_free(m);
-  for (rte_mbuf* m : loop_) rte_pktmbuf_free(m);
   for (auto& q : qps_)
     if (q) drop_held(q.get());
 }
@@ -655,28 +651,6 @@ void Engine::send_frame(rte_mbuf* m, Qp* q) {
 }
 
 void Engine::flush_tx() {
-  if (cfg_.local_mac != MacAddr{}) {
-    // Frames to our own MAC (droced resolves its own addresses to it) would
-    // leave through the port and never come back: keep them for the next
-    // poll's input instead. The IPv4 checksum a NIC would have written is
-    // written here; the ICRC is always computed in software (send_frame).
-    size_t kept = 0;
-    for (rte_mbuf* m : tx_) {
-      if (std::memcmp(rte_pktmbuf_mtod(m, const uint8_t*), cfg_.local_mac.data(), 6) != 0) {
-        tx_[kept++] = m;
-        continue;
-      }
-      if (m->ol_flags & RTE_MBUF_F_TX_IP_CKSUM) {
-        auto* ip = rte_pktmbuf_mtod_offset(m, rte_ipv4_hdr*, m->l2_len);
-        ip->hdr_checksum = 0;
-        ip->hdr_checksum = rte_ipv4_cksum(ip);
-      }
-      m->ol_flags = 0;
-      ++counters_.tx_loopback;
-      loop_.push_back(m);
-    }
-    tx_.resize(kept);
-  }
   size_t sent = 0;
   while (sent < tx_.size()) {
     const uint16_t n = static_cast<uint16_t>(std::min<size_t>(tx_.size() - sent, 64));
@@ -837,15 +811,6 @@ void Engine::on_timer(uint32_t qpn, uint32_t kind, uint32_t gen, uint64_t deadli
 
 void Engine::poll(uint64_t now_ns) {
   now_ns_ = now_ns;
-  if (!loop_.empty()) {
-    // What this engine sent itself last poll arrives now, as from the port.
-    loop_in_.swap(loop_);
-    for (size_t i = 0; i < loop_in_.size(); i += 32) {
-      const size_t n = std::min<size_t>(loop_in_.size() - i, 32);
-      rx_burst(loop_in_.data() + i, static_cast<uint16_t>(n), now_ns);
-    }
-    loop_in_.clear();
-  }
   timers_.expire(now_ns, [&](uint32_t id, uint32_t kind, uint32_t gen, uint64_t deadline) {
     on_timer(id, kind, gen, deadline, now_ns);
   });

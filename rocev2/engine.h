@@ -96,7 +96,6 @@ struct EngineCounters {
   uint64_t rx_unexpected = 0;         ///< responses nobody asked for, stale PSNs
   uint64_t tx_no_mbuf = 0;            ///< back-pressure: pool empty
   uint64_t tx_port_full = 0;          ///< back-pressure: frames the port refused (sent again later)
-  uint64_t tx_loopback = 0;           ///< frames to this host's own MAC, received without the port
   uint64_t cq_overflows = 0;
   uint64_t cnp_received = 0;
 };
@@ -164,9 +163,8 @@ class Engine {
   uint64_t next_deadline() const { return timers_.next_deadline(); }
   /// Entries in the timer heap (at most a few per QP; for tests and `droce`).
   size_t timer_entries() const { return timers_.size(); }
-  /// True when some QP has packets it could send now (or frames to this
-  /// host wait to be received at the next poll).
-  bool has_tx_work() const { return !ready_.empty() || !tx_.empty() || !loop_.empty(); }
+  /// True when some QP has packets it could send now.
+  bool has_tx_work() const { return !ready_.empty() || !tx_.empty(); }
 
   std::vector<AsyncEvent>& events() { return events_; }
   const EngineCounters& counters() const { return counters_; }
@@ -271,10 +269,6 @@ class Engine {
   };
   ReadyRing ready_;
   std::vector<rte_mbuf*> tx_;              ///< frames built this poll, flushed once
-  /// Frames addressed to local_mac (a QP or AH of this host talking to
-  /// another of its own QPs): they never reach the port; the next poll()
-  /// receives them, as a NIC's internal loopback does.
-  std::vector<rte_mbuf*> loop_, loop_in_;
   core::TimerHeap timers_;
   uint32_t incarnations_ = 0;
   std::vector<AsyncEvent> events_;
