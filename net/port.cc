@@ -23,6 +23,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -51,17 +52,35 @@ bool link_ignores_netdev(std::string_view driver) {
   return driver == "net_af_packet" || driver == "net_af_xdp";
 }
 
-// "iface=NAME" among a device's arguments.
-std::string iface_from_args(std::string_view args) {
+// The value of "key=VALUE" among a device's arguments ("" when absent).
+std::string devarg_value(std::string_view args, std::string_view key) {
   size_t at = 0;
   while (at <= args.size()) {
     size_t end = args.find(',', at);
     if (end == std::string_view::npos) end = args.size();
     std::string_view kv = args.substr(at, end - at);
-    if (kv.rfind("iface=", 0) == 0) return std::string(kv.substr(6));
+    if (kv.size() > key.size() && kv.substr(0, key.size()) == key && kv[key.size()] == '=')
+      return std::string(kv.substr(key.size() + 1));
     at = end + 1;
   }
   return {};
+}
+
+// The largest frame (Ethernet header on, FCS off) a kernel-netdev PMD can
+// carry whatever its ethdev MTU says; 0 when the ethdev MTU tells the truth.
+//   - af_packet: one TPACKET_V2 ring frame of `framesz` (devarg, default
+//     2048) per packet; the kernel puts the MAC header at TPACKET_ALIGN(
+//     TPACKET2_HDRLEN + 16) = 80 less the 14-byte header, offset 66, and
+//     truncates what does not fit.
+//   - af_xdp: the ethdev's max_mtu (one page per frame).
+uint32_t kernel_frame_limit(std::string_view driver, std::string_view args, uint16_t max_mtu) {
+  if (driver == "net_af_packet") {
+    const std::string v = devarg_value(args, "framesz");
+    const unsigned long framesz = v.empty() ? 2048 : std::strtoul(v.c_str(), nullptr, 0);
+    return framesz > 66 ? static_cast<uint32_t>(framesz - 66) : 0;
+  }
+  if (driver == "net_af_xdp") return uint32_t{max_mtu} + RTE_ETHER_HDR_LEN;
+  return 0;
 }
 
 int same_file(int fd, const char* path) {
@@ -302,7 +321,7 @@ int Port::setup(const PortConfig& cfg) {
     }
     if (ifname_.empty() && info.device != nullptr) {
       const rte_devargs* da = rte_dev_devargs(info.device);
-      if (da != nullptr && da->args != nullptr) ifname_ = iface_from_args(da->args);
+      if (da != nullptr && da->args != nullptr) ifname_ = devarg_value(da->args, "iface");
     }
   }
 
@@ -320,6 +339,10 @@ int Port::setup(const PortConfig& cfg) {
   caps_.max_tx_queues = info.max_tx_queues;
   caps_.min_mtu = info.min_mtu;
   caps_.max_mtu = info.max_mtu;
+  if (kernel_netdev_ && info.device != nullptr) {
+    const rte_devargs* da = rte_dev_devargs(info.device);
+    frame_limit_ = kernel_frame_limit(driver_name_, da != nullptr && da->args != nullptr ? da->args : "", info.max_mtu);
+  }
   caps_.max_rx_pktlen = info.max_rx_pktlen;
   if (info.max_rx_queues == 0 || info.max_tx_queues == 0) {
     DROCE_LOG(ERR, net, "port %u (%s): reports no RX or TX queue", port_id_, driver_name_.c_str());
@@ -596,6 +619,20 @@ int Port::netdev_mtu() const {
   std::snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", ifname_.c_str());
   if (ioctl(ctl_fd_, SIOCGIFMTU, &ifr) != 0) return -errno;
   return ifr.ifr_mtu;
+}
+
+uint16_t Port::wire_mtu() const {
+  if (!open_) return 0;
+  uint32_t m = mtu();
+  if (kernel_netdev_) {
+    if (const int n = netdev_mtu(); n > 0) m = static_cast<uint32_t>(n);
+    if (frame_limit_ != 0) m = std::min(m, frame_limit_ - RTE_ETHER_HDR_LEN - RTE_VLAN_HLEN);
+  }
+  if (!caps_.rx_scatter && pool_ != nullptr) {
+    const uint32_t room = rte_pktmbuf_data_room_size(pool_) - RTE_PKTMBUF_HEADROOM;
+    m = std::min(m, room - RTE_ETHER_HDR_LEN - RTE_VLAN_HLEN);
+  }
+  return static_cast<uint16_t>(m);
 }
 
 bool Port::promiscuous() const { return open_ && rte_eth_promiscuous_get(port_id_) == 1; }

@@ -274,6 +274,13 @@ class Port {
   /// 1518) while jumbo frames pass when the netdev's MTU and the devargs'
   /// framesz allow them.
   int netdev_mtu() const;
+  /// The IP MTU frames can have both ways through this port, VLAN tag
+  /// allowed for: the netdev's MTU for a kernel-netdev PMD (else mtu()),
+  /// capped by what the PMD carries (af_packet: its framesz devarg less the
+  /// ring header, default 2048; af_xdp: its max_mtu, one page per frame) and,
+  /// without RX scatter, by what one mbuf of the pool holds. This, not
+  /// mtu(), decides the RoCE path MTU.
+  uint16_t wire_mtu() const;
   bool hot_plugged() const { return hot_plugged_; }
 
   // ---- configuration as applied ----
@@ -340,6 +347,7 @@ class Port {
   std::string bus_name_;
   MacAddr mac_{};
   int mtu_result_ = 0;
+  uint32_t frame_limit_ = 0;  ///< kernel_frame_limit(): 0 when the ethdev MTU holds
   bool kernel_netdev_ = false;
   bool link_follows_netdev_ = false;  // PMD's link ignores the netdev's carrier
   std::string ifname_;

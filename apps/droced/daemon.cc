@@ -7,16 +7,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cinttypes>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
 #include "core/clock.h"
 #include "core/log.h"
+#include "net/kernel_sink.h"
 #include "rocev2/format.h"
+#include "rocev2/headers.h"
 
 namespace droce::droced {
 
@@ -83,6 +87,46 @@ class Json {
   bool first_ = true;
 };
 
+// What droced adds to a port's devargs, and the mbuf data room it picks, so
+// that a 4096-byte RoCE path MTU fits where the link allows one:
+//   - net_af_packet: without a framesz devarg its ring frames are 2048 bytes
+//     (no jumbo frames at all); droced asks for framesz=4608 (a 4096 path
+//     MTU frame with IPv6, VLAN and every header, plus the ring's 66-byte
+//     header) in blocks of 8 frames (36864 bytes: a whole number of pages
+//     and of frames, for the PMD addresses frame i at i x framesz). The PMD
+//     copies a frame into one mbuf, and refuses a queue whose mbufs hold less
+//     than framesz - 32.
+//   - net_af_xdp: its umem chunks are the pool's objects and must fit in one
+//     page; 3712 is the largest data room whose object (mempool header, mbuf,
+//     data room, padding) still does on DPDK 22.11 (3776 fails "Failed to
+//     create umem"). Frames then carry at most its max_mtu, 3542: a 2048 path
+//     MTU.
+//   - others: 4096 + 256, a whole 4096 path MTU frame.
+struct PortPlan {
+  std::string devargs;
+  uint16_t data_room = 4096 + 256;
+};
+
+PortPlan plan_port(const std::string& devargs) {
+  PortPlan p{devargs};
+  const std::string driver = devargs.substr(0, devargs.find(','));
+  auto has = [&](const char* key) { return devargs.find(std::string(",") + key + "=") != std::string::npos; };
+  if (driver.rfind("net_af_packet", 0) == 0) {
+    unsigned long framesz = 4608;
+    if (has("framesz")) {
+      const size_t at = devargs.find(",framesz=") + 9;
+      framesz = std::strtoul(devargs.c_str() + at, nullptr, 0);
+    } else {
+      p.devargs += ",framesz=4608";
+      if (!has("blocksz")) p.devargs += ",blocksz=36864";
+    }
+    p.data_room = static_cast<uint16_t>(std::clamp<unsigned long>(framesz - 32 + RTE_PKTMBUF_HEADROOM, p.data_room, 16384));
+  } else if (driver.rfind("net_af_xdp", 0) == 0) {
+    p.data_room = 3712;
+  }
+  return p;
+}
+
 std::string stats_trampoline(void* arg) { return static_cast<const Daemon*>(arg)->render_stats(); }
 
 }  // namespace
@@ -94,12 +138,20 @@ int Daemon::start(const DaemonConfig& cfg) {
   net::PortConfig pc;
   pc.rx_ring_size = pc.tx_ring_size = static_cast<uint16_t>(cfg.queue_depth);
   pc.pool_size = cfg.mbufs;
-  pc.mbuf_data_room = 4096 + 256;
+  const PortPlan plan = plan_port(cfg.port);
+  pc.mbuf_data_room = plan.data_room;
   pc.mtu = cfg.mtu;
   pc.allmulticast = true;  // IPv6 neighbour discovery's solicited-node groups
-  if (int rc = net::Port::open_device(cfg.port, pc, &port_); rc != 0) {
+  if (int rc = net::Port::open_device(plan.devargs, pc, &port_); rc != 0) {
     DROCE_LOG(ERR, app, "cannot open port %s: %s", cfg.port.c_str(), std::strerror(-rc));
     return rc;
+  }
+  if (port_->kernel_netdev() && port_->driver_name() != "net_af_xdp") {
+    // The kernel sees these frames too: keep it from answering them (net/kernel_sink.h).
+    if (int r = net::open_udp_sink(port_->ifname(), rocev2::kRoceV2UdpPort, &udp_sink_); r != 0)
+      DROCE_LOG(WARNING, app, "%s: cannot bind UDP %u on %s to keep the kernel from answering RoCE packets: %s%s",
+                cfg.name.c_str(), unsigned(rocev2::kRoceV2UdpPort), port_->ifname().c_str(), std::strerror(-r),
+                r == -EADDRINUSE ? " (rdma_rxe, or another program, has it; then the kernel is quiet anyway)" : "");
   }
   gids_ = std::make_unique<net::GidTable>(port_->mac(), port_->kernel_netdev() ? port_->ifname() : std::string());
   DeviceCoreConfig dc;
@@ -117,7 +169,7 @@ int Daemon::start(const DaemonConfig& cfg) {
   // GID 0, the link-local one, is a source too.
   dc.addresses.push_back(gids_->at(0)->gid);
   dc.engine.max_qps = cfg.max_qps;
-  const uint16_t mtu = port_->mtu();
+  const uint16_t mtu = port_->wire_mtu();
   dc.engine.active_mtu = rocev2::path_mtu_for(mtu);
   int rc = 0;
   core_ = std::make_unique<DeviceCore>(dc, &rc);
@@ -336,7 +388,7 @@ std::string Daemon::render_stats() const {
       .str("devargs", cfg_.port)
       .str("driver", port_->driver_name())
       .str("mac", rocev2::format_mac(port_->mac()))
-      .num("mtu", port_->mtu())
+      .num("mtu", port_->wire_mtu())
       .str("state", link.up ? "ACTIVE" : "DOWN")
       .num("speed_mbps", link.speed_mbps);
   rte_eth_stats st{};

@@ -85,6 +85,7 @@ class Daemon {
   core::Fd epoll_;
   core::Fd signal_;
   core::Fd wake_;
+  core::Fd udp_sink_;  ///< net::open_udp_sink on a netdev the kernel shares
   std::map<uint64_t, std::unique_ptr<Session>> sessions_;  ///< by epoll key
   uint64_t next_key_ = 16;
   bool stopping_ = false;
