@@ -138,10 +138,13 @@ class TwoDaemons : public ::testing::Test {
 
   // Runs droce-selftest between the two daemons; its exit status and output.
   int selftest(const std::vector<std::string>& extra, std::string* out) {
+    return selftest_between(d_[0].sock, d_[1].sock, extra, out);
+  }
+  int selftest_between(const std::string& a, const std::string& b, const std::vector<std::string>& extra,
+                       std::string* out) {
     const std::string log = dir_ + "/selftest.log";
     fs::remove(log);
-    std::vector<std::string> args = {env_or("SELFTEST_BIN", "apps/droce-selftest"), "--a", d_[0].sock, "--b",
-                                     d_[1].sock, "--quiet"};
+    std::vector<std::string> args = {env_or("SELFTEST_BIN", "apps/droce-selftest"), "--a", a, "--b", b, "--quiet"};
     args.insert(args.end(), extra.begin(), extra.end());
     const pid_t pid = spawn(args, log);
     int st = wait_for(pid, 600);
@@ -170,6 +173,27 @@ TEST_F(TwoDaemons, Ipv6OnAVlanWithPathMtu4096) {
   // GID 0 is the link-local one, 1 the IPv4 address, 2 the IPv6 one.
   EXPECT_EQ(selftest({"--qps", "16", "--gid-index", "2", "--mtu", "4096"}, &out), 0) << out;
   EXPECT_EQ(selftest({"--qps", "16", "--gid-index", "1"}, &out), 0) << out;
+}
+
+// A counter from droced's stats JSON ("name":N), or -1.
+long long stat_of(const std::string& sock, const std::string& name) {
+  std::string json;
+  if (client::query_stats(sock, &json) != 0) return -1;
+  const size_t at = json.find("\"" + name + "\":");
+  return at == std::string::npos ? -1 : std::atoll(json.c_str() + at + name.size() + 3);
+}
+
+TEST_F(TwoDaemons, TwoClientsOfOneDaemonTalkThroughItsLoopback) {
+  start({}, /*ipv6=*/true);
+  std::string out;
+  // Both sides on daemon A: every frame goes to A's own MAC.
+  EXPECT_EQ(selftest_between(d_[0].sock, d_[0].sock, {"--qps", "32"}, &out), 0) << out;
+  EXPECT_EQ(selftest_between(d_[0].sock, d_[0].sock, {"--qps", "4", "--gid-index", "2", "--mtu", "4096"}, &out), 0)
+      << out;
+  EXPECT_GT(stat_of(d_[0].sock, "loopback_frames"), 100);
+  // Nothing of it crossed the link.
+  EXPECT_EQ(stat_of(d_[1].sock, "rx_frames"), 0);
+  EXPECT_EQ(stat_of(d_[0].sock, "rx_frames"), stat_of(d_[0].sock, "loopback_frames"));
 }
 
 // Makes a connected RC QP pair between `a` and `b` (contexts of the two daemons).
