@@ -3,7 +3,7 @@
 // is a droced (two hosts), or both names one droced (two clients of one host).
 //
 //   droce-selftest --a /run/droceA/droce0.sock --b /run/droceB/droce0.sock
-//       [--qps N] [--size BYTES] [--iters N] [--gid-index I] [--mtu 1024|4096]
+//       [--qps N] [--size BYTES] [--iters N] [--gid-index I] [--mtu 256..4096|port]
 //       [--bench] [--hold-seconds S] [--quiet]
 //
 // Default: RC SEND, SEND with immediate, inline SEND, WRITE, WRITE with
@@ -44,6 +44,7 @@ struct Options {
   uint32_t iters = 4;
   uint32_t gid_index = 1;
   PathMtu mtu = PathMtu::mtu1024;
+  bool mtu_port = false;  ///< --mtu port: the smaller of the two ports' active MTUs
   bool bench = false;
   bool quiet = false;
   uint32_t hold_seconds = 0;
@@ -112,6 +113,12 @@ int open_side(int i) {
     return rc;
   }
   std::memcpy(s.gid.data(), g.gid, 16);
+  if (g_opt.mtu_port) {
+    core::ctl::QueryPortReply p{};
+    if (int rc = s.ctx->query_port(1, &p); rc != 0) return rc;
+    const auto active = static_cast<PathMtu>(p.active_mtu);
+    if (i == 0 || active < g_opt.mtu) g_opt.mtu = active;
+  }
   if (int rc = s.ctx->alloc_pd(&s.pd); rc != 0) return rc;
   if (int rc = s.ctx->create_cq(4096, &s.cq); rc != 0) return rc;
   s.mem_len = size_t{g_opt.size} * 4 + 4096;
@@ -582,6 +589,12 @@ void bench() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  auto usage = [] {
+    std::fprintf(stderr,
+                 "usage: droce-selftest --a SOCKET --b SOCKET [--qps N] [--size BYTES] [--gid-index I]\n"
+                 "                      [--mtu 256..4096|port] [--bench] [--hold-seconds S] [--quiet]\n");
+    return 2;
+  };
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : ""; };
@@ -591,16 +604,18 @@ int main(int argc, char** argv) {
     else if (a == "--size") g_opt.size = static_cast<uint32_t>(std::strtoul(next(), nullptr, 0));
     else if (a == "--iters") g_opt.iters = static_cast<uint32_t>(std::strtoul(next(), nullptr, 0));
     else if (a == "--gid-index") g_opt.gid_index = static_cast<uint32_t>(std::strtoul(next(), nullptr, 0));
-    else if (a == "--mtu") g_opt.mtu = std::string(next()) == "4096" ? PathMtu::mtu4096 : PathMtu::mtu1024;
+    else if (a == "--mtu") {
+      const std::string v = next();
+      g_opt.mtu_port = v == "port";
+      bool known = g_opt.mtu_port;
+      for (auto m : {PathMtu::mtu256, PathMtu::mtu512, PathMtu::mtu1024, PathMtu::mtu2048, PathMtu::mtu4096})
+        if (v == std::to_string(mtu_bytes(m))) g_opt.mtu = m, known = true;
+      if (!known) return usage();
+    }
     else if (a == "--bench") g_opt.bench = true;
     else if (a == "--quiet") g_opt.quiet = true;
     else if (a == "--hold-seconds") g_opt.hold_seconds = static_cast<uint32_t>(std::strtoul(next(), nullptr, 0));
-    else {
-      std::fprintf(stderr,
-                   "usage: droce-selftest --a SOCKET --b SOCKET [--qps N] [--size BYTES] [--gid-index I]\n"
-                   "                      [--mtu 1024|4096] [--bench] [--hold-seconds S] [--quiet]\n");
-      return 2;
-    }
+    else return usage();
   }
   if (g_opt.sock[0].empty() || g_opt.sock[1].empty() || g_opt.qps == 0 || g_opt.size < 4096) {
     std::fprintf(stderr, "droce-selftest: --a and --b are required; --qps >= 1; --size >= 4096\n");
@@ -609,8 +624,9 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 2; ++i)
     if (open_side(i) != 0) return 1;
   if (!g_opt.quiet)
-    std::printf("A: %s (%s)   B: %s (%s)\n", g_side[0].ctx->info().device_name, format_ip(g_side[0].gid).c_str(),
-                g_side[1].ctx->info().device_name, format_ip(g_side[1].gid).c_str());
+    std::printf("A: %s (%s)   B: %s (%s)   path MTU %u\n", g_side[0].ctx->info().device_name,
+                format_ip(g_side[0].gid).c_str(), g_side[1].ctx->info().device_name, format_ip(g_side[1].gid).c_str(),
+                mtu_bytes(g_opt.mtu));
   if (g_opt.bench) {
     bench();
   } else {

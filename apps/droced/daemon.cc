@@ -1,7 +1,10 @@
 #include "apps/droced/daemon.h"
 
 #include <fcntl.h>
+#include <net/if.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -127,6 +130,24 @@ PortPlan plan_port(const std::string& devargs) {
   return p;
 }
 
+// The likeliest reason a kernel-netdev port did not open, when there is one
+// to tell.
+void explain_open_failure(const std::string& devargs) {
+  if (devargs.rfind("net_af_xdp", 0) != 0) return;
+  const size_t at = devargs.find(",iface=");
+  if (at == std::string::npos) return;
+  const std::string ifname = devargs.substr(at + 7, devargs.find(',', at + 7) - (at + 7));
+  core::Fd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  ifreq ifr{};
+  std::snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", ifname.c_str());
+  if (!s.valid() || ::ioctl(s.get(), SIOCGIFMTU, &ifr) != 0) return;
+  if (ifr.ifr_mtu > 3500)
+    DROCE_LOG(ERR, app,
+              "%s has MTU %d: an XDP program carries frames of one page (MTU 3542 at most in DPDK's af_xdp, "
+              "about 3500 on a veth); lower the netdev's MTU, or use net_af_packet for jumbo frames",
+              ifname.c_str(), ifr.ifr_mtu);
+}
+
 std::string stats_trampoline(void* arg) { return static_cast<const Daemon*>(arg)->render_stats(); }
 
 }  // namespace
@@ -144,6 +165,7 @@ int Daemon::start(const DaemonConfig& cfg) {
   pc.allmulticast = true;  // IPv6 neighbour discovery's solicited-node groups
   if (int rc = net::Port::open_device(plan.devargs, pc, &port_); rc != 0) {
     DROCE_LOG(ERR, app, "cannot open port %s: %s", cfg.port.c_str(), std::strerror(-rc));
+    explain_open_failure(cfg.port);
     return rc;
   }
   if (port_->kernel_netdev() && port_->driver_name() != "net_af_xdp") {
@@ -171,6 +193,10 @@ int Daemon::start(const DaemonConfig& cfg) {
   dc.engine.max_qps = cfg.max_qps;
   const uint16_t mtu = port_->wire_mtu();
   dc.engine.active_mtu = rocev2::path_mtu_for(mtu);
+  // As the kernel's RoCE devices do: the port's largest path MTU is what its
+  // link carries, and a QP asking for more is refused (EINVAL) rather than
+  // left to send frames the link drops.
+  dc.engine.limits.max_mtu = dc.engine.active_mtu;
   int rc = 0;
   core_ = std::make_unique<DeviceCore>(dc, &rc);
   if (rc != 0) return rc;
