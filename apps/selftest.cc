@@ -18,6 +18,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -25,6 +26,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/clock.h"
@@ -506,12 +508,13 @@ void bench_one(WrOpcode op, uint32_t len, std::vector<Pair>& pairs, uint32_t nqp
   uint64_t done = 0, errors = 0;
   Completion c[64];
   const bool send = op == WrOpcode::send;
-  // Receives for SENDs: keep each B QP stocked.
+  // Receives for SENDs: keep each B QP stocked. They take the largest
+  // message, since the ones left over from one line serve the next.
   auto post_recvs = [&](uint32_t i, uint32_t k) {
     for (uint32_t j = 0; j < k; ++j) {
       RecvWr r;
       r.num_sge = 1;
-      r.sg_list[0] = sge(1, 0, len);
+      r.sg_list[0] = sge(1, 0, g_opt.size);
       (void)pairs[i].b->post_recv(r);
     }
   };
@@ -574,10 +577,48 @@ void bench_one(WrOpcode op, uint32_t len, std::vector<Pair>& pairs, uint32_t nqp
   std::fflush(stdout);
 }
 
+// The cost of waking droced: one 64-byte RDMA WRITE at a time, from post to
+// its completion, back to back (the daemons busy-poll) and after 5 ms of
+// quiet (both have gone to sleep: A is woken by the doorbell's eventfd, B by
+// the frame's arrival, seen when its sleep ends unless the port interrupts).
+void bench_wakeup(std::vector<Pair>& pairs) {
+  auto one = [&]() -> uint64_t {
+    SendWr w;
+    w.opcode = WrOpcode::rdma_write;
+    w.num_sge = 1;
+    w.sg_list[0] = sge(0, 0, 64);
+    w.remote_addr = raddr(1, 0);
+    w.rkey = g_side[1].rkey;
+    const uint64_t t0 = core::monotonic_ns();
+    if (pairs[0].a->post_send(w) != 0) return UINT64_MAX;
+    Completion c;
+    if (!wait_one(g_side[0].cq, &c) || c.status != WcStatus::success) return UINT64_MAX;
+    return core::monotonic_ns() - t0;
+  };
+  for (int idle = 0; idle < 2; ++idle) {
+    std::vector<uint64_t> t;
+    const int n = idle ? 200 : 2000;
+    for (int i = 0; i < n; ++i) {
+      if (idle) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      const uint64_t ns = one();
+      if (ns == UINT64_MAX) {
+        std::printf("  wake-up bench: a WRITE failed\n");
+        return;
+      }
+      t.push_back(ns);
+    }
+    std::sort(t.begin(), t.end());
+    std::printf("  WRITE 64 B post->completion, %-22s median %7.1f us  p90 %7.1f us  p99 %7.1f us\n",
+                idle ? "after 5 ms idle (asleep):" : "back to back (busy):", t[t.size() / 2] / 1e3,
+                t[t.size() * 9 / 10] / 1e3, t[t.size() * 99 / 100] / 1e3);
+  }
+}
+
 void bench() {
   std::vector<Pair> pairs;
   if (!make_pairs(g_opt.qps, &pairs)) return;
   std::printf("droce-selftest --bench: client library over two droced, 2 s per line\n");
+  bench_wakeup(pairs);
   for (WrOpcode op : {WrOpcode::rdma_write, WrOpcode::send})
     for (uint32_t len : {64u, 65536u})
       for (uint32_t n : {1u, g_opt.qps}) {

@@ -29,8 +29,9 @@ namespace droce::droced {
 
 namespace {
 
-constexpr uint64_t kListenKey = 1, kSignalKey = 2, kWakeKey = 3;
+constexpr uint64_t kListenKey = 1, kSignalKey = 2, kWakeKey = 3, kRxInterruptKey = 4;
 constexpr uint64_t kLinkCheckNs = 50'000'000;  // 50 ms
+constexpr uint64_t kFirstSleepUs = 16;
 
 // A minimal JSON writer: objects, arrays, numbers, strings.
 class Json {
@@ -163,6 +164,7 @@ int Daemon::start(const DaemonConfig& cfg) {
   pc.mbuf_data_room = plan.data_room;
   pc.mtu = cfg.mtu;
   pc.allmulticast = true;  // IPv6 neighbour discovery's solicited-node groups
+  pc.rx_interrupts = true;  // sleep until a frame comes, where the port can say so
   if (int rc = net::Port::open_device(plan.devargs, pc, &port_); rc != 0) {
     DROCE_LOG(ERR, app, "cannot open port %s: %s", cfg.port.c_str(), std::strerror(-rc));
     explain_open_failure(cfg.port);
@@ -294,6 +296,8 @@ void Daemon::control(int timeout_us) {
         DROCE_LOG(INFO, app, "%s: signal %u, stopping", cfg_.name.c_str(), si.ssi_signo);
         stopping_ = true;
       }
+    } else if (key == kRxInterruptKey) {
+      ++counters_.wakeups_by_port;  // acknowledged when the sleep ends
     } else if (key == kWakeKey) {
       uint64_t v;
       [[maybe_unused]] ssize_t r = ::read(wake_.get(), &v, sizeof v);
@@ -340,19 +344,53 @@ void Daemon::check_link(uint64_t now_ns) {
   for (auto& [k, s] : sessions_) s->push_event(up ? 9 /* IBV_EVENT_PORT_ACTIVE */ : 10 /* IBV_EVENT_PORT_ERR */, 1);
 }
 
+bool Daemon::arm_rx_interrupt() {
+  const int fd = port_->rx_interrupt_fd(0);
+  if (fd < 0) return false;
+  if (fd != rx_intr_fd_) {
+    // A new descriptor (memif makes one per connection): watch it instead.
+    if (rx_intr_fd_ >= 0) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, rx_intr_fd_, nullptr);
+    rx_intr_fd_ = -1;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kRxInterruptKey;
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) return false;
+    rx_intr_fd_ = fd;
+  }
+  return port_->rx_interrupt_arm(0, true) == 0;
+}
+
 void Daemon::sleep(uint64_t now_ns) {
   for (auto& [k, s] : sessions_) s->set_daemon_sleeping(true);
   std::atomic_thread_fence(std::memory_order_seq_cst);  // the flags before the last look at the rings
   bool work = false;
   for (auto& [k, s] : sessions_) work = work || s->doorbells_waiting();
+  const bool armed = !work && arm_rx_interrupt();
+  if (armed) {
+    // A frame that arrived before the interrupt was armed raises nothing: look once more.
+    const rocev2::EngineCounters& ec = core_->engine().counters();
+    const uint64_t before = ec.rx_frames + core_->counters().neighbor_frames_in;
+    core_->run_once(now_ns);
+    work = ec.rx_frames + core_->counters().neighbor_frames_in != before || core_->engine().has_tx_work();
+    if (!core_->engine().events().empty()) route_events();
+  }
   if (!work) {
     const uint64_t deadline = core_->next_deadline();
-    uint64_t us = cfg_.max_sleep_us;
+    // Armed, the port wakes us; only timers and the link check bound the sleep.
+    // Unarmed, frames are seen when the sleep ends: sleeps grow from 16 us to
+    // --max-sleep-us, doubling while nothing happens, so a short pause costs
+    // a short delay and a long one still sleeps long.
+    uint64_t us = armed ? kLinkCheckNs / 1000 : std::min<uint64_t>(sleep_us_, cfg_.max_sleep_us);
+    if (!armed) sleep_us_ = std::min<uint64_t>(sleep_us_ * 2, cfg_.max_sleep_us);
     if (deadline != UINT64_MAX) us = deadline <= now_ns ? 0 : std::min<uint64_t>(us, (deadline - now_ns) / 1000);
     if (us > 0) {
       ++counters_.sleeps;
       control(static_cast<int>(us));
     }
+  }
+  if (armed) {
+    port_->rx_interrupt_arm(0, false);
+    port_->rx_interrupt_ack(0);
   }
   for (auto& [k, s] : sessions_) s->set_daemon_sleeping(false);
 }
@@ -373,6 +411,7 @@ int Daemon::run() {
     if ((++counters_.loops & 63) == 0) control(0);
     if (work != 0 || core_->engine().has_tx_work()) {
       idle_since = now;
+      sleep_us_ = kFirstSleepUs;
     } else if (now - idle_since > spin_ns) {
       sleep(now);
     }
@@ -466,6 +505,7 @@ std::string Daemon::render_stats() const {
       .num("loops", counters_.loops)
       .num("sleeps", counters_.sleeps)
       .num("wakeups_by_client", counters_.wakeups_by_client)
+      .num("wakeups_by_port", counters_.wakeups_by_port)
       .num("clients_accepted", counters_.clients_accepted)
       .num("clients_closed", counters_.clients_closed)
       .num("clients_faulted", counters_.clients_faulted)

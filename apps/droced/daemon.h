@@ -45,6 +45,7 @@ struct DaemonCounters {
   uint64_t loops = 0;
   uint64_t sleeps = 0;           ///< times the loop slept
   uint64_t wakeups_by_client = 0;  ///< sleeps a client's doorbell ended
+  uint64_t wakeups_by_port = 0;    ///< sleeps a port RX interrupt ended
   uint64_t clients_accepted = 0;
   uint64_t clients_closed = 0;
   uint64_t clients_faulted = 0;  ///< disconnected for breaking the protocol
@@ -73,6 +74,9 @@ class Daemon {
   void route_events();
   void check_link(uint64_t now_ns);
   void sleep(uint64_t now_ns);
+  /// Arms the port's RX interrupt and watches its descriptor; false when the
+  /// port has none (then sleeps last at most --max-sleep-us).
+  bool arm_rx_interrupt();
   void shutdown();
 
   DaemonConfig cfg_;
@@ -90,7 +94,9 @@ class Daemon {
   uint64_t next_key_ = 16;
   bool stopping_ = false;
   bool link_up_ = false;
+  int rx_intr_fd_ = -1;  ///< the port's RX interrupt descriptor in epoll_ (not owned)
   uint64_t next_link_check_ns_ = 0;
+  uint64_t sleep_us_ = 16;  ///< the next unarmed sleep (grows while idle)
   DaemonCounters counters_;
 };
 
