@@ -8,6 +8,7 @@
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -241,10 +242,47 @@ int Daemon::start(const DaemonConfig& cfg) {
     if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) return -errno;
   }
   link_up_ = port_->link().up;
+  publish_device();
   DROCE_LOG(INFO, app, "%s: port %s (%s, %s, MTU %u), node GUID %s, socket %s", cfg.name.c_str(), cfg.port.c_str(),
             port_->driver_name().c_str(), rocev2::format_mac(port_->mac()).c_str(), unsigned(mtu),
             net::format_guid(device_.node_guid).c_str(), socket_path_.c_str());
   return 0;
+}
+
+void Daemon::publish_device() {
+  if (cfg_.sysfs_root == "none") return;
+  const std::string root = cfg_.sysfs_root.empty() ? cfg_.run_dir + "/sys" : cfg_.sysfs_root;
+  provider::DeviceDescription d;
+  d.name = cfg_.name;
+  // Not "uverbsN": `droce exec` may mirror the kernel's own devices into the same tree.
+  d.uverbs_name = "uverbs_" + cfg_.name;
+  d.node_guid = device_.node_guid;
+  d.control_socket = socket_path_;
+  provider::PortDescription p;
+  p.state = link_up_ ? provider::PortState::active : provider::PortState::down;
+  p.active_mtu = rocev2::mtu_bytes(device_.limits.max_mtu);  // the port's active MTU (start())
+  p.gids = provider::SysfsTree::gids_from_table(*gids_);
+  p.gid_table_len = gids_->capacity();
+  d.ports.push_back(std::move(p));
+  if (int rc = provider::SysfsTree::create(root, d, &sysfs_, provider::SysfsTree::IfExists::replace); rc != 0) {
+    DROCE_LOG(WARNING, app, "%s: cannot write the device tree under %s: %s (verbs programs will not find it)",
+              cfg_.name.c_str(), root.c_str(), std::strerror(-rc));
+    return;
+  }
+  if (!cfg_.dev_node || ::geteuid() != 0) return;
+  // libibverbs opens /dev/infiniband/<uverbs> (a compiled-in path) and wants a char device with
+  // the tree's numbers; /dev/full's fails any stray kernel command loudly (docs/discovery.md).
+  const std::string node = "/dev/infiniband/" + d.uverbs_name;
+  struct stat st {};
+  if (::stat(node.c_str(), &st) == 0) return;
+  ::mkdir("/dev/infiniband", 0755);
+  if (::mknod(node.c_str(), S_IFCHR | 0666, makedev(d.cdev_major, d.cdev_minor)) != 0) {
+    DROCE_LOG(WARNING, app, "%s: cannot make %s: %s (`droce exec` provides one in a private /dev)",
+              cfg_.name.c_str(), node.c_str(), std::strerror(errno));
+    return;
+  }
+  ::chmod(node.c_str(), 0666);  // past the umask: any program may open it; it grants nothing
+  dev_node_ = node;
 }
 
 void Daemon::accept_clients() {
@@ -341,6 +379,7 @@ void Daemon::check_link(uint64_t now_ns) {
   if (up == link_up_) return;
   link_up_ = up;
   DROCE_LOG(INFO, app, "%s: port link %s", cfg_.name.c_str(), up ? "up" : "down");
+  if (sysfs_) sysfs_->set_port_state(1, up ? provider::PortState::active : provider::PortState::down);
   for (auto& [k, s] : sessions_) s->push_event(up ? 9 /* IBV_EVENT_PORT_ACTIVE */ : 10 /* IBV_EVENT_PORT_ERR */, 1);
 }
 
@@ -432,6 +471,12 @@ void Daemon::shutdown() {
   if (!socket_path_.empty()) {
     ::unlink(socket_path_.c_str());
     socket_path_.clear();
+  }
+  sysfs_.reset();  // the device leaves libibverbs' view before the socket is gone for good
+  if (!dev_node_.empty()) {
+    ::unlink(dev_node_.c_str());
+    ::rmdir("/dev/infiniband");  // only if droced's was the last node in it
+    dev_node_.clear();
   }
   listen_.reset();
   core_.reset();

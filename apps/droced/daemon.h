@@ -38,6 +38,7 @@
 #include "core/unix_socket.h"
 #include "net/gid_table.h"
 #include "net/port.h"
+#include "provider/discovery/sysfs_tree.h"
 
 namespace droce::droced {
 
@@ -74,6 +75,8 @@ class Daemon {
   void route_events();
   void check_link(uint64_t now_ns);
   void sleep(uint64_t now_ns);
+  /// Writes the sysfs-shaped tree and the char node (docs/discovery.md).
+  void publish_device();
   /// Arms the port's RX interrupt and watches its descriptor; false when the
   /// port has none (then sleeps last at most --max-sleep-us).
   bool arm_rx_interrupt();
@@ -89,7 +92,9 @@ class Daemon {
   core::Fd epoll_;
   core::Fd signal_;
   core::Fd wake_;
-  core::Fd udp_sink_;  ///< net::open_udp_sink on a netdev the kernel shares
+  core::Fd udp_sink_;
+  std::unique_ptr<provider::SysfsTree> sysfs_;
+  std::string dev_node_;  ///< the /dev/infiniband node droced made (removed at exit)  ///< net::open_udp_sink on a netdev the kernel shares
   std::map<uint64_t, std::unique_ptr<Session>> sessions_;  ///< by epoll key
   uint64_t next_key_ = 16;
   bool stopping_ = false;
