@@ -4,6 +4,7 @@
 //                                         write random valid RoCEv2 packets
 //   devices|ports|gids|qps|clients|counters|status [--json]   droced's state
 //   events [--count N] [--timeout S]      print the async events droced delivers
+//   exec -- COMMAND...                    run a verbs program on droce
 
 #include <cstdio>
 #include <cstdlib>
@@ -49,6 +50,9 @@ void usage(FILE* out) {
       "  events [--count N] [--timeout SECONDS] [--device NAME | --socket PATH]\n"
       "      Open a verbs context and print the async events droced delivers to it\n"
       "      (port active/down, device fatal). Exit 1 if fewer than N came in time.\n"
+      "  exec [--run-dir DIR | --sysfs-root DIR] -- COMMAND [ARGS...]\n"
+      "      Run an unmodified verbs program on droce: SYSFS_PATH, the provider and the\n"
+      "      completion-channel library, /dev/infiniband (see docs/discovery.md).\n"
       "  help\n",
       out);
 }
@@ -225,6 +229,7 @@ int cmd_gen(const std::vector<std::string_view>& args) {
 namespace droce::cli {
 int status_command(std::string_view cmd, const std::vector<std::string_view>& args);
 int events_command(const std::vector<std::string_view>& args);
+int exec_command(int argc, char** argv);
 }
 
 int main(int argc, char** argv) {
@@ -237,6 +242,7 @@ int main(int argc, char** argv) {
   if (cmd == "decode") return cmd_decode(args);
   if (cmd == "gen") return cmd_gen(args);
   if (cmd == "events") return droce::cli::events_command(args);
+  if (cmd == "exec") return droce::cli::exec_command(argc - 1, argv + 1);
   for (const char* c : {"devices", "ports", "gids", "qps", "clients", "counters", "status"})
     if (cmd == c) return droce::cli::status_command(cmd, args);
   if (cmd == "help" || cmd == "--help" || cmd == "-h") {

@@ -31,7 +31,8 @@ struct DaemonConfig {
   /// SYSFS_PATH=<it>; `droce exec` sets that). Empty: <run_dir>/sys; "none": no tree.
   std::string sysfs_root;
   /// Make /dev/infiniband/<uverbs> (a char node with /dev/full's numbers)
-  /// when running as root and it is missing; removed at exit.
+  /// when running as root and it is missing. It stays after exit (an alias of
+  /// /dev/full, perhaps shared with another droced of the same name).
   bool dev_node = true;
 };
 

@@ -282,7 +282,6 @@ void Daemon::publish_device() {
     return;
   }
   ::chmod(node.c_str(), 0666);  // past the umask: any program may open it; it grants nothing
-  dev_node_ = node;
 }
 
 void Daemon::accept_clients() {
@@ -473,11 +472,8 @@ void Daemon::shutdown() {
     socket_path_.clear();
   }
   sysfs_.reset();  // the device leaves libibverbs' view before the socket is gone for good
-  if (!dev_node_.empty()) {
-    ::unlink(dev_node_.c_str());
-    ::rmdir("/dev/infiniband");  // only if droced's was the last node in it
-    dev_node_.clear();
-  }
+  // The node stays: it is an alias of /dev/full, other droced (of the same name, another run
+  // dir) or programs may be using it, and devtmpfs forgets it at the next boot.
   listen_.reset();
   core_.reset();
   port_.reset();

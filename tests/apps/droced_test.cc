@@ -215,12 +215,15 @@ TEST_F(TwoDaemons, EachDaemonPublishesItsDeviceForLibibverbsAndRemovesItAtExit) 
   EXPECT_EQ(slurp(dev + "/ports/1/gids/1").rfind("0000:0000:0000:0000:0000:ffff:0a4d:0001", 0), 0u);
   EXPECT_EQ(slurp(dev + "/ports/1/gid_attrs/types/1").rfind("RoCE v2", 0), 0u);
   EXPECT_EQ(slurp(root + "/class/infiniband_verbs/uverbs_droce0/ibdev").rfind("droce0", 0), 0u);
-  const std::string module = env_or("DROCE_VERBS_MODULE", "");
-  if (!module.empty() && std::system("command -v ibv_devices >/dev/null 2>&1") == 0) {
-    // The distro's own libibverbs lists it through droce's provider.
+  const std::string droce = env_or("DROCE_BIN", "apps/droce");
+  const std::string exec = droce + " exec --run-dir " + d_[0].run_dir + " -- ";
+  // droce exec passes the program's exit status on, and refuses a run dir without a device.
+  EXPECT_EQ(WEXITSTATUS(std::system((exec + "sh -c 'exit 3'").c_str())), 3);
+  EXPECT_EQ(WEXITSTATUS(std::system((droce + " exec --run-dir " + dir_ + " -- true 2>/dev/null").c_str())), 125);
+  if (!env_or("DROCE_VERBS_MODULE", "").empty() && std::system("command -v ibv_devices >/dev/null 2>&1") == 0) {
+    // The distro's own ibv_devices lists droce0 through droce exec (tree, provider, node).
     const std::string out = dir_ + "/ibv_devices.txt";
-    const std::string cmd = "SYSFS_PATH=" + root + " RDMAV_DRIVERS=" + module + " ibv_devices >" + out + " 2>&1";
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << slurp(out);
+    ASSERT_EQ(std::system((exec + "ibv_devices >" + out + " 2>&1").c_str()), 0) << slurp(out);
     std::string guid = slurp(dev + "/node_guid");
     guid.erase(std::remove(guid.begin(), guid.end(), ':'), guid.end());
     guid.erase(guid.find_last_not_of("\n") + 1);
