@@ -247,7 +247,6 @@ void rc_checks() {
     const bool posted = qb->post_recv(r) == 0 && qa->post_send(w) == 0;
     std::memset(g_side[0].mem, 0, 100);  // the WQE has its own copy now
     fill(0, 4 * size_t{n}, 100, 9);
-    Completion rc;
     if (posted && expect_completion(1, WcStatus::success, "RC inline SEND") &&
         expect_completion(0, WcStatus::success, "RC inline SEND"))
       report(same(0, 4 * size_t{n}, 1, n, 100), "RC inline SEND 100 bytes");
