@@ -66,6 +66,10 @@ struct EngineConfig {
   /// The local address every QP sends from (tests and single-port droced).
   MacAddr local_mac{};
   IpAddr local_ip{};
+  /// More addresses of this host (a GID table's): frames are taken only
+  /// when sent to local_ip, one of these, or (UD only) a multicast group,
+  /// as a NIC takes only its own; others count as rx_bad_dest.
+  std::vector<IpAddr> local_ips;
 };
 
 /// Async events (ibv_event_type values).
@@ -76,7 +80,7 @@ enum class AsyncEventType : uint8_t {
   qp_access_err = 3,
   comm_est = 4,
   sq_drained = 5,
-  srq_limit_reached = 17,
+  srq_limit_reached = 15,
   qp_last_wqe_reached = 16,
 };
 
@@ -184,6 +188,7 @@ class Engine {
                   uint32_t payload_len);
   void send_frame(rte_mbuf* m, Qp* qp);
   void flush_tx();
+  bool is_local_dest(const IpAddr& dst, bool ud) const;
   void arm_retry_timer(Qp* qp, uint64_t now_ns);
   void arm_rnr_timer(Qp* qp, uint64_t deadline_ns);
   void cancel_retry_timer(Qp* qp);

@@ -41,6 +41,7 @@ DeviceCore::DeviceCore(const DeviceCoreConfig& cfg, int* rc) : cfg_(cfg), neighb
   ec.port = link_.get();
   ec.local_mac = cfg.port->mac();
   ec.local_ip = cfg.addresses.front();
+  ec.local_ips = cfg.addresses;
   ec.offloads = hw_offload::select_offloads(*cfg.port);  // once, at start
   engine_ = std::make_unique<rocev2::Engine>(ec);
   for (const auto& ip : cfg.addresses) {
