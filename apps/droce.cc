@@ -2,7 +2,9 @@
 //   decode [--json] [--quiet] FILE.pcap   print each RoCEv2 packet, check its ICRC
 //   gen --seed S --count N [--ipv4|--ipv6] [--no-vlan] [--max-payload B] OUT.pcap
 //                                         write random valid RoCEv2 packets
-// More (devices, ports, QPs, counters, exec) arrive with droced.
+//   devices|ports|gids|qps|clients|counters|status [--json]   droced's state
+//   events [--count N] [--timeout S]      print the async events droced delivers
+//   exec -- COMMAND...                    run a verbs program on droce
 
 #include <cstdio>
 #include <cstdlib>
@@ -45,6 +47,12 @@ void usage(FILE* out) {
       "      droced's state: devices, ports and link, the GID table, QPs with their\n"
       "      per-QP counters, connected clients, global counters (RX parse failures\n"
       "      by reason, neighbour discovery, sleeps); status shows all tables.\n"
+      "  events [--count N] [--timeout SECONDS] [--device NAME | --socket PATH]\n"
+      "      Open a verbs context and print the async events droced delivers to it\n"
+      "      (port active/down, device fatal). Exit 1 if fewer than N came in time.\n"
+      "  exec [--run-dir DIR | --sysfs-root DIR] -- COMMAND [ARGS...]\n"
+      "      Run an unmodified verbs program on droce: SYSFS_PATH, the provider and the\n"
+      "      completion-channel library, /dev/infiniband (see docs/discovery.md).\n"
       "  help\n",
       out);
 }
@@ -220,6 +228,8 @@ int cmd_gen(const std::vector<std::string_view>& args) {
 
 namespace droce::cli {
 int status_command(std::string_view cmd, const std::vector<std::string_view>& args);
+int events_command(const std::vector<std::string_view>& args);
+int exec_command(int argc, char** argv);
 }
 
 int main(int argc, char** argv) {
@@ -231,6 +241,8 @@ int main(int argc, char** argv) {
   std::vector<std::string_view> args(argv + 2, argv + argc);
   if (cmd == "decode") return cmd_decode(args);
   if (cmd == "gen") return cmd_gen(args);
+  if (cmd == "events") return droce::cli::events_command(args);
+  if (cmd == "exec") return droce::cli::exec_command(argc - 1, argv + 1);
   for (const char* c : {"devices", "ports", "gids", "qps", "clients", "counters", "status"})
     if (cmd == c) return droce::cli::status_command(cmd, args);
   if (cmd == "help" || cmd == "--help" || cmd == "-h") {

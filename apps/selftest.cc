@@ -3,7 +3,7 @@
 // is a droced (two hosts), or both names one droced (two clients of one host).
 //
 //   droce-selftest --a /run/droceA/droce0.sock --b /run/droceB/droce0.sock
-//       [--qps N] [--size BYTES] [--iters N] [--gid-index I] [--mtu 1024|4096]
+//       [--qps N] [--size BYTES] [--iters N] [--gid-index I] [--mtu 256..4096|port]
 //       [--bench] [--hold-seconds S] [--quiet]
 //
 // Default: RC SEND, SEND with immediate, inline SEND, WRITE, WRITE with
@@ -18,6 +18,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -25,6 +26,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/clock.h"
@@ -44,6 +46,7 @@ struct Options {
   uint32_t iters = 4;
   uint32_t gid_index = 1;
   PathMtu mtu = PathMtu::mtu1024;
+  bool mtu_port = false;  ///< --mtu port: the smaller of the two ports' active MTUs
   bool bench = false;
   bool quiet = false;
   uint32_t hold_seconds = 0;
@@ -112,6 +115,12 @@ int open_side(int i) {
     return rc;
   }
   std::memcpy(s.gid.data(), g.gid, 16);
+  if (g_opt.mtu_port) {
+    core::ctl::QueryPortReply p{};
+    if (int rc = s.ctx->query_port(1, &p); rc != 0) return rc;
+    const auto active = static_cast<PathMtu>(p.active_mtu);
+    if (i == 0 || active < g_opt.mtu) g_opt.mtu = active;
+  }
   if (int rc = s.ctx->alloc_pd(&s.pd); rc != 0) return rc;
   if (int rc = s.ctx->create_cq(4096, &s.cq); rc != 0) return rc;
   s.mem_len = size_t{g_opt.size} * 4 + 4096;
@@ -238,7 +247,6 @@ void rc_checks() {
     const bool posted = qb->post_recv(r) == 0 && qa->post_send(w) == 0;
     std::memset(g_side[0].mem, 0, 100);  // the WQE has its own copy now
     fill(0, 4 * size_t{n}, 100, 9);
-    Completion rc;
     if (posted && expect_completion(1, WcStatus::success, "RC inline SEND") &&
         expect_completion(0, WcStatus::success, "RC inline SEND"))
       report(same(0, 4 * size_t{n}, 1, n, 100), "RC inline SEND 100 bytes");
@@ -499,12 +507,13 @@ void bench_one(WrOpcode op, uint32_t len, std::vector<Pair>& pairs, uint32_t nqp
   uint64_t done = 0, errors = 0;
   Completion c[64];
   const bool send = op == WrOpcode::send;
-  // Receives for SENDs: keep each B QP stocked.
+  // Receives for SENDs: keep each B QP stocked. They take the largest
+  // message, since the ones left over from one line serve the next.
   auto post_recvs = [&](uint32_t i, uint32_t k) {
     for (uint32_t j = 0; j < k; ++j) {
       RecvWr r;
       r.num_sge = 1;
-      r.sg_list[0] = sge(1, 0, len);
+      r.sg_list[0] = sge(1, 0, g_opt.size);
       (void)pairs[i].b->post_recv(r);
     }
   };
@@ -567,10 +576,48 @@ void bench_one(WrOpcode op, uint32_t len, std::vector<Pair>& pairs, uint32_t nqp
   std::fflush(stdout);
 }
 
+// The cost of waking droced: one 64-byte RDMA WRITE at a time, from post to
+// its completion, back to back (the daemons busy-poll) and after 5 ms of
+// quiet (both have gone to sleep: A is woken by the doorbell's eventfd, B by
+// the frame's arrival, seen when its sleep ends unless the port interrupts).
+void bench_wakeup(std::vector<Pair>& pairs) {
+  auto one = [&]() -> uint64_t {
+    SendWr w;
+    w.opcode = WrOpcode::rdma_write;
+    w.num_sge = 1;
+    w.sg_list[0] = sge(0, 0, 64);
+    w.remote_addr = raddr(1, 0);
+    w.rkey = g_side[1].rkey;
+    const uint64_t t0 = core::monotonic_ns();
+    if (pairs[0].a->post_send(w) != 0) return UINT64_MAX;
+    Completion c;
+    if (!wait_one(g_side[0].cq, &c) || c.status != WcStatus::success) return UINT64_MAX;
+    return core::monotonic_ns() - t0;
+  };
+  for (int idle = 0; idle < 2; ++idle) {
+    std::vector<uint64_t> t;
+    const int n = idle ? 200 : 2000;
+    for (int i = 0; i < n; ++i) {
+      if (idle) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      const uint64_t ns = one();
+      if (ns == UINT64_MAX) {
+        std::printf("  wake-up bench: a WRITE failed\n");
+        return;
+      }
+      t.push_back(ns);
+    }
+    std::sort(t.begin(), t.end());
+    std::printf("  WRITE 64 B post->completion, %-22s median %7.1f us  p90 %7.1f us  p99 %7.1f us\n",
+                idle ? "after 5 ms idle (asleep):" : "back to back (busy):", t[t.size() / 2] / 1e3,
+                t[t.size() * 9 / 10] / 1e3, t[t.size() * 99 / 100] / 1e3);
+  }
+}
+
 void bench() {
   std::vector<Pair> pairs;
   if (!make_pairs(g_opt.qps, &pairs)) return;
   std::printf("droce-selftest --bench: client library over two droced, 2 s per line\n");
+  bench_wakeup(pairs);
   for (WrOpcode op : {WrOpcode::rdma_write, WrOpcode::send})
     for (uint32_t len : {64u, 65536u})
       for (uint32_t n : {1u, g_opt.qps}) {
@@ -582,6 +629,12 @@ void bench() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  auto usage = [] {
+    std::fprintf(stderr,
+                 "usage: droce-selftest --a SOCKET --b SOCKET [--qps N] [--size BYTES] [--gid-index I]\n"
+                 "                      [--mtu 256..4096|port] [--bench] [--hold-seconds S] [--quiet]\n");
+    return 2;
+  };
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : ""; };
@@ -591,16 +644,18 @@ int main(int argc, char** argv) {
     else if (a == "--size") g_opt.size = static_cast<uint32_t>(std::strtoul(next(), nullptr, 0));
     else if (a == "--iters") g_opt.iters = static_cast<uint32_t>(std::strtoul(next(), nullptr, 0));
     else if (a == "--gid-index") g_opt.gid_index = static_cast<uint32_t>(std::strtoul(next(), nullptr, 0));
-    else if (a == "--mtu") g_opt.mtu = std::string(next()) == "4096" ? PathMtu::mtu4096 : PathMtu::mtu1024;
+    else if (a == "--mtu") {
+      const std::string v = next();
+      g_opt.mtu_port = v == "port";
+      bool known = g_opt.mtu_port;
+      for (auto m : {PathMtu::mtu256, PathMtu::mtu512, PathMtu::mtu1024, PathMtu::mtu2048, PathMtu::mtu4096})
+        if (v == std::to_string(mtu_bytes(m))) g_opt.mtu = m, known = true;
+      if (!known) return usage();
+    }
     else if (a == "--bench") g_opt.bench = true;
     else if (a == "--quiet") g_opt.quiet = true;
     else if (a == "--hold-seconds") g_opt.hold_seconds = static_cast<uint32_t>(std::strtoul(next(), nullptr, 0));
-    else {
-      std::fprintf(stderr,
-                   "usage: droce-selftest --a SOCKET --b SOCKET [--qps N] [--size BYTES] [--gid-index I]\n"
-                   "                      [--mtu 1024|4096] [--bench] [--hold-seconds S] [--quiet]\n");
-      return 2;
-    }
+    else return usage();
   }
   if (g_opt.sock[0].empty() || g_opt.sock[1].empty() || g_opt.qps == 0 || g_opt.size < 4096) {
     std::fprintf(stderr, "droce-selftest: --a and --b are required; --qps >= 1; --size >= 4096\n");
@@ -609,8 +664,9 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 2; ++i)
     if (open_side(i) != 0) return 1;
   if (!g_opt.quiet)
-    std::printf("A: %s (%s)   B: %s (%s)\n", g_side[0].ctx->info().device_name, format_ip(g_side[0].gid).c_str(),
-                g_side[1].ctx->info().device_name, format_ip(g_side[1].gid).c_str());
+    std::printf("A: %s (%s)   B: %s (%s)   path MTU %u\n", g_side[0].ctx->info().device_name,
+                format_ip(g_side[0].gid).c_str(), g_side[1].ctx->info().device_name, format_ip(g_side[1].gid).c_str(),
+                mtu_bytes(g_opt.mtu));
   if (g_opt.bench) {
     bench();
   } else {

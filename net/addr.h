@@ -31,6 +31,12 @@ constexpr bool is_ipv4_mapped(const IpAddr& a) {
   return a[10] == 0xff && a[11] == 0xff;
 }
 
+/// IPv4 224.0.0.0/4 or IPv6 ff00::/8.
+constexpr bool is_multicast(const IpAddr& a) {
+  if (is_ipv4_mapped(a)) return (a[12] & 0xf0) == 0xe0;
+  return a[0] == 0xff;
+}
+
 /// The IPv4 address (host order) of an IPv4-mapped address.
 constexpr uint32_t ipv4_of(const IpAddr& a) {
   return (uint32_t{a[12]} << 24) | (uint32_t{a[13]} << 16) | (uint32_t{a[14]} << 8) | a[15];

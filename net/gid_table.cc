@@ -21,7 +21,7 @@ bool is_unspecified(const IpAddr& a) {
 }
 
 // IPv4: multicast, and the reserved 240/4 with the broadcast address.
-bool is_multicast(const IpAddr& a) { return is_ipv4(a) ? a[12] >= 0xe0 : a[0] == 0xff; }
+bool is_multicast_or_reserved(const IpAddr& a) { return is_ipv4(a) ? a[12] >= 0xe0 : a[0] == 0xff; }
 
 bool is_loopback(const IpAddr& a) {
   if (is_ipv4(a)) return a[12] == 127;
@@ -97,7 +97,7 @@ GidTable::GidTable(const MacAddr& port_mac, std::string netdev, uint32_t capacit
 }
 
 int GidTable::add(const IpAddr& ip, uint16_t vlan, std::string_view netdev, std::optional<MacAddr> mac) {
-  if (is_unspecified(ip) || is_multicast(ip) || is_loopback(ip)) return -EINVAL;
+  if (is_unspecified(ip) || is_multicast_or_reserved(ip) || is_loopback(ip)) return -EINVAL;
   if (vlan != kNoVlan && (vlan == 0 || vlan >= 4095)) return -EINVAL;
   if (mac && (((*mac)[0] & 1) != 0 || *mac == MacAddr{})) return -EINVAL;
   if (find_impl(ip, vlan) >= 0) return -EEXIST;

@@ -39,11 +39,6 @@ bool is_ipv4_broadcast(const IpAddr& a) {
   return is_ipv4_mapped(a) && a[12] == 0xff && a[13] == 0xff && a[14] == 0xff && a[15] == 0xff;
 }
 
-bool is_multicast(const IpAddr& a) {
-  if (is_ipv4_mapped(a)) return (a[12] & 0xf0) == 0xe0;
-  return a[0] == 0xff;
-}
-
 bool is_loopback(const IpAddr& a) {
   if (is_ipv4_mapped(a)) return a[12] == 127;
   IpAddr one{};

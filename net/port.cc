@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <net/if.h>
+#include <poll.h>
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -23,6 +24,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -51,17 +53,35 @@ bool link_ignores_netdev(std::string_view driver) {
   return driver == "net_af_packet" || driver == "net_af_xdp";
 }
 
-// "iface=NAME" among a device's arguments.
-std::string iface_from_args(std::string_view args) {
+// The value of "key=VALUE" among a device's arguments ("" when absent).
+std::string devarg_value(std::string_view args, std::string_view key) {
   size_t at = 0;
   while (at <= args.size()) {
     size_t end = args.find(',', at);
     if (end == std::string_view::npos) end = args.size();
     std::string_view kv = args.substr(at, end - at);
-    if (kv.rfind("iface=", 0) == 0) return std::string(kv.substr(6));
+    if (kv.size() > key.size() && kv.substr(0, key.size()) == key && kv[key.size()] == '=')
+      return std::string(kv.substr(key.size() + 1));
     at = end + 1;
   }
   return {};
+}
+
+// The largest frame (Ethernet header on, FCS off) a kernel-netdev PMD can
+// carry whatever its ethdev MTU says; 0 when the ethdev MTU tells the truth.
+//   - af_packet: one TPACKET_V2 ring frame of `framesz` (devarg, default
+//     2048) per packet; the kernel puts the MAC header at TPACKET_ALIGN(
+//     TPACKET2_HDRLEN + 16) = 80 less the 14-byte header, offset 66, and
+//     truncates what does not fit.
+//   - af_xdp: the ethdev's max_mtu (one page per frame).
+uint32_t kernel_frame_limit(std::string_view driver, std::string_view args, uint16_t max_mtu) {
+  if (driver == "net_af_packet") {
+    const std::string v = devarg_value(args, "framesz");
+    const unsigned long framesz = v.empty() ? 2048 : std::strtoul(v.c_str(), nullptr, 0);
+    return framesz > 66 ? static_cast<uint32_t>(framesz - 66) : 0;
+  }
+  if (driver == "net_af_xdp") return uint32_t{max_mtu} + RTE_ETHER_HDR_LEN;
+  return 0;
 }
 
 int same_file(int fd, const char* path) {
@@ -302,7 +322,7 @@ int Port::setup(const PortConfig& cfg) {
     }
     if (ifname_.empty() && info.device != nullptr) {
       const rte_devargs* da = rte_dev_devargs(info.device);
-      if (da != nullptr && da->args != nullptr) ifname_ = iface_from_args(da->args);
+      if (da != nullptr && da->args != nullptr) ifname_ = devarg_value(da->args, "iface");
     }
   }
 
@@ -320,6 +340,10 @@ int Port::setup(const PortConfig& cfg) {
   caps_.max_tx_queues = info.max_tx_queues;
   caps_.min_mtu = info.min_mtu;
   caps_.max_mtu = info.max_mtu;
+  if (kernel_netdev_ && info.device != nullptr) {
+    const rte_devargs* da = rte_dev_devargs(info.device);
+    frame_limit_ = kernel_frame_limit(driver_name_, da != nullptr && da->args != nullptr ? da->args : "", info.max_mtu);
+  }
   caps_.max_rx_pktlen = info.max_rx_pktlen;
   if (info.max_rx_queues == 0 || info.max_tx_queues == 0) {
     DROCE_LOG(ERR, net, "port %u (%s): reports no RX or TX queue", port_id_, driver_name_.c_str());
@@ -373,9 +397,17 @@ int Port::setup(const PortConfig& cfg) {
   lsc_enabled_ = cfg.lsc_interrupt && caps_.lsc_interrupt;
   conf.intr_conf.lsc = lsc_enabled_ ? 1 : 0;
   conf.rxmode.mtu = cfg.mtu;
+  conf.intr_conf.rxq = cfg.rx_interrupts ? 1 : 0;
 
   NetnsGuard ns(netns_fd_);
   rc = rte_eth_dev_configure(port_id_, rx_queues_, tx_queues_, &conf);
+  if (rc != 0 && conf.intr_conf.rxq != 0) {
+    DROCE_LOG(INFO, net, "port %u (%s): no RX interrupts (%s); polled only", port_id_, driver_name_.c_str(),
+              rte_strerror(-rc));
+    conf.intr_conf.rxq = 0;
+    rc = rte_eth_dev_configure(port_id_, rx_queues_, tx_queues_, &conf);
+  }
+  rx_intr_enabled_ = conf.intr_conf.rxq != 0;
   if (rc == -EINVAL && cfg.mtu != 0) {
     // The MTU may be what the device refused; configure with its default and
     // let set_mtu below report the refusal.
@@ -453,6 +485,7 @@ int Port::setup(const PortConfig& cfg) {
 
   if (cfg.mtu != 0) {
     mtu_result_ = rte_eth_dev_set_mtu(port_id_, cfg.mtu);
+    asked_mtu_ = cfg.mtu;
     if (mtu_result_ != 0)
       DROCE_LOG(NOTICE, net, "port %u (%s): set MTU %u: %s (MTU is %u)", port_id_,
                 driver_name_.c_str(), cfg.mtu, rte_strerror(-mtu_result_), mtu());
@@ -465,6 +498,21 @@ int Port::setup(const PortConfig& cfg) {
     return rc;
   }
   started_ = true;
+  if (rx_intr_enabled_) {
+    // Drivers that accept intr_conf.rxq without giving a descriptor (memif in
+    // 22.11 keeps its eventfds to itself) are polled only.
+    for (uint16_t q = 0; q < rx_queues_; ++q) {
+      const int fd = rte_eth_dev_rx_intr_ctl_q_get_fd(port_id_, q);
+      if (fd < 0) {
+        DROCE_LOG(INFO, net, "port %u (%s): RX queue %u has no interrupt descriptor; polled only", port_id_,
+                  driver_name_.c_str(), q);
+        rx_intr_enabled_ = false;
+        rx_intr_fds_.clear();
+        break;
+      }
+      rx_intr_fds_.push_back(fd);
+    }
+  }
 
   rc = apply_rx_mode(cfg);
   if (rc != 0) return rc;
@@ -598,12 +646,51 @@ int Port::netdev_mtu() const {
   return ifr.ifr_mtu;
 }
 
+uint16_t Port::wire_mtu() const {
+  if (!open_) return 0;
+  uint32_t m = mtu();
+  // Links between processes have no MTU of their own (no MTU op; they carry
+  // what is sent): the one asked for is the truth.
+  if (mtu_result_ == -ENOTSUP && asked_mtu_ != 0 && (driver_name_ == "net_memif" || driver_name_ == "net_ring"))
+    m = asked_mtu_;
+  if (kernel_netdev_) {
+    if (const int n = netdev_mtu(); n > 0) m = static_cast<uint32_t>(n);
+    if (frame_limit_ != 0) m = std::min(m, frame_limit_ - RTE_ETHER_HDR_LEN - RTE_VLAN_HLEN);
+  }
+  if (!caps_.rx_scatter && pool_ != nullptr) {
+    const uint32_t room = rte_pktmbuf_data_room_size(pool_) - RTE_PKTMBUF_HEADROOM;
+    m = std::min(m, room - RTE_ETHER_HDR_LEN - RTE_VLAN_HLEN);
+  }
+  return static_cast<uint16_t>(m);
+}
+
+int Port::rx_interrupt_fd(uint16_t queue) const {
+  if (!open_ || !rx_intr_enabled_ || queue >= rx_intr_fds_.size()) return -ENOTSUP;
+  return rx_intr_fds_[queue];
+}
+
+int Port::rx_interrupt_arm(uint16_t queue, bool on) {
+  if (!open_ || !rx_intr_enabled_ || queue >= rx_queues_) return -ENOTSUP;
+  return on ? rte_eth_dev_rx_intr_enable(port_id_, queue) : rte_eth_dev_rx_intr_disable(port_id_, queue);
+}
+
+void Port::rx_interrupt_ack(uint16_t queue) {
+  const int fd = rx_interrupt_fd(queue);
+  if (fd < 0) return;
+  uint64_t count;
+  // The descriptor may be blocking: read only what poll says is there.
+  pollfd p{fd, POLLIN, 0};
+  while (::poll(&p, 1, 0) == 1 && (p.revents & POLLIN) && ::read(fd, &count, sizeof count) == sizeof count) {
+  }
+}
+
 bool Port::promiscuous() const { return open_ && rte_eth_promiscuous_get(port_id_) == 1; }
 
 int Port::set_mtu(uint16_t mtu) {
   if (!open_) return -ENODEV;
   NetnsGuard ns(netns_fd_);
   mtu_result_ = rte_eth_dev_set_mtu(port_id_, mtu);
+  asked_mtu_ = mtu;
   if (mtu_result_ != 0)
     DROCE_LOG(NOTICE, net, "port %u (%s): set MTU %u: %s (MTU stays %u)", port_id_,
               driver_name_.c_str(), mtu, rte_strerror(-mtu_result_), this->mtu());

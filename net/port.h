@@ -158,6 +158,10 @@ struct PortConfig {
   bool enable_rss = true;
   /// Use the LSC interrupt when the device has one (else link is polled).
   bool lsc_interrupt = true;
+  /// Ask for RX queue interrupts (net_memif has them), so a poller may sleep
+  /// until a frame arrives: see rx_interrupt_fd(). A device that refuses is
+  /// configured without them (rx_interrupts_enabled() false).
+  bool rx_interrupts = false;
 };
 
 struct LinkState {
@@ -274,6 +278,15 @@ class Port {
   /// 1518) while jumbo frames pass when the netdev's MTU and the devargs'
   /// framesz allow them.
   int netdev_mtu() const;
+  /// The IP MTU frames can have both ways through this port, VLAN tag
+  /// allowed for: the netdev's MTU for a kernel-netdev PMD, the MTU asked
+  /// for on net_memif / net_ring (no MTU op, they carry what is sent; the
+  /// ethdev keeps saying 1500), else mtu();
+  /// capped by what the PMD carries (af_packet: its framesz devarg less the
+  /// ring header, default 2048; af_xdp: its max_mtu, one page per frame) and,
+  /// without RX scatter, by what one mbuf of the pool holds. This, not
+  /// mtu(), decides the RoCE path MTU.
+  uint16_t wire_mtu() const;
   bool hot_plugged() const { return hot_plugged_; }
 
   // ---- configuration as applied ----
@@ -288,6 +301,22 @@ class Port {
   uint64_t enabled_tx_offloads() const { return tx_offloads_; }
   bool rss_enabled() const { return rss_enabled_; }
   bool lsc_enabled() const { return lsc_enabled_; }
+  bool rx_interrupts_enabled() const { return rx_intr_enabled_; }
+
+  // ---- RX interrupts (PortConfig::rx_interrupts) ----
+  // The pattern of a poller that sleeps: rx_interrupt_arm(q, true), one more
+  // rx_burst (a frame that came before arming raises nothing), then wait for
+  // rx_interrupt_fd(q) to turn readable (epoll), rx_interrupt_ack(q), and
+  // rx_interrupt_arm(q, false) before polling again. Owning lcore only.
+  // Drivers: net_tap and PCI NICs under VFIO give descriptors; net_memif in
+  // DPDK 22.11 accepts the configuration but gives none (its eventfds are
+  // internal), so it stays polled; af_packet and af_xdp have none.
+  /// The queue's interrupt descriptor, or -ENOTSUP (not enabled, or the
+  /// driver gave none at start).
+  int rx_interrupt_fd(uint16_t queue) const;
+  int rx_interrupt_arm(uint16_t queue, bool on);
+  /// Consumes what made the fd readable (an eventfd count).
+  void rx_interrupt_ack(uint16_t queue);
   bool promiscuous() const;
   MulticastMode multicast_mode() const { return multicast_mode_; }
 
@@ -340,6 +369,10 @@ class Port {
   std::string bus_name_;
   MacAddr mac_{};
   int mtu_result_ = 0;
+  uint32_t frame_limit_ = 0;
+  uint16_t asked_mtu_ = 0;  ///< the MTU last asked for (PortConfig::mtu, set_mtu)
+  bool rx_intr_enabled_ = false;
+  std::vector<int> rx_intr_fds_;  ///< per RX queue, read once at start  ///< kernel_frame_limit(): 0 when the ethdev MTU holds
   bool kernel_netdev_ = false;
   bool link_follows_netdev_ = false;  // PMD's link ignores the netdev's carrier
   std::string ifname_;

@@ -443,6 +443,7 @@ int Engine::post_send(uint32_t qpn, const SendWr& wr) {
   w.wr.compare_add = wr.compare_add;
   w.wr.swap = wr.swap;
   w.wr.ah = wr.ah;
+  if (q->type == QpType::ud) w.ud_av = ahs_[wr.ah];
   w.wr.remote_qpn = wr.remote_qpn;
   w.wr.remote_qkey = wr.remote_qkey;
   w.wr.num_sge = wr.num_sge;
@@ -701,6 +702,13 @@ void Engine::mark_ready(Qp* q) {
   ready_.push_back(q->qpn);
 }
 
+bool Engine::is_local_dest(const IpAddr& dst, bool ud) const {
+  if (dst == cfg_.local_ip) return true;
+  for (const IpAddr& a : cfg_.local_ips)
+    if (dst == a) return true;
+  return ud && net::is_multicast(dst);
+}
+
 void Engine::rx_burst(rte_mbuf** frames, uint16_t n, uint64_t now_ns) {
   now_ns_ = now_ns;
   for (uint16_t i = 0; i < n; ++i) {
@@ -737,9 +745,11 @@ void Engine::rx_burst(rte_mbuf** frames, uint16_t n, uint64_t now_ns) {
       rte_pktmbuf_free(m);
       continue;
     }
-    // The transport in the opcode must be the QP's (C9-?): RC packets to an RC QP.
+    // The transport in the opcode must be the QP's (C9-?): RC packets to an RC QP. And the
+    // packet must be for this host: a port that sees others' frames (a bridge flooding, a
+    // promiscuous vdev) must not hand them to a QP that happens to have the same number.
     const Transport want = q->type == QpType::rc ? Transport::rc : q->type == QpType::uc ? Transport::uc : Transport::ud;
-    if (info.transport != want) {
+    if (info.transport != want || !is_local_dest(p.hdr.l3.dst, q->type == QpType::ud)) {
       ++counters_.rx_bad_dest;
       rte_pktmbuf_free(m);
       continue;

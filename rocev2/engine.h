@@ -66,6 +66,10 @@ struct EngineConfig {
   /// The local address every QP sends from (tests and single-port droced).
   MacAddr local_mac{};
   IpAddr local_ip{};
+  /// More addresses of this host (a GID table's): frames are taken only
+  /// when sent to local_ip, one of these, or (UD only) a multicast group,
+  /// as a NIC takes only its own; others count as rx_bad_dest.
+  std::vector<IpAddr> local_ips;
 };
 
 /// Async events (ibv_event_type values).
@@ -187,6 +191,7 @@ class Engine {
                   uint32_t payload_len);
   void send_frame(rte_mbuf* m, Qp* qp);
   void flush_tx();
+  bool is_local_dest(const IpAddr& dst, bool ud) const;
   void arm_retry_timer(Qp* qp, uint64_t now_ns);
   void arm_rnr_timer(Qp* qp, uint64_t deadline_ns);
   void cancel_retry_timer(Qp* qp);

@@ -19,6 +19,8 @@ constexpr size_t kMaskedMax = net::kIpv6HdrLen + net::kUdpHdrLen + sizeof(BthWir
 // whole into the scratch buffer and take one CRC call: ISA-L's path for the
 // few bytes left after the masked headers costs more than the copy.
 constexpr size_t kOneCallMax = 192;
+// The masked headers of a longer packet go through the same scratch buffer.
+static_assert(kMaskedMax <= kOneCallMax);
 
 }  // namespace
 

@@ -22,6 +22,9 @@ class Srq;
 
 struct SendWqe {
   SendWr wr;
+  /// UD: the AH's address, copied at post (as a NIC copies it into the WQE),
+  /// so destroying the AH, or its slot's reuse, cannot redirect the WQE.
+  AddressVector ud_av;
   uint32_t length = 0;      ///< sum of the scatter list (or inline bytes)
   uint32_t npackets = 0;    ///< packets (PSNs) the operation uses
   uint32_t first_psn = 0;

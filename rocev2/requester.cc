@@ -125,7 +125,7 @@ bool Engine::requester_send_one(Qp* q, uint64_t now_ns) {
   }
 
   const Transport t = q->type == QpType::rc ? Transport::rc : q->type == QpType::uc ? Transport::uc : Transport::ud;
-  const AddressVector& av = q->type == QpType::ud ? ahs_[w.wr.ah] : q->attr.ah_attr;
+  const AddressVector& av = q->type == QpType::ud ? w.ud_av : q->attr.ah_attr;
   Bth bth;
   bth.pkey = 0xffff;
   bth.dest_qp = q->type == QpType::ud ? w.wr.remote_qpn : q->attr.dest_qp_num;

@@ -63,9 +63,10 @@ enum class PathMtu : uint8_t { mtu256 = 1, mtu512 = 2, mtu1024 = 3, mtu2048 = 4,
 inline uint32_t mtu_bytes(PathMtu m) { return 128u << static_cast<uint8_t>(m); }
 /// The largest path MTU whose packets fit a port's Ethernet MTU (the IP
 /// packet size): the payload plus IPv6 (40), UDP (8), BTH (12), the largest
-/// extension header (16) and the ICRC (4) must fit.
+/// extension headers a packet with a payload has (RETH and ImmDt of an RDMA
+/// WRITE Only with Immediate, 20) and the ICRC (4) must fit.
 inline PathMtu path_mtu_for(uint32_t ethernet_mtu) {
-  constexpr uint32_t kOverhead = 80;
+  constexpr uint32_t kOverhead = 84;
   for (auto m : {PathMtu::mtu4096, PathMtu::mtu2048, PathMtu::mtu1024, PathMtu::mtu512})
     if (ethernet_mtu >= mtu_bytes(m) + kOverhead) return m;
   return PathMtu::mtu256;

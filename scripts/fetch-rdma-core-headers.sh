@@ -72,9 +72,12 @@ find_libibverbs() {
 }
 libibverbs=$(find_libibverbs)
 command -v objdump >/dev/null || die "objdump not found (install binutils)"
-pabi=$(objdump -T "$libibverbs" | sed -n 's/.*[[:space:]]verbs_register_driver_\([0-9][0-9]*\)$/\1/p' | awk 'NR == 1')
+# The symbol table is read once into a variable: `objdump | grep -q` under pipefail fails at
+# random when grep exits at its first match and objdump dies of SIGPIPE.
+dynsyms=$(objdump -T "$libibverbs")
+pabi=$(sed -n 's/.*[[:space:]]verbs_register_driver_\([0-9][0-9]*\)$/\1/p' <<<"$dynsyms" | awk 'NR == 1')
 [ -n "$pabi" ] || die "$libibverbs exports no verbs_register_driver_<PABI>: not a provider-capable libibverbs"
-objdump -T "$libibverbs" | grep -q "IBVERBS_PRIVATE_${pabi}[[:space:]]" ||
+grep -q "IBVERBS_PRIVATE_${pabi}[[:space:]]" <<<"$dynsyms" ||
   die "$libibverbs exports verbs_register_driver_$pabi but no IBVERBS_PRIVATE_$pabi version"
 say "installed libibverbs $libibverbs: PABI $pabi (verbs_register_driver_$pabi, IBVERBS_PRIVATE_$pabi)"
 if [ $pabi_only -eq 1 ]; then

@@ -26,6 +26,8 @@ const char* usage() {
          "  --max-sleep-us N     longest idle sleep (1000)\n"
          "  --eal ARG            pass ARG to DPDK's EAL (repeatable)\n"
          "  --log-level LEVEL    droce log level (error, warning, info, debug)\n"
+         "  --sysfs-root DIR     the device tree for libibverbs (<run-dir>/sys; none: no tree)\n"
+         "  --dev-node yes|no    as root, make /dev/infiniband/uverbs_<name> if missing (yes)\n"
          "  --config FILE        read the same keys from FILE (key = value)\n";
 }
 
@@ -62,6 +64,14 @@ int apply(const std::string& key, const std::string& value, DaemonConfig* c, std
   else if (key == "max-sleep-us") { if (!num(1'000'000) || n == 0) return -EINVAL; c->max_sleep_us = n; }
   else if (key == "eal") c->eal_args.push_back(value);
   else if (key == "log-level") c->log_level = value;
+  else if (key == "sysfs-root") c->sysfs_root = value;
+  else if (key == "dev-node") {
+    if (value != "yes" && value != "no") {
+      *err = "--dev-node is yes or no";
+      return -EINVAL;
+    }
+    c->dev_node = value == "yes";
+  }
   else {
     *err = "unknown option --" + key;
     return -EINVAL;

@@ -27,6 +27,13 @@ struct DaemonConfig {
   uint64_t max_sleep_us = 1000;      ///< longest sleep (port RX is polled on waking)
   std::vector<std::string> eal_args;  ///< passed through to EAL
   std::string log_level;             ///< EAL --log-level for droce.* (e.g. "debug")
+  /// Where the sysfs-shaped tree libibverbs reads goes (programs run with
+  /// SYSFS_PATH=<it>; `droce exec` sets that). Empty: <run_dir>/sys; "none": no tree.
+  std::string sysfs_root;
+  /// Make /dev/infiniband/<uverbs> (a char node with /dev/full's numbers)
+  /// when running as root and it is missing. It stays after exit (an alias of
+  /// /dev/full, perhaps shared with another droced of the same name).
+  bool dev_node = true;
 };
 
 /// Parses argv (and a --config file). 0, 1 for --help (usage printed), or

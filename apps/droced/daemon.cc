@@ -1,29 +1,38 @@
 #include "apps/droced/daemon.h"
 
 #include <fcntl.h>
+#include <net/if.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cinttypes>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
 #include "core/clock.h"
 #include "core/log.h"
+#include "net/kernel_sink.h"
 #include "rocev2/format.h"
+#include "rocev2/headers.h"
 
 namespace droce::droced {
 
 namespace {
 
-constexpr uint64_t kListenKey = 1, kSignalKey = 2, kWakeKey = 3;
+constexpr uint64_t kListenKey = 1, kSignalKey = 2, kWakeKey = 3, kRxInterruptKey = 4;
 constexpr uint64_t kLinkCheckNs = 50'000'000;  // 50 ms
+constexpr uint64_t kFirstSleepUs = 16;
 
 // A minimal JSON writer: objects, arrays, numbers, strings.
 class Json {
@@ -83,6 +92,64 @@ class Json {
   bool first_ = true;
 };
 
+// What droced adds to a port's devargs, and the mbuf data room it picks, so
+// that a 4096-byte RoCE path MTU fits where the link allows one:
+//   - net_af_packet: without a framesz devarg its ring frames are 2048 bytes
+//     (no jumbo frames at all); droced asks for framesz=4608 (a 4096 path
+//     MTU frame with IPv6, VLAN and every header, plus the ring's 66-byte
+//     header) in blocks of 8 frames (36864 bytes: a whole number of pages
+//     and of frames, for the PMD addresses frame i at i x framesz). The PMD
+//     copies a frame into one mbuf, and refuses a queue whose mbufs hold less
+//     than framesz - 32.
+//   - net_af_xdp: its umem chunks are the pool's objects and must fit in one
+//     page; 3712 is the largest data room whose object (mempool header, mbuf,
+//     data room, padding) still does on DPDK 22.11 (3776 fails "Failed to
+//     create umem"). Frames then carry at most its max_mtu, 3542: a 2048 path
+//     MTU.
+//   - others: 4096 + 256, a whole 4096 path MTU frame.
+struct PortPlan {
+  std::string devargs;
+  uint16_t data_room = 4096 + 256;
+};
+
+PortPlan plan_port(const std::string& devargs) {
+  PortPlan p{devargs};
+  const std::string driver = devargs.substr(0, devargs.find(','));
+  auto has = [&](const char* key) { return devargs.find(std::string(",") + key + "=") != std::string::npos; };
+  if (driver.rfind("net_af_packet", 0) == 0) {
+    unsigned long framesz = 4608;
+    if (has("framesz")) {
+      const size_t at = devargs.find(",framesz=") + 9;
+      framesz = std::strtoul(devargs.c_str() + at, nullptr, 0);
+    } else {
+      p.devargs += ",framesz=4608";
+      if (!has("blocksz")) p.devargs += ",blocksz=36864";
+    }
+    p.data_room = static_cast<uint16_t>(std::clamp<unsigned long>(framesz - 32 + RTE_PKTMBUF_HEADROOM, p.data_room, 16384));
+  } else if (driver.rfind("net_af_xdp", 0) == 0) {
+    p.data_room = 3712;
+  }
+  return p;
+}
+
+// The likeliest reason a kernel-netdev port did not open, when there is one
+// to tell.
+void explain_open_failure(const std::string& devargs) {
+  if (devargs.rfind("net_af_xdp", 0) != 0) return;
+  const size_t at = devargs.find(",iface=");
+  if (at == std::string::npos) return;
+  const std::string ifname = devargs.substr(at + 7, devargs.find(',', at + 7) - (at + 7));
+  core::Fd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  ifreq ifr{};
+  std::snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", ifname.c_str());
+  if (!s.valid() || ::ioctl(s.get(), SIOCGIFMTU, &ifr) != 0) return;
+  if (ifr.ifr_mtu > 3500)
+    DROCE_LOG(ERR, app,
+              "%s has MTU %d: an XDP program carries frames of one page (MTU 3542 at most in DPDK's af_xdp, "
+              "about 3500 on a veth); lower the netdev's MTU, or use net_af_packet for jumbo frames",
+              ifname.c_str(), ifr.ifr_mtu);
+}
+
 std::string stats_trampoline(void* arg) { return static_cast<const Daemon*>(arg)->render_stats(); }
 
 }  // namespace
@@ -94,12 +161,22 @@ int Daemon::start(const DaemonConfig& cfg) {
   net::PortConfig pc;
   pc.rx_ring_size = pc.tx_ring_size = static_cast<uint16_t>(cfg.queue_depth);
   pc.pool_size = cfg.mbufs;
-  pc.mbuf_data_room = 4096 + 256;
+  const PortPlan plan = plan_port(cfg.port);
+  pc.mbuf_data_room = plan.data_room;
   pc.mtu = cfg.mtu;
   pc.allmulticast = true;  // IPv6 neighbour discovery's solicited-node groups
-  if (int rc = net::Port::open_device(cfg.port, pc, &port_); rc != 0) {
+  pc.rx_interrupts = true;  // sleep until a frame comes, where the port can say so
+  if (int rc = net::Port::open_device(plan.devargs, pc, &port_); rc != 0) {
     DROCE_LOG(ERR, app, "cannot open port %s: %s", cfg.port.c_str(), std::strerror(-rc));
+    explain_open_failure(cfg.port);
     return rc;
+  }
+  if (port_->kernel_netdev() && port_->driver_name() != "net_af_xdp") {
+    // The kernel sees these frames too: keep it from answering them (net/kernel_sink.h).
+    if (int r = net::open_udp_sink(port_->ifname(), rocev2::kRoceV2UdpPort, &udp_sink_); r != 0)
+      DROCE_LOG(WARNING, app, "%s: cannot bind UDP %u on %s to keep the kernel from answering RoCE packets: %s%s",
+                cfg.name.c_str(), unsigned(rocev2::kRoceV2UdpPort), port_->ifname().c_str(), std::strerror(-r),
+                r == -EADDRINUSE ? " (rdma_rxe, or another program, has it; then the kernel is quiet anyway)" : "");
   }
   gids_ = std::make_unique<net::GidTable>(port_->mac(), port_->kernel_netdev() ? port_->ifname() : std::string());
   DeviceCoreConfig dc;
@@ -117,8 +194,12 @@ int Daemon::start(const DaemonConfig& cfg) {
   // GID 0, the link-local one, is a source too.
   dc.addresses.push_back(gids_->at(0)->gid);
   dc.engine.max_qps = cfg.max_qps;
-  const uint16_t mtu = port_->mtu();
+  const uint16_t mtu = port_->wire_mtu();
   dc.engine.active_mtu = rocev2::path_mtu_for(mtu);
+  // As the kernel's RoCE devices do: the port's largest path MTU is what its
+  // link carries, and a QP asking for more is refused (EINVAL) rather than
+  // left to send frames the link drops.
+  dc.engine.limits.max_mtu = dc.engine.active_mtu;
   int rc = 0;
   core_ = std::make_unique<DeviceCore>(dc, &rc);
   if (rc != 0) return rc;
@@ -161,10 +242,46 @@ int Daemon::start(const DaemonConfig& cfg) {
     if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) return -errno;
   }
   link_up_ = port_->link().up;
+  publish_device();
   DROCE_LOG(INFO, app, "%s: port %s (%s, %s, MTU %u), node GUID %s, socket %s", cfg.name.c_str(), cfg.port.c_str(),
             port_->driver_name().c_str(), rocev2::format_mac(port_->mac()).c_str(), unsigned(mtu),
             net::format_guid(device_.node_guid).c_str(), socket_path_.c_str());
   return 0;
+}
+
+void Daemon::publish_device() {
+  if (cfg_.sysfs_root == "none") return;
+  const std::string root = cfg_.sysfs_root.empty() ? cfg_.run_dir + "/sys" : cfg_.sysfs_root;
+  provider::DeviceDescription d;
+  d.name = cfg_.name;
+  // Not "uverbsN": `droce exec` may mirror the kernel's own devices into the same tree.
+  d.uverbs_name = "uverbs_" + cfg_.name;
+  d.node_guid = device_.node_guid;
+  d.control_socket = socket_path_;
+  provider::PortDescription p;
+  p.state = link_up_ ? provider::PortState::active : provider::PortState::down;
+  p.active_mtu = rocev2::mtu_bytes(device_.limits.max_mtu);  // the port's active MTU (start())
+  p.gids = provider::SysfsTree::gids_from_table(*gids_);
+  p.gid_table_len = gids_->capacity();
+  d.ports.push_back(std::move(p));
+  if (int rc = provider::SysfsTree::create(root, d, &sysfs_, provider::SysfsTree::IfExists::replace); rc != 0) {
+    DROCE_LOG(WARNING, app, "%s: cannot write the device tree under %s: %s (verbs programs will not find it)",
+              cfg_.name.c_str(), root.c_str(), std::strerror(-rc));
+    return;
+  }
+  if (!cfg_.dev_node || ::geteuid() != 0) return;
+  // libibverbs opens /dev/infiniband/<uverbs> (a compiled-in path) and wants a char device with
+  // the tree's numbers; /dev/full's fails any stray kernel command loudly (docs/discovery.md).
+  const std::string node = "/dev/infiniband/" + d.uverbs_name;
+  struct stat st {};
+  if (::stat(node.c_str(), &st) == 0) return;
+  ::mkdir("/dev/infiniband", 0755);
+  if (::mknod(node.c_str(), S_IFCHR | 0666, makedev(d.cdev_major, d.cdev_minor)) != 0) {
+    DROCE_LOG(WARNING, app, "%s: cannot make %s: %s (`droce exec` provides one in a private /dev)",
+              cfg_.name.c_str(), node.c_str(), std::strerror(errno));
+    return;
+  }
+  ::chmod(node.c_str(), 0666);  // past the umask: any program may open it; it grants nothing
 }
 
 void Daemon::accept_clients() {
@@ -216,6 +333,8 @@ void Daemon::control(int timeout_us) {
         DROCE_LOG(INFO, app, "%s: signal %u, stopping", cfg_.name.c_str(), si.ssi_signo);
         stopping_ = true;
       }
+    } else if (key == kRxInterruptKey) {
+      ++counters_.wakeups_by_port;  // acknowledged when the sleep ends
     } else if (key == kWakeKey) {
       uint64_t v;
       [[maybe_unused]] ssize_t r = ::read(wake_.get(), &v, sizeof v);
@@ -259,7 +378,24 @@ void Daemon::check_link(uint64_t now_ns) {
   if (up == link_up_) return;
   link_up_ = up;
   DROCE_LOG(INFO, app, "%s: port link %s", cfg_.name.c_str(), up ? "up" : "down");
+  if (sysfs_) sysfs_->set_port_state(1, up ? provider::PortState::active : provider::PortState::down);
   for (auto& [k, s] : sessions_) s->push_event(up ? 9 /* IBV_EVENT_PORT_ACTIVE */ : 10 /* IBV_EVENT_PORT_ERR */, 1);
+}
+
+bool Daemon::arm_rx_interrupt() {
+  const int fd = port_->rx_interrupt_fd(0);
+  if (fd < 0) return false;
+  if (fd != rx_intr_fd_) {
+    // A new descriptor (memif makes one per connection): watch it instead.
+    if (rx_intr_fd_ >= 0) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, rx_intr_fd_, nullptr);
+    rx_intr_fd_ = -1;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kRxInterruptKey;
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) return false;
+    rx_intr_fd_ = fd;
+  }
+  return port_->rx_interrupt_arm(0, true) == 0;
 }
 
 void Daemon::sleep(uint64_t now_ns) {
@@ -267,14 +403,32 @@ void Daemon::sleep(uint64_t now_ns) {
   std::atomic_thread_fence(std::memory_order_seq_cst);  // the flags before the last look at the rings
   bool work = false;
   for (auto& [k, s] : sessions_) work = work || s->doorbells_waiting();
+  const bool armed = !work && arm_rx_interrupt();
+  if (armed) {
+    // A frame that arrived before the interrupt was armed raises nothing: look once more.
+    const rocev2::EngineCounters& ec = core_->engine().counters();
+    const uint64_t before = ec.rx_frames + core_->counters().neighbor_frames_in;
+    core_->run_once(now_ns);
+    work = ec.rx_frames + core_->counters().neighbor_frames_in != before || core_->engine().has_tx_work();
+    if (!core_->engine().events().empty()) route_events();
+  }
   if (!work) {
     const uint64_t deadline = core_->next_deadline();
-    uint64_t us = cfg_.max_sleep_us;
+    // Armed, the port wakes us; only timers and the link check bound the sleep.
+    // Unarmed, frames are seen when the sleep ends: sleeps grow from 16 us to
+    // --max-sleep-us, doubling while nothing happens, so a short pause costs
+    // a short delay and a long one still sleeps long.
+    uint64_t us = armed ? kLinkCheckNs / 1000 : std::min<uint64_t>(sleep_us_, cfg_.max_sleep_us);
+    if (!armed) sleep_us_ = std::min<uint64_t>(sleep_us_ * 2, cfg_.max_sleep_us);
     if (deadline != UINT64_MAX) us = deadline <= now_ns ? 0 : std::min<uint64_t>(us, (deadline - now_ns) / 1000);
     if (us > 0) {
       ++counters_.sleeps;
       control(static_cast<int>(us));
     }
+  }
+  if (armed) {
+    port_->rx_interrupt_arm(0, false);
+    port_->rx_interrupt_ack(0);
   }
   for (auto& [k, s] : sessions_) s->set_daemon_sleeping(false);
 }
@@ -295,6 +449,7 @@ int Daemon::run() {
     if ((++counters_.loops & 63) == 0) control(0);
     if (work != 0 || core_->engine().has_tx_work()) {
       idle_since = now;
+      sleep_us_ = kFirstSleepUs;
     } else if (now - idle_since > spin_ns) {
       sleep(now);
     }
@@ -316,6 +471,9 @@ void Daemon::shutdown() {
     ::unlink(socket_path_.c_str());
     socket_path_.clear();
   }
+  sysfs_.reset();  // the device leaves libibverbs' view before the socket is gone for good
+  // The node stays: it is an alias of /dev/full, other droced (of the same name, another run
+  // dir) or programs may be using it, and devtmpfs forgets it at the next boot.
   listen_.reset();
   core_.reset();
   port_.reset();
@@ -336,7 +494,7 @@ std::string Daemon::render_stats() const {
       .str("devargs", cfg_.port)
       .str("driver", port_->driver_name())
       .str("mac", rocev2::format_mac(port_->mac()))
-      .num("mtu", port_->mtu())
+      .num("mtu", port_->wire_mtu())
       .str("state", link.up ? "ACTIVE" : "DOWN")
       .num("speed_mbps", link.speed_mbps);
   rte_eth_stats st{};
@@ -382,9 +540,13 @@ std::string Daemon::render_stats() const {
       .num("cnp_received", ec.cnp_received)
       .num("neighbor_frames_in", core_->counters().neighbor_frames_in)
       .num("neighbor_frames_out", core_->counters().neighbor_frames_out)
+      .num("neighbor_tx_dropped", core_->counters().neighbor_tx_dropped)
+      .num("oversize_control", core_->counters().oversize_control)
+      .num("loopback_frames", core_->counters().loopback_frames)
       .num("loops", counters_.loops)
       .num("sleeps", counters_.sleeps)
       .num("wakeups_by_client", counters_.wakeups_by_client)
+      .num("wakeups_by_port", counters_.wakeups_by_port)
       .num("clients_accepted", counters_.clients_accepted)
       .num("clients_closed", counters_.clients_closed)
       .num("clients_faulted", counters_.clients_faulted)

@@ -38,6 +38,7 @@
 #include "core/unix_socket.h"
 #include "net/gid_table.h"
 #include "net/port.h"
+#include "provider/discovery/sysfs_tree.h"
 
 namespace droce::droced {
 
@@ -45,6 +46,7 @@ struct DaemonCounters {
   uint64_t loops = 0;
   uint64_t sleeps = 0;           ///< times the loop slept
   uint64_t wakeups_by_client = 0;  ///< sleeps a client's doorbell ended
+  uint64_t wakeups_by_port = 0;    ///< sleeps a port RX interrupt ended
   uint64_t clients_accepted = 0;
   uint64_t clients_closed = 0;
   uint64_t clients_faulted = 0;  ///< disconnected for breaking the protocol
@@ -73,6 +75,11 @@ class Daemon {
   void route_events();
   void check_link(uint64_t now_ns);
   void sleep(uint64_t now_ns);
+  /// Writes the sysfs-shaped tree and the char node (docs/discovery.md).
+  void publish_device();
+  /// Arms the port's RX interrupt and watches its descriptor; false when the
+  /// port has none (then sleeps last at most --max-sleep-us).
+  bool arm_rx_interrupt();
   void shutdown();
 
   DaemonConfig cfg_;
@@ -85,11 +92,16 @@ class Daemon {
   core::Fd epoll_;
   core::Fd signal_;
   core::Fd wake_;
+  core::Fd udp_sink_;
+  std::unique_ptr<provider::SysfsTree> sysfs_;
+  std::string dev_node_;  ///< the /dev/infiniband node droced made (removed at exit)  ///< net::open_udp_sink on a netdev the kernel shares
   std::map<uint64_t, std::unique_ptr<Session>> sessions_;  ///< by epoll key
   uint64_t next_key_ = 16;
   bool stopping_ = false;
   bool link_up_ = false;
+  int rx_intr_fd_ = -1;  ///< the port's RX interrupt descriptor in epoll_ (not owned)
   uint64_t next_link_check_ns_ = 0;
+  uint64_t sleep_us_ = 16;  ///< the next unarmed sleep (grows while idle)
   DaemonCounters counters_;
 };
 

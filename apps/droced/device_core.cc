@@ -35,11 +35,13 @@ DeviceCore::DeviceCore(const DeviceCoreConfig& cfg, int* rc) : cfg_(cfg), neighb
     return;
   }
   link_ = std::make_unique<rocev2::PortQueueLink>(cfg.port, cfg.queue);
+  link_->set_loopback_mac(cfg.port->mac());  // two clients of this droced talk through it
   rocev2::EngineConfig ec = cfg.engine;
   ec.pool = cfg.port->pool();
   ec.port = link_.get();
   ec.local_mac = cfg.port->mac();
   ec.local_ip = cfg.addresses.front();
+  ec.local_ips = cfg.addresses;
   ec.offloads = hw_offload::select_offloads(*cfg.port);  // once, at start
   engine_ = std::make_unique<rocev2::Engine>(ec);
   for (const auto& ip : cfg.addresses) {
@@ -100,6 +102,13 @@ void DeviceCore::run_once(uint64_t now_ns) {
     rte_pktmbuf_free(rx[i]);
   }
   if (k != 0) engine_->rx_burst(roce, k, now_ns);
+  if (link_->has_loopback()) {
+    link_->take_loopback(&loopback_rx_);
+    counters_.loopback_frames += loopback_rx_.size();
+    for (size_t i = 0; i < loopback_rx_.size(); i += 32)
+      engine_->rx_burst(loopback_rx_.data() + i, static_cast<uint16_t>(std::min<size_t>(32, loopback_rx_.size() - i)),
+                        now_ns);
+  }
   neighbors_.poll(now_ns);
   send_neighbor_frames();
   engine_->poll(now_ns);

@@ -3,6 +3,7 @@
 // on it, and the port's neighbour table (ARP / IPv6 ND). run_once() is the
 // lcore loop's body (docs/droced.md):
 //   RX burst -> ARP/ND frames to the neighbour table, the rest to the engine;
+//   frames the engine sent to our own MAC (rocev2/port_link.h) -> the engine;
 //   neighbour replies and requests out; engine timers, requester and TX.
 //
 // Next hops are resolved where the kernel resolves them for RoCE devices: when
@@ -37,6 +38,7 @@ struct DeviceCoreCounters {
   uint64_t neighbor_frames_out = 0;  ///< its replies and requests sent
   uint64_t neighbor_tx_dropped = 0;  ///< no mbuf or port full (the table retries on its own)
   uint64_t oversize_control = 0;     ///< ARP/ND frames too large to read (dropped)
+  uint64_t loopback_frames = 0;      ///< frames to our own MAC, handed from TX to RX
 };
 
 class DeviceCore {
@@ -65,6 +67,7 @@ class DeviceCore {
   std::unique_ptr<rocev2::Engine> engine_;
   net::NeighborTable neighbors_;
   std::vector<std::vector<uint8_t>> neighbor_tx_;
+  std::vector<rte_mbuf*> loopback_rx_;
   DeviceCoreCounters counters_;
 };
 

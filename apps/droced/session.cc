@@ -279,7 +279,7 @@ void Session::handle(const std::vector<uint8_t>& msg, std::vector<core::Fd>& fds
       r.state = link.up ? 4 /* IBV_PORT_ACTIVE */ : 1 /* IBV_PORT_DOWN */;
       r.phys_state = link.up ? 5 : 3;
       r.max_mtu = static_cast<uint32_t>(dev_->limits.max_mtu);
-      const uint16_t mtu = dev_->port->mtu();
+      const uint16_t mtu = dev_->port->wire_mtu();
       r.netdev_mtu = mtu;
       r.active_mtu = static_cast<uint32_t>(rocev2::path_mtu_for(mtu));
       r.gid_tbl_len = dev_->gids->capacity();

@@ -519,8 +519,13 @@ TEST(PortMemif, ServerAndClientInOneProcess) {
 
   ASSERT_TRUE(wait_for([&] { return server->link().up && client->link().up; }))
       << "memif did not connect";
+  // The server was down when it opened (no client yet): its change is certain. The client may
+  // have connected before its open took the first look, so it need not have one; after this
+  // first call, neither has anything new to report.
   EXPECT_TRUE(server->take_link_change());
-  EXPECT_TRUE(client->take_link_change());
+  (void)client->take_link_change();
+  EXPECT_FALSE(server->take_link_change());
+  EXPECT_FALSE(client->take_link_change());
 
   exchange(*server, *client, 0, 128);
   exchange(*client, *server, 500, 128);

@@ -344,6 +344,39 @@ TEST_F(EnginePairTest, UdSendWithAnAhOfAnotherPdIsRefused) {
   EXPECT_EQ(p.a().post_send(q.a, w), 0);
 }
 
+// A UD WQE keeps the address its AH had at post: destroying the AH and
+// reusing its slot (another client's AH, in droced) before the WQE is sent
+// must not send it elsewhere.
+TEST_F(EnginePairTest, AUdWqeKeepsItsAddressWhenItsAhIsDestroyedAndTheSlotReused) {
+  EnginePair& p = make({}, 1);
+  EnginePair::RcOptions o;
+  o.type = QpType::ud;
+  QpPair q = p.connect(o);
+  auto src = p.buffer(0, 64);
+  auto dst = p.buffer(1, 128);
+  fill(src->bytes, 9);
+  uint32_t ah = 0;
+  ASSERT_EQ(p.a().create_ah(p.host(0).pd, p.av_to(1), &ah), 0);
+  ASSERT_EQ(p.b().post_recv(q.b, rwr(1, dst->sge(0, 128))), 0);
+  SendWr w = wr(WrOpcode::send, 1, src->sge(0, 64));
+  w.ah = ah;
+  w.remote_qpn = q.b;
+  w.remote_qkey = 0x11111111;
+  ASSERT_EQ(p.a().post_send(q.a, w), 0);
+  // Before the engine runs: the AH goes, and its slot now leads nowhere.
+  ASSERT_EQ(p.a().destroy_ah(ah), 0);
+  AddressVector nowhere = p.av_to(1);
+  nowhere.dgid[15] ^= 0x5a;
+  nowhere.dmac = {0x02, 0, 0, 0, 0, 0x99};
+  uint32_t reused = 0;
+  ASSERT_EQ(p.a().create_ah(p.host(0).pd, nowhere, &reused), 0);
+  EXPECT_EQ(reused, ah);
+  std::vector<Completion> rc;
+  ASSERT_TRUE(p.wait_completions(p.host(1).rcq, &rc, 1));
+  EXPECT_EQ(rc[0].status, WcStatus::success);
+  EXPECT_EQ(std::memcmp(dst->bytes.data() + 40, src->bytes.data(), 64), 0);
+}
+
 // Clients come and go: a destroyed CQ's or SRQ's slot is used again, so the
 // tables stay as large as the most objects alive at once.
 TEST_F(EnginePairTest, DestroyedCqAndSrqSlotsAreReused) {

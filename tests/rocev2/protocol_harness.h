@@ -124,6 +124,7 @@ class ProtocolTest : public ::testing::Test {
     cfg.port = &port_;
     cfg.local_mac = kLocalMac;
     cfg.local_ip = local_ip();
+    cfg.local_ips = {local_ip6()};
     engine_ = std::make_unique<Engine>(cfg);
     ASSERT_EQ(engine_->alloc_pd(&pd_), 0);
     ASSERT_EQ(engine_->create_cq(256, &scq_), 0);

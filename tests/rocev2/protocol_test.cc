@@ -1407,6 +1407,24 @@ TEST_F(UdTest, WrongQkeyIsDroppedAndCounted) {
   EXPECT_EQ(slice(rbuf->bytes, 40, 100), pattern(100, 1));
 }
 
+// A NIC takes only what is sent to its addresses: a datagram to another host's
+// IP (a bridge flooding it, a promiscuous port) is dropped, not received by
+// the QP that happens to have the number in its BTH.
+TEST_F(UdTest, ADatagramForAnotherHostIsDropped) {
+  const uint32_t qpn = make_qp(ud_options());
+  auto rbuf = reg(4096);
+  ASSERT_EQ(engine().post_recv(qpn, recv_wr(1, rbuf->sge(0, 4096))), 0);
+  PacketHeaders h = ud_send(0x11111111, 0x888);
+  h.l3.dst = ipv4_mapped(0xc0a86463);  // 192.168.100.99, not ours
+  deliver(h, pattern(64, 3));
+  EXPECT_TRUE(drain(rcq_).empty());
+  EXPECT_EQ(engine().counters().rx_bad_dest, 1u);
+  // To our IPv6 address, the datagram is ours.
+  ipv6_ = true;
+  deliver(ud_send(0x11111111, 0x888), pattern(64, 3));
+  EXPECT_EQ(drain(rcq_).size(), 1u);
+}
+
 TEST_F(UdTest, ReceiveStartsWithTheGrhArea) {
   for (bool v6 : {false, true}) {
     SCOPED_TRACE(v6 ? "IPv6" : "IPv4");

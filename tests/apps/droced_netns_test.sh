@@ -1,0 +1,246 @@
+#!/usr/bin/env bash
+# Two droced hosts in two network namespaces joined by a veth pair, over the kernel-netdev PMDs
+# net_af_packet and net_af_xdp (root only; the test creates and removes everything it uses).
+#
+#   droced_netns_test.sh DROCED SELFTEST DROCE [PMD...]
+#
+# For each PMD (default: net_af_packet net_af_xdp):
+#   - MTU 1500: ARP and ND, then droce-selftest (RC SEND/WRITE/READ/atomics, SRQ, UD both ways,
+#     16 QP pairs, every byte checked) over IPv4 and over IPv6 at the port's path MTU (1024);
+#     the kernel, which also owns B's IPv4 address here, must not answer a single RoCE packet
+#     (UdpNoPorts and ICMP unreachables unchanged in B's namespace); link down on B's veth end:
+#     both ports go DOWN and a client of A gets IBV_EVENT_PORT_ERR, then up: ACTIVE,
+#     IBV_EVENT_PORT_ACTIVE, and traffic passes again.
+#   - jumbo: MTU 9000 for af_packet (path MTU 4096). af_xdp cannot carry 9000 on a veth (the
+#     kernel refuses an XDP program on a veth whose peer's MTU exceeds a page, and DPDK 22.11's
+#     af_xdp frames are one page): droced must refuse to start with the reason, and the test
+#     then runs at 3500, the most a veth with XDP carries (path MTU 2048).
+#     Both over IPv4 and IPv6, on VLAN 100.
+#   - SIGTERM: both daemons exit 0.
+# Exit 77 (skip) without root or network namespaces; a PMD the kernel refuses is reported and
+# skipped, the others still run.
+set -uo pipefail
+
+if [ $# -lt 3 ]; then
+  echo "usage: $0 DROCED SELFTEST DROCE [PMD...]" >&2
+  exit 2
+fi
+droced=$(realpath "$1")
+selftest=$(realpath "$2")
+droce=$(realpath "$3")
+shift 3
+pmds=("$@")
+[ ${#pmds[@]} -eq 0 ] && pmds=(net_af_packet net_af_xdp)
+
+skip() { echo "SKIP: $*"; exit 77; }
+[ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces, veth, af_packet/af_xdp sockets)"
+command -v ip >/dev/null || skip "needs ip (iproute2)"
+
+tag=$$
+nsa=droce-a-$tag
+nsb=droce-b-$tag
+work=$(mktemp -d /tmp/droced-netns.XXXXXX)
+# DPDK 22.11's af_xdp never frees its umem on close (tests/net/port_test.cc): not droce's leak.
+export LSAN_OPTIONS="suppressions=$work/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+echo "leak:xsk_umem__create" >"$work/lsan.supp"
+
+fails=0
+pass() { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+pids=()
+stop_daemons() {
+  local pid st rc=0
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+  for pid in "${pids[@]}"; do
+    wait "$pid"
+    st=$?
+    [ "$st" -eq 0 ] || rc=$st
+  done
+  pids=()
+  return $rc
+}
+cleanup() {
+  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null; done
+  ip netns del "$nsa" 2>/dev/null
+  ip netns del "$nsb" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# A fresh pair of namespaces with veth ends va (in A) and vb (in B) at MTU $1.
+make_link() {
+  ip netns del "$nsa" 2>/dev/null
+  ip netns del "$nsb" 2>/dev/null
+  ip netns add "$nsa" && ip netns add "$nsb" || skip "cannot create network namespaces"
+  ip link add va netns "$nsa" type veth peer name vb netns "$nsb" || skip "cannot create a veth pair"
+  local ns dev
+  for ns in "$nsa:va" "$nsb:vb"; do
+    dev=${ns#*:}
+    ns=${ns%%:*}
+    ip -n "$ns" link set lo up
+    ip -n "$ns" link set "$dev" mtu "$1" || return 1
+    ip -n "$ns" link set "$dev" up
+  done
+}
+
+# Starts droced in each namespace: start_daemons PMD [droced flags...]. Returns 1 (with A's
+# log in $work/a.log) if either does not come up.
+start_daemons() {
+  local pmd=$1 side ns dev ip4 ip6 run
+  shift
+  for side in a b; do
+    if [ $side = a ]; then ns=$nsa dev=va ip4=10.78.0.1 ip6=fd00:78::1; else ns=$nsb dev=vb ip4=10.78.0.2 ip6=fd00:78::2; fi
+    run=$work/$side
+    rm -rf "$run"
+    ip netns exec "$ns" "$droced" --run-dir "$run" --port "${pmd}_${side}${tag},iface=$dev" \
+      --address $ip4 --address $ip6 --memory 256 --mbufs 8192 "$@" >"$work/$side.log" 2>&1 &
+    pids+=($!)
+    for _ in $(seq 400); do
+      [ -S "$run/droce0.sock" ] && break
+      kill -0 "${pids[-1]}" 2>/dev/null || return 1
+      sleep 0.05
+    done
+    [ -S "$run/droce0.sock" ] || return 1
+  done
+}
+
+sock_a() { echo "$work/a/droce0.sock"; }
+sock_b() { echo "$work/b/droce0.sock"; }
+
+# A port's field from `droce ports --json` (one port): port_field SOCK state|mtu
+port_field() {
+  "$droce" ports --json --socket "$1" | python3 -c \
+    "import json,sys; print(json.load(sys.stdin)[0]['$2'])"
+}
+
+# run_selftest WHAT GID_INDEX: the full selftest, 16 QP pairs, at the ports' path MTU.
+run_selftest() {
+  local what=$1 out
+  out=$("$selftest" --a "$(sock_a)" --b "$(sock_b)" --qps 16 --gid-index "$2" --mtu port 2>&1)
+  if [ $? -eq 0 ] && grep -q "ok: 0 failures" <<<"$out"; then
+    pass "$what: $(head -1 <<<"$out")"
+  else
+    bad "$what"
+    echo "$out" | grep -v '^PASS' | sed 's/^/    /'
+  fi
+}
+
+# wait_port SOCK STATE: up to 5 s for the port to reach STATE.
+wait_port() {
+  local st
+  for _ in $(seq 100); do
+    st=$(port_field "$1" state 2>/dev/null)
+    [ "$st" = "$2" ] && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
+kernel_noise() {  # UdpNoPorts + ICMP(v6) port unreachables sent, in namespace $1
+  ip netns exec "$1" cat /proc/net/snmp /proc/net/snmp6 | awk '
+    /^Udp:/ { if (!h) { for (i = 1; i <= NF; i++) col[$i] = i; h = 1 } else n += $col["NoPorts"] }
+    /^Icmp:/ { if (!ih) { for (i = 1; i <= NF; i++) icol[$i] = i; ih = 1 } else n += $icol["OutDestUnreachs"] }
+    /^Udp6NoPorts/ || /^Icmp6OutDestUnreachs/ { n += $2 }
+    END { print n + 0 }'
+}
+
+for pmd in "${pmds[@]}"; do
+  echo "== $pmd, MTU 1500"
+  make_link 1500 || { bad "$pmd: cannot set MTU 1500"; continue; }
+  # The kernel owns B's IPv4 address too, as on a host that shares its NIC with droce.
+  ip -n "$nsb" addr add 10.78.0.2/24 dev vb
+  if ! start_daemons "$pmd"; then
+    if [ "$pmd" = net_af_xdp ] && grep -qi "xdp" "$work/a.log" "$work/b.log"; then
+      echo "SKIP $pmd: the kernel refused it:"
+      sed 's/^/    /' "$work/a.log" | tail -5
+      stop_daemons
+      continue
+    fi
+    bad "$pmd: droced did not start"
+    tail -20 "$work/a.log" "$work/b.log" | sed 's/^/    /'
+    stop_daemons
+    continue
+  fi
+  noise_before=$(kernel_noise "$nsb")
+  run_selftest "$pmd MTU 1500 IPv4" 1
+  run_selftest "$pmd MTU 1500 IPv6" 2
+  # GID 0 is the link-local address, which the kernel derives from the same MAC: it owns it too.
+  run_selftest "$pmd MTU 1500 IPv6 link-local" 0
+  noise_after=$(kernel_noise "$nsb")
+  if [ "$noise_before" = "$noise_after" ]; then
+    pass "$pmd: the kernel answered none of the RoCE packets to its own addresses"
+  else
+    bad "$pmd: the kernel counted $((noise_after - noise_before)) UDP no-port drops / ICMP unreachables"
+  fi
+  mtu=$(port_field "$(sock_a)" mtu)
+  [ "$mtu" = 1500 ] && pass "$pmd: port MTU 1500" || bad "$pmd: port MTU $mtu, not 1500"
+
+  # Link down and up on B's end of the veth.
+  "$droce" events --socket "$(sock_a)" --count 2 --timeout 20 >"$work/events.txt" 2>&1 &
+  watcher=$!
+  for _ in $(seq 100); do grep -q watching "$work/events.txt" && break; sleep 0.05; done
+  ip -n "$nsb" link set vb down
+  if wait_port "$(sock_b)" DOWN && wait_port "$(sock_a)" DOWN; then
+    pass "$pmd: link down on vb: both ports DOWN"
+  else
+    bad "$pmd: link down on vb: ports $(port_field "$(sock_a)" state) / $(port_field "$(sock_b)" state)"
+  fi
+  ip -n "$nsb" link set vb up
+  if wait_port "$(sock_b)" ACTIVE && wait_port "$(sock_a)" ACTIVE; then
+    pass "$pmd: link up again: both ports ACTIVE"
+  else
+    bad "$pmd: link up on vb: ports $(port_field "$(sock_a)" state) / $(port_field "$(sock_b)" state)"
+  fi
+  wait $watcher
+  if grep -q "IBV_EVENT_PORT_ERR" "$work/events.txt" && grep -q "IBV_EVENT_PORT_ACTIVE" "$work/events.txt"; then
+    pass "$pmd: a client got IBV_EVENT_PORT_ERR then IBV_EVENT_PORT_ACTIVE"
+  else
+    bad "$pmd: port events: $(tr '\n' ' ' <"$work/events.txt")"
+  fi
+  run_selftest "$pmd after the link came back, IPv4" 1
+  stop_daemons && pass "$pmd: both daemons stopped cleanly on SIGTERM" || bad "$pmd: a daemon's exit status was not 0"
+
+  jumbo=9000
+  want_mtu=4096
+  if [ "$pmd" = net_af_xdp ]; then
+    echo "== $pmd, MTU 9000 (refused: a veth carries XDP only below a page)"
+    make_link 9000
+    if start_daemons "$pmd"; then
+      bad "$pmd: droced started on a 9000-byte veth that cannot carry its frames"
+    elif grep -q "MTU" "$work/a.log"; then
+      pass "$pmd: droced refused MTU 9000: $(grep -m1 'MTU' "$work/a.log")"
+    else
+      bad "$pmd: droced did not start on MTU 9000 and did not say why"
+      tail -5 "$work/a.log" | sed 's/^/    /'
+    fi
+    stop_daemons
+    jumbo=3500
+    want_mtu=2048
+  fi
+  echo "== $pmd, MTU $jumbo, VLAN 100"
+  make_link $jumbo || { bad "$pmd: cannot set MTU $jumbo"; continue; }
+  if ! start_daemons "$pmd" --vlan 100; then
+    bad "$pmd: droced did not start at MTU $jumbo"
+    tail -20 "$work/a.log" | sed 's/^/    /'
+    stop_daemons
+    continue
+  fi
+  active=$("$droce" ports --json --socket "$(sock_a)" | python3 -c "import json,sys; print(json.load(sys.stdin)[0]['mtu'])")
+  pass "$pmd: MTU $jumbo link, droce port MTU $active"
+  out=$("$selftest" --a "$(sock_a)" --b "$(sock_b)" --qps 16 --gid-index 1 --mtu port 2>&1)
+  if [ $? -eq 0 ] && grep -q "path MTU $want_mtu" <<<"$out" && grep -q "ok: 0 failures" <<<"$out"; then
+    pass "$pmd MTU $jumbo VLAN 100 IPv4: $(head -1 <<<"$out")"
+  else
+    bad "$pmd MTU $jumbo VLAN 100 IPv4 (want path MTU $want_mtu)"
+    echo "$out" | grep -v '^PASS' | sed 's/^/    /'
+  fi
+  run_selftest "$pmd MTU $jumbo VLAN 100 IPv6" 2
+  stop_daemons && pass "$pmd: both daemons stopped cleanly on SIGTERM" || bad "$pmd: a daemon's exit status was not 0"
+done
+
+if [ $fails -ne 0 ]; then
+  echo "$fails failures"
+  exit 1
+fi
+echo "all passed"
