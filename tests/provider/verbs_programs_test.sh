@@ -5,18 +5,18 @@
 #   verbs_programs_test.sh MODULE PRELOAD DROCED DROCED_TREE PAIR_LIB API_PROBE
 #
 # MODULE is the built libdroce-rdmav<PABI>.so, PRELOAD libdroce-preload.so, DROCED the droced
-# binary, DROCED_TREE the tests' droced_tree (it writes the sysfs tree describing a running
-# droced), PAIR_LIB scripts/lib/droced-pair.sh, API_PROBE the tests' verbs_api_probe. As root, in a private mount namespace whose /dev
-# has /dev/infiniband/uverbs0 (libibverbs only looks there; see docs/discovery.md), it starts
-# the two droced, writes their trees and runs, server on host A and client on host B: the four
-# pingpongs with and without -e (completion channels), all with -c (data check), rc_pingpong
-# with the ibv_wr_* API (-N) and at 1 and 65536 bytes, RC and UD with both processes on host A;
-# an ib_write_bw whose server is killed
-# mid-run (the client must fail with a transport retry error, droced A must keep serving the
-# runs after it); perftest's send/write/read/atomic bandwidth and latency tools over RC (one
-# with -a), ib_send_bw over UD and UC, bidirectional, ib_write_bw with 4 QPs, and -e. Last,
-# verbs_api_probe with both hosts in one tree (droce0 and droce1): the API's corners, async
-# events, and the device-fatal event when it kills droced B.
+# binary, DROCED_TREE the tests' droced_tree, PAIR_LIB scripts/lib/droced-pair.sh, API_PROBE the
+# tests' verbs_api_probe. As root, in a private mount namespace whose /dev holds the char nodes
+# libibverbs opens (/dev/infiniband/<uverbs>, a compiled-in path; see docs/discovery.md), it
+# starts the two droced (each writes its sysfs tree) and runs, server on host A and client on
+# host B: the four pingpongs with and without -e (completion channels), all with -c (data
+# check); rc_pingpong with the ibv_wr_* API (-N) and at 1 and 65536 bytes; RC and UD pingpongs
+# with both processes on host A; an ib_write_bw whose server is killed mid-run (the client must
+# fail with a transport retry error, droced A must keep serving the runs after it); perftest's
+# send/write/read/atomic bandwidth and latency tools over RC (one with -a), ib_send_bw over UD
+# and UC, bidirectional, ib_write_bw with 4 QPs, and -e. Last, verbs_api_probe with both hosts in
+# one tree written by droced_tree (droce0 and droce1): the API's corners, async events, and the
+# device-fatal event when it kills droced B.
 # Each check asserts exit statuses and what the program prints. Skips (77) without root,
 # unshare, or ibverbs-utils; the perftest part is skipped alone when perftest is missing.
 set -euo pipefail
@@ -59,12 +59,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# droced first (it sees the real /dev), then the private /dev the programs need.
-droced_pair_start "$(dirname "$droced")" "$tmp/hosts" --max-sleep-us 100
-"$droced_tree" --socket "$DROCE_A_SOCK" --root "$tmp/sysA"
-"$droced_tree" --socket "$DROCE_B_SOCK" --root "$tmp/sysB"
-# Both hosts in one tree, for verbs_api_probe: B's device is droce1 there, on uverbs1.
-"$droced_tree" --socket "$DROCE_A_SOCK" --root "$tmp/sysAB"
+# droced first, then the private /dev the programs need. Each droced writes its own tree
+# (<run-dir>/sys, its device's node named uverbs_droce0); it must not make that node in the real
+# /dev (--dev-node no): the programs get theirs in the private one.
+droced_pair_start "$(dirname "$droced")" "$tmp/hosts" --max-sleep-us 100 --dev-node no
+A=$tmp/hosts/a/sys B=$tmp/hosts/b/sys
+for t in "$A" "$B"; do
+  [ -f "$t/class/infiniband/droce0/droce_control_socket" ] || { echo "FAIL: droced wrote no tree at $t"; exit 1; }
+done
+# Both hosts in one tree, for verbs_api_probe: B's device is droce1 there (droced_tree writes it).
+"$droced_tree" --socket "$DROCE_A_SOCK" --root "$tmp/sysAB" --uverbs uverbs0
 "$droced_tree" --socket "$DROCE_B_SOCK" --root "$tmp/sysAB" --name droce1 --uverbs uverbs1
 
 mkdir -p "$tmp/dev"
@@ -75,8 +79,7 @@ for n in null:1:3 zero:1:5 full:1:7 random:1:8 urandom:1:9; do
 done
 mkdir "$tmp/dev/infiniband" "$tmp/dev/shm"
 ln -s /proc/self/fd "$tmp/dev/fd"  # process substitution and /dev/stdin need it
-mknod -m 0666 "$tmp/dev/infiniband/uverbs0" c 1 7
-mknod -m 0666 "$tmp/dev/infiniband/uverbs1" c 1 7
+for n in uverbs_droce0 uverbs0 uverbs1; do mknod -m 0666 "$tmp/dev/infiniband/$n" c 1 7; done
 mount -t tmpfs -o mode=1777 droce-shm "$tmp/dev/shm"
 mount --rbind "$tmp/dev" /dev
 
@@ -135,7 +138,6 @@ pingpong() {  # NAME SERVER_SYS CLIENT_SYS PROG ARGS...
   fi
 }
 
-A=$tmp/sysA B=$tmp/sysB
 for pp in rc uc ud srq; do
   pingpong "ibv_${pp}_pingpong" "$A" "$B" "ibv_${pp}_pingpong"
   pingpong "ibv_${pp}_pingpong-e" "$A" "$B" "ibv_${pp}_pingpong" -e
