@@ -45,7 +45,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-droced_pair_start "$(dirname "$droced")" "$tmp/hosts" --max-sleep-us 100
+droced_pair_start "$(dirname "$droced")" "$tmp/hosts" --max-sleep-us 100 --dev-node no
 "$droced_tree" --socket "$DROCE_A_SOCK" --root "$tmp/sys"
 
 cp -r /usr/share/doc/rdma-core/tests "$tmp/tests"
