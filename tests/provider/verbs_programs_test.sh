@@ -64,8 +64,9 @@ trap cleanup EXIT
 # /dev (--dev-node no): the programs get theirs in the private one.
 droced_pair_start "$(dirname "$droced")" "$tmp/hosts" --max-sleep-us 100 --dev-node no
 A=$tmp/hosts/a/sys B=$tmp/hosts/b/sys
-for t in "$A" "$B"; do
-  [ -f "$t/class/infiniband/droce0/droce_control_socket" ] || { echo "FAIL: droced wrote no tree at $t"; exit 1; }
+for t in "$A" "$B"; do  # droced may write its tree just after its socket appears
+  for _ in $(seq 100); do [ -f "$t/class/infiniband_verbs/uverbs_droce0/ibdev" ] && break; sleep 0.05; done
+  [ -f "$t/class/infiniband_verbs/uverbs_droce0/ibdev" ] || { echo "FAIL: droced wrote no tree at $t"; exit 1; }
 done
 # Both hosts in one tree, for verbs_api_probe: B's device is droce1 there (droced_tree writes it).
 "$droced_tree" --socket "$DROCE_A_SOCK" --root "$tmp/sysAB" --uverbs uverbs0
