@@ -28,7 +28,9 @@ namespace droce::core::ctl {
 
 inline constexpr uint32_t kMagic = 0x45435244;  // "DRCE" little-endian
 inline constexpr uint16_t kAbiMajor = 1;
-inline constexpr uint16_t kAbiMinor = 0;
+/// 1: register_channel, and CreateCqRequest's channel and user_handle.
+/// 2: rereg_mr.
+inline constexpr uint16_t kAbiMinor = 2;
 /// Largest message either side sends or accepts.
 inline constexpr size_t kMaxMessage = 4096;
 
@@ -54,8 +56,10 @@ enum class MsgType : uint16_t {
   query_srq = 19,
   query_gid = 20,
   stats = 21,  ///< read-only: droced's state as JSON in a memfd (the droce CLI)
+  register_channel = 22,  ///< minor 1: a completion channel's write end (RegisterChannelRequest)
+  rereg_mr = 23,          ///< minor 2: ibv_rereg_mr in place (ReregMrRequest)
 };
-inline constexpr uint16_t kLastMsgType = static_cast<uint16_t>(MsgType::stats);
+inline constexpr uint16_t kLastMsgType = static_cast<uint16_t>(MsgType::rereg_mr);
 
 enum CtlFlags : uint16_t {
   kFlagReply = 1u << 0,
@@ -276,7 +280,17 @@ static_assert(sizeof(QueryGidReply) == 24);
 struct CreateCqRequest {
   uint32_t cqe;
   uint32_t flags;
+  // ---- minor 1 ----
+  /// 0: none. Else register_channel's id: when an armed notification fires,
+  /// droced writes `user_handle` (8 bytes, an ib_uverbs_comp_event_desc) to
+  /// that channel instead of the CQ's eventfd.
+  uint32_t channel;
+  uint32_t reserved;
+  uint64_t user_handle;
 };
+static_assert(sizeof(CreateCqRequest) == 24 && offsetof(CreateCqRequest, user_handle) == 16);
+/// CreateCqRequest's first version (minor 0).
+inline constexpr size_t kCreateCqRequestV0 = 8;
 struct CreateCqReply {
   uint32_t cq_id;
   uint32_t cqe;  ///< entries the CQ holds (>= asked)
@@ -366,6 +380,38 @@ static_assert(sizeof(CreateAhRequest) == 56);
 struct StatsReply {
   uint64_t length;
 };
+
+/// rereg_mr (minor 2): the region `lkey` takes the PD, access and range
+/// given, keeping its keys (reply: RegMrReply with them). Every field is the
+/// region's new value, changed or not. With kReregTranslation the range is a
+/// new one, sent as reg_mr sends it (segment_count MrSegment entries after
+/// the body, one descriptor each); without, segment_count is 0 and va/length
+/// must lie in the pages already registered. -EINVAL for an unknown lkey or
+/// PD, or what reg_mr refuses; on failure the region is as it was.
+struct ReregMrRequest {
+  uint32_t lkey;
+  uint32_t flags;  ///< kRereg*
+  uint32_t pd;
+  uint32_t access;
+  uint64_t va;
+  uint64_t length;
+  uint64_t page_va;
+  uint32_t segment_count;
+  uint32_t reserved;
+};
+static_assert(sizeof(ReregMrRequest) == 48);
+static_assert(offsetof(ReregMrRequest, va) == 16 && offsetof(ReregMrRequest, segment_count) == 40);
+/// ReregMrRequest::flags (ibv_rereg_mr_flags' values).
+inline constexpr uint32_t kReregTranslation = 1, kReregPd = 2, kReregAccess = 4;
+
+/// register_channel (minor 1): the write end of a completion channel's pipe
+/// comes beside an empty request; the reply is an IdReply with the channel's
+/// id for CreateCqRequest::channel. droced keeps the descriptor until the
+/// session ends, writes it non-blocking (a full pipe loses the record, as the
+/// reader has that many events pending already) and ignores a closed reader.
+/// -EINVAL without exactly one descriptor or when it is not a pipe's write
+/// end; -ENOMEM past the session's channel limit.
+inline constexpr uint32_t kMaxChannelsPerSession = 1024;
 
 // ---- Encoding and decoding --------------------------------------------------
 

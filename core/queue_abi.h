@@ -123,13 +123,29 @@ static_assert(sizeof(EventEntry) == 8);
 /// pushing a doorbell and skips the push when it was already set; droced
 /// clears it before it drains the queue. So each queue has at most one
 /// doorbell in flight and the doorbell ring cannot overflow.
+///
+/// A CQ's region starts with one too: sq_pending is its arm doorbell's flag,
+/// rq_pending the arm request (CqArm bits, or'ed in by the client), and
+/// cq_arm_index the CQ ring's producer index the client had seen when it
+/// armed (valid with kCqArmIndex): droced fires at once when completions
+/// were pushed after that, since an arm is meant to take effect when
+/// ibv_req_notify_cq() returns, not when droced reads the doorbell.
 struct QueueDoorbellBlock {
   uint32_t sq_pending;
-  uint8_t reserved0[60];
-  uint32_t rq_pending;  ///< also the SRQ's
+  uint32_t cq_arm_index;  ///< a CQ's only (was reserved: 0 from older clients)
+  uint8_t reserved0[56];
+  uint32_t rq_pending;  ///< also the SRQ's; a CQ's CqArm bits
   uint8_t reserved1[60];
 };
 static_assert(sizeof(QueueDoorbellBlock) == 128);
+static_assert(offsetof(QueueDoorbellBlock, cq_arm_index) == 4 && offsetof(QueueDoorbellBlock, rq_pending) == 64);
+
+/// A CQ's arm request bits (QueueDoorbellBlock::rq_pending of its region).
+enum CqArm : uint32_t {
+  kCqArmSolicited = 1u << 0,  ///< the next solicited (or unsuccessful) completion
+  kCqArmNext = 1u << 1,       ///< the next completion
+  kCqArmIndex = 1u << 2,      ///< cq_arm_index is set
+};
 
 /// Bytes of a send WQE entry for a QP's limits (a multiple of 64).
 constexpr uint32_t send_wqe_size(uint32_t max_sge, uint32_t max_inline) {

@@ -131,6 +131,19 @@ int Engine::reg_mr(uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uin
   return rc;
 }
 
+int Engine::rereg_mr(uint32_t lkey, uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint32_t access) {
+  if (pd == 0 || pd >= pd_used_.size() || !pd_used_[pd]) return -EINVAL;
+  Mr* mr = mrs_.find(lkey);
+  if (mr == nullptr) return -EINVAL;
+  const uint32_t old_pd = mr->pd;
+  int rc = mrs_.rereg(lkey, pd, va, length, host, access);
+  if (rc == 0 && old_pd != pd) {
+    --pd_refs_[old_pd];
+    ++pd_refs_[pd];
+  }
+  return rc;
+}
+
 int Engine::dereg_mr(uint32_t lkey) {
   Mr* mr = mrs_.find(lkey);
   if (mr == nullptr) return -EINVAL;

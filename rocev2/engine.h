@@ -129,6 +129,9 @@ class Engine {
   int reg_mr(uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint32_t access, Mr** out,
              bool invalidatable = false);
   int dereg_mr(uint32_t lkey);
+  /// ibv_rereg_mr in place (keys unchanged): -EINVAL for an unknown key or
+  /// PD, or what MrTable::rereg refuses.
+  int rereg_mr(uint32_t lkey, uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint32_t access);
   /// With a sink, completions go there (droced's shared ring) and the CQ
   /// overflows when the sink is full.
   int create_cq(uint32_t depth, Cq** out, CqSink* sink = nullptr);

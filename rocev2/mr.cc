@@ -43,6 +43,26 @@ int MrTable::reg(uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint3
   return 0;
 }
 
+int MrTable::rereg(uint32_t lkey, uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint32_t access) {
+  Mr* mr = find(lkey);
+  if (mr == nullptr || mr->invalidatable) return -EINVAL;
+  constexpr uint32_t kKnown = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead |
+                              kAccessRemoteAtomic | kAccessMwBind | kAccessZeroBased |
+                              kAccessOnDemand | kAccessHugetlb | kAccessRelaxedOrdering;
+  if (access & ~kKnown) return -EINVAL;
+  // IBA 10.6.3.1, as for reg().
+  if ((access & (kAccessRemoteWrite | kAccessRemoteAtomic)) && !(access & kAccessLocalWrite)) return -EINVAL;
+  if (length != 0 && host == nullptr) return -EINVAL;
+  if (va + length < va) return -EINVAL;
+  mr->pd = pd;
+  mr->access = access;
+  mr->va = va;
+  mr->length = length;
+  mr->host = host;
+  mr->remote_key_valid = true;
+  return 0;
+}
+
 int MrTable::dereg(uint32_t lkey) {
   Mr* mr = find(lkey);
   if (mr == nullptr) return -EINVAL;

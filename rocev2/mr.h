@@ -50,6 +50,11 @@ class MrTable {
           bool invalidatable = false);
   /// Deregisters by L_Key. -EINVAL if no such region.
   int dereg(uint32_t lkey);
+  /// ibv_rereg_mr in place: the region with this L_Key takes the new PD,
+  /// range, host mapping and access; its keys stay (as an HCA's do, so a peer
+  /// that holds the R_Key keeps using it). -EINVAL for an unknown key or the
+  /// access and range rules of reg().
+  int rereg(uint32_t lkey, uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint32_t access);
 
   /// The region with this key, or nullptr (unknown index, stale key byte, freed).
   Mr* find(uint32_t key) {

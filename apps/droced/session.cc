@@ -1,6 +1,8 @@
 #include "apps/droced/session.h"
 
+#include <fcntl.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -53,13 +55,25 @@ struct Session::SharedCq final : rocev2::CqSink {
   core::ShmRingProducer ring;
   core::Fd event_fd;
   uint32_t users = 0;
+  // A completion channel (register_channel): notifications go there as one
+  // 8-byte record, the client's handle for the CQ, instead of to event_fd.
+  std::shared_ptr<core::Fd> channel;
+  uint64_t user_handle = 0;
+
+  Session* session = nullptr;
 
   bool push(const rocev2::Completion& c) override {
+    if (session != nullptr) session->release_for_completion(c.qp_num);
     abi::Cqe e;
     rocev2::encode_cqe(c, &e);
     return ring.try_push(&e) == core::ShmRingStatus::ok;
   }
-  void notify() override { write_eventfd(event_fd.get()); }
+  void notify() override {
+    if (!channel) return write_eventfd(event_fd.get());
+    // Non-blocking; a full pipe (thousands of unread events) or a reader
+    // that is gone loses the record, and SIGPIPE is ignored by droced.
+    [[maybe_unused]] ssize_t n = ::write(channel->get(), &user_handle, sizeof user_handle);
+  }
 };
 
 struct Session::SharedQueue {
@@ -94,6 +108,8 @@ struct Session::SharedSrq {
 
 struct Session::MrEntry {
   uint32_t lkey = 0;
+  uint32_t rkey = 0;
+  uint64_t page_va = 0;  ///< the client address of memory.data()
   PeerMemory memory;
 };
 
@@ -339,7 +355,7 @@ void Session::handle(const std::vector<uint8_t>& msg, std::vector<core::Fd>& fds
       CreateCqRequest q;
       CreateCqReply r{};
       std::unique_ptr<SharedCq> made;
-      int rc = decode_body(msg, &q) == 0 ? on_create_cq(q, &r, &made) : -EINVAL;
+      int rc = decode_body(msg, &q, kCreateCqRequestV0) == 0 ? on_create_cq(q, &r, &made) : -EINVAL;
       if (rc != 0) {
         reply(h, rc);
         return;
@@ -461,6 +477,18 @@ void Session::handle(const std::vector<uint8_t>& msg, std::vector<core::Fd>& fds
       reply(h, rc);
       return;
     }
+    case MsgType::rereg_mr: {
+      RegMrReply r{};
+      int rc = on_rereg_mr(msg, fds, &r);
+      reply(h, rc, &r, sizeof r);
+      return;
+    }
+    case MsgType::register_channel: {
+      IdReply r{};
+      const int rc = on_register_channel(fds, &r.id);
+      reply(h, rc, &r, sizeof r);
+      return;
+    }
     case MsgType::stats: {
       // The text goes in a sealed memfd: it may be far larger than a message.
       const std::string text = dev_->render_stats ? dev_->render_stats(dev_->render_arg) : std::string("{}");
@@ -566,9 +594,51 @@ int Session::on_reg_mr(const std::vector<uint8_t>& msg, std::vector<core::Fd>& f
   int rc = dev_->core->engine().reg_mr(q.pd, q.va, q.length, m->memory.data() + (q.va - q.page_va), q.access, &mr);
   if (rc != 0) return rc;
   m->lkey = mr->lkey;
+  m->rkey = mr->rkey;
+  m->page_va = q.page_va;
   out->lkey = mr->lkey;
   out->rkey = mr->rkey;
   mrs_[mr->lkey] = std::move(m);
+  return 0;
+}
+
+int Session::on_rereg_mr(const std::vector<uint8_t>& msg, std::vector<core::Fd>& fds, RegMrReply* out) {
+  ReregMrRequest q;
+  if (decode_body(msg, &q) != 0) return -EINVAL;
+  auto it = mrs_.find(q.lkey);
+  if (it == mrs_.end()) return -EINVAL;
+  if (std::find(pds_.begin(), pds_.end(), q.pd) == pds_.end()) return -EINVAL;
+  MrEntry& m = *it->second;
+  const bool translation = (q.flags & kReregTranslation) != 0;
+  PeerMemory fresh;
+  const PeerMemory* mem = &m.memory;
+  uint64_t page_va = m.page_va;
+  const size_t tail = sizeof(CtlHeader) + sizeof(ReregMrRequest);
+  if (translation) {
+    if (q.segment_count == 0 || q.segment_count > kMaxMrSegments || fds.size() != q.segment_count ||
+        msg.size() != tail + q.segment_count * sizeof(MrSegment) || q.page_va % core::page_size() != 0)
+      return -EINVAL;
+    MrSegment segs[kMaxMrSegments];
+    std::memcpy(segs, msg.data() + tail, q.segment_count * sizeof(MrSegment));
+    int raw[kMaxMrSegments];
+    for (uint32_t i = 0; i < q.segment_count; ++i) raw[i] = fds[i].get();
+    if (int rc = PeerMemory::map({segs, q.segment_count}, {raw, q.segment_count}, &fresh); rc != 0) return rc;
+    mem = &fresh;
+    page_va = q.page_va;
+  } else if (q.segment_count != 0 || !fds.empty() || msg.size() != tail) {
+    return -EINVAL;
+  }
+  // The range must lie inside the pages the region maps.
+  if (q.length == 0 || q.va < page_va || q.va - page_va > mem->size() || q.length > mem->size() - (q.va - page_va))
+    return -EINVAL;
+  const int rc = dev_->core->engine().rereg_mr(q.lkey, q.pd, q.va, q.length, mem->data() + (q.va - page_va), q.access);
+  if (rc != 0) return rc;
+  if (translation) {
+    m.memory = std::move(fresh);  // the engine reads the new mapping from now on; the old one goes
+    m.page_va = q.page_va;
+  }
+  out->lkey = m.lkey;
+  out->rkey = m.rkey;
   return 0;
 }
 
@@ -586,11 +656,33 @@ int Session::on_create_cq(const CreateCqRequest& q, CreateCqReply* out, std::uni
   c->block = reinterpret_cast<abi::QueueDoorbellBlock*>(c->region.data());
   c->event_fd = core::Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!c->event_fd.valid()) return -errno;
+  if (q.channel != 0) {
+    auto ch = channels_.find(q.channel);
+    if (ch == channels_.end()) return -EINVAL;
+    c->channel = ch->second;
+    c->user_handle = q.user_handle;
+  }
   if (int rc = dev_->core->engine().create_cq(entries, &c->cq, c.get()); rc != 0) return rc;
+  c->session = this;
   out->cq_id = c->cq->id();
   out->cqe = entries;
   out->region_bytes = c->region.size();
   *made = std::move(c);
+  return 0;
+}
+
+int Session::on_register_channel(std::vector<core::Fd>& fds, uint32_t* id) {
+  if (fds.size() != 1) return -EINVAL;
+  if (channels_.size() >= kMaxChannelsPerSession) return -ENOMEM;
+  struct stat st;
+  const int fl = ::fcntl(fds[0].get(), F_GETFL);
+  if (::fstat(fds[0].get(), &st) != 0 || !S_ISFIFO(st.st_mode) || fl < 0 || (fl & O_ACCMODE) != O_WRONLY)
+    return -EINVAL;
+  // The client gave its own copy up (it closes it): this description is ours.
+  if (!(fl & O_NONBLOCK) && ::fcntl(fds[0].get(), F_SETFL, fl | O_NONBLOCK) != 0) return -errno;
+  const uint32_t cid = next_channel_id_++;
+  channels_[cid] = std::make_shared<core::Fd>(std::move(fds[0]));
+  *id = cid;
   return 0;
 }
 
@@ -887,6 +979,7 @@ bool drain_queue(Queue& q, std::vector<uint8_t>& scratch, Post post, Refuse refu
     uint32_t got = 0;
     if (q.ring.peek(q.ahead + kDrainBurst, &got) == core::ShmRingStatus::corrupt) return false;
     if (got <= q.ahead) return true;
+    const uint32_t burst_end = q.ahead + kDrainBurst;
     for (uint32_t i = q.ahead; i < got; ++i) {
       q.ring.copy_entry(i, scratch.data());
       const int rc = post(scratch);
@@ -902,7 +995,7 @@ bool drain_queue(Queue& q, std::vector<uint8_t>& scratch, Post post, Refuse refu
         refuse(scratch);
       }
     }
-    if (got < q.ahead + kDrainBurst) return true;
+    if (got < burst_end) return true;  // a short burst: nothing more was published
   }
 }
 
@@ -925,6 +1018,7 @@ void Session::refuse_wqe(SharedQp& q, const uint8_t* entry, uint32_t size, bool 
 }
 
 void Session::drain_sq(SharedQp& q) {
+  draining_ = true;
   rocev2::Engine& e = dev_->core->engine();
   const bool ok = drain_queue(
       q.sq, scratch_,
@@ -935,11 +1029,13 @@ void Session::drain_sq(SharedQp& q) {
       },
       [&](std::vector<uint8_t>& entry) { refuse_wqe(q, entry.data(), uint32_t(entry.size()), true); },
       &counters_.wqes_posted);
+  draining_ = false;
   if (!ok) return fault("corrupt send ring");
   track(q, q.sq.ahead != 0 || q.sq.backlog);
 }
 
 void Session::drain_rq(SharedQp& q) {
+  draining_ = true;
   rocev2::Engine& e = dev_->core->engine();
   const bool ok = drain_queue(
       q.rq, scratch_,
@@ -950,11 +1046,13 @@ void Session::drain_rq(SharedQp& q) {
       },
       [&](std::vector<uint8_t>& entry) { refuse_wqe(q, entry.data(), uint32_t(entry.size()), false); },
       &counters_.wqes_posted);
+  draining_ = false;
   if (!ok) return fault("corrupt receive ring");
   track(q, q.rq.ahead != 0 || q.rq.backlog);
 }
 
 void Session::drain_srq(SharedSrq& s) {
+  draining_ = true;
   rocev2::Engine& e = dev_->core->engine();
   const bool ok = drain_queue(
       s.rq, scratch_,
@@ -965,6 +1063,7 @@ void Session::drain_srq(SharedSrq& s) {
       },
       [&](std::vector<uint8_t>&) { ++counters_.wqes_refused; },
       &counters_.wqes_posted);
+  draining_ = false;
   if (!ok) return fault("corrupt SRQ ring");
   track(s, s.rq.ahead != 0 || s.rq.backlog);
 }
@@ -987,8 +1086,17 @@ void Session::arm_cq(SharedCq& c) {
   store_flag(&c.block->sq_pending, 0);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   const uint32_t mode = take_flag(&c.block->rq_pending);
-  if (mode == 0) return;
-  c.cq->arm((mode & 2u) == 0);  // bit 1: next completion; bit 0 alone: solicited only
+  if ((mode & (abi::kCqArmNext | abi::kCqArmSolicited)) == 0) return;
+  // Completions pushed since the client armed (it saw the ring's producer at
+  // cq_arm_index) came after ibv_req_notify_cq() returned: the event is due
+  // now. (For a solicited-only arm this may be an early event, which the
+  // verbs allow: the application polls after every event.)
+  if ((mode & abi::kCqArmIndex) &&
+      std::atomic_ref<uint32_t>(c.block->cq_arm_index).load(std::memory_order_acquire) != c.ring.index()) {
+    c.notify();
+    return;
+  }
+  c.cq->arm((mode & abi::kCqArmNext) == 0);
 }
 
 namespace {
@@ -1034,6 +1142,23 @@ void Session::release_retired() {
       ++i;
     }
   }
+}
+
+void Session::release_for_completion(uint32_t qpn) {
+  // An application may reuse a queue slot as soon as it polls the slot's
+  // completion (with max_send_wr 1 it must), so the slots the engine retired
+  // (it retires before it pushes the completion) go back first. Not while a
+  // drain reads entries by position: the next release_retired() does it.
+  if (draining_) return;
+  auto it = qps_.find(qpn);
+  if (it == qps_.end()) return;
+  const rocev2::Qp* p = dev_->core->engine().qp(qpn);
+  if (p == nullptr) return;
+  SharedQp& q = *it->second;
+  release_queue(q.sq.ring, &q.sq.ahead, &q.sq.mark, &q.sq.refused, p->sq_tail);
+  if (q.has_rq) release_queue(q.rq.ring, &q.rq.ahead, &q.rq.mark, &q.rq.refused, p->rq_tail);
+  if (q.srq != nullptr)
+    release_queue(q.srq->rq.ring, &q.srq->rq.ahead, &q.srq->rq.mark, &q.srq->rq.refused, q.srq->srq->consumed());
 }
 
 void Session::push_event(uint32_t type, uint32_t id) {

@@ -138,7 +138,11 @@ class Session {
 
   int on_hello(const std::vector<uint8_t>& msg, const core::ctl::CtlHeader& h);
   int on_reg_mr(const std::vector<uint8_t>& msg, std::vector<core::Fd>& fds, core::ctl::RegMrReply* out);
+  /// ibv_rereg_mr in place (rereg_mr): the keys stay.
+  int on_rereg_mr(const std::vector<uint8_t>& msg, std::vector<core::Fd>& fds, core::ctl::RegMrReply* out);
   int on_create_cq(const core::ctl::CreateCqRequest& r, core::ctl::CreateCqReply* out, std::unique_ptr<SharedCq>* made);
+  /// A completion channel's write end (register_channel).
+  int on_register_channel(std::vector<core::Fd>& fds, uint32_t* id);
   int on_create_srq(const core::ctl::CreateSrqRequest& r, core::ctl::CreateSrqReply* out);
   int on_create_qp(const core::ctl::CreateQpRequest& r, core::ctl::CreateQpReply* out);
   /// 1 when waiting for a neighbour (the reply comes later).
@@ -159,6 +163,9 @@ class Session {
   void track(SharedQp& q, bool busy);
   void track(SharedSrq& s, bool busy);
   void release_retired();
+  /// Gives back the slots of `qpn`'s retired WQEs before its completion is
+  /// pushed (SharedCq::push).
+  void release_for_completion(uint32_t qpn);
   void refuse_wqe(SharedQp& q, const uint8_t* entry, uint32_t size, bool send);
   void teardown();
 
@@ -184,12 +191,16 @@ class Session {
   std::unordered_map<uint32_t, std::unique_ptr<SharedSrq>> srqs_;
   std::unordered_map<uint32_t, std::unique_ptr<MrEntry>> mrs_;  ///< by lkey
   std::vector<uint32_t> ahs_;
+  /// Completion channels by id (register_channel); CQs share them.
+  std::unordered_map<uint32_t, std::shared_ptr<core::Fd>> channels_;
+  uint32_t next_channel_id_ = 1;
 
   /// Queues with WQEs read but not yet retired (their slots are given back
   /// as the engine retires them), and queues the engine had no room for.
   std::vector<SharedQp*> active_qps_;
   std::vector<SharedSrq*> active_srqs_;
   std::vector<uint8_t> scratch_;
+  bool draining_ = false;  ///< a drain_* is reading ring entries by position
 
   struct Pending {
     bool active = false;

@@ -125,6 +125,7 @@ int Context::call(MsgType type, const void* body, size_t len, void* reply, size_
       return -EPROTO;
     }
     if (rh.seq != seq) continue;  // a stale reply (not expected with one call at a time)
+    if (type == MsgType::hello) daemon_minor_ = rh.abi_minor;
     if (rh.status != 0) return rh.status;
     // Append-only: a shorter (older) body reads as zeros past its end.
     if (reply_len != 0) (void)decode_body_bytes(in, reply, reply_len, 0);
@@ -197,6 +198,53 @@ int Context::reg_mr(uint32_t pd, void* addr, size_t length, uint32_t access, uin
   return 0;
 }
 
+int Context::rereg_mr(uint32_t lkey, uint32_t flags, uint32_t pd, void* addr, size_t length, uint32_t access) {
+  if (daemon_minor_ < 2) return -EOPNOTSUPP;  // a droced from before rereg_mr
+  if (addr == nullptr || length == 0) return -EINVAL;
+  if ((access & (rocev2::kAccessRemoteWrite | rocev2::kAccessRemoteAtomic)) && !(access & rocev2::kAccessLocalWrite))
+    return -EINVAL;
+  const bool translation = (flags & kReregTranslation) != 0;
+  std::unique_lock<std::mutex> g(ctl_mutex_);
+  auto it = mrs_.find(lkey);
+  if (it == mrs_.end()) return -EINVAL;
+  ReregMrRequest q{};
+  q.lkey = lkey;
+  q.flags = flags & (kReregTranslation | kReregPd | kReregAccess);
+  q.pd = pd;
+  q.access = access;
+  q.va = reinterpret_cast<uint64_t>(addr);
+  q.length = length;
+  std::vector<MrSegment> segs;
+  std::vector<int> fds;
+  if (translation) {
+    uintptr_t page_start = 0;
+    std::vector<SharedMemory::Piece> pieces;
+    if (int rc = memory_.share(addr, length, &page_start, &pieces); rc != 0) return rc == -E2BIG ? -ENOMEM : rc;
+    for (const auto& p : pieces) {
+      segs.push_back(p.segment);
+      fds.push_back(p.fd);
+    }
+    q.page_va = page_start;
+    q.segment_count = static_cast<uint32_t>(segs.size());
+  }
+  RegMrReply r{};
+  g.unlock();
+  const int rc = call(MsgType::rereg_mr, &q, sizeof q, &r, sizeof r, nullptr, fds,
+                      {reinterpret_cast<const uint8_t*>(segs.data()), segs.size() * sizeof(MrSegment)});
+  g.lock();
+  if (!translation) return rc;
+  // The references go with the range droced now maps: the new one on
+  // success, the old one otherwise.
+  it = mrs_.find(lkey);
+  if (rc != 0 || it == mrs_.end()) {
+    memory_.release(addr, length);
+    return rc != 0 ? rc : -EINVAL;
+  }
+  memory_.release(it->second.addr, it->second.length);
+  it->second = {addr, length};
+  return 0;
+}
+
 int Context::dereg_mr(uint32_t lkey) {
   IdRequest q{lkey, 0};
   int rc = call(MsgType::dereg_mr, &q, sizeof q, nullptr, 0);
@@ -211,8 +259,21 @@ int Context::dereg_mr(uint32_t lkey) {
 
 // ---- CQs ---------------------------------------------------------------------
 
-int Context::create_cq(uint32_t cqe, Cq** out) {
-  CreateCqRequest q{cqe, 0};
+int Context::register_channel(int write_fd, uint32_t* id) {
+  if (daemon_minor_ < 1) return -EOPNOTSUPP;  // a droced from before completion channels
+  IdReply r{};
+  const int fds[1] = {write_fd};
+  int rc = call(MsgType::register_channel, nullptr, 0, &r, sizeof r, nullptr, fds);
+  if (rc == 0) *id = r.id;
+  return rc;
+}
+
+int Context::create_cq(uint32_t cqe, Cq** out, uint32_t channel, uint64_t user_handle) {
+  if (channel != 0 && daemon_minor_ < 1) return -EOPNOTSUPP;
+  CreateCqRequest q{};
+  q.cqe = cqe;
+  q.channel = channel;
+  q.user_handle = user_handle;
   CreateCqReply r{};
   std::vector<core::Fd> fds;
   if (int rc = call(MsgType::create_cq, &q, sizeof q, &r, sizeof r, &fds); rc != 0) return rc;
@@ -238,6 +299,12 @@ int Context::create_cq(uint32_t cqe, Cq** out) {
 }
 
 int Context::destroy_cq(Cq* cq) {
+  {
+    // A QP still on it keeps it (droced says so too, but not once it is gone).
+    std::lock_guard<std::mutex> l(ctl_mutex_);
+    for (const auto& [p, qp] : qps_)
+      if (qp->send_cq_ == cq || qp->recv_cq_ == cq) return -EBUSY;
+  }
   IdRequest q{cq->id_, 0};
   int rc = call(MsgType::destroy_cq, &q, sizeof q, nullptr, 0);
   if (rc != 0 && rc != -EIO) return rc;
@@ -254,16 +321,41 @@ int Cq::poll(rocev2::Completion* out, int n) {
   while (done < n) {
     uint32_t got = 0;
     const uint32_t want = static_cast<uint32_t>(n - done < 16 ? n - done : 16);
+    const uint32_t first = ring_.index();
     if (ring_.pop_burst(buf, want, &got) == core::ShmRingStatus::corrupt) return -EIO;
-    for (uint32_t i = 0; i < got; ++i) out[done++] = rocev2::decode_cqe(buf[i]);
+    if (discards_.empty()) {
+      for (uint32_t i = 0; i < got; ++i) out[done++] = rocev2::decode_cqe(buf[i]);
+    } else {
+      for (uint32_t i = 0; i < got; ++i) {
+        bool drop = false;
+        for (const Discard& d : discards_)
+          drop = drop || (buf[i].qp_num == d.qpn && static_cast<int32_t>(first + i - d.until) < 0);
+        if (!drop) out[done++] = rocev2::decode_cqe(buf[i]);
+      }
+      std::erase_if(discards_, [&](const Discard& d) { return static_cast<int32_t>(ring_.index() - d.until) >= 0; });
+    }
     if (got < want) break;
   }
   return done;
 }
 
+void Cq::discard(uint32_t qpn) {
+  std::lock_guard<SpinLock> g(lock_);
+  const uint32_t until = ring_.index() + ring_.size();
+  if (until != ring_.index()) discards_.push_back({qpn, until});
+}
+
 int Cq::req_notify(bool solicited_only) {
   if (ctx_->fatal()) return -EIO;
-  std::atomic_ref<uint32_t>(block_->rq_pending).fetch_or(solicited_only ? 1u : 2u);
+  {
+    // What this CQ's ring holds now: droced fires at once for anything
+    // pushed after it (core/queue_abi.h, CqArm).
+    std::lock_guard<SpinLock> g(lock_);
+    const uint32_t produced = ring_.index() + ring_.size();
+    std::atomic_ref<uint32_t>(block_->cq_arm_index).store(produced, std::memory_order_relaxed);
+  }
+  std::atomic_ref<uint32_t>(block_->rq_pending)
+      .fetch_or((solicited_only ? abi::kCqArmSolicited : abi::kCqArmNext) | abi::kCqArmIndex);
   ctx_->ring_doorbell(abi::kDoorbellArmCq, id_, &block_->sq_pending);
   return 0;
 }
@@ -358,6 +450,8 @@ int Context::create_qp(const QpCreate& c, Qp** out) {
   auto qp = std::make_unique<Qp>();
   qp->ctx_ = this;
   qp->qpn_ = r.qpn;
+  qp->send_cq_ = c.send_cq;
+  qp->recv_cq_ = c.recv_cq;
   qp->type_ = c.type;
   qp->cap_ = {r.max_send_wr, r.max_recv_wr, r.max_send_sge, r.max_recv_sge, r.max_inline_data};
   qp->has_rq_ = c.srq == nullptr;
@@ -394,6 +488,12 @@ int Context::modify_qp(Qp* qp, const rocev2::QpAttr& attr, uint32_t mask) {
   rocev2::to_wire(attr, &q.attr);
   int rc = call(MsgType::modify_qp, &q, sizeof q, nullptr, 0);
   if (rc == 0 && (mask & rocev2::kAttrState)) qp->state_.store(static_cast<uint8_t>(attr.qp_state));
+  if (rc == 0 && (mask & rocev2::kAttrState) && attr.qp_state == rocev2::QpState::reset) {
+    // droced pushes nothing more for the QP; what it pushed (flushed WRs of
+    // the error state) belongs to the QP's previous life.
+    qp->send_cq_->discard(qp->qpn_);
+    if (qp->recv_cq_ != qp->send_cq_) qp->recv_cq_->discard(qp->qpn_);
+  }
   return rc;
 }
 
@@ -413,6 +513,9 @@ int Context::destroy_qp(Qp* qp) {
   IdRequest q{qp->qpn_, 0};
   int rc = call(MsgType::destroy_qp, &q, sizeof q, nullptr, 0);
   if (rc != 0 && rc != -EIO) return rc;
+  // Its completions go with it (as an HCA's provider cleans its CQs).
+  qp->send_cq_->discard(qp->qpn_);
+  if (qp->recv_cq_ != qp->send_cq_) qp->recv_cq_->discard(qp->qpn_);
   std::lock_guard<std::mutex> l(ctl_mutex_);
   qps_.erase(qp);
   return 0;
@@ -534,7 +637,10 @@ int Srq::post_recv(const rocev2::RecvWr& wr) {
 // ---- Async events ----------------------------------------------------------------
 
 int Context::get_async_event(AsyncEvent* out, int timeout_ms) {
-  for (;;) {
+  // Pop; when empty, consume the eventfd's wake-ups (without waiting when
+  // timeout_ms is 0) and pop again: an event queued after that second pop
+  // writes the eventfd again, so none is missed and none is waited for twice.
+  for (int pass = 0;; ++pass) {
     {
       std::lock_guard<SpinLock> g(event_lock_);
       abi::EventEntry e;
@@ -550,10 +656,10 @@ int Context::get_async_event(AsyncEvent* out, int timeout_ms) {
         return 0;
       }
     }
-    if (timeout_ms == 0) return -EAGAIN;
+    if (timeout_ms == 0 && pass > 0) return -EAGAIN;
     epoll_event ev[2];
     const int n = ::epoll_wait(async_epoll_.get(), ev, 2, timeout_ms);
-    if (n == 0) return -EAGAIN;
+    if (n == 0 && timeout_ms != 0) return -EAGAIN;
     if (n < 0 && errno != EINTR) return -errno;
     for (int i = 0; i < n; ++i) {
       if (ev[i].data.fd == async_fd_.get()) {

@@ -64,9 +64,17 @@ class Cq {
   /// Waits up to timeout_ms (-1: forever) for an event and consumes it.
   /// 1: an event; 0: none in time; -EIO: the device is gone.
   int wait_event(int timeout_ms);
+  /// Drops the completions of `qpn` this CQ holds now (a QP moved to RESET
+  /// or destroyed leaves none behind, as an HCA's provider cleans its CQs);
+  /// poll() skips them. Control path.
+  void discard(uint32_t qpn);
 
  private:
   friend class Context;
+  struct Discard {
+    uint32_t qpn;
+    uint32_t until;  ///< ring index: entries before it are dropped
+  };
   Context* ctx_ = nullptr;
   uint32_t id_ = 0;
   uint32_t cqe_ = 0;
@@ -75,6 +83,7 @@ class Cq {
   core::ShmRingConsumer ring_;
   core::Fd event_fd_;
   SpinLock lock_;
+  std::vector<Discard> discards_;  ///< under lock_; empty on the common path
 };
 
 /// A send or receive queue as the client sees it.
@@ -127,6 +136,8 @@ class Qp {
   friend class Context;
   Context* ctx_ = nullptr;
   uint32_t qpn_ = 0;
+  Cq* send_cq_ = nullptr;
+  Cq* recv_cq_ = nullptr;
   rocev2::QpType type_ = rocev2::QpType::rc;
   rocev2::QpCap cap_;
   bool has_rq_ = true;
@@ -155,6 +166,8 @@ class Context {
   Context& operator=(const Context&) = delete;
 
   const core::ctl::HelloReply& info() const { return hello_; }
+  /// droced's control-protocol minor version (from its hello reply).
+  uint16_t daemon_minor() const { return daemon_minor_; }
   int query_device(core::ctl::QueryDeviceReply* out);
   int query_port(uint8_t port, core::ctl::QueryPortReply* out);
   int query_gid(uint8_t port, uint32_t index, core::ctl::QueryGidReply* out);
@@ -163,8 +176,23 @@ class Context {
   int dealloc_pd(uint32_t pd);
   int reg_mr(uint32_t pd, void* addr, size_t length, uint32_t access, uint32_t* lkey, uint32_t* rkey);
   int dereg_mr(uint32_t lkey);
+  /// ibv_rereg_mr in place: the region keeps its keys and takes `pd`,
+  /// `access` and, with core::ctl::kReregTranslation in `flags`, the range
+  /// [addr, addr + length) (else addr/length must be its current range).
+  /// -EINVAL, -EFAULT and -ENOMEM as reg_mr; -EOPNOTSUPP when droced predates
+  /// rereg_mr (ABI minor < 2). On failure the region is as it was.
+  int rereg_mr(uint32_t lkey, uint32_t flags, uint32_t pd, void* addr, size_t length, uint32_t access);
 
-  int create_cq(uint32_t cqe, Cq** out);
+  /// A CQ of at least `cqe` entries. With `channel` (register_channel's
+  /// id), an armed notification writes `user_handle` to that channel instead
+  /// of the CQ's eventfd. -EINVAL (cqe 0 or past the device's max_cqe, an
+  /// unknown channel), -ENOMEM, -EOPNOTSUPP (a channel, and droced predates them).
+  int create_cq(uint32_t cqe, Cq** out, uint32_t channel = 0, uint64_t user_handle = 0);
+  /// Hands droced the write end of a completion channel's pipe (the caller
+  /// keeps its descriptor and may close it: droced has its own). *id names it
+  /// in create_cq. -EINVAL (not a pipe's write end), -ENOMEM (too many),
+  /// -EOPNOTSUPP (droced predates completion channels: ABI minor < 1).
+  int register_channel(int write_fd, uint32_t* id);
   int destroy_cq(Cq* cq);
   int create_srq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit, Srq** out);
   int modify_srq(Srq* srq, uint32_t mask, uint32_t max_wr, uint32_t limit);
@@ -182,8 +210,9 @@ class Context {
   /// droced's state as JSON (what `droce ... --json` prints).
   int stats(std::string* json);
 
-  /// One async event; -EAGAIN when none (non-blocking), or waits up to
-  /// timeout_ms when given (>= 0; -1 forever).
+  /// One async event; -EAGAIN when none (timeout_ms 0: without waiting; it
+  /// then also consumes the wake-ups async_fd() signalled), or waits up to
+  /// timeout_ms (-1 forever).
   int get_async_event(AsyncEvent* out, int timeout_ms = 0);
   /// The descriptor that becomes readable with an async event or droced's end.
   int async_fd() const { return async_epoll_.get(); }
@@ -214,6 +243,7 @@ class Context {
   std::atomic<bool> dead_{false};
   bool fatal_reported_ = false;
   uint32_t seq_ = 0;
+  uint16_t daemon_minor_ = 0;
   std::mutex ctl_mutex_;
   SpinLock doorbell_lock_;
   SpinLock event_lock_;

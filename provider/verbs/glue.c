@@ -6,6 +6,8 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -21,18 +23,48 @@ struct droce_device {
   struct verbs_device ibv_dev; /* first: libibverbs hands back &ibv_dev.device */
 };
 
+/* The context: ibv_context is the last member of verbs_context, so droce's part is found by
+ * droce_glue_context() rather than by a slot before it. */
 struct droce_context {
   struct verbs_context ibv_ctx; /* libibverbs' part; verbs_init_and_alloc_context fills it */
-  void *impl;                   /* droce_glue_alloc_context()'s */
+  void *droce;                  /* droce_glue_alloc_context()'s */
 };
+
+/* Objects: droce's slot, then libibverbs' struct (glue.h). */
+
+struct droce_mr {
+  void *droce; /* unused: the MR's keys are its droce identity */
+  struct verbs_mr vmr;
+};
+
+struct droce_qp {
+  void *droce;
+  struct verbs_qp vqp;
+};
+
+_Static_assert(offsetof(struct droce_mr, vmr) == sizeof(void *), "droce slot right before the object");
+_Static_assert(offsetof(struct droce_qp, vqp) == sizeof(void *), "droce slot right before the object");
+_Static_assert(offsetof(struct verbs_mr, ibv_mr) == 0 && offsetof(struct verbs_qp, qp) == 0,
+               "libibverbs' public struct first");
+/* The C++ side restates verbs_cq as a union of the two public CQ structs. */
+union droce_cq_union {
+  struct ibv_cq cq;
+  struct ibv_cq_ex cq_ex;
+};
+_Static_assert(sizeof(struct verbs_cq) == sizeof(union droce_cq_union), "verbs_cq is the union of the CQ views");
 
 static struct droce_context *to_droce_context(struct ibv_context *context)
 {
   return container_of(context, struct droce_context, ibv_ctx.context);
 }
 
+void *droce_glue_context(struct ibv_context *context)
+{
+  return to_droce_context(context)->droce;
+}
+
 #ifndef DROCE_GLUE_EXTERNAL_CONTEXT
-/* Until the client library is linked in: devices are listed, opening one fails cleanly. */
+/* Without the C++ side: devices are listed, opening one fails cleanly. */
 void *droce_glue_alloc_context(struct ibv_context *context, const struct droce_glue_device *device,
                                void *private_data)
 {
@@ -53,18 +85,156 @@ static void droce_free_context(struct ibv_context *context)
 {
   struct droce_context *ctx = to_droce_context(context);
 
-  droce_glue_free_context(ctx->impl);
+  droce_glue_free_context(ctx->droce);
   verbs_uninit_context(&ctx->ibv_ctx);
   free(ctx);
 }
 
+#ifdef DROCE_GLUE_EXTERNAL_CONTEXT
+/* ---- MRs: verbs_mr carries the type and access libibverbs reads back ---- */
+
+static struct ibv_mr *droce_reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint64_t hca_va,
+                                   int access)
+{
+  struct droce_mr *mr = calloc(1, sizeof(*mr));
+  int rc;
+
+  if (!mr) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  rc = droce_glue_reg_mr(pd, addr, length, hca_va, access, &mr->vmr.ibv_mr);
+  if (rc) {
+    free(mr);
+    errno = rc;
+    return NULL;
+  }
+  mr->vmr.mr_type = IBV_MR_TYPE_MR;
+  mr->vmr.access = access;
+  return &mr->vmr.ibv_mr; /* libibverbs sets context, pd, addr, length */
+}
+
+static int droce_dereg_mr(struct verbs_mr *vmr)
+{
+  int rc = droce_glue_dereg_mr(&vmr->ibv_mr);
+
+  if (rc)
+    return rc;
+  free(container_of(vmr, struct droce_mr, vmr));
+  return 0;
+}
+
+static int droce_rereg_mr(struct verbs_mr *vmr, int flags, struct ibv_pd *pd, void *addr,
+                          size_t length, int access)
+{
+  int new_access = (flags & IBV_REREG_MR_CHANGE_ACCESS) ? access : vmr->access;
+  int rc = droce_glue_rereg_mr(&vmr->ibv_mr, flags, pd, addr, length, new_access);
+
+  if (!rc)
+    vmr->access = new_access;
+  return rc;
+}
+
+/* ---- QPs: verbs_qp carries the extended (ibv_wr_*) view ---- */
+
+static struct ibv_qp *droce_create_qp_ex(struct ibv_context *context,
+                                         struct ibv_qp_init_attr_ex *attr)
+{
+  struct droce_qp *qp = calloc(1, sizeof(*qp));
+  bool ex;
+  int rc;
+
+  if (!qp) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  ex = attr && (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS);
+  rc = droce_glue_create_qp(context, attr, &qp->vqp.qp, ex ? &qp->vqp.qp_ex : NULL, &qp->droce);
+  if (rc) {
+    free(qp);
+    errno = rc;
+    return NULL;
+  }
+  if (ex)
+    qp->vqp.comp_mask |= VERBS_QP_EX;
+  return &qp->vqp.qp;
+}
+
+static struct ibv_qp *droce_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+  struct ibv_qp_init_attr_ex ex = {};
+  struct ibv_qp *qp;
+
+  if (!attr) {
+    errno = EINVAL;
+    return NULL;
+  }
+  ex.qp_context = attr->qp_context;
+  ex.send_cq = attr->send_cq;
+  ex.recv_cq = attr->recv_cq;
+  ex.srq = attr->srq;
+  ex.cap = attr->cap;
+  ex.qp_type = attr->qp_type;
+  ex.sq_sig_all = attr->sq_sig_all;
+  ex.comp_mask = IBV_QP_INIT_ATTR_PD;
+  ex.pd = pd;
+  qp = droce_create_qp_ex(pd->context, &ex);
+  if (qp)
+    attr->cap = ex.cap; /* what was granted (ibv_create_qp(3)) */
+  return qp;
+}
+
+static int droce_destroy_qp(struct ibv_qp *ibqp)
+{
+  int rc = droce_glue_destroy_qp(ibqp);
+
+  if (rc)
+    return rc;
+  free(container_of(ibqp, struct droce_qp, vqp.qp));
+  return 0;
+}
+
 /*
- * Every op not named here stays libibverbs' dummy, which fails with EOPNOTSUPP; the client
- * library fills this table as it grows.
+ * Every op not named here stays libibverbs' dummy, which fails with EOPNOTSUPP (or ENOSYS):
+ * XRC, memory windows, flow steering, WQs, device memory, counters, imports, ECE.
  */
+static const struct verbs_context_ops droce_ctx_ops = {
+  .alloc_pd = droce_alloc_pd,
+  .async_event = droce_async_event,
+  .cq_event = droce_cq_event,
+  .create_ah = droce_create_ah,
+  .create_cq = droce_create_cq,
+  .create_cq_ex = droce_create_cq_ex,
+  .create_qp = droce_create_qp,
+  .create_qp_ex = droce_create_qp_ex,
+  .create_srq = droce_create_srq,
+  .dealloc_pd = droce_dealloc_pd,
+  .dereg_mr = droce_dereg_mr,
+  .destroy_ah = droce_destroy_ah,
+  .destroy_cq = droce_destroy_cq,
+  .destroy_qp = droce_destroy_qp,
+  .destroy_srq = droce_destroy_srq,
+  .free_context = droce_free_context,
+  .modify_qp = droce_modify_qp,
+  .modify_srq = droce_modify_srq,
+  .poll_cq = droce_poll_cq,
+  .post_recv = droce_post_recv,
+  .post_send = droce_post_send,
+  .post_srq_recv = droce_post_srq_recv,
+  .query_device_ex = droce_query_device_ex,
+  .query_port = droce_query_port,
+  .query_qp = droce_query_qp,
+  .query_srq = droce_query_srq,
+  .reg_mr = droce_reg_mr,
+  .req_notify_cq = droce_req_notify_cq,
+  .rereg_mr = droce_rereg_mr,
+  .resize_cq = droce_resize_cq,
+};
+#else
 static const struct verbs_context_ops droce_ctx_ops = {
   .free_context = droce_free_context,
 };
+#endif
 
 /* cmd_fd is ours from here on: it is closed on every failure (libibverbs' contract). */
 static struct verbs_context *droce_alloc_context(struct ibv_device *ibdev, int cmd_fd,
@@ -82,8 +252,9 @@ static struct verbs_context *droce_alloc_context(struct ibv_device *ibdev, int c
   dev.ibdev_name = ibdev->name;
   dev.ibdev_path = ibdev->ibdev_path;
   dev.uverbs_name = vdev->sysfs ? vdev->sysfs->sysfs_name : ibdev->dev_name;
-  ctx->impl = droce_glue_alloc_context(&ctx->ibv_ctx.context, &dev, private_data);
-  if (!ctx->impl) {
+  errno = 0;
+  ctx->droce = droce_glue_alloc_context(&ctx->ibv_ctx.context, &dev, private_data);
+  if (!ctx->droce) {
     saved_errno = errno ? errno : EIO;
     verbs_uninit_context(&ctx->ibv_ctx);
     free(ctx);

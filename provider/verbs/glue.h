@@ -1,24 +1,44 @@
 /*
  * The seam between the rdma-core provider glue (provider/verbs/glue.c, C, the only file that
- * includes rdma-core's infiniband/driver.h) and droce's C++ client side.
+ * includes rdma-core's infiniband/driver.h) and droce's C++ side (the .cc files beside it, over
+ * the client library).
  *
  * libibverbs loads libdroce-rdmav<PABI>.so, whose constructor registers the verbs driver
  * "droce". For every device the driver matches (see glue.c), ibv_open_device() ends in the
  * glue's alloc_context, which allocates and initializes libibverbs' part of the context and then
- * calls droce_glue_alloc_context() for droce's part. Everything here is plain C so the C++ side
- * can implement it without driver.h (which is C only: typeof, statement expressions, ccan).
+ * calls droce_glue_alloc_context() for droce's part. Everything here is plain C over the public
+ * <infiniband/verbs.h> (which C++ can include); driver.h stays in glue.c (typeof, statement
+ * expressions, ccan).
  *
- * Threading: libibverbs calls alloc_context and free_context from the application's thread, any
- * thread, never concurrently for the same context.
- * Errors: no exception may cross this boundary; failures return NULL with errno set.
+ * Objects. Every object droce hands to libibverbs (PD, MR, CQ, SRQ, QP, AH) is laid out as
+ * { void *droce; <libibverbs' struct> }: one pointer-sized slot for droce's own state right
+ * before what libibverbs and the application see. droce_object() gets the slot from a pointer
+ * to the object. Objects whose libibverbs type is public (PD, CQ, SRQ, AH) are allocated by the
+ * C++ side; those whose type is driver.h's (verbs_mr, verbs_qp) by glue.c, which then calls the
+ * C++ side to fill them. glue.c checks the layout with static assertions. The context is the
+ * exception (ibv_context is the last member of driver.h's verbs_context): droce_glue_context()
+ * finds its droce part.
+ *
+ * Ops. The functions below whose names match a verbs_context_ops member have exactly its
+ * signature and go into glue.c's ops table as they are. They follow libibverbs' conventions:
+ * int ops return 0 or a positive errno (post_* also set *bad_wr); pointer ops return NULL with
+ * errno set; poll_cq returns the number of completions or a negative value.
+ *
+ * Threading: as libibverbs promises nothing more, any op may run on any thread, concurrently
+ * with others on other objects; the data path (post_*, poll_cq, req_notify_cq) concurrently on
+ * the same object too. alloc/free_context are never concurrent for one context.
+ * Errors: no exception crosses this boundary.
  */
 #pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <infiniband/verbs.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-struct ibv_context;
 
 /*
  * The uverbs ABI number droce's provider accepts. droced writes it to
@@ -27,6 +47,15 @@ struct ibv_context;
  * a droced that speak different client protocols do not meet. Bump it with the client protocol.
  */
 #define DROCE_GLUE_ABI_VERSION 1
+
+/* droce's slot, just before a libibverbs object droce allocated (see above). */
+static inline void *droce_object(const void *ibv_object)
+{
+  return ((void *const *)ibv_object)[-1];
+}
+
+/* droce's part of a context droce_glue_alloc_context() made (glue.c keeps it beside verbs_context). */
+void *droce_glue_context(struct ibv_context *context);
 
 /* What the glue knows about the device being opened, from libibverbs' sysfs view. */
 struct droce_glue_device {
@@ -37,22 +66,92 @@ struct droce_glue_device {
 
 /*
  * droce's per-context state. `context` is already initialized by libibverbs (device, cmd_fd, the
- * context mutex; async_fd is -1 and must be set to a pollable fd by the implementation, or
- * libibverbs issues a kernel command for one after alloc_context returns). `private_data` is
+ * context mutex; async_fd is -1). On success this sets context->async_fd (libibverbs reads
+ * ib_uverbs_async_event_desc records from it) and num_comp_vectors, and returns what goes in the
+ * context's droce slot. Finds droced's control socket in <ibdev_path>/droce_control_socket,
+ * else $DROCE_RUN_DIR/<ibdev>.sock, else /run/droce/<ibdev>.sock. `private_data` is
  * ibv_open_device's (NULL for plain ibv_open_device).
  *
- * Returns an opaque handle the glue keeps in its context and passes back to
- * droce_glue_free_context(), or NULL with errno set; the glue then releases the context
- * (closing cmd_fd) and ibv_open_device() fails with that errno.
- *
- * Until the client library exists, glue.c's built-in definition fails with ENOSYS; a build that
- * links the C++ implementation into the module defines DROCE_GLUE_EXTERNAL_CONTEXT.
+ * Returns NULL with errno set (ENODEV: no droced there; EPROTO: a droced of another protocol
+ * version; ENOMEM); the glue then releases the context (closing cmd_fd) and ibv_open_device()
+ * fails with that errno. Without DROCE_GLUE_EXTERNAL_CONTEXT, glue.c's stand-in fails with ENOSYS.
  */
 void *droce_glue_alloc_context(struct ibv_context *context, const struct droce_glue_device *device,
                                void *private_data);
 
-/* Releases what droce_glue_alloc_context() returned; called once, from ibv_close_device(). */
+/* Releases what droce_glue_alloc_context() returned (its event thread, droced's session and with
+ * it every object droced still holds for this context); called once, from ibv_close_device(),
+ * before libibverbs closes async_fd. */
 void droce_glue_free_context(void *impl);
+
+/* ---- Ops with libibverbs' signatures (glue.c's table takes them as they are) ---- */
+
+int droce_query_device_ex(struct ibv_context *context, const struct ibv_query_device_ex_input *input,
+                          struct ibv_device_attr_ex *attr, size_t attr_size);
+int droce_query_port(struct ibv_context *context, uint8_t port_num, struct ibv_port_attr *port_attr);
+void droce_async_event(struct ibv_context *context, struct ibv_async_event *event);
+
+struct ibv_pd *droce_alloc_pd(struct ibv_context *context);
+int droce_dealloc_pd(struct ibv_pd *pd);
+
+struct ibv_cq *droce_create_cq(struct ibv_context *context, int cqe, struct ibv_comp_channel *channel,
+                               int comp_vector);
+struct ibv_cq_ex *droce_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr);
+int droce_destroy_cq(struct ibv_cq *cq);
+int droce_resize_cq(struct ibv_cq *cq, int cqe);
+int droce_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc);
+int droce_req_notify_cq(struct ibv_cq *cq, int solicited_only);
+void droce_cq_event(struct ibv_cq *cq);
+
+struct ibv_srq *droce_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr);
+int droce_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int attr_mask);
+int droce_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr);
+int droce_destroy_srq(struct ibv_srq *srq);
+int droce_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
+
+int droce_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask);
+int droce_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
+                   struct ibv_qp_init_attr *init_attr);
+int droce_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
+int droce_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
+
+struct ibv_ah *droce_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr);
+int droce_destroy_ah(struct ibv_ah *ah);
+
+/* ---- The C++ side of objects glue.c allocates ---- */
+
+/*
+ * Registers [addr, addr + length) for `mr` (glue.c's verbs_mr, zeroed, its droce slot NULL):
+ * sets mr->lkey, rkey and handle. 0 or a positive errno (EINVAL: bad PD, length 0, access
+ * flags droce does not know or that break ibv_reg_mr(3)'s rules, iova != addr; EOPNOTSUPP: ODP;
+ * ENOMEM; EFAULT: memory not mapped; EIO: droced gone).
+ */
+int droce_glue_reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, int access,
+                      struct ibv_mr *mr);
+/* Deregisters; 0 or a positive errno. */
+int droce_glue_dereg_mr(struct ibv_mr *mr);
+/* ibv_rereg_mr: a new registration replaces the old one (keys may change); on failure the old
+ * one stands. `flags` are IBV_REREG_MR_CHANGE_*; `pd` and `addr`/`length` count only with their
+ * flag; `access` is the new registration's (glue.c passes the MR's own without
+ * IBV_REREG_MR_CHANGE_ACCESS). 0 or a positive errno. */
+int droce_glue_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length,
+                        int access);
+
+/*
+ * Creates a QP described by `attr` into `qp` (glue.c's verbs_qp, zeroed): fills every ibv_qp
+ * field (context, pd, CQs, SRQ, qp_context, qp_num, state, qp_type, its mutex and cond) and
+ * writes the granted capacities to attr->cap. `qpx` is the extended view of the same object when
+ * attr asks for send_ops_flags (the ibv_wr_* API): its wr_* functions are filled in then. On
+ * success *slot is what goes in the QP's droce slot.
+ * Returns 0 or a positive errno: EINVAL (a bad attribute, CQ or SRQ of another context, a QP type
+ * other than RC/UC/UD, create flags), EOPNOTSUPP (send ops droce lacks: bind MW, TSO, atomic
+ * write), ENOMEM (too many QPs or a queue too large), EIO (droced gone).
+ */
+int droce_glue_create_qp(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr, struct ibv_qp *qp,
+                         struct ibv_qp_ex *qpx, void **slot);
+/* Destroys the QP's droce side once every async event reported on it is acknowledged; glue.c
+ * then frees the object. 0 or a positive errno (EBUSY never: a QP is not referenced). */
+int droce_glue_destroy_qp(struct ibv_qp *qp);
 
 #ifdef __cplusplus
 }

@@ -91,7 +91,7 @@ fi
 touch "$node"
 out=$(run_probe RDMAV_DRIVERS="$driver_base") && rc=0 || rc=$?
 if [ $rc -eq 0 ] && grep -q "^device droce0 guid $guid node_type 1 transport 0 uverbs uverbs0\$" <<<"$out" &&
-   grep -q '^open droce0: errno' <<<"$out" && ! grep -q '^open droce0: errno 38 ' <<<"$out"; then
+   grep -q '^open droce0: errno' <<<"$out" && ! grep -q '^open droce0: errno 19 ' <<<"$out"; then
   pass "a regular file at $node: listed, open refused before the provider"
 else
   bad "regular file at $node: rc=$rc, output: $out"
@@ -102,7 +102,7 @@ rm -f "$node"
 mkchar "$node" 1 3 /dev/null
 out=$(run_probe RDMAV_DRIVERS="$driver_base") && rc=0 || rc=$?
 if [ $rc -eq 0 ] && grep -q '^device droce0 ' <<<"$out" && grep -q '^open droce0: errno' <<<"$out" &&
-   ! grep -q '^open droce0: errno 38 ' <<<"$out"; then
+   ! grep -q '^open droce0: errno 19 ' <<<"$out"; then
   pass "char node 1:3 against dev 1:7: listed, open refused"
 else
   bad "char node 1:3: rc=$rc, output: $out"
@@ -111,7 +111,8 @@ umount "$node" 2>/dev/null || true
 rm -f "$node"
 
 # 4. The right node (/dev/full's numbers): ibv_devices lists droce0 with its node GUID, and
-#    ibv_open_device reaches the provider's alloc_context (ENOSYS until the client exists).
+#    ibv_open_device reaches the provider's alloc_context, which finds no droced (ENODEV): the
+#    tree names no control socket and $DROCE_RUN_DIR has none.
 mkchar "$node" 1 7 /dev/full
 out=$(RDMAV_DRIVERS="$driver_base" "$tree_run" --root "$tmp/sys" --guid $guid -- ibv_devices 2>&1) && rc=0 || rc=$?
 if [ $rc -eq 0 ] && grep -Eq "^[[:space:]]*droce0[[:space:]]+$guid\$" <<<"$out"; then
@@ -119,9 +120,9 @@ if [ $rc -eq 0 ] && grep -Eq "^[[:space:]]*droce0[[:space:]]+$guid\$" <<<"$out";
 else
   bad "ibv_devices: rc=$rc, output: $out"
 fi
-out=$(run_probe RDMAV_DRIVERS="$driver_base") && rc=0 || rc=$?
-if [ $rc -eq 0 ] && grep -q "^open droce0: errno 38 " <<<"$out"; then
-  pass "ibv_open_device(droce0) reaches droce_glue_alloc_context (ENOSYS)"
+out=$(run_probe RDMAV_DRIVERS="$driver_base" DROCE_RUN_DIR="$tmp/no-droced") && rc=0 || rc=$?
+if [ $rc -eq 0 ] && grep -q "^open droce0: errno 19 " <<<"$out"; then
+  pass "ibv_open_device(droce0) reaches droce_glue_alloc_context (ENODEV: no droced)"
 else
   bad "open with the right node: rc=$rc, output: $out"
 fi

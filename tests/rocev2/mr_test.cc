@@ -83,5 +83,29 @@ TEST(MrTable, InvalidateStopsRemoteUseOnly) {
   EXPECT_EQ(t.check_local(mr->lkey, 1, 0, 8, 0, &out), MrCheck::ok);
 }
 
+TEST(MrTable, ReregKeepsTheKeysAndTakesTheNewRangePdAndAccess) {
+  MrTable t(8);
+  std::vector<uint8_t> a(4096), b(8192);
+  Mr* mr = nullptr;
+  ASSERT_EQ(t.reg(1, 0x1000, 4096, a.data(), kAccessLocalWrite | kAccessRemoteWrite, &mr), 0);
+  const uint32_t key = mr->lkey;
+  Mr* out = nullptr;
+  ASSERT_EQ(t.rereg(key, 2, 0x8000, 8192, b.data(), kAccessLocalWrite | kAccessRemoteRead), 0);
+  // Expect: the same keys; the old range, PD and access no longer pass; the new ones do.
+  EXPECT_EQ(t.find(key), mr);
+  EXPECT_EQ(mr->rkey, key);
+  EXPECT_EQ(t.check_remote(key, 1, 0x1000, 8, kAccessRemoteWrite, &out), MrCheck::wrong_pd);
+  EXPECT_EQ(t.check_remote(key, 2, 0x8000, 8, kAccessRemoteWrite, &out), MrCheck::no_access);
+  EXPECT_EQ(t.check_remote(key, 2, 0x1000, 8, kAccessRemoteRead, &out), MrCheck::out_of_bounds);
+  EXPECT_EQ(t.check_remote(key, 2, 0x8000 + 8184, 8, kAccessRemoteRead, &out), MrCheck::ok);
+  EXPECT_EQ(mr->host, b.data());
+  // Refusals leave it as it was: remote write without local write, an unknown key.
+  EXPECT_EQ(t.rereg(key, 2, 0x8000, 8192, b.data(), kAccessRemoteWrite), -EINVAL);
+  EXPECT_EQ(t.rereg(key + 1, 2, 0x8000, 8192, b.data(), kAccessLocalWrite), -EINVAL);
+  EXPECT_EQ(mr->access, kAccessLocalWrite | kAccessRemoteRead);
+  ASSERT_EQ(t.dereg(key), 0);
+  EXPECT_EQ(t.rereg(key, 2, 0x8000, 8192, b.data(), kAccessLocalWrite), -EINVAL);
+}
+
 }  // namespace
 }  // namespace droce::rocev2

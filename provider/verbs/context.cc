@@ -1,0 +1,373 @@
+// The device context, its async events, queries, PDs, MRs and AHs.
+#include <fcntl.h>
+#include <rdma/ib_user_verbs.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "provider/verbs/convert.h"
+#include "provider/verbs/objects.h"
+
+namespace droce::verbs {
+
+namespace {
+
+constexpr uint32_t kEventDeviceFatal = IBV_EVENT_DEVICE_FATAL;
+
+// <ibdev_path>/droce_control_socket (written by droced with the tree), else
+// the conventional place.
+std::string find_socket(const droce_glue_device& dev) {
+  if (dev.ibdev_path != nullptr) {
+    const std::string file = std::string(dev.ibdev_path) + "/droce_control_socket";
+    if (FILE* f = std::fopen(file.c_str(), "re")) {
+      char buf[4096];
+      const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+      std::fclose(f);
+      std::string path(buf, n);
+      while (!path.empty() && (path.back() == '\n' || path.back() == ' ')) path.pop_back();
+      if (!path.empty()) return path;
+    }
+  }
+  return client::Context::socket_path(dev.ibdev_name != nullptr ? dev.ibdev_name : "droce0");
+}
+
+}  // namespace
+
+void wait_acked(pthread_mutex_t* m, pthread_cond_t* c, const uint32_t* completed, uint32_t reported) {
+  pthread_mutex_lock(m);
+  while (*completed != reported) pthread_cond_wait(c, m);
+  pthread_mutex_unlock(m);
+}
+
+// ---- The context and its event thread ------------------------------------------
+
+int VerbsContext::open(ibv_context* context, const std::string& socket_path, int* async_fd) {
+  ibv = context;
+  if (int rc = client::Context::open(socket_path, &client); rc != 0)
+    return rc == -ENOENT || rc == -ECONNREFUSED ? ENODEV : positive(rc);
+  if (int rc = client->query_device(&device); rc != 0) return positive(rc);
+
+  // async_fd: one record per read, as from the kernel's event file; our end
+  // never raises SIGPIPE (MSG_NOSIGNAL) and never blocks the thread.
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return errno;
+  core::Fd read_end(sv[0]);
+  event_write_ = core::Fd(sv[1]);
+  ::shutdown(read_end.get(), SHUT_WR);
+  event_read_ = core::Fd(::fcntl(read_end.get(), F_DUPFD_CLOEXEC, 0));
+  if (!event_read_.valid()) return errno;
+  stop_fd_ = core::Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!stop_fd_.valid()) return errno;
+  try {
+    thread_ = std::thread([this] { event_loop(); });
+  } catch (...) {
+    return EAGAIN;
+  }
+  *async_fd = read_end.release();
+  return 0;
+}
+
+VerbsContext::~VerbsContext() {
+  if (thread_.joinable()) {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(stop_fd_.get(), &one, sizeof one);
+    thread_.join();
+  }
+}
+
+bool VerbsContext::deliver(const client::AsyncEvent& ev) {
+  ib_uverbs_async_event_desc d{};
+  d.event_type = ev.type;
+  std::lock_guard<std::mutex> g(objects_mutex);
+  switch (ev.type) {
+    case IBV_EVENT_CQ_ERR: {
+      auto it = cqs.find(ev.id);
+      if (it == cqs.end()) return false;  // destroyed meanwhile: nobody to tell
+      d.element = reinterpret_cast<uintptr_t>(it->second->ibv);
+      break;
+    }
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_COMM_EST:
+    case IBV_EVENT_SQ_DRAINED:
+    case IBV_EVENT_PATH_MIG:
+    case IBV_EVENT_PATH_MIG_ERR:
+    case IBV_EVENT_QP_LAST_WQE_REACHED: {
+      auto it = qps.find(ev.id);
+      if (it == qps.end()) return false;
+      d.element = reinterpret_cast<uintptr_t>(it->second->ibv);
+      break;
+    }
+    case IBV_EVENT_SRQ_ERR:
+    case IBV_EVENT_SRQ_LIMIT_REACHED: {
+      auto it = srqs.find(ev.id);
+      if (it == srqs.end()) return false;
+      d.element = reinterpret_cast<uintptr_t>(it->second->ibv);
+      break;
+    }
+    default:
+      d.element = ev.id;  // a port number (0 for the device)
+      break;
+  }
+  if (::send(event_write_.get(), &d, sizeof d, MSG_DONTWAIT | MSG_NOSIGNAL) != sizeof d) {
+    events_dropped.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  return true;
+}
+
+namespace {
+
+enum class EventKind { qp, cq, srq, other };
+
+EventKind kind_of(uint32_t type) {
+  switch (type) {
+    case IBV_EVENT_CQ_ERR:
+      return EventKind::cq;
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_COMM_EST:
+    case IBV_EVENT_SQ_DRAINED:
+    case IBV_EVENT_PATH_MIG:
+    case IBV_EVENT_PATH_MIG_ERR:
+    case IBV_EVENT_QP_LAST_WQE_REACHED:
+      return EventKind::qp;
+    case IBV_EVENT_SRQ_ERR:
+    case IBV_EVENT_SRQ_LIMIT_REACHED:
+      return EventKind::srq;
+    default:
+      return EventKind::other;
+  }
+}
+
+}  // namespace
+
+void VerbsContext::count_read_event(const ibv_async_event& ev) {
+  std::lock_guard<std::mutex> g(objects_mutex);
+  // Only objects still in the tables: a destroyed one's pointer may dangle.
+  switch (kind_of(ev.event_type)) {
+    case EventKind::qp:
+      for (auto& [qpn, q] : qps)
+        if (q->ibv == ev.element.qp) ++q->events_reported;
+      break;
+    case EventKind::cq:
+      for (auto& [id, c] : cqs)
+        if (c->ibv == ev.element.cq) ++c->async_events_reported;
+      break;
+    case EventKind::srq:
+      for (auto& [id, s] : srqs)
+        if (s->ibv == ev.element.srq) ++s->events_reported;
+      break;
+    case EventKind::other:
+      break;
+  }
+}
+
+uint32_t VerbsContext::forget(const void* ibv_object, uint32_t* reported) {
+  std::lock_guard<std::mutex> g(objects_mutex);
+  std::erase_if(qps, [&](const auto& kv) { return kv.second->ibv == ibv_object; });
+  std::erase_if(cqs, [&](const auto& kv) { return kv.second->ibv == ibv_object; });
+  std::erase_if(srqs, [&](const auto& kv) { return kv.second->ibv == ibv_object; });
+  // Unread records about the object come out; the others go back in order.
+  // (The event thread writes under this mutex; an application reading at
+  // this moment may take a record before it goes back, which only reorders.)
+  std::vector<ib_uverbs_async_event_desc> keep;
+  ib_uverbs_async_event_desc d;
+  while (::recv(event_read_.get(), &d, sizeof d, MSG_DONTWAIT) == sizeof d) {
+    const bool about = kind_of(d.event_type) != EventKind::other && d.element == reinterpret_cast<uintptr_t>(ibv_object);
+    if (!about) keep.push_back(d);
+  }
+  for (const auto& k : keep)
+    if (::send(event_write_.get(), &k, sizeof k, MSG_DONTWAIT | MSG_NOSIGNAL) != sizeof k)
+      events_dropped.fetch_add(1, std::memory_order_relaxed);
+  return *reported;
+}
+
+void VerbsContext::event_loop() {
+  core::Fd ep(::epoll_create1(EPOLL_CLOEXEC));
+  if (!ep.valid()) return;
+  epoll_event e{};
+  e.events = EPOLLIN;
+  e.data.u32 = 0;
+  if (::epoll_ctl(ep.get(), EPOLL_CTL_ADD, stop_fd_.get(), &e) != 0) return;
+  e.data.u32 = 1;
+  bool watching = ::epoll_ctl(ep.get(), EPOLL_CTL_ADD, client->async_fd(), &e) == 0;
+  for (;;) {
+    if (watching) {
+      client::AsyncEvent ev;
+      while (client->get_async_event(&ev, 0) == 0) {
+        (void)deliver(ev);
+        if (ev.type == kEventDeviceFatal) {
+          // Nothing follows a fatal device; its descriptors stay readable.
+          (void)::epoll_ctl(ep.get(), EPOLL_CTL_DEL, client->async_fd(), nullptr);
+          watching = false;
+          break;
+        }
+      }
+    }
+    epoll_event got[2];
+    const int n = ::epoll_wait(ep.get(), got, 2, -1);
+    if (n < 0 && errno != EINTR) return;
+    for (int i = 0; i < n; ++i)
+      if (got[i].data.u32 == 0) return;
+  }
+}
+
+}  // namespace droce::verbs
+
+using namespace droce;
+using namespace droce::verbs;
+
+extern "C" {
+
+void* droce_glue_alloc_context(ibv_context* context, const droce_glue_device* device, void* private_data) {
+  (void)private_data;
+  auto* ctx = new (std::nothrow) VerbsContext();
+  if (ctx == nullptr) return fail(ENOMEM);
+  int async_fd = -1;
+  if (int rc = ctx->open(context, find_socket(*device), &async_fd); rc != 0) {
+    delete ctx;
+    return fail(rc);
+  }
+  context->async_fd = async_fd;
+  context->num_comp_vectors = 1;
+  return ctx;
+}
+
+void droce_glue_free_context(void* impl) { delete static_cast<VerbsContext*>(impl); }
+
+int droce_query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
+                          size_t attr_size) {
+  if (attr == nullptr || attr_size < sizeof(ibv_device_attr)) return EINVAL;
+  if (input != nullptr && input->comp_mask != 0) return EINVAL;
+  VerbsContext* ctx = context_of(context);
+  core::ctl::QueryDeviceReply r{};
+  // Fresh from droced: the limits are its to change.
+  if (int rc = ctx->client->query_device(&r); rc != 0) return positive(rc);
+  ibv_device_attr_ex full;
+  to_device_attr(r, &full);
+  std::memcpy(attr, &full, attr_size < sizeof full ? attr_size : sizeof full);
+  if (attr_size > sizeof full) std::memset(reinterpret_cast<char*>(attr) + sizeof full, 0, attr_size - sizeof full);
+  return 0;
+}
+
+int droce_query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* port_attr) {
+  if (port_attr == nullptr) return EINVAL;
+  VerbsContext* ctx = context_of(context);
+  if (port_num < 1 || port_num > ctx->device.phys_port_cnt) return EINVAL;
+  core::ctl::QueryPortReply r{};
+  if (int rc = ctx->client->query_port(port_num, &r); rc != 0) return positive(rc);
+  to_port_attr(r, port_attr);
+  return 0;
+}
+
+void droce_async_event(ibv_context* context, ibv_async_event* event) {
+  if (event != nullptr) context_of(context)->count_read_event(*event);
+}
+
+// ---- PDs ---------------------------------------------------------------------------
+
+ibv_pd* droce_alloc_pd(ibv_context* context) {
+  auto* o = new (std::nothrow) Object<ibv_pd>();
+  if (o == nullptr) return fail<ibv_pd>(ENOMEM);
+  uint32_t id = 0;
+  if (int rc = context_of(context)->client->alloc_pd(&id); rc != 0) {
+    delete o;
+    return fail<ibv_pd>(rc);
+  }
+  o->obj.context = context;
+  o->obj.handle = id;
+  return &o->obj;
+}
+
+int droce_dealloc_pd(ibv_pd* pd) {
+  if (int rc = context_of(pd->context)->client->dealloc_pd(pd->handle); rc != 0 && rc != -EIO) return positive(rc);
+  delete object_of(pd);
+  return 0;
+}
+
+// ---- MRs -----------------------------------------------------------------------------
+
+int droce_glue_reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, int access, ibv_mr* mr) {
+  if (pd == nullptr || mr == nullptr) return EINVAL;
+  if (addr == nullptr || length == 0) return EINVAL;
+  // droce addresses remote memory by the registering process's virtual address.
+  if (iova != reinterpret_cast<uintptr_t>(addr)) return EOPNOTSUPP;
+  uint32_t acc = 0;
+  if (int rc = to_access(access, &acc); rc != 0) return rc;
+  uint32_t lkey = 0, rkey = 0;
+  if (int rc = context_of(pd->context)->client->reg_mr(pd->handle, addr, length, acc, &lkey, &rkey); rc != 0)
+    return positive(rc);
+  mr->lkey = lkey;
+  mr->rkey = rkey;
+  mr->handle = lkey;
+  return 0;
+}
+
+int droce_glue_dereg_mr(ibv_mr* mr) { return positive(context_of(mr->context)->client->dereg_mr(mr->lkey)); }
+
+int droce_glue_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, int access) {
+  constexpr int kKnown = IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS;
+  static_assert(IBV_REREG_MR_CHANGE_TRANSLATION == int(core::ctl::kReregTranslation) &&
+                IBV_REREG_MR_CHANGE_PD == int(core::ctl::kReregPd) &&
+                IBV_REREG_MR_CHANGE_ACCESS == int(core::ctl::kReregAccess));
+  if (flags == 0 || (flags & ~kKnown)) return EINVAL;
+  ibv_pd* new_pd = (flags & IBV_REREG_MR_CHANGE_PD) ? pd : mr->pd;
+  if (new_pd == nullptr || new_pd->context != mr->context) return EINVAL;
+  void* new_addr = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? addr : mr->addr;
+  const size_t new_len = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? length : mr->length;
+  if (new_addr == nullptr || new_len == 0) return EINVAL;
+  uint32_t acc = 0;
+  if (int rc = to_access(access, &acc); rc != 0) return rc;
+  VerbsContext* ctx = context_of(mr->context);
+  // In place: the keys stay, as an HCA's do (a peer keeps the R_Key it has).
+  int rc = ctx->client->rereg_mr(mr->lkey, static_cast<uint32_t>(flags), new_pd->handle, new_addr, new_len, acc);
+  if (rc != -EOPNOTSUPP) return positive(rc);
+  // A droced without rereg_mr: a new registration replaces the old one (new
+  // keys, which ibv_rereg_mr(3) allows), made first so a failure leaves the
+  // old one standing.
+  ibv_mr fresh{};
+  if (int r = droce_glue_reg_mr(new_pd, new_addr, new_len, reinterpret_cast<uintptr_t>(new_addr), access, &fresh); r != 0)
+    return r;
+  (void)droce_glue_dereg_mr(mr);
+  mr->lkey = fresh.lkey;
+  mr->rkey = fresh.rkey;
+  mr->handle = fresh.handle;
+  return 0;
+}
+
+// ---- AHs -----------------------------------------------------------------------------
+
+ibv_ah* droce_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
+  if (pd == nullptr || attr == nullptr) return fail<ibv_ah>(EINVAL);
+  rocev2::AddressVector av;
+  if (int rc = to_av(*attr, &av); rc != 0) return fail<ibv_ah>(rc);
+  auto* o = new (std::nothrow) Object<ibv_ah>();
+  if (o == nullptr) return fail<ibv_ah>(ENOMEM);
+  uint32_t id = 0;
+  if (int rc = context_of(pd->context)->client->create_ah(pd->handle, av, &id); rc != 0) {
+    delete o;
+    return fail<ibv_ah>(rc);
+  }
+  o->obj.context = pd->context;
+  o->obj.pd = pd;
+  o->obj.handle = id;
+  return &o->obj;
+}
+
+int droce_destroy_ah(ibv_ah* ah) {
+  if (int rc = context_of(ah->context)->client->destroy_ah(ah->handle); rc != 0) return positive(rc);
+  delete object_of(ah);
+  return 0;
+}
+
+}  // extern "C"

@@ -1,0 +1,175 @@
+#pragma once
+// The provider's C++ side: droce's state behind each libibverbs object (the
+// "droce slot" of glue.h), and the helpers the op files share.
+//
+// Every libibverbs object droce creates but the context is an Object<T>:
+// { void* droce; T obj }. The application and libibverbs hold &obj;
+// droce_object(&obj) gives back the slot, which points at a VerbsCq, VerbsQp
+// or VerbsSrq (PDs, MRs and AHs keep their droce id in the object's public
+// `handle` field and need no slot). The VerbsContext comes from
+// droce_glue_context().
+//
+// Threading: VerbsContext's tables are guarded by its objects_mutex (the
+// async event thread reads them); a queue's data path is the client library's
+// (its own spinlock per queue). Errors: positive errno values, as libibverbs'
+// ops return them.
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "core/unix_socket.h"
+#include "provider/client/client.h"
+#include "provider/verbs/glue.h"
+
+namespace droce::verbs {
+
+/// { droce's slot, libibverbs' object }: see glue.h.
+template <class T>
+struct Object {
+  void* droce = nullptr;
+  T obj;
+};
+
+/// The Object<T> whose `obj` is *p.
+template <class T>
+Object<T>* object_of(T* p) {
+  static_assert(offsetof(Object<T>, obj) == sizeof(void*));
+  return reinterpret_cast<Object<T>*>(reinterpret_cast<char*>(p) - offsetof(Object<T>, obj));
+}
+
+/// libibverbs' verbs_cq: a CQ seen as plain or extended (driver.h's union,
+/// restated with public types; glue.c checks the two agree).
+union CqUnion {
+  ibv_cq cq;
+  ibv_cq_ex cq_ex;
+};
+
+class VerbsContext;
+
+struct VerbsCq {
+  VerbsContext* ctx = nullptr;
+  client::Cq* cq = nullptr;
+  ibv_cq* ibv = nullptr;
+  /// Completion and async events the application has read (the cq_event
+  /// and async_event ops); destroy waits until it has acknowledged as many
+  /// (ibv_ack_cq_events, ibv_ack_async_event), as the kernel's uverbs does.
+  uint32_t comp_events_reported = 0;
+  uint32_t async_events_reported = 0;
+  /// The extended CQ's current completion (start_poll/next_poll).
+  rocev2::Completion current;
+  bool extended = false;
+};
+
+struct VerbsSrq {
+  VerbsContext* ctx = nullptr;
+  client::Srq* srq = nullptr;
+  ibv_srq* ibv = nullptr;
+  uint32_t max_sge = 0;
+  uint32_t events_reported = 0;
+};
+
+/// The ibv_wr_* API's WRs of one wr_start..wr_complete batch, built here and
+/// posted by wr_complete (inline data copied at once, as the API allows the
+/// caller to reuse its buffer when the call returns).
+struct WrBatch {
+  static constexpr uint32_t kMax = 32;
+  static constexpr uint32_t kInlineMax = 1024;  ///< bytes per WR (>= any max_inline_data)
+  rocev2::SendWr wrs[kMax];
+  uint8_t inline_data[kMax][kInlineMax];
+  uint32_t count = 0;
+  int error = 0;  ///< the first error while building; wr_complete returns it
+};
+
+struct VerbsQp {
+  VerbsContext* ctx = nullptr;
+  client::Qp* qp = nullptr;
+  ibv_qp* ibv = nullptr;
+  ibv_qp_type type = IBV_QPT_RC;
+  bool sq_sig_all = false;
+  ibv_qp_cap cap{};
+  uint32_t events_reported = 0;
+  std::unique_ptr<WrBatch> batch;  ///< the ibv_wr_* API, when asked for
+};
+
+/// The droce side of one ibv_context: the client library's Context, the
+/// objects by droced id (for async events), and the thread that turns
+/// droced's events into the records libibverbs reads from async_fd.
+class VerbsContext {
+ public:
+  VerbsContext() = default;
+  ~VerbsContext();
+  VerbsContext(const VerbsContext&) = delete;
+  VerbsContext& operator=(const VerbsContext&) = delete;
+
+  /// Connects to droced at `socket_path`, caches the device's attributes,
+  /// and starts the event thread writing to *async_fd (its read end).
+  /// 0 or a positive errno.
+  int open(ibv_context* ibv, const std::string& socket_path, int* async_fd);
+
+  ibv_context* ibv = nullptr;
+  std::unique_ptr<client::Context> client;
+  core::ctl::QueryDeviceReply device{};
+
+  std::mutex objects_mutex;
+  std::unordered_map<uint32_t, VerbsQp*> qps;    ///< by QPN
+  std::unordered_map<uint32_t, VerbsCq*> cqs;    ///< by droced's CQ id
+  std::unordered_map<uint32_t, VerbsSrq*> srqs;  ///< by droced's SRQ id
+
+  /// Counts an async event the application has read (the async_event op),
+  /// on its object when that still exists.
+  void count_read_event(const ibv_async_event& ev);
+  /// Takes `ibv_object` (a QP, CQ or SRQ being destroyed) out of the tables
+  /// and removes the events about it the application has not read yet (the
+  /// kernel drops them too: their element would dangle), under
+  /// objects_mutex. Returns the object's events_reported as it then stands.
+  uint32_t forget(const void* ibv_object, uint32_t* reported);
+
+  /// Events dropped because the application did not read async_fd.
+  std::atomic<uint64_t> events_dropped{0};
+
+ private:
+  void event_loop();
+  /// Writes one ib_uverbs_async_event_desc record; false when it could not.
+  bool deliver(const client::AsyncEvent& ev);
+
+  core::Fd event_write_;  ///< our end of async_fd's socket pair
+  core::Fd event_read_;   ///< a second descriptor of async_fd's end (forget() reads it)
+  core::Fd stop_fd_;      ///< eventfd: the thread ends when it is written
+  std::thread thread_;
+};
+
+inline VerbsContext* context_of(ibv_context* c) { return static_cast<VerbsContext*>(droce_glue_context(c)); }
+inline VerbsCq* cq_of(ibv_cq* c) { return static_cast<VerbsCq*>(droce_object(c)); }
+inline VerbsQp* qp_of(ibv_qp* q) { return static_cast<VerbsQp*>(droce_object(q)); }
+inline VerbsSrq* srq_of(ibv_srq* s) { return static_cast<VerbsSrq*>(droce_object(s)); }
+
+/// A negative errno from the client library as libibverbs wants it.
+inline int positive(int rc) { return rc < 0 ? -rc : rc; }
+
+/// Sets errno and returns nullptr (pointer-returning ops).
+template <class T = void>
+T* fail(int err) {
+  errno = positive(err);
+  return nullptr;
+}
+
+/// The extended CQ's polling functions (start_poll ... read_*).
+void fill_cq_ex_ops(ibv_cq_ex* cq);
+/// The ibv_wr_* functions of an extended QP; `send_ops` (IBV_QP_EX_WITH_*)
+/// says which work-request builders the QP offers (the others stay NULL).
+void fill_qp_ex_ops(ibv_qp_ex* qpx, uint64_t send_ops);
+
+/// Waits on an object's cond until *completed reaches `reported` (async and
+/// completion events must be acknowledged before an object goes away, as with
+/// the kernel's uverbs).
+void wait_acked(pthread_mutex_t* m, pthread_cond_t* c, const uint32_t* completed, uint32_t reported);
+
+}  // namespace droce::verbs

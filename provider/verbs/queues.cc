@@ -1,0 +1,359 @@
+// CQs, SRQs and QPs: create, modify, query, destroy (the control path).
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "provider/preload/comp_channel.h"
+#include "provider/verbs/convert.h"
+#include "provider/verbs/objects.h"
+
+namespace droce::verbs {
+
+namespace {
+
+// The droced id of a completion channel for a CQ of `ctx`, registering it
+// with droced the first time (which hands droced the pipe's only write end).
+int channel_id(VerbsContext* ctx, ibv_comp_channel* channel, uint32_t* id) {
+  *id = 0;
+  if (channel == nullptr) return 0;
+  // A channel of another context (or one libibverbs made, which cannot exist
+  // on a droce context: its kernel command fails) is not ours to use.
+  if (channel->context != ctx->ibv) return EINVAL;
+  auto* ch = reinterpret_cast<droce_comp_channel*>(channel);
+  if (ch->magic != DROCE_COMP_CHANNEL_MAGIC) return EINVAL;
+  pthread_mutex_lock(&ctx->ibv->mutex);
+  int rc = 0;
+  if (ch->droced_id == 0) {
+    if (ch->write_fd < 0) {
+      rc = EINVAL;
+    } else {
+      uint32_t got = 0;
+      rc = positive(ctx->client->register_channel(ch->write_fd, &got));
+      if (rc == 0) {
+        ::close(ch->write_fd);
+        ch->write_fd = -1;
+        ch->droced_id = got;
+      }
+    }
+  }
+  *id = ch->droced_id;
+  pthread_mutex_unlock(&ctx->ibv->mutex);
+  return rc;
+}
+
+constexpr uint64_t kCqExWcFlags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM |
+                                  IBV_WC_EX_WITH_SRC_QP | IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL |
+                                  IBV_WC_EX_WITH_DLID_PATH_BITS;
+
+CqUnion* create_cq_common(ibv_context* context, int cqe, ibv_comp_channel* channel, int comp_vector,
+                          bool extended) {
+  VerbsContext* ctx = context_of(context);
+  if (cqe < 1 || static_cast<uint32_t>(cqe) > ctx->device.max_cqe) return fail<CqUnion>(EINVAL);
+  if (comp_vector < 0 || comp_vector >= context->num_comp_vectors) return fail<CqUnion>(EINVAL);
+  uint32_t ch = 0;
+  if (int rc = channel_id(ctx, channel, &ch); rc != 0) return fail<CqUnion>(rc);
+  auto* o = new (std::nothrow) Object<CqUnion>();
+  auto* v = new (std::nothrow) VerbsCq();
+  if (o == nullptr || v == nullptr) {
+    delete o;
+    delete v;
+    return fail<CqUnion>(ENOMEM);
+  }
+  std::memset(&o->obj, 0, sizeof o->obj);
+  client::Cq* cq = nullptr;
+  if (int rc = ctx->client->create_cq(static_cast<uint32_t>(cqe), &cq, ch, reinterpret_cast<uintptr_t>(&o->obj.cq));
+      rc != 0) {
+    delete o;
+    delete v;
+    return fail<CqUnion>(rc);
+  }
+  v->ctx = ctx;
+  v->cq = cq;
+  v->ibv = &o->obj.cq;
+  v->extended = extended;
+  o->droce = v;
+  o->obj.cq.context = context;
+  o->obj.cq.handle = cq->id();
+  o->obj.cq.cqe = static_cast<int>(cq->cqe());
+  {
+    std::lock_guard<std::mutex> g(ctx->objects_mutex);
+    ctx->cqs[cq->id()] = v;
+  }
+  return &o->obj;
+}
+
+}  // namespace
+
+}  // namespace droce::verbs
+
+using namespace droce;
+using namespace droce::verbs;
+
+extern "C" {
+
+// ---- CQs ---------------------------------------------------------------------------
+
+ibv_cq* droce_create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int comp_vector) {
+  CqUnion* u = create_cq_common(context, cqe, channel, comp_vector, false);
+  return u != nullptr ? &u->cq : nullptr;  // libibverbs runs verbs_init_cq()
+}
+
+ibv_cq_ex* droce_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
+  if (attr == nullptr) return fail<ibv_cq_ex>(EINVAL);
+  if (attr->comp_mask & ~uint32_t{IBV_CQ_INIT_ATTR_MASK_FLAGS}) return fail<ibv_cq_ex>(EOPNOTSUPP);
+  if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (attr->flags & ~uint32_t{IBV_CREATE_CQ_ATTR_SINGLE_THREADED}))
+    return fail<ibv_cq_ex>(EOPNOTSUPP);
+  if (attr->wc_flags & ~kCqExWcFlags) return fail<ibv_cq_ex>(EOPNOTSUPP);
+  if (attr->cqe > static_cast<uint32_t>(INT32_MAX)) return fail<ibv_cq_ex>(EINVAL);
+  CqUnion* u = create_cq_common(context, static_cast<int>(attr->cqe), attr->channel,
+                                static_cast<int>(attr->comp_vector), true);
+  if (u == nullptr) return nullptr;
+  // What libibverbs' verbs_init_cq() does for ibv_create_cq(); the extended
+  // path leaves it to the provider.
+  ibv_cq& cq = u->cq;
+  cq.channel = attr->channel;
+  if (cq.channel != nullptr) {
+    pthread_mutex_lock(&context->mutex);
+    ++cq.channel->refcnt;
+    pthread_mutex_unlock(&context->mutex);
+  }
+  cq.cq_context = attr->cq_context;
+  cq.comp_events_completed = 0;
+  cq.async_events_completed = 0;
+  pthread_mutex_init(&cq.mutex, nullptr);
+  pthread_cond_init(&cq.cond, nullptr);
+  fill_cq_ex_ops(&u->cq_ex);
+  return &u->cq_ex;
+}
+
+int droce_destroy_cq(ibv_cq* ibcq) {
+  VerbsCq* v = cq_of(ibcq);
+  VerbsContext* ctx = v->ctx;
+  // EBUSY while a QP uses it (droced counts the users).
+  if (int rc = ctx->client->destroy_cq(v->cq); rc != 0) return positive(rc);
+  const uint32_t async_reported = ctx->forget(ibcq, &v->async_events_reported);
+  pthread_mutex_lock(&ibcq->mutex);
+  while (ibcq->comp_events_completed != v->comp_events_reported ||
+         ibcq->async_events_completed != async_reported)
+    pthread_cond_wait(&ibcq->cond, &ibcq->mutex);
+  pthread_mutex_unlock(&ibcq->mutex);
+  delete v;
+  delete object_of(reinterpret_cast<CqUnion*>(ibcq));
+  return 0;
+}
+
+int droce_resize_cq(ibv_cq* ibcq, int cqe) {
+  VerbsCq* v = cq_of(ibcq);
+  if (cqe < 1 || static_cast<uint32_t>(cqe) > v->ctx->device.max_cqe) return EINVAL;
+  // droced's CQ rings are sized once. Granting only the sizes a CQ already
+  // holds would make resizing work or fail by size, which no program expects;
+  // it is simply not offered (what ibv_resize_cq(3) callers test for).
+  return EOPNOTSUPP;
+}
+
+void droce_cq_event(ibv_cq* ibcq) {
+  VerbsCq* v = cq_of(ibcq);
+  pthread_mutex_lock(&ibcq->mutex);
+  ++v->comp_events_reported;
+  pthread_mutex_unlock(&ibcq->mutex);
+}
+
+// ---- SRQs ----------------------------------------------------------------------------
+
+ibv_srq* droce_create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
+  if (pd == nullptr || attr == nullptr) return fail<ibv_srq>(EINVAL);
+  VerbsContext* ctx = context_of(pd->context);
+  ibv_srq_attr& a = attr->attr;
+  if (a.max_wr == 0 || a.max_wr > ctx->device.max_srq_wr || a.max_sge > ctx->device.max_srq_sge ||
+      a.srq_limit > a.max_wr)
+    return fail<ibv_srq>(EINVAL);
+  const uint32_t max_sge = a.max_sge == 0 ? 1 : a.max_sge;
+  auto* o = new (std::nothrow) Object<ibv_srq>();
+  auto* v = new (std::nothrow) VerbsSrq();
+  if (o == nullptr || v == nullptr) {
+    delete o;
+    delete v;
+    return fail<ibv_srq>(ENOMEM);
+  }
+  client::Srq* srq = nullptr;
+  if (int rc = ctx->client->create_srq(pd->handle, a.max_wr, max_sge, a.srq_limit, &srq); rc != 0) {
+    delete o;
+    delete v;
+    return fail<ibv_srq>(rc);
+  }
+  v->ctx = ctx;
+  v->srq = srq;
+  v->ibv = &o->obj;
+  v->max_sge = max_sge;
+  o->droce = v;
+  o->obj.context = pd->context;
+  o->obj.pd = pd;
+  o->obj.handle = srq->id();
+  a.max_wr = srq->max_wr();
+  a.max_sge = max_sge;
+  {
+    std::lock_guard<std::mutex> g(ctx->objects_mutex);
+    ctx->srqs[srq->id()] = v;
+  }
+  return &o->obj;  // libibverbs fills srq_context, mutex and cond
+}
+
+int droce_modify_srq(ibv_srq* ibsrq, ibv_srq_attr* attr, int mask) {
+  if (attr == nullptr) return EINVAL;
+  if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) return EINVAL;
+  VerbsSrq* v = srq_of(ibsrq);
+  return positive(v->ctx->client->modify_srq(v->srq, static_cast<uint32_t>(mask), attr->max_wr, attr->srq_limit));
+}
+
+int droce_query_srq(ibv_srq* ibsrq, ibv_srq_attr* attr) {
+  if (attr == nullptr) return EINVAL;
+  VerbsSrq* v = srq_of(ibsrq);
+  uint32_t max_wr = 0, max_sge = 0, limit = 0;
+  if (int rc = v->ctx->client->query_srq(v->srq, &max_wr, &max_sge, &limit); rc != 0) return positive(rc);
+  attr->max_wr = max_wr;
+  attr->max_sge = max_sge;
+  attr->srq_limit = limit;
+  return 0;
+}
+
+int droce_destroy_srq(ibv_srq* ibsrq) {
+  VerbsSrq* v = srq_of(ibsrq);
+  VerbsContext* ctx = v->ctx;
+  if (int rc = ctx->client->destroy_srq(v->srq); rc != 0) return positive(rc);
+  const uint32_t reported = ctx->forget(ibsrq, &v->events_reported);
+  wait_acked(&ibsrq->mutex, &ibsrq->cond, &ibsrq->events_completed, reported);
+  delete v;
+  delete object_of(ibsrq);
+  return 0;
+}
+
+// ---- QPs -------------------------------------------------------------------------------
+
+int droce_glue_create_qp(ibv_context* context, ibv_qp_init_attr_ex* attr, ibv_qp* qp, ibv_qp_ex* qpx, void** slot) {
+  if (attr == nullptr) return EINVAL;
+  VerbsContext* ctx = context_of(context);
+  constexpr uint32_t kKnownMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  if (attr->comp_mask & ~kKnownMask) return EOPNOTSUPP;
+  if ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags != 0) return EOPNOTSUPP;
+  if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || attr->pd == nullptr || attr->pd->context != context) return EINVAL;
+  switch (attr->qp_type) {
+    case IBV_QPT_RC:
+    case IBV_QPT_UC:
+    case IBV_QPT_UD:
+      break;
+    default:
+      return EOPNOTSUPP;  // XRC, raw packet, driver QPs
+  }
+  if (attr->send_cq == nullptr || attr->recv_cq == nullptr || attr->send_cq->context != context ||
+      attr->recv_cq->context != context)
+    return EINVAL;
+  if (attr->srq != nullptr && attr->srq->context != context) return EINVAL;
+  uint64_t ops = 0;
+  if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
+    ops = attr->send_ops_flags;
+    uint64_t allowed = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+    if (attr->qp_type != IBV_QPT_UD) allowed |= IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
+    if (attr->qp_type == IBV_QPT_RC)
+      allowed |= IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
+                 IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV;
+    if (ops & ~allowed) return EOPNOTSUPP;
+  }
+
+  client::QpCreate c;
+  c.type = static_cast<rocev2::QpType>(attr->qp_type);
+  c.pd = attr->pd->handle;
+  c.send_cq = cq_of(attr->send_cq)->cq;
+  c.recv_cq = cq_of(attr->recv_cq)->cq;
+  c.srq = attr->srq != nullptr ? srq_of(attr->srq)->srq : nullptr;
+  // droced wants room for at least one WR each way; more than asked is what
+  // any HCA may grant (ibv_create_qp(3)).
+  c.cap.max_send_wr = attr->cap.max_send_wr == 0 ? 1 : attr->cap.max_send_wr;
+  c.cap.max_recv_wr = c.srq != nullptr ? 0 : (attr->cap.max_recv_wr == 0 ? 1 : attr->cap.max_recv_wr);
+  c.cap.max_send_sge = attr->cap.max_send_sge;
+  c.cap.max_recv_sge = c.srq != nullptr ? 0 : attr->cap.max_recv_sge;
+  c.cap.max_inline_data = attr->cap.max_inline_data;
+  c.sq_sig_all = attr->sq_sig_all != 0;
+
+  auto v = std::unique_ptr<VerbsQp>(new (std::nothrow) VerbsQp());
+  if (!v) return ENOMEM;
+  if (qpx != nullptr) {
+    v->batch.reset(new (std::nothrow) WrBatch());
+    if (!v->batch) return ENOMEM;
+  }
+  client::Qp* cqp = nullptr;
+  if (int rc = ctx->client->create_qp(c, &cqp); rc != 0) return positive(rc);
+  const rocev2::QpCap& g = cqp->cap();
+  v->ctx = ctx;
+  v->qp = cqp;
+  v->ibv = qp;
+  v->type = attr->qp_type;
+  v->sq_sig_all = c.sq_sig_all;
+  v->cap = {g.max_send_wr, c.srq != nullptr ? 0 : g.max_recv_wr, g.max_send_sge,
+            c.srq != nullptr ? 0 : g.max_recv_sge, g.max_inline_data};
+  attr->cap = v->cap;
+
+  qp->context = context;
+  qp->qp_context = attr->qp_context;
+  qp->pd = attr->pd;
+  qp->send_cq = attr->send_cq;
+  qp->recv_cq = attr->recv_cq;
+  qp->srq = attr->srq;
+  qp->handle = cqp->qpn();
+  qp->qp_num = cqp->qpn();
+  qp->state = IBV_QPS_RESET;
+  qp->qp_type = attr->qp_type;
+  pthread_mutex_init(&qp->mutex, nullptr);
+  pthread_cond_init(&qp->cond, nullptr);
+  qp->events_completed = 0;
+  if (qpx != nullptr) {
+    qpx->comp_mask = 0;
+    fill_qp_ex_ops(qpx, ops);
+  }
+  {
+    std::lock_guard<std::mutex> l(ctx->objects_mutex);
+    ctx->qps[cqp->qpn()] = v.get();
+  }
+  *slot = v.release();
+  return 0;
+}
+
+int droce_glue_destroy_qp(ibv_qp* ibqp) {
+  VerbsQp* v = qp_of(ibqp);
+  VerbsContext* ctx = v->ctx;
+  if (int rc = ctx->client->destroy_qp(v->qp); rc != 0) return positive(rc);
+  const uint32_t reported = ctx->forget(ibqp, &v->events_reported);
+  wait_acked(&ibqp->mutex, &ibqp->cond, &ibqp->events_completed, reported);
+  delete v;
+  return 0;
+}
+
+int droce_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
+  if (attr == nullptr) return EINVAL;
+  VerbsQp* v = qp_of(ibqp);
+  rocev2::QpAttr a;
+  if (int rc = to_qp_attr(*attr, mask, &a); rc != 0) return rc;
+  return positive(v->ctx->client->modify_qp(v->qp, a, static_cast<uint32_t>(mask)));
+}
+
+int droce_query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init_attr) {
+  (void)mask;  // everything is reported; the mask only says what the caller reads
+  if (attr == nullptr || init_attr == nullptr) return EINVAL;
+  VerbsQp* v = qp_of(ibqp);
+  rocev2::QpAttr a;
+  if (int rc = v->ctx->client->query_qp(v->qp, &a); rc != 0) return positive(rc);
+  from_qp_attr(a, attr);
+  attr->cap = v->cap;
+  *init_attr = ibv_qp_init_attr{};
+  init_attr->qp_context = ibqp->qp_context;
+  init_attr->send_cq = ibqp->send_cq;
+  init_attr->recv_cq = ibqp->recv_cq;
+  init_attr->srq = ibqp->srq;
+  init_attr->cap = v->cap;
+  init_attr->qp_type = v->type;
+  init_attr->sq_sig_all = v->sq_sig_all ? 1 : 0;
+  return 0;
+}
+
+}  // extern "C"

@@ -1,0 +1,691 @@
+// verbs_api_probe: the verbs API through the distro's libibverbs and droce's provider, between
+// two droce devices (two droced hosts) seen by one process: what the stock programs do not
+// reach. Bad arguments and the errno each gets; every RC opcode with its completion fields and
+// data; a list of WRs with a bad one in the middle; the ibv_wr_* API; UD with its GRH and an AH
+// made from the completion; completion channels (with the preload) including solicited-only
+// arming; async events (SRQ limit, CQ overrun with the QP's fatal error, and the device fatal
+// when droced dies); rereg_mr.
+//
+//   verbs_api_probe DEV_A DEV_B [DROCED_B_PID]
+//
+// Run with SYSFS_PATH naming a tree that holds both devices, RDMAV_DRIVERS naming the provider
+// and LD_PRELOAD the completion-channel library. With DROCED_B_PID it kills that droced last and
+// expects IBV_EVENT_DEVICE_FATAL on B. Prints "ok: ..." / "FAIL: ..." lines; exits 1 on any
+// failure, 2 when the devices cannot be set up.
+#include <endian.h>
+#include <infiniband/verbs.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+
+namespace {
+
+int failures = 0;
+
+void check(bool ok, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  std::printf("%s: ", ok ? "ok" : "FAIL");
+  std::vprintf(fmt, ap);
+  std::printf("\n");
+  std::fflush(stdout);
+  va_end(ap);
+  if (!ok) ++failures;
+}
+
+[[noreturn]] void die(const char* what) {
+  std::printf("FAIL: setup: %s (errno %d, %s)\n", what, errno, std::strerror(errno));
+  std::exit(2);
+}
+
+uint64_t now_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000 + uint64_t(ts.tv_nsec) / 1000000;
+}
+
+// Polls until n completions arrived (5 s at most); returns how many did.
+int poll_n(ibv_cq* cq, ibv_wc* wc, int n) {
+  int got = 0;
+  const uint64_t end = now_ms() + 5000;
+  while (got < n && now_ms() < end) {
+    const int k = ibv_poll_cq(cq, n - got, wc + got);
+    if (k < 0) return got;
+    got += k;
+  }
+  return got;
+}
+
+struct Dev {
+  ibv_context* ctx = nullptr;
+  ibv_pd* pd = nullptr;
+  ibv_device_attr attr{};
+  ibv_gid gid{};
+  uint8_t* buf = nullptr;
+  ibv_mr* mr = nullptr;
+  static constexpr size_t kBuf = 1 << 16;
+};
+
+Dev open_dev(const char* name) {
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  if (list == nullptr) die("ibv_get_device_list");
+  Dev d;
+  for (int i = 0; i < n; ++i)
+    if (std::strcmp(ibv_get_device_name(list[i]), name) == 0) d.ctx = ibv_open_device(list[i]);
+  ibv_free_device_list(list);
+  if (d.ctx == nullptr) die("ibv_open_device");
+  if (ibv_query_device(d.ctx, &d.attr) != 0) die("ibv_query_device");
+  if (ibv_query_gid(d.ctx, 1, 1, &d.gid) != 0) die("ibv_query_gid");
+  d.pd = ibv_alloc_pd(d.ctx);
+  if (d.pd == nullptr) die("ibv_alloc_pd");
+  void* mem = nullptr;
+  if (posix_memalign(&mem, 4096, Dev::kBuf) != 0) die("posix_memalign");
+  d.buf = static_cast<uint8_t*>(mem);
+  std::memset(d.buf, 0, Dev::kBuf);
+  d.mr = ibv_reg_mr(d.pd, d.buf, Dev::kBuf,
+                    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                        IBV_ACCESS_REMOTE_ATOMIC);
+  if (d.mr == nullptr) die("ibv_reg_mr");
+  return d;
+}
+
+ibv_qp* make_qp(Dev& d, ibv_qp_type type, ibv_cq* scq, ibv_cq* rcq, ibv_srq* srq = nullptr, uint32_t inline_len = 0) {
+  ibv_qp_init_attr a{};
+  a.send_cq = scq;
+  a.recv_cq = rcq;
+  a.srq = srq;
+  a.qp_type = type;
+  a.cap.max_send_wr = 64;
+  a.cap.max_recv_wr = srq != nullptr ? 0 : 64;
+  a.cap.max_send_sge = 4;
+  a.cap.max_recv_sge = srq != nullptr ? 0 : 4;
+  a.cap.max_inline_data = inline_len;
+  ibv_qp* qp = ibv_create_qp(d.pd, &a);
+  if (qp == nullptr) die("ibv_create_qp");
+  return qp;
+}
+
+int to_init(ibv_qp* qp) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.pkey_index = 0;
+  a.port_num = 1;
+  if (qp->qp_type == IBV_QPT_UD) {
+    a.qkey = 0x11111111;
+    return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY);
+  }
+  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+  return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+}
+
+// RESET -> INIT -> RTR -> RTS toward `remote` at `gid`.
+void connect_rc(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& gid) {
+  if (to_init(qp) != 0) die("modify to INIT");
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_1024;
+  a.dest_qp_num = remote_qpn;
+  a.rq_psn = 0;
+  a.max_dest_rd_atomic = 4;
+  a.min_rnr_timer = 12;
+  a.ah_attr.is_global = 1;
+  a.ah_attr.grh.dgid = gid;
+  a.ah_attr.grh.sgid_index = 1;
+  a.ah_attr.grh.hop_limit = 64;
+  a.ah_attr.port_num = 1;
+  if (ibv_modify_qp(qp, &a,
+                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0)
+    die("modify to RTR");
+  a = ibv_qp_attr{};
+  a.qp_state = IBV_QPS_RTS;
+  a.timeout = 14;
+  a.retry_cnt = 7;
+  a.rnr_retry = 7;
+  a.sq_psn = 0;
+  a.max_rd_atomic = 4;
+  if (ibv_modify_qp(qp, &a,
+                    IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                        IBV_QP_MAX_QP_RD_ATOMIC) != 0)
+    die("modify to RTS");
+}
+
+void ud_ready(ibv_qp* qp) {
+  if (to_init(qp) != 0) die("UD to INIT");
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RTR;
+  if (ibv_modify_qp(qp, &a, IBV_QP_STATE) != 0) die("UD to RTR");
+  a.qp_state = IBV_QPS_RTS;
+  a.sq_psn = 0;
+  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN) != 0) die("UD to RTS");
+}
+
+int post_recv(ibv_qp* qp, ibv_srq* srq, uint64_t id, void* addr, uint32_t len, uint32_t lkey) {
+  ibv_sge s{reinterpret_cast<uintptr_t>(addr), len, lkey};
+  ibv_recv_wr wr{};
+  wr.wr_id = id;
+  wr.sg_list = &s;
+  wr.num_sge = 1;
+  ibv_recv_wr* bad = nullptr;
+  return srq != nullptr ? ibv_post_srq_recv(srq, &wr, &bad) : ibv_post_recv(qp, &wr, &bad);
+}
+
+// One async event within `ms`, or event_type -1.
+ibv_async_event next_event(ibv_context* ctx, int ms) {
+  ibv_async_event ev{};
+  ev.event_type = static_cast<ibv_event_type>(-1);
+  pollfd p{ctx->async_fd, POLLIN, 0};
+  if (::poll(&p, 1, ms) == 1 && ibv_get_async_event(ctx, &ev) != 0) ev.event_type = static_cast<ibv_event_type>(-1);
+  return ev;
+}
+
+void bad_arguments(Dev& a) {
+  errno = 0;
+  check(ibv_create_cq(a.ctx, 0, nullptr, nullptr, 0) == nullptr && errno == EINVAL, "create_cq(cqe 0): EINVAL");
+  errno = 0;
+  check(ibv_create_cq(a.ctx, a.attr.max_cqe + 1, nullptr, nullptr, 0) == nullptr && errno == EINVAL,
+        "create_cq(max_cqe + 1): EINVAL");
+  errno = 0;
+  check(ibv_create_cq(a.ctx, 4, nullptr, nullptr, 1) == nullptr && errno == EINVAL,
+        "create_cq(comp_vector 1 of 1): EINVAL");
+  errno = 0;
+  check(ibv_reg_mr(a.pd, a.buf, 0, IBV_ACCESS_LOCAL_WRITE) == nullptr && errno == EINVAL, "reg_mr(length 0): EINVAL");
+  errno = 0;
+  check(ibv_reg_mr(a.pd, a.buf, 64, IBV_ACCESS_REMOTE_WRITE) == nullptr && errno == EINVAL,
+        "reg_mr(remote write without local write): EINVAL");
+  errno = 0;
+  check(ibv_reg_mr(a.pd, a.buf, 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND) == nullptr && errno == EOPNOTSUPP,
+        "reg_mr(on-demand paging): EOPNOTSUPP");
+  // Memory the process may not read (PROT_NONE): as an HCA's pinning, registration fails.
+  void* none = mmap(nullptr, 8192, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  errno = 0;
+  ibv_mr* nmr = ibv_reg_mr(a.pd, none, 8192, IBV_ACCESS_LOCAL_WRITE);
+  check(nmr == nullptr && errno == EFAULT, "reg_mr(inaccessible memory): EFAULT (%d)", errno);
+  if (nmr != nullptr) ibv_dereg_mr(nmr);
+  munmap(none, 8192);
+
+  ibv_cq* cq = ibv_create_cq(a.ctx, 16, nullptr, nullptr, 0);
+  if (cq == nullptr) die("create_cq");
+  check(cq->cqe >= 16, "create_cq(16) reports cqe %d >= 16", cq->cqe);
+  check(ibv_resize_cq(cq, 64) == EOPNOTSUPP, "resize_cq: EOPNOTSUPP");
+  ibv_qp_init_attr qa{};
+  qa.send_cq = cq;
+  qa.recv_cq = cq;
+  qa.qp_type = IBV_QPT_RC;
+  qa.cap = {static_cast<uint32_t>(a.attr.max_qp_wr) + 1, 1, 1, 1, 0};
+  errno = 0;
+  check(ibv_create_qp(a.pd, &qa) == nullptr && errno == EINVAL, "create_qp(max_send_wr > max_qp_wr): EINVAL");
+  qa.cap = {1, 1, 1, 1, 0};
+  qa.qp_type = IBV_QPT_RAW_PACKET;
+  errno = 0;
+  check(ibv_create_qp(a.pd, &qa) == nullptr && errno == EOPNOTSUPP, "create_qp(raw packet): EOPNOTSUPP");
+  qa.qp_type = IBV_QPT_RC;
+  qa.send_cq = nullptr;
+  errno = 0;
+  check(ibv_create_qp(a.pd, &qa) == nullptr && errno == EINVAL, "create_qp(no send CQ): EINVAL");
+
+  ibv_qp* qp = make_qp(a, IBV_QPT_RC, cq, cq);
+  check(qp->state == IBV_QPS_RESET && qp->qp_num != 0, "create_qp: RESET, qp_num 0x%x", qp->qp_num);
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_RTR;
+  check(ibv_modify_qp(qp, &attr, IBV_QP_STATE) == EINVAL, "modify_qp(RESET -> RTR): EINVAL");
+  ibv_sge sge{reinterpret_cast<uintptr_t>(a.buf), 64, a.mr->lkey};
+  ibv_send_wr wr{};
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  ibv_send_wr* bad = nullptr;
+  check(ibv_post_send(qp, &wr, &bad) == EINVAL && bad == &wr, "post_send in RESET: EINVAL, bad_wr = the WR");
+  ibv_qp_init_attr init{};
+  check(ibv_query_qp(qp, &attr, IBV_QP_STATE | IBV_QP_CAP, &init) == 0 && attr.qp_state == IBV_QPS_RESET &&
+            init.cap.max_send_wr >= 64 && init.send_cq == cq && init.qp_type == IBV_QPT_RC,
+        "query_qp: RESET, caps and init attributes");
+
+  ibv_ah_attr ah{};
+  ah.port_num = 1;  // not global: RoCE routes by GID
+  errno = 0;
+  check(ibv_create_ah(a.pd, &ah) == nullptr && errno == EINVAL, "create_ah(no GRH): EINVAL");
+
+  check(ibv_destroy_cq(cq) == EBUSY, "destroy_cq with a QP on it: EBUSY");
+  check(ibv_dealloc_pd(a.pd) == EBUSY, "dealloc_pd with objects on it: EBUSY");
+  check(ibv_destroy_qp(qp) == 0 && ibv_destroy_cq(cq) == 0, "destroy_qp, then destroy_cq: 0");
+}
+
+void rc_traffic(Dev& a, Dev& b) {
+  ibv_cq* acq = ibv_create_cq(a.ctx, 64, nullptr, nullptr, 0);
+  ibv_cq* bcq = ibv_create_cq(b.ctx, 64, nullptr, nullptr, 0);
+  if (acq == nullptr || bcq == nullptr) die("create_cq");
+  ibv_qp* aq = make_qp(a, IBV_QPT_RC, acq, acq, nullptr, 64);
+  ibv_qp* bq = make_qp(b, IBV_QPT_RC, bcq, bcq);
+  connect_rc(aq, bq->qp_num, b.gid);
+  connect_rc(bq, aq->qp_num, a.gid);
+  ibv_wc wc[8];
+
+  // SEND with immediate data into a posted receive.
+  for (int i = 0; i < 256; ++i) a.buf[i] = static_cast<uint8_t>(i);
+  check(post_recv(bq, nullptr, 7, b.buf, 4096, b.mr->lkey) == 0, "post_recv");
+  ibv_sge sge{reinterpret_cast<uintptr_t>(a.buf), 256, a.mr->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 1;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND_WITH_IMM;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.imm_data = htobe32(0xcafe);
+  ibv_send_wr* bad = nullptr;
+  check(ibv_post_send(aq, &wr, &bad) == 0, "post_send SEND_WITH_IMM");
+  bool data = poll_n(bcq, wc, 1) == 1 && wc[0].status == IBV_WC_SUCCESS && wc[0].opcode == IBV_WC_RECV &&
+              wc[0].wr_id == 7 && wc[0].byte_len == 256 && (wc[0].wc_flags & IBV_WC_WITH_IMM) &&
+              be32toh(wc[0].imm_data) == 0xcafe && wc[0].qp_num == bq->qp_num;
+  for (int i = 0; i < 256 && data; ++i) data = b.buf[i] == static_cast<uint8_t>(i);
+  check(data, "SEND_WITH_IMM arrives: RECV, byte_len 256, immediate 0xcafe, the bytes");
+  check(poll_n(acq, wc, 1) == 1 && wc[0].status == IBV_WC_SUCCESS && wc[0].opcode == IBV_WC_SEND && wc[0].wr_id == 1,
+        "the sender's SEND completion");
+
+  // A list of three: a WRITE (unsignaled), a bad WR (too many SGEs), a SEND: the first is
+  // posted, bad_wr is the second, the third is not posted.
+  ibv_sge sges[8];
+  for (auto& s : sges) s = sge;
+  ibv_send_wr w3[3]{};
+  w3[0].wr_id = 10;
+  w3[0].sg_list = &sge;
+  w3[0].num_sge = 1;
+  w3[0].opcode = IBV_WR_RDMA_WRITE;
+  w3[0].wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(b.buf) + 8192;
+  w3[0].wr.rdma.rkey = b.mr->rkey;
+  w3[0].next = &w3[1];
+  w3[1] = w3[0];
+  w3[1].wr_id = 11;
+  w3[1].sg_list = sges;
+  w3[1].num_sge = 8;  // the QP has max_send_sge 4
+  w3[1].next = &w3[2];
+  w3[2] = w3[0];
+  w3[2].wr_id = 12;
+  w3[2].send_flags = IBV_SEND_SIGNALED;
+  w3[2].next = nullptr;
+  bad = nullptr;
+  check(ibv_post_send(aq, w3, &bad) == EINVAL && bad == &w3[1], "a list with a bad WR: EINVAL, bad_wr = that WR");
+  std::memset(a.buf + 1024, 0x5a, 64);
+  ibv_sge s2{reinterpret_cast<uintptr_t>(a.buf) + 1024, 64, a.mr->lkey};
+  w3[2].sg_list = &s2;
+  check(ibv_post_send(aq, &w3[2], &bad) == 0 && poll_n(acq, wc, 1) == 1 && wc[0].wr_id == 12 &&
+            wc[0].opcode == IBV_WC_RDMA_WRITE && b.buf[8192] == 0x5a && b.buf[8192 + 63] == 0x5a,
+        "RDMA_WRITE lands; only the signaled WR completes");
+
+  // Inline SEND (the bytes are taken at post time).
+  ibv_qp_attr qattr{};
+  ibv_qp_init_attr init{};
+  ibv_query_qp(aq, &qattr, IBV_QP_CAP, &init);
+  check(init.cap.max_inline_data >= 64, "max_inline_data granted: %u", init.cap.max_inline_data);
+  check(post_recv(bq, nullptr, 8, b.buf + 4096, 4096, b.mr->lkey) == 0, "post_recv");
+  char msg[32] = "inline bytes";
+  ibv_sge is{reinterpret_cast<uintptr_t>(msg), sizeof msg, 0};
+  wr = ibv_send_wr{};
+  wr.wr_id = 2;
+  wr.sg_list = &is;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+  check(ibv_post_send(aq, &wr, &bad) == 0, "post_send inline");
+  std::memset(msg, 0, sizeof msg);
+  check(poll_n(bcq, wc, 1) == 1 && wc[0].status == IBV_WC_SUCCESS && wc[0].byte_len == 32 &&
+            std::strcmp(reinterpret_cast<char*>(b.buf) + 4096, "inline bytes") == 0,
+        "inline SEND arrives with the bytes as they were at post time");
+  poll_n(acq, wc, 1);
+
+  // RDMA WRITE with immediate: consumes a receive, RECV_RDMA_WITH_IMM.
+  check(post_recv(bq, nullptr, 9, b.buf, 16, b.mr->lkey) == 0, "post_recv");
+  wr = ibv_send_wr{};
+  wr.wr_id = 3;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.imm_data = htobe32(77);
+  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(b.buf) + 16384;
+  wr.wr.rdma.rkey = b.mr->rkey;
+  check(ibv_post_send(aq, &wr, &bad) == 0 && poll_n(bcq, wc, 1) == 1 && wc[0].opcode == IBV_WC_RECV_RDMA_WITH_IMM &&
+            be32toh(wc[0].imm_data) == 77 && b.buf[16384 + 200] == 200,
+        "RDMA_WRITE_WITH_IMM: RECV_RDMA_WITH_IMM, immediate 77, data written");
+  poll_n(acq, wc, 1);
+
+  // READ, then the two atomics on an 8-byte word of B.
+  for (int i = 0; i < 128; ++i) b.buf[20000 + i] = static_cast<uint8_t>(255 - i);
+  ibv_sge rs{reinterpret_cast<uintptr_t>(a.buf) + 30000, 128, a.mr->lkey};
+  wr = ibv_send_wr{};
+  wr.wr_id = 4;
+  wr.sg_list = &rs;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_READ;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(b.buf) + 20000;
+  wr.wr.rdma.rkey = b.mr->rkey;
+  check(ibv_post_send(aq, &wr, &bad) == 0 && poll_n(acq, wc, 1) == 1 && wc[0].opcode == IBV_WC_RDMA_READ &&
+            wc[0].status == IBV_WC_SUCCESS && a.buf[30000] == 255 && a.buf[30127] == 128,
+        "RDMA_READ: the bytes come back");
+  uint64_t* word = reinterpret_cast<uint64_t*>(b.buf + 40000);
+  *word = 1000;
+  ibv_sge as{reinterpret_cast<uintptr_t>(a.buf) + 40000, 8, a.mr->lkey};
+  wr = ibv_send_wr{};
+  wr.wr_id = 5;
+  wr.sg_list = &as;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.atomic.remote_addr = reinterpret_cast<uintptr_t>(word);
+  wr.wr.atomic.rkey = b.mr->rkey;
+  wr.wr.atomic.compare_add = 234;
+  const uint64_t* old = reinterpret_cast<uint64_t*>(a.buf + 40000);
+  check(ibv_post_send(aq, &wr, &bad) == 0 && poll_n(acq, wc, 1) == 1 && wc[0].opcode == IBV_WC_FETCH_ADD &&
+            *old == 1000 && *word == 1234,
+        "FETCH_AND_ADD: old value 1000 returned, 1234 stored");
+  wr.wr_id = 6;
+  wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+  wr.wr.atomic.compare_add = 1234;
+  wr.wr.atomic.swap = 0xabcdef;
+  check(ibv_post_send(aq, &wr, &bad) == 0 && poll_n(acq, wc, 1) == 1 && wc[0].opcode == IBV_WC_COMP_SWAP &&
+            *old == 1234 && *word == 0xabcdef,
+        "CMP_AND_SWP: swapped");
+
+  // The ibv_wr_* API on a QP made with ibv_create_qp_ex.
+  ibv_qp_init_attr_ex xa{};
+  xa.send_cq = acq;
+  xa.recv_cq = acq;
+  xa.qp_type = IBV_QPT_RC;
+  xa.cap = {16, 16, 2, 2, 64};
+  xa.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  xa.pd = a.pd;
+  xa.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE;
+  ibv_qp* xq = ibv_create_qp_ex(a.ctx, &xa);
+  ibv_qp_ex* qx = xq != nullptr ? ibv_qp_to_qp_ex(xq) : nullptr;
+  check(qx != nullptr && qx->wr_send != nullptr && qx->wr_rdma_read == nullptr,
+        "create_qp_ex with send ops: ibv_qp_to_qp_ex gives the builders asked for, only those");
+  if (qx != nullptr) {
+    ibv_qp* yq = make_qp(b, IBV_QPT_RC, bcq, bcq);
+    connect_rc(xq, yq->qp_num, b.gid);
+    connect_rc(yq, xq->qp_num, a.gid);
+    post_recv(yq, nullptr, 20, b.buf + 50000, 64, b.mr->lkey);
+    std::memset(a.buf + 60000, 0x33, 64);
+    ibv_wr_start(qx);
+    qx->wr_id = 21;
+    qx->wr_flags = 0;
+    ibv_wr_rdma_write(qx, b.mr->rkey, reinterpret_cast<uintptr_t>(b.buf) + 51000);
+    ibv_wr_set_sge(qx, a.mr->lkey, reinterpret_cast<uintptr_t>(a.buf) + 60000, 64);
+    qx->wr_id = 22;
+    qx->wr_flags = IBV_SEND_SIGNALED;
+    ibv_wr_send(qx);
+    ibv_wr_set_inline_data(qx, const_cast<char*>("wr api"), 7);
+    check(ibv_wr_complete(qx) == 0, "ibv_wr_complete of a WRITE and an inline SEND");
+    check(poll_n(bcq, wc, 1) == 1 && wc[0].wr_id == 20 && wc[0].byte_len == 7 &&
+              std::strcmp(reinterpret_cast<char*>(b.buf) + 50000, "wr api") == 0 && b.buf[51000] == 0x33,
+          "ibv_wr_*: both arrive, in order");
+    check(poll_n(acq, wc, 1) == 1 && wc[0].wr_id == 22, "ibv_wr_*: the signaled one completes");
+    ibv_wr_start(qx);
+    ibv_wr_send(qx);
+    ibv_wr_set_sge_list(qx, 3, sges);  // max_send_sge 2
+    check(ibv_wr_complete(qx) == EINVAL, "ibv_wr_complete after too many SGEs: EINVAL");
+    ibv_destroy_qp(xq);
+    ibv_destroy_qp(yq);
+  }
+
+  // rereg_mr to another buffer: the new keys work.
+  void* mem2 = nullptr;
+  if (posix_memalign(&mem2, 4096, 8192) != 0) die("posix_memalign");
+  std::memset(mem2, 0, 8192);
+  const uint32_t old_rkey = b.mr->rkey;
+  const int rr = ibv_rereg_mr(b.mr, IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, mem2, 8192, 0);
+  check(rr == 0 && b.mr->addr == mem2 && b.mr->length == 8192 && b.mr->rkey == old_rkey,
+        "rereg_mr(CHANGE_TRANSLATION): 0, the keys stay");
+  wr = ibv_send_wr{};
+  wr.wr_id = 7;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(mem2) + 100;
+  wr.wr.rdma.rkey = b.mr->rkey;
+  check(ibv_post_send(aq, &wr, &bad) == 0 && poll_n(acq, wc, 1) == 1 && wc[0].status == IBV_WC_SUCCESS &&
+            static_cast<uint8_t*>(mem2)[100 + 255] == 255,
+        "a WRITE with the MR's (unchanged) rkey lands in the new buffer");
+  if (ibv_rereg_mr(b.mr, IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, b.buf, Dev::kBuf, 0) != 0) die("rereg_mr back");
+  // Access taken away: a remote WRITE now fails with a remote access error (last on this QP:
+  // the error takes it to ERR).
+  check(ibv_rereg_mr(b.mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, IBV_ACCESS_LOCAL_WRITE) == 0,
+        "rereg_mr(CHANGE_ACCESS to local write only): 0");
+  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(b.buf);
+  check(ibv_post_send(aq, &wr, &bad) == 0 && poll_n(acq, wc, 1) == 1 && wc[0].status == IBV_WC_REM_ACCESS_ERR,
+        "a remote WRITE after that: remote access error");
+  if (ibv_rereg_mr(b.mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
+                   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                       IBV_ACCESS_REMOTE_ATOMIC) != 0)
+    die("rereg_mr access back");
+  std::free(mem2);
+
+  ibv_destroy_qp(aq);
+  ibv_destroy_qp(bq);
+  ibv_destroy_cq(acq);
+  ibv_destroy_cq(bcq);
+}
+
+void ud_traffic(Dev& a, Dev& b) {
+  ibv_cq* acq = ibv_create_cq(a.ctx, 16, nullptr, nullptr, 0);
+  ibv_cq* bcq = ibv_create_cq(b.ctx, 16, nullptr, nullptr, 0);
+  ibv_qp* aq = make_qp(a, IBV_QPT_UD, acq, acq);
+  ibv_qp* bq = make_qp(b, IBV_QPT_UD, bcq, bcq);
+  ud_ready(aq);
+  ud_ready(bq);
+  ibv_ah_attr ah{};
+  ah.is_global = 1;
+  ah.grh.dgid = b.gid;
+  ah.grh.sgid_index = 1;
+  ah.grh.hop_limit = 64;
+  ah.port_num = 1;
+  ibv_ah* to_b = ibv_create_ah(a.pd, &ah);
+  check(to_b != nullptr, "create_ah to B");
+  post_recv(bq, nullptr, 1, b.buf, 40 + 512, b.mr->lkey);
+  std::memset(a.buf, 0x77, 512);
+  ibv_sge s{reinterpret_cast<uintptr_t>(a.buf), 512, a.mr->lkey};
+  ibv_send_wr wr{};
+  wr.sg_list = &s;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.ud.ah = to_b;
+  wr.wr.ud.remote_qpn = bq->qp_num;
+  wr.wr.ud.remote_qkey = 0x11111111;
+  ibv_send_wr* bad = nullptr;
+  ibv_wc wc;
+  check(ibv_post_send(aq, &wr, &bad) == 0 && poll_n(bcq, &wc, 1) == 1 && wc.status == IBV_WC_SUCCESS &&
+            wc.byte_len == 40 + 512 && (wc.wc_flags & IBV_WC_GRH) && wc.src_qp == aq->qp_num && b.buf[40] == 0x77,
+        "UD SEND: GRH + 512 bytes, src_qp is the sender's");
+  ibv_wc rwc = wc;
+  poll_n(acq, &wc, 1);
+  // The reply's AH from the completion and the GRH (as ibv_ud_pingpong does not, but servers do).
+  post_recv(bq, nullptr, 2, b.buf, 40 + 512, b.mr->lkey);
+  ibv_ah* back = ibv_create_ah_from_wc(b.pd, &rwc, reinterpret_cast<ibv_grh*>(b.buf), 1);
+  check(back != nullptr, "create_ah_from_wc on B (errno %d)", back ? 0 : errno);
+  if (back != nullptr) {
+    post_recv(aq, nullptr, 3, a.buf + 8192, 40 + 64, a.mr->lkey);
+    ibv_sge bs{reinterpret_cast<uintptr_t>(b.buf) + 2048, 64, b.mr->lkey};
+    wr.sg_list = &bs;
+    wr.wr.ud.ah = back;
+    wr.wr.ud.remote_qpn = aq->qp_num;
+    check(ibv_post_send(bq, &wr, &bad) == 0 && poll_n(acq, &wc, 1) == 1 && wc.status == IBV_WC_SUCCESS &&
+              wc.src_qp == bq->qp_num,
+          "UD reply through the AH made from the completion");
+    poll_n(bcq, &wc, 1);
+    ibv_destroy_ah(back);
+  }
+  ibv_destroy_ah(to_b);
+  ibv_destroy_qp(aq);
+  ibv_destroy_qp(bq);
+  ibv_destroy_cq(acq);
+  ibv_destroy_cq(bcq);
+}
+
+void channels_and_events(Dev& a, Dev& b) {
+  ibv_comp_channel* ch = ibv_create_comp_channel(b.ctx);
+  check(ch != nullptr, "create_comp_channel on a droce context (errno %d)", ch ? 0 : errno);
+  if (ch == nullptr) return;
+  ibv_cq* acq = ibv_create_cq(a.ctx, 16, nullptr, nullptr, 0);
+  int tag = 0;
+  ibv_cq* bcq = ibv_create_cq(b.ctx, 16, &tag, ch, 0);
+  check(bcq != nullptr && ch->refcnt == 1, "create_cq with the channel");
+  check(ibv_destroy_comp_channel(ch) == EBUSY, "destroy_comp_channel while a CQ uses it: EBUSY");
+  ibv_qp* aq = make_qp(a, IBV_QPT_RC, acq, acq, nullptr, 64);
+  ibv_qp* bq = make_qp(b, IBV_QPT_RC, bcq, bcq);
+  connect_rc(aq, bq->qp_num, b.gid);
+  connect_rc(bq, aq->qp_num, a.gid);
+  ibv_wc wc;
+  ibv_send_wr* bad = nullptr;
+  auto send = [&](bool solicited) {
+    ibv_sge s{reinterpret_cast<uintptr_t>(a.buf), 16, a.mr->lkey};
+    ibv_send_wr wr{};
+    wr.sg_list = &s;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED | (solicited ? IBV_SEND_SOLICITED : 0);
+    return ibv_post_send(aq, &wr, &bad) == 0 && poll_n(acq, &wc, 1) == 1;
+  };
+  auto event_within = [&](int ms) {
+    pollfd p{ch->fd, POLLIN, 0};
+    return ::poll(&p, 1, ms) == 1;
+  };
+  for (int i = 0; i < 4; ++i) post_recv(bq, nullptr, 100 + i, b.buf + 256 * i, 256, b.mr->lkey);
+  check(ibv_req_notify_cq(bcq, 0) == 0, "req_notify_cq");
+  check(send(false), "SEND");
+  ibv_cq* ev_cq = nullptr;
+  void* ev_ctx = nullptr;
+  check(event_within(5000) && ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == 0 && ev_cq == bcq && ev_ctx == &tag,
+        "a completion event on the channel: the CQ and its context");
+  check(poll_n(bcq, &wc, 1) == 1 && wc.wr_id == 100, "the completion behind it");
+  ibv_ack_cq_events(bcq, 1);
+  // Solicited only: an unsolicited SEND raises no event, a solicited one does.
+  check(ibv_req_notify_cq(bcq, 1) == 0, "req_notify_cq(solicited only)");
+  check(send(false) && poll_n(bcq, &wc, 1) == 1, "an unsolicited SEND arrives");
+  check(!event_within(300), "no event for it");
+  check(send(true), "a solicited SEND");
+  check(event_within(5000) && ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == 0 && ev_cq == bcq, "its event");
+  poll_n(bcq, &wc, 1);
+  ibv_ack_cq_events(bcq, 1);
+  ibv_destroy_qp(aq);
+  ibv_destroy_qp(bq);
+  check(ibv_destroy_cq(bcq) == 0, "destroy_cq once its events are acknowledged");
+  check(ibv_destroy_comp_channel(ch) == 0, "destroy_comp_channel: 0");
+  ibv_destroy_cq(acq);
+
+  // The SRQ limit: armed at 6 with 8 posted; 3 SENDs take it to 5.
+  ibv_srq_init_attr sa{};
+  sa.attr.max_wr = 16;
+  sa.attr.max_sge = 1;
+  ibv_srq* srq = ibv_create_srq(b.pd, &sa);
+  check(srq != nullptr, "create_srq");
+  acq = ibv_create_cq(a.ctx, 16, nullptr, nullptr, 0);
+  bcq = ibv_create_cq(b.ctx, 16, nullptr, nullptr, 0);
+  aq = make_qp(a, IBV_QPT_RC, acq, acq);
+  bq = make_qp(b, IBV_QPT_RC, bcq, bcq, srq);
+  connect_rc(aq, bq->qp_num, b.gid);
+  connect_rc(bq, aq->qp_num, a.gid);
+  for (int i = 0; i < 8; ++i) post_recv(nullptr, srq, i, b.buf + 256 * i, 256, b.mr->lkey);
+  ibv_srq_attr lim{};
+  lim.srq_limit = 6;
+  check(ibv_modify_srq(srq, &lim, IBV_SRQ_LIMIT) == 0, "modify_srq(limit 6)");
+  check(ibv_destroy_srq(srq) == EBUSY, "destroy_srq with a QP on it: EBUSY");
+  for (int i = 0; i < 3; ++i) send(false);
+  ibv_wc three[3];
+  check(poll_n(bcq, three, 3) == 3, "three SENDs into the SRQ");
+  ibv_async_event ev = next_event(b.ctx, 5000);
+  check(ev.event_type == IBV_EVENT_SRQ_LIMIT_REACHED && ev.element.srq == srq, "async event SRQ_LIMIT_REACHED (%d)",
+        ev.event_type);
+  if (ev.event_type != static_cast<ibv_event_type>(-1)) ibv_ack_async_event(&ev);
+  ibv_destroy_qp(aq);
+  ibv_destroy_qp(bq);
+  check(ibv_destroy_srq(srq) == 0, "destroy_srq");
+  ibv_destroy_cq(acq);
+  ibv_destroy_cq(bcq);
+
+  // A CQ overrun: B's receive CQ holds 4, five SENDs arrive. B gets CQ_ERR on the CQ and QP_FATAL
+  // on the QP; destroying them waits for the acknowledgements.
+  acq = ibv_create_cq(a.ctx, 16, nullptr, nullptr, 0);
+  bcq = ibv_create_cq(b.ctx, 4, nullptr, nullptr, 0);
+  aq = make_qp(a, IBV_QPT_RC, acq, acq);
+  bq = make_qp(b, IBV_QPT_RC, bcq, bcq);
+  connect_rc(aq, bq->qp_num, b.gid);
+  connect_rc(bq, aq->qp_num, a.gid);
+  for (int i = 0; i < 8; ++i) post_recv(bq, nullptr, i, b.buf + 256 * i, 256, b.mr->lkey);
+  for (int i = 0; i < bcq->cqe + 1; ++i) send(false);
+  bool cq_err = false, qp_fatal = false;
+  for (int i = 0; i < 2; ++i) {
+    ev = next_event(b.ctx, 5000);
+    if (ev.event_type == IBV_EVENT_CQ_ERR && ev.element.cq == bcq) cq_err = true;
+    if (ev.event_type == IBV_EVENT_QP_FATAL && ev.element.qp == bq) qp_fatal = true;
+    if (ev.event_type != static_cast<ibv_event_type>(-1)) ibv_ack_async_event(&ev);
+  }
+  check(cq_err && qp_fatal, "CQ overrun: async events CQ_ERR on the CQ and QP_FATAL on the QP");
+  check(ibv_destroy_qp(bq) == 0 && ibv_destroy_cq(bcq) == 0, "destroy after the events were acknowledged");
+  ibv_destroy_qp(aq);
+  ibv_destroy_cq(acq);
+}
+
+void device_fatal(Dev& b, pid_t droced_b) {
+  if (droced_b <= 1) {
+    check(false, "DROCED_B_PID %d is not a process to kill", int(droced_b));
+    return;
+  }
+  ibv_cq* cq = ibv_create_cq(b.ctx, 4, nullptr, nullptr, 0);
+  ibv_qp* qp = make_qp(b, IBV_QPT_RC, cq, cq);
+  kill(droced_b, SIGKILL);
+  ibv_async_event ev = next_event(b.ctx, 10000);
+  check(ev.event_type == IBV_EVENT_DEVICE_FATAL, "droced killed: async event DEVICE_FATAL (%d)", ev.event_type);
+  if (ev.event_type != static_cast<ibv_event_type>(-1)) ibv_ack_async_event(&ev);
+  check(post_recv(qp, nullptr, 1, b.buf, 16, b.mr->lkey) == EIO, "post_recv on a dead device: EIO");
+  errno = 0;
+  check(ibv_alloc_pd(b.ctx) == nullptr && errno == EIO, "alloc_pd on a dead device: EIO");
+  check(ibv_destroy_qp(qp) == 0 && ibv_destroy_cq(cq) == 0, "destroying objects of a dead device: 0");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: verbs_api_probe DEV_A DEV_B [DROCED_B_PID]\n");
+    return 2;
+  }
+  Dev a = open_dev(argv[1]);
+  Dev b = open_dev(argv[2]);
+  check(a.attr.atomic_cap == IBV_ATOMIC_HCA && a.attr.max_qp > 0 && a.attr.phys_port_cnt == 1,
+        "query_device: atomics, QPs, one port");
+  ibv_port_attr pa{};
+  check(ibv_query_port(a.ctx, 1, &pa) == 0 && pa.state == IBV_PORT_ACTIVE && pa.link_layer == IBV_LINK_LAYER_ETHERNET &&
+            pa.gid_tbl_len > 1,
+        "query_port: active, Ethernet, GIDs");
+  check(ibv_query_port(a.ctx, 2, &pa) == EINVAL, "query_port(2): EINVAL");
+  check(a.gid.raw[10] == 0xff && a.gid.raw[11] == 0xff, "GID 1 is IPv4-mapped");
+
+  bad_arguments(a);
+  rc_traffic(a, b);
+  ud_traffic(a, b);
+  channels_and_events(a, b);
+  if (argc > 3) device_fatal(b, static_cast<pid_t>(std::atoi(argv[3])));
+
+  ibv_dereg_mr(a.mr);
+  ibv_dealloc_pd(a.pd);
+  ibv_close_device(a.ctx);
+  ibv_dereg_mr(b.mr);
+  ibv_dealloc_pd(b.pd);
+  ibv_close_device(b.ctx);
+  std::free(a.buf);
+  std::free(b.buf);
+  std::printf("%d failures\n", failures);
+  return failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,251 @@
+// provider/verbs/convert: libibverbs' structs to droce's and back, and the errno each bad input
+// gets (the values ibv_reg_mr(3), ibv_post_send(3), ibv_modify_qp(3) and ibv_create_ah(3)
+// document).
+#include "provider/verbs/convert.h"
+
+#include <endian.h>
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace droce::verbs {
+namespace {
+
+TEST(VerbsConvert, AccessFlags) {
+  uint32_t a = 0;
+  EXPECT_EQ(to_access(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ, &a), 0);
+  EXPECT_EQ(a, uint32_t(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ));
+  // Remote write or atomic without local write is refused (ibv_reg_mr(3)).
+  EXPECT_EQ(to_access(IBV_ACCESS_REMOTE_WRITE, &a), EINVAL);
+  EXPECT_EQ(to_access(IBV_ACCESS_REMOTE_ATOMIC, &a), EINVAL);
+  // Optional flags, HUGETLB and MW_BIND are dropped; ODP and zero-based are not offered.
+  EXPECT_EQ(to_access(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_RELAXED_ORDERING | IBV_ACCESS_HUGETLB | IBV_ACCESS_MW_BIND, &a),
+            0);
+  EXPECT_EQ(a, uint32_t(IBV_ACCESS_LOCAL_WRITE));
+  EXPECT_EQ(to_access(IBV_ACCESS_ON_DEMAND, &a), EOPNOTSUPP);
+  EXPECT_EQ(to_access(IBV_ACCESS_ZERO_BASED, &a), EOPNOTSUPP);
+  EXPECT_EQ(to_access(1 << 12, &a), EINVAL);
+}
+
+TEST(VerbsConvert, SendWrRcRead) {
+  ibv_sge sge[2] = {{0x1000, 64, 7}, {0x2000, 32, 8}};
+  ibv_send_wr wr{};
+  wr.wr_id = 42;
+  wr.sg_list = sge;
+  wr.num_sge = 2;
+  wr.opcode = IBV_WR_RDMA_READ;
+  wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_FENCE;
+  wr.wr.rdma.remote_addr = 0xdead0000;
+  wr.wr.rdma.rkey = 0x1234;
+  rocev2::SendWr s;
+  ASSERT_EQ(to_send_wr(wr, IBV_QPT_RC, 0, &s), 0);
+  EXPECT_EQ(s.wr_id, 42u);
+  EXPECT_EQ(s.opcode, rocev2::WrOpcode::rdma_read);
+  EXPECT_EQ(s.send_flags, uint32_t(IBV_SEND_SIGNALED | IBV_SEND_FENCE));
+  EXPECT_EQ(s.remote_addr, 0xdead0000u);
+  EXPECT_EQ(s.rkey, 0x1234u);
+  ASSERT_EQ(s.num_sge, 2u);
+  EXPECT_EQ(s.sg_list[1].addr, 0x2000u);
+  EXPECT_EQ(s.sg_list[1].length, 32u);
+  EXPECT_EQ(s.sg_list[1].lkey, 8u);
+}
+
+TEST(VerbsConvert, SendWrImmediateIsNetworkOrderOnTheVerbsSide) {
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_SEND_WITH_IMM;
+  wr.imm_data = htobe32(0x01020304);
+  rocev2::SendWr s;
+  ASSERT_EQ(to_send_wr(wr, IBV_QPT_UC, 0, &s), 0);
+  EXPECT_EQ(s.imm_data, 0x01020304u);
+}
+
+TEST(VerbsConvert, SendWrAtomicsAndUd) {
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+  wr.wr.atomic.remote_addr = 0x8000;
+  wr.wr.atomic.rkey = 5;
+  wr.wr.atomic.compare_add = 11;
+  wr.wr.atomic.swap = 22;
+  rocev2::SendWr s;
+  ASSERT_EQ(to_send_wr(wr, IBV_QPT_RC, 0, &s), 0);
+  EXPECT_EQ(s.compare_add, 11u);
+  EXPECT_EQ(s.swap, 22u);
+  EXPECT_EQ(s.rkey, 5u);
+
+  ibv_send_wr ud{};
+  ud.opcode = IBV_WR_SEND;
+  ud.wr.ud.remote_qpn = 0x77;
+  ud.wr.ud.remote_qkey = 0x11111111;
+  ASSERT_EQ(to_send_wr(ud, IBV_QPT_UD, 9, &s), 0);
+  EXPECT_EQ(s.ah, 9u);
+  EXPECT_EQ(s.remote_qpn, 0x77u);
+  EXPECT_EQ(s.remote_qkey, 0x11111111u);
+}
+
+TEST(VerbsConvert, SendWrRefusals) {
+  rocev2::SendWr s;
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  EXPECT_EQ(to_send_wr(wr, IBV_QPT_UD, 0, &s), EINVAL);  // UD has SENDs only
+  wr.opcode = IBV_WR_RDMA_READ;
+  EXPECT_EQ(to_send_wr(wr, IBV_QPT_UC, 0, &s), EINVAL);  // UC has no READ
+  wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+  EXPECT_EQ(to_send_wr(wr, IBV_QPT_UC, 0, &s), EINVAL);
+  wr.opcode = IBV_WR_BIND_MW;
+  EXPECT_EQ(to_send_wr(wr, IBV_QPT_RC, 0, &s), EOPNOTSUPP);
+  wr.opcode = IBV_WR_TSO;
+  EXPECT_EQ(to_send_wr(wr, IBV_QPT_RC, 0, &s), EOPNOTSUPP);
+  wr.opcode = static_cast<ibv_wr_opcode>(77);
+  EXPECT_EQ(to_send_wr(wr, IBV_QPT_RC, 0, &s), EINVAL);
+  wr.opcode = IBV_WR_SEND;
+  wr.num_sge = -1;
+  EXPECT_EQ(to_send_wr(wr, IBV_QPT_RC, 0, &s), EINVAL);
+  wr.num_sge = 33;
+  EXPECT_EQ(to_send_wr(wr, IBV_QPT_RC, 0, &s), EINVAL);
+  wr.num_sge = 1;
+  wr.sg_list = nullptr;
+  EXPECT_EQ(to_send_wr(wr, IBV_QPT_RC, 0, &s), EINVAL);
+}
+
+TEST(VerbsConvert, RecvWr) {
+  ibv_sge sge{0x3000, 100, 3};
+  ibv_recv_wr wr{};
+  wr.wr_id = 9;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  rocev2::RecvWr r;
+  ASSERT_EQ(to_recv_wr(wr, &r), 0);
+  EXPECT_EQ(r.wr_id, 9u);
+  EXPECT_EQ(r.sg_list[0].length, 100u);
+  wr.num_sge = -2;
+  EXPECT_EQ(to_recv_wr(wr, &r), EINVAL);
+}
+
+TEST(VerbsConvert, WorkCompletion) {
+  rocev2::Completion c;
+  c.wr_id = 5;
+  c.status = rocev2::WcStatus::rem_access_err;
+  c.opcode = rocev2::WcOpcode::recv;
+  c.byte_len = 77;
+  c.imm_data = 0x0a0b0c0d;
+  c.wc_flags = rocev2::kWcWithImm | rocev2::kWcGrh;
+  c.qp_num = 12;
+  c.src_qp = 13;
+  ibv_wc wc{};
+  to_wc(c, &wc);
+  EXPECT_EQ(wc.wr_id, 5u);
+  EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(wc.opcode, IBV_WC_RECV);
+  EXPECT_EQ(wc.byte_len, 77u);
+  EXPECT_EQ(be32toh(wc.imm_data), 0x0a0b0c0du);
+  EXPECT_EQ(wc.wc_flags, unsigned(IBV_WC_WITH_IMM | IBV_WC_GRH));
+  EXPECT_EQ(wc.src_qp, 13u);
+  c.wc_flags = rocev2::kWcWithInv;
+  c.imm_data = 0x4242;
+  to_wc(c, &wc);
+  EXPECT_EQ(wc.invalidated_rkey, 0x4242u);  // host order, unlike immediate data
+}
+
+TEST(VerbsConvert, AddressVector) {
+  ibv_ah_attr ah{};
+  ah.is_global = 1;
+  ah.port_num = 1;
+  ah.grh.dgid.raw[10] = 0xff;
+  ah.grh.dgid.raw[11] = 0xff;
+  ah.grh.dgid.raw[15] = 2;
+  ah.grh.sgid_index = 1;
+  ah.grh.hop_limit = 9;
+  ah.grh.traffic_class = 3;
+  ah.grh.flow_label = 0xabcde;
+  ah.sl = 4;
+  rocev2::AddressVector av;
+  ASSERT_EQ(to_av(ah, &av), 0);
+  EXPECT_EQ(av.dgid[15], 2);
+  EXPECT_EQ(av.sgid_index, 1);
+  EXPECT_EQ(av.hop_limit, 9);
+  EXPECT_EQ(av.flow_label, 0xabcdeu);
+  ibv_ah_attr back{};
+  from_av(av, &back);
+  EXPECT_EQ(std::memcmp(back.grh.dgid.raw, ah.grh.dgid.raw, 16), 0);
+  EXPECT_EQ(back.is_global, 1);
+  EXPECT_EQ(back.port_num, 1);
+  EXPECT_EQ(back.sl, 4);
+
+  ah.is_global = 0;  // RoCE routes by GID
+  EXPECT_EQ(to_av(ah, &av), EINVAL);
+  ah.is_global = 1;
+  ah.port_num = 2;
+  EXPECT_EQ(to_av(ah, &av), EINVAL);
+  ah.port_num = 1;
+  ah.grh.flow_label = 0x100000;
+  EXPECT_EQ(to_av(ah, &av), EINVAL);
+}
+
+TEST(VerbsConvert, QpAttrOnlyWhatTheMaskNames) {
+  ibv_qp_attr a{};
+  a.qp_state = static_cast<ibv_qp_state>(99);  // not in the mask: not read
+  a.path_mtu = IBV_MTU_2048;
+  a.dest_qp_num = 0x55;
+  a.rq_psn = 0x123;
+  a.max_dest_rd_atomic = 4;
+  a.min_rnr_timer = 12;
+  a.ah_attr.is_global = 1;
+  a.ah_attr.port_num = 1;
+  rocev2::QpAttr q;
+  const int mask = IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+                   IBV_QP_MIN_RNR_TIMER | IBV_QP_AV;
+  ASSERT_EQ(to_qp_attr(a, mask, &q), 0);
+  EXPECT_EQ(q.path_mtu, rocev2::PathMtu::mtu2048);
+  EXPECT_EQ(q.dest_qp_num, 0x55u);
+  EXPECT_EQ(q.rq_psn, 0x123u);
+  EXPECT_EQ(q.max_dest_rd_atomic, 4);
+  EXPECT_EQ(to_qp_attr(a, mask | IBV_QP_STATE, &q), EINVAL);
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = static_cast<ibv_mtu>(6);
+  EXPECT_EQ(to_qp_attr(a, mask | IBV_QP_STATE, &q), EINVAL);
+  a.path_mtu = IBV_MTU_1024;
+  a.ah_attr.is_global = 0;
+  EXPECT_EQ(to_qp_attr(a, mask | IBV_QP_STATE, &q), EINVAL);
+  EXPECT_EQ(to_qp_attr(a, IBV_QP_STATE, &q), 0);  // the AV is not named: not read
+}
+
+TEST(VerbsConvert, DeviceAndPortAttributes) {
+  core::ctl::QueryDeviceReply r{};
+  r.node_guid = 0x0002c9fffe123456ull;
+  r.max_qp = 100;
+  r.max_qp_rd_atom = 16;
+  r.atomic_cap = IBV_ATOMIC_HCA;
+  r.phys_port_cnt = 1;
+  std::snprintf(r.fw_ver, sizeof r.fw_ver, "droce 0.1.0");
+  ibv_device_attr_ex d;
+  to_device_attr(r, &d);
+  EXPECT_EQ(be64toh(d.orig_attr.node_guid), 0x0002c9fffe123456ull);  // __be64, as ibv_devinfo prints it
+  EXPECT_STREQ(d.orig_attr.fw_ver, "droce 0.1.0");
+  EXPECT_EQ(d.orig_attr.max_res_rd_atom, 1600);
+  EXPECT_EQ(d.orig_attr.atomic_cap, IBV_ATOMIC_HCA);
+  EXPECT_EQ(d.phys_port_cnt_ex, 1u);
+
+  core::ctl::QueryPortReply p{};
+  p.state = IBV_PORT_ACTIVE;
+  p.active_mtu = IBV_MTU_1024;
+  p.link_layer = IBV_LINK_LAYER_ETHERNET;
+  p.link_speed_mbps = 100000;
+  ibv_port_attr pa;
+  to_port_attr(p, &pa);
+  EXPECT_EQ(pa.state, IBV_PORT_ACTIVE);
+  EXPECT_EQ(pa.active_mtu, IBV_MTU_1024);
+  EXPECT_EQ(pa.link_layer, IBV_LINK_LAYER_ETHERNET);
+  EXPECT_EQ(pa.active_width, 2);   // 4X
+  EXPECT_EQ(pa.active_speed, 32);  // EDR: 4 x 25 Gb/s
+  uint8_t w = 0, s = 0;
+  eth_speed(10000, &w, &s);
+  EXPECT_EQ(w, 1);
+  EXPECT_EQ(s, 8);  // 1X FDR10
+  eth_speed(400000, &w, &s);
+  EXPECT_EQ(w, 2);
+  EXPECT_EQ(s, 128);  // 4X NDR
+}
+
+}  // namespace
+}  // namespace droce::verbs

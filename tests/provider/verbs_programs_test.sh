@@ -1,0 +1,231 @@
+#!/usr/bin/env bash
+# Unmodified verbs programs (Debian's ibverbs-utils and perftest) over droce: two droced hosts
+# joined by net_memif, the provider module, and the completion-channel preload.
+#
+#   verbs_programs_test.sh MODULE PRELOAD DROCED DROCED_TREE PAIR_LIB API_PROBE
+#
+# MODULE is the built libdroce-rdmav<PABI>.so, PRELOAD libdroce-preload.so, DROCED the droced
+# binary, DROCED_TREE the tests' droced_tree, PAIR_LIB scripts/lib/droced-pair.sh, API_PROBE the
+# tests' verbs_api_probe. As root, in a private mount namespace whose /dev holds the char nodes
+# libibverbs opens (/dev/infiniband/<uverbs>, a compiled-in path; see docs/discovery.md), it
+# starts the two droced (each writes its sysfs tree) and runs, server on host A and client on
+# host B: the four pingpongs with and without -e (completion channels), all with -c (data
+# check); rc_pingpong with the ibv_wr_* API (-N) and at 1 and 65536 bytes; RC and UD pingpongs
+# with both processes on host A; an ib_write_bw whose server is killed mid-run (the client must
+# fail with a transport retry error, droced A must keep serving the runs after it); perftest's
+# send/write/read/atomic bandwidth and latency tools over RC (one with -a), ib_send_bw over UD
+# and UC, bidirectional, ib_write_bw with 4 QPs, and -e. Last, verbs_api_probe with both hosts in
+# one tree written by droced_tree (droce0 and droce1): the API's corners, async events, and the
+# device-fatal event when it kills droced B.
+# Each check asserts exit statuses and what the program prints. Skips (77) without root,
+# unshare, or ibverbs-utils; the perftest part is skipped alone when perftest is missing.
+set -euo pipefail
+
+if [ $# -ne 6 ]; then
+  echo "usage: $0 MODULE PRELOAD DROCED DROCED_TREE PAIR_LIB API_PROBE" >&2
+  exit 2
+fi
+module=$(realpath "$1")
+preload=$(realpath "$2")
+droced=$(realpath "$3")
+droced_tree=$(realpath "$4")
+pair_lib=$(realpath "$5")
+api_probe=$(realpath "$6")
+
+skip() { echo "SKIP: $*"; exit 77; }
+[ "$(id -u)" -eq 0 ] || skip "needs root: /dev/infiniband/uverbs0 must be a char node (mknod) in a private /dev"
+command -v unshare >/dev/null || skip "unshare not installed (util-linux)"
+command -v ibv_rc_pingpong >/dev/null || skip "ibv_rc_pingpong not installed (Debian package ibverbs-utils)"
+
+if [ "${DROCE_VERBS_TEST_INNER:-}" != 1 ]; then
+  export DROCE_VERBS_TEST_INNER=1
+  exec unshare --mount --propagation private "$0" "$@"
+fi
+
+# ---- inside the private mount namespace ------------------------------------------------------
+tmp=$(mktemp -d /tmp/droce-verbs-test.XXXXXX)
+fail=0
+pass() { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fail=1; }
+
+. "$pair_lib"
+cleanup() {
+  # `timeout` passes TERM on to the program it runs.
+  jobs -p | xargs -r kill -TERM 2>/dev/null || true
+  droced_pair_stop
+  umount -R -l /dev 2>/dev/null || true
+  umount -R -l "$tmp/dev" 2>/dev/null || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# droced first, then the private /dev the programs need. Each droced writes its own tree
+# (<run-dir>/sys, its device's node named uverbs_droce0); it must not make that node in the real
+# /dev (--dev-node no): the programs get theirs in the private one.
+droced_pair_start "$(dirname "$droced")" "$tmp/hosts" --max-sleep-us 100 --dev-node no
+A=$tmp/hosts/a/sys B=$tmp/hosts/b/sys
+for t in "$A" "$B"; do  # droced may write its tree just after its socket appears
+  for _ in $(seq 100); do [ -f "$t/class/infiniband_verbs/uverbs_droce0/ibdev" ] && break; sleep 0.05; done
+  [ -f "$t/class/infiniband_verbs/uverbs_droce0/ibdev" ] || { echo "FAIL: droced wrote no tree at $t"; exit 1; }
+done
+# Both hosts in one tree, for verbs_api_probe: B's device is droce1 there (droced_tree writes it).
+"$droced_tree" --socket "$DROCE_A_SOCK" --root "$tmp/sysAB" --uverbs uverbs0
+"$droced_tree" --socket "$DROCE_B_SOCK" --root "$tmp/sysAB" --name droce1 --uverbs uverbs1
+
+mkdir -p "$tmp/dev"
+mount -t tmpfs -o mode=0755 droce-dev "$tmp/dev"
+for n in null:1:3 zero:1:5 full:1:7 random:1:8 urandom:1:9; do
+  IFS=: read -r name major minor <<<"$n"
+  mknod -m 0666 "$tmp/dev/$name" c "$major" "$minor"
+done
+mkdir "$tmp/dev/infiniband" "$tmp/dev/shm"
+ln -s /proc/self/fd "$tmp/dev/fd"  # process substitution and /dev/stdin need it
+for n in uverbs_droce0 uverbs0 uverbs1; do mknod -m 0666 "$tmp/dev/infiniband/$n" c 1 7; done
+mount -t tmpfs -o mode=1777 droce-shm "$tmp/dev/shm"
+mount --rbind "$tmp/dev" /dev
+
+export RDMAV_DRIVERS=${module%-rdmav*.so}  # libibverbs appends -rdmav<PABI>.so
+export LD_PRELOAD=$preload
+gid=1  # droced's GID table: 0 the link-local GID, 1 the IPv4-mapped 10.77.0.x
+# A TCP port for the programs' own exchange, apart from other tests' (18515 is their default).
+port=$((20000 + $$ % 20000))
+
+# Waits until something listens on TCP $1 (the server's exchange socket), or its pid $2 ends.
+wait_listen() {
+  local hex
+  hex=$(printf '%04X' "$1")
+  for _ in $(seq 200); do
+    grep -Eq ":$hex [0-9A-F]+:0000 0A" /proc/net/tcp /proc/net/tcp6 2>/dev/null && return 0
+    kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.05
+  done
+  return 1
+}
+
+# run_pair NAME SERVER_SYS CLIENT_SYS PROG ARGS...: server and client, each with a 90 s limit.
+# Leaves their output in $tmp/NAME.server and $tmp/NAME.client and their statuses in src/crc.
+run_pair() {
+  local name=$1 ssys=$2 csys=$3
+  shift 3
+  port=$((port + 1))
+  SYSFS_PATH=$ssys timeout 90 "$@" -p "$port" >"$tmp/$name.server" 2>&1 &
+  local spid=$!
+  src=0
+  crc=0
+  if ! wait_listen "$port" "$spid"; then
+    wait "$spid" || src=$?
+    crc=255
+    echo "(the server did not listen)" >"$tmp/$name.client"
+    return 0
+  fi
+  SYSFS_PATH=$csys timeout 90 "$@" -p "$port" 127.0.0.1 >"$tmp/$name.client" 2>&1 || crc=$?
+  wait "$spid" || src=$?
+}
+
+show() {  # the two outputs, for a failure message
+  echo "--- server ($src)"; cat "$tmp/$1.server"; echo "--- client ($crc)"; cat "$tmp/$1.client"
+}
+
+# ---- the pingpongs ----------------------------------------------------------------------------
+pingpong() {  # NAME SERVER_SYS CLIENT_SYS PROG ARGS...
+  local name=$1 n=200
+  run_pair "$@" -d droce0 -g $gid -n $n -c
+  if [ "$src" -eq 0 ] && [ "$crc" -eq 0 ] &&
+     grep -q "^$n iters in" "$tmp/$name.server" && grep -q "^$n iters in" "$tmp/$name.client" &&
+     ! grep -qi "invalid data\|failed\|couldn't" "$tmp/$name.server" "$tmp/$name.client"; then
+    pass "$name: $n iterations, data checked"
+  else
+    bad "$name"; show "$name"
+  fi
+}
+
+for pp in rc uc ud srq; do
+  pingpong "ibv_${pp}_pingpong" "$A" "$B" "ibv_${pp}_pingpong"
+  pingpong "ibv_${pp}_pingpong-e" "$A" "$B" "ibv_${pp}_pingpong" -e
+done
+pingpong "ibv_rc_pingpong-N (ibv_wr_* API)" "$A" "$B" ibv_rc_pingpong -N
+pingpong "ibv_rc_pingpong-s1" "$A" "$B" ibv_rc_pingpong -s 1
+pingpong "ibv_rc_pingpong-s65536" "$A" "$B" ibv_rc_pingpong -s 65536
+# Two processes on one droced: the frames loop back inside droced A.
+pingpong "ibv_rc_pingpong (both on host A)" "$A" "$A" ibv_rc_pingpong
+pingpong "ibv_ud_pingpong (both on host A)" "$A" "$A" ibv_ud_pingpong
+# ---- perftest -----------------------------------------------------------------------------------
+api_probe() {
+  # Last: it kills droced B.
+  local rc=0
+  # The probe is built like the rest of the tests (ASan in a sanitized build): the preload
+  # comes before ASan's runtime in its library list, which ASan accepts when told.
+  SYSFS_PATH=$tmp/sysAB ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
+    timeout 120 "$api_probe" droce0 droce1 "$DROCE_B_PID" >"$tmp/probe.out" 2>&1 || rc=$?
+  cat "$tmp/probe.out"
+  if [ $rc -eq 0 ]; then pass "verbs_api_probe"; else bad "verbs_api_probe: status $rc"; fi
+}
+
+if ! command -v ib_send_bw >/dev/null; then
+  echo "SKIP (part): perftest not installed"
+  api_probe
+  exit $fail
+fi
+
+# perf NAME ITERS PROG ARGS...: server on A, client on B; both must report a result line with
+# ITERS iterations (bandwidth tools: ITERS x QPs) and exit 0.
+perf() {
+  local name=$1 iters=$2 server_file
+  shift 2
+  run_pair "$name" "$A" "$B" "$@" -d droce0 -x $gid
+  server_file=$tmp/$name.server
+  # The READ latency server prints no result of its own (the client measures).
+  [ "$1" = ib_read_lat ] && server_file=$tmp/$name.client
+  if [ "$src" -eq 0 ] && [ "$crc" -eq 0 ] &&
+     grep -Eq "^ +[0-9]+ +$iters +[0-9]" "$server_file" && grep -Eq "^ +[0-9]+ +$iters +[0-9]" "$tmp/$name.client"; then
+    pass "$name"
+  else
+    bad "$name"; show "$name"
+  fi
+}
+
+# A server killed mid-run: its droced session ends and its QP with it, so the client's RDMA
+# writes are never acknowledged: it must fail with a transport retry error (status 12), and
+# droced A must go on serving.
+port=$((port + 1))
+# Without `timeout`: $! must be the server itself (stdbuf execs it), not a parent it outlives.
+SYSFS_PATH=$A stdbuf -oL ib_write_bw -d droce0 -x $gid -D 30 -p $port >"$tmp/kill.server" 2>&1 &
+kpid=$!
+if wait_listen $port $kpid; then
+  SYSFS_PATH=$B timeout 90 stdbuf -oL ib_write_bw -d droce0 -x $gid -D 30 -p $port 127.0.0.1 \
+    >"$tmp/kill.client" 2>&1 &
+  cpid=$!
+  for _ in $(seq 200); do grep -q "#bytes" "$tmp/kill.client" && break; sleep 0.05; done
+  sleep 1
+  kill -KILL $kpid
+  wait $kpid 2>/dev/null || true
+  crc=0
+  wait $cpid || crc=$?
+  if [ $crc -ne 0 ] && [ $crc -ne 124 ] && grep -q "Failed status 12" "$tmp/kill.client"; then
+    pass "ib_write_bw with its server killed mid-run: the client failed with a transport retry error"
+  else
+    bad "killed server: client status $crc"; cat "$tmp/kill.client"
+  fi
+else
+  bad "killed server: the server did not start"; cat "$tmp/kill.server"
+fi
+kill -0 "$DROCE_A_PID" 2>/dev/null || bad "droced A died after its client was killed"
+
+perf "ib_send_bw" 100 ib_send_bw -n 100
+perf "ib_send_bw -a" 5 ib_send_bw -a -n 5
+perf "ib_write_bw" 100 ib_write_bw -n 100
+perf "ib_read_bw" 100 ib_read_bw -n 100
+perf "ib_atomic_bw FETCH_AND_ADD" 100 ib_atomic_bw -A FETCH_AND_ADD -n 100
+perf "ib_atomic_bw CMP_AND_SWAP" 100 ib_atomic_bw -A CMP_AND_SWAP -n 100
+perf "ib_send_lat" 100 ib_send_lat -n 100
+perf "ib_write_lat" 100 ib_write_lat -n 100
+perf "ib_read_lat" 100 ib_read_lat -n 100
+perf "ib_send_bw -c UD" 100 ib_send_bw -c UD -n 100
+perf "ib_send_bw -c UC" 100 ib_send_bw -c UC -n 100
+perf "ib_send_bw -b" 100 ib_send_bw -b -n 100 -s 4096
+perf "ib_write_bw -q 4" 400 ib_write_bw -q 4 -n 100 -s 4096
+perf "ib_send_bw -e" 100 ib_send_bw -e -n 100
+perf "ib_send_lat -e" 100 ib_send_lat -e -n 100
+
+api_probe
+exit $fail
