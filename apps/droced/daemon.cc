@@ -220,6 +220,9 @@ int Daemon::start(const DaemonConfig& cfg) {
   std::error_code ec;
   std::filesystem::create_directories(cfg.run_dir, ec);
   socket_path_ = cfg.run_dir + "/" + cfg.name + ".sock";
+  // The tree first: whoever sees the socket may look for the device at once.
+  link_up_ = port_->link().up;
+  publish_device();
   if (int r = core::seqpacket_listen(socket_path_, &listen_); r != 0) {
     DROCE_LOG(ERR, app, "cannot listen on %s: %s", socket_path_.c_str(), std::strerror(-r));
     return r;
@@ -241,8 +244,6 @@ int Daemon::start(const DaemonConfig& cfg) {
     ev.data.u64 = key;
     if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) return -errno;
   }
-  link_up_ = port_->link().up;
-  publish_device();
   DROCE_LOG(INFO, app, "%s: port %s (%s, %s, MTU %u), node GUID %s, socket %s", cfg.name.c_str(), cfg.port.c_str(),
             port_->driver_name().c_str(), rocev2::format_mac(port_->mac()).c_str(), unsigned(mtu),
             net::format_guid(device_.node_guid).c_str(), socket_path_.c_str());
