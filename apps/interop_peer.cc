@@ -267,6 +267,7 @@ struct ModelRecv {
   uint32_t len;               // payload bytes (UD: without the GRH)
   std::optional<uint32_t> imm;
   std::vector<uint8_t> data;  // SEND payload (empty for WRITE with immediate)
+  std::vector<uint8_t> after;  // guest receives only: the first 64 bytes of its receive buffer once this landed
 };
 
 // The guest's view of what it must print for one of its own ops.
@@ -314,7 +315,7 @@ struct Model {
       case OpKind::write:
       case OpKind::writeimm:
         std::copy(local.begin() + op.off, local.begin() + end, remote.begin() + op.off);
-        if (op.kind == OpKind::writeimm) recvs.push_back({WcOpcode::recv_rdma_with_imm, op.len, op.imm, {}});
+        if (op.kind == OpKind::writeimm) recvs.push_back({WcOpcode::recv_rdma_with_imm, op.len, op.imm, {}, {}});
         break;
       case OpKind::read:
         std::copy(remote.begin() + op.off, remote.begin() + end, local.begin() + op.off);
@@ -328,6 +329,10 @@ struct Model {
         break;
       }
       case OpKind::sleep: break;
+    }
+    if (from_droce && (is_send(op.kind) || op.kind == OpKind::writeimm)) {
+      const size_t n = std::min<size_t>(64, g.size() - g_recv_at);
+      g_recvs.back().after.assign(g.begin() + g_recv_at, g.begin() + g_recv_at + n);
     }
     if (!from_droce && (op.kind == OpKind::read || is_atomic(op.kind))) {
       const size_t n = std::min<size_t>(op.len, 64);
@@ -905,21 +910,22 @@ int run() {
                                  .done();
     }
     j += "],\n \"recvs\": [";
-    // All receives land at one address in the guest (rxe-peer.py): a later message may
-    // overwrite an earlier one before the guest reads it, so each head may be its own or a
-    // later message's. The final dump checks the last one in full.
+    // All receives land at one address in the guest, and rxe-peer.py prints the first
+    // min(byte_len, 64) bytes there when it polls the completion: by then a later message may
+    // have landed too. So each receive's allowed heads are the buffer as this or any later
+    // receive left it (for a WRITE with immediate, whatever the SENDs left). The final dump
+    // checks the buffer in full.
     for (size_t i = 0; i < m.g_recvs.size(); ++i) {
       const ModelRecv& r = m.g_recvs[i];
+      const uint32_t byte_len = r.len + (ud ? kGrhBytes : 0);
       JsonObj o;
-      o.num("opcode", static_cast<uint64_t>(r.opcode)).num("byte_len", r.len + (ud ? kGrhBytes : 0));
+      o.num("opcode", static_cast<uint64_t>(r.opcode)).num("byte_len", byte_len);
       if (r.imm) o.num("imm", *r.imm);
       std::string heads = "[";
-      if (!r.data.empty())
-        for (size_t k = i; k < m.g_recvs.size(); ++k) {
-          if (m.g_recvs[k].data.empty()) continue;
-          const size_t n = std::min<size_t>({r.len, 64, m.g_recvs[k].data.size()});
-          heads += (heads.size() > 1 ? ", \"" : "\"") + hex(m.g_recvs[k].data.data(), n) + "\"";
-        }
+      for (size_t k = i; k < m.g_recvs.size(); ++k) {
+        const size_t n = std::min<size_t>({byte_len, 64, m.g_recvs[k].after.size()});
+        heads += (heads.size() > 1 ? ", \"" : "\"") + hex(m.g_recvs[k].after.data(), n) + "\"";
+      }
       o.raw("heads", heads + "]");
       j += (i ? ", " : "") + o.done();
     }

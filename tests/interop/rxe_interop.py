@@ -155,16 +155,17 @@ def rc_droce_requester(mtu):
         name="rc_droce_requester",
         what="RC, droce requester: SEND, SEND with immediate, multi-packet SEND, WRITE only and "
              "multi-packet, WRITE with immediate (multi-packet), READ with one and several response "
-             "packets, fetch-and-add, compare-and-swap match and mismatch; droce's PSNs wrap",
+             "packets, fetch-and-add, compare-and-swap match and mismatch; lengths that need pad bytes; "
+             "droce's PSNs wrap",
         guest=f"--mtu {mtu} --recv 4 --expect-recv 4",
         peer=["--psn", "0xfffff0", "--peer-u64", "30720=1000",
-              "--ops", "send:64,sendimm:32:0xdeadbeef,write:64@1024,write:10240@2048,"
-                       "writeimm:6144:0x1234@12288,read:64@18432,read:10240@20480,"
-                       "fadd:5@30720,cswap:1005:77@30720,cswap:1:2@30720,send:8192"])
+              "--ops", "send:64,sendimm:33:0xdeadbeef,write:61@1024,write:10239@2048,"
+                       "writeimm:6143:0x1234@12288,read:62@18432,read:10237@20480,"
+                       "fadd:5@30720,cswap:1005:77@30720,cswap:1:2@30720,send:8191"])
 
 
-GUEST_RC_OPS = ("send:64,sendimm:32:0xdeadbeef@64,send:8192@1024,write:64@10240,write:10240@12288,"
-                "writeimm:6144:0x4321@22528,read:64@40960,read:10240@49152,fadd:7@61440,"
+GUEST_RC_OPS = ("send:63,sendimm:30:0xdeadbeef@64,send:8191@1024,write:61@10240,write:10239@12288,"
+                "writeimm:6141:0x4321@22528,read:62@40960,read:10237@49152,fadd:7@61440,"
                 "cswap:1007:99@61440,cswap:5:6@61448")
 
 
@@ -179,13 +180,13 @@ def rc_droce_responder(mtu):
 
 
 def ud_both(mtu):
-    ops_g = f"send:64,sendimm:{mtu}:0xcafe@128"
+    ops_g = f"send:61,sendimm:{mtu}:0xcafe@128"
     return dict(
         name="ud_both_ways",
         what=f"UD SEND and SEND with immediate (up to the path MTU, {mtu} B) both ways",
         guest=f"--qpt ud --fill 0xc3 --recv 2 --expect-recv 2 --ops {ops_g}",
         peer=["--qpt", "ud", "--recv", "2", "--peer-fill", "0xc3", "--peer-ops", ops_g,
-              "--ops", f"send:64@256,sendimm:{mtu}:0xbeef@256"])
+              "--ops", f"send:63@256,sendimm:{mtu}:0xbeef@256"])
 
 
 def rnr_droce_naks():
@@ -289,7 +290,8 @@ def cases_for(mtu_link):
 
 # ---- the wire -----------------------------------------------------------------------------------
 
-TSHARK_FIELDS = ["frame.number", "ip.src", "frame.protocols", "_ws.malformed", "_ws.expert.message",
+TSHARK_FIELDS = ["frame.number", "ip.src", "frame.protocols", "_ws.malformed", "_ws.expert.message", "infiniband.bth.destqp",
+                 "infiniband.bth.padcnt",
                  "infiniband.bth.opcode", "infiniband.aeth.syndrome", "ip.flags.df", "ip.ttl", "ip.dsfield",
                  "ip.id", "udp.srcport", "udp.checksum", "infiniband.bth.se", "infiniband.bth.m",
                  "infiniband.bth.a", "infiniband.bth.tver", "infiniband.bth.p_key", "infiniband.bth.reserved7",
@@ -540,6 +542,18 @@ def check_captures(a, pcaps):
     log(f"{'ok' if not problems else 'FAIL'}: tshark dissects all {n_all} frames ({n_droce} from droce) as "
         f"RoCEv2 with no malformed mark or expert note")
     bad += problems[:20]
+    # RoCEv2 carries flow entropy in the UDP source port; a QP must keep one so that ECMP keeps
+    # its packets in order (REFERENCES.md). Both stacks, per capture and QP.
+    ports = {}
+    for f, rows in rows_by_pcap.items():
+        for r in rows:
+            ports.setdefault((f, who(r), r["infiniband.bth.destqp"]), set()).add(r["udp.srcport"])
+    split = [f"{os.path.basename(f)} {w} to QP {q}: ports {sorted(p)}" for (f, w, q), p in ports.items() if len(p) > 1]
+    log(f"{'ok' if not split else 'FAIL'}: every QP of either stack keeps one UDP source port")
+    bad += split
+    pads = {w: sorted({r["infiniband.bth.padcnt"] for rows in rows_by_pcap.values() for r in rows if who(r) == w})
+            for w in ("droce", "rxe")}
+    log(f"pad counts seen: droce {','.join(pads['droce'])}; rxe {','.join(pads['rxe'])}")
     if total_ok != n_all:
         bad.append(f"the ICRC checker saw {total_ok} RoCEv2 packets, tshark {n_all}")
     log("wire fields, droce vs rxe, over every capture:")
