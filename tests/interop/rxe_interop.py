@@ -17,7 +17,9 @@ pinging it when a case gets no answer; it is restarted once and the case rerun. 
 stall ends the run as inconclusive (exit 77), never as a pass or a droce failure.
 
 usage: rxe_interop.py --rig RXE-RIG.SH --droced DROCED --droce DROCE --peer PEER --workdir DIR
-                      [--mtus 1500,9000] [--only NAME[,NAME...]] [--keep]
+                      [--mtus 1500,9000] [--only NAME[,NAME...]] [--simulate-stall NAME]
+--simulate-stall checks the restart path itself: it takes the guest's tap down during the first
+attempt of case NAME, as a stalled emulated NIC would look from outside.
 exit: 0 all passed; 1 failures; 77 inconclusive (the rig, not droce).
 """
 import argparse
@@ -56,6 +58,7 @@ class Rig:
         self.env = dict(os.environ, RIG_DIR=rig_dir, RIG_NETNS=netns)
         self.netns, self.rig_dir = netns, rig_dir
         self.mtu = 1500
+        self.console_seen = 0
 
     def sh(self, *args, timeout=600, check=True):
         env = dict(self.env, RIG_MTU=str(self.mtu))
@@ -69,6 +72,7 @@ class Rig:
 
     def up(self):
         t0 = time.monotonic()
+        self.console_seen = 0
         self.sh("up", self.guest, GUEST_IP, timeout=400)
         return time.monotonic() - t0
 
@@ -88,6 +92,17 @@ class Rig:
         if check and p.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)}: exit {p.returncode}\n{p.stdout}{p.stderr}")
         return p
+
+    def new_console_trouble(self):
+        """Kernel warnings, oopses or BUGs the guest printed on its console since the last call."""
+        try:
+            text = open(os.path.join(self.rig_dir, "vms", self.guest, "console.log"), errors="replace").read()
+        except OSError:
+            return ""
+        new, self.console_seen = text[self.console_seen:], len(text)
+        hits = [line for line in new.splitlines()
+                if re.search(r"(WARNING:|BUG:|Oops|Call Trace|general protection|rdma_rxe.*(error|fail))", line)]
+        return "\n".join(hits[:20])
 
     def answers(self):
         """True when the guest answers ping on the wire within about 15 s (its NIC still
@@ -279,12 +294,39 @@ def loss_rxe_requester():
         wire=[("droce", "nak_seq", ">=", 1)])
 
 
+# Responses lost instead: the requester times out and resends; the responder must answer a
+# duplicate WRITE with an ACK and a duplicate READ or atomic from saved state, never running an
+# atomic twice (the model's final value would be off by the add). 22 fetch-and-adds in a row
+# make sure some atomic acknowledgement is among the dropped packets.
+def loss_of_rxe_responses():
+    ops = ",".join(["fadd:1@0"] * 22) + ",read:8192@0,write:4096@4096,read:8192@0,cswap:122:7@0"
+    return dict(
+        name="loss_of_rxe_responses",
+        what=f"every {DROP_EVERY}th response rxe sends is lost: droce times out and resends; rxe replays "
+             "READs and atomics (22 fetch-and-adds add 22 exactly once)",
+        guest="", tc=tc_drop("egress"), size=LOSS_SIZE,
+        peer=["--timeout", "12", "--peer-u64", "0=100", "--ops", ops],
+        counters={"retransmits": (">=", 1), "timeouts": (">=", 1)})
+
+
+def loss_of_droce_responses():
+    ops = ",".join(["fadd:1@8"] * 22) + ",read:8192@0,write:4096@4096,read:4096@8192,cswap:122:7@8"
+    return dict(
+        name="loss_of_droce_responses",
+        what=f"every {DROP_EVERY}th response droce sends is lost: rxe times out and resends; droce replays "
+             "READs and atomics (22 fetch-and-adds add 22 exactly once)",
+        guest=f"--timeout 12 --retry-cnt 6 --ops {ops}", tc=tc_drop("ingress"), size=LOSS_SIZE,
+        peer=["--u64", "8=100", "--peer-ops", ops],
+        counters={"duplicate_requests": (">=", 1)})
+
+
 def cases_for(mtu_link):
     m = 1024 if mtu_link < 4200 else 4096
     cases = [rc_droce_requester(m), rc_droce_responder(m), ud_both(m)]
     if mtu_link == 1500:
         cases += [rnr_droce_naks(), rnr_droce_naks_then_recv(), rnr_rxe_naks(), bad_rkey_droce_requester(),
-                  bad_rkey_rxe_requester(), loss_droce_requester(), loss_rxe_requester()]
+                  bad_rkey_rxe_requester(), loss_droce_requester(), loss_rxe_requester(),
+                  loss_of_rxe_responses(), loss_of_droce_responses()]
     return m, cases
 
 
@@ -364,6 +406,8 @@ def wire_summary(rows_by_pcap):
             sports[w].add(int(r["udp.srcport"] or 0))
             ackreq.setdefault((w, kind(r)), set()).add(r["infiniband.bth.a"])
     lines = []
+    if not any(rows_by_pcap.values()):
+        return lines
     for f, label in fields.items():
         d, x = sorted(seen[f]["droce"]), sorted(seen[f]["rxe"])
         lines.append(f"  {label:28} droce {','.join(d):22} rxe {','.join(x):22}{'' if d == x else '  <- differs'}")
@@ -386,6 +430,7 @@ class Runner:
         self.pcaps = []
         self.wedges = 0
         self.case_times = []
+        self.stalled = False
 
     def run_case(self, case, mtu_link):
         tag = f"{case['name']}_{mtu_link}"
@@ -405,6 +450,11 @@ class Runner:
         t0 = time.monotonic()
         try:
             job = self.rig.start(guest_cmd)
+            if self.a.simulate_stall == case["name"] and not self.stalled:
+                self.stalled = True
+                tap = open(os.path.join(self.rig.rig_dir, "vms", self.rig.guest, "tap")).read().strip()
+                self.rig.ns("ip", "link", "set", tap, "down")
+                log(f"(simulating an emulated-NIC stall: {tap} down)")
             expect = base + ".expect.json"
             stats = base + ".stats.json"
             for f in (expect, stats):
@@ -429,9 +479,13 @@ class Runner:
         open(base + ".guest.log", "w").write(guest_out)
         self.pcaps.append(pcap)
 
-        if peer_rc in (3, 124) or guest_rc == 124:
-            if not self.rig.answers():
-                raise Wedged(f"{tag}: the guest does not answer ping (peer exit {peer_rc}, guest exit {guest_rc})")
+        oops = self.rig.new_console_trouble()
+        if oops:
+            # The guest's kernel complained (an rxe WARN_ON, an oops): that is about what it was fed.
+            self.fail(tag, "the guest's kernel logged trouble during the case:\n" + oops)
+            return
+        if (peer_rc != 0 or guest_rc != 0) and not self.rig.answers():
+            raise Wedged(f"{tag}: the guest does not answer ping (peer exit {peer_rc}, guest exit {guest_rc})")
         if not self.droced.alive():
             self.fail(tag, f"droced died:\n{self.droced.tail()}")
             return
@@ -572,6 +626,7 @@ def main():
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--mtus", default="1500,9000")
     ap.add_argument("--only", default="")
+    ap.add_argument("--simulate-stall", default="")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
     for f in os.listdir(a.workdir):
