@@ -616,6 +616,19 @@ def check_captures(a, pcaps):
     return bad
 
 
+def reap_stale(a):
+    """Guests and namespaces left by an earlier run that was killed (qemu daemonizes, so it
+    outlives us): guest i<PID> in namespace droce-rxe-<PID>, for a PID no longer running."""
+    vms = os.path.join(a.rig_dir, "vms")
+    for name in os.listdir(vms) if os.path.isdir(vms) else []:
+        m = re.fullmatch(r"i(\d+)", name)
+        if not m or os.path.exists(f"/proc/{m.group(1)}"):
+            continue
+        log(f"removing guest {name} left by an earlier run")
+        Rig(a.rig, a.rig_dir, f"droce-rxe-{m.group(1)}", name).down()
+        subprocess.run(["ip", "netns", "del", f"droce-rxe-{m.group(1)}"], capture_output=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rig", required=True)
@@ -632,6 +645,7 @@ def main():
     for f in os.listdir(a.workdir):
         if f.endswith((".pcap", ".log", ".json")):
             os.unlink(os.path.join(a.workdir, f))
+    reap_stale(a)
     pid = os.getpid()
     rig = Rig(a.rig, a.rig_dir, f"droce-rxe-{pid}", f"i{pid}")
     droced = Droced(a.droced, rig, os.path.join(a.workdir, "droced"))

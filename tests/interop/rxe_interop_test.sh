@@ -47,6 +47,8 @@ command -v dumpcap >/dev/null || skip "no dumpcap (Debian package wireshark-comm
 
 mkdir -p "$rig_dir" || skip "cannot create $rig_dir"
 avail_mb=$(df --output=avail -BM "$rig_dir" | tail -1 | tr -dc 0-9)
+exec 8>"$rig_dir/.droce-build.lock"
+flock 8                                   # one build at a time; later runs find it done
 if [ ! -f "$rig_dir/image/.build-ok" ]; then
   # debootstrap tree (~420 MB) + image (~510 MB) + kernel .deb (~70 MB) + room for the guest.
   [ "$avail_mb" -ge 2048 ] || skip "only ${avail_mb} MB free in $rig_dir; building the rig image needs 2 GB"
@@ -61,6 +63,8 @@ else
   [ "$avail_mb" -ge 512 ] || skip "only ${avail_mb} MB free in $rig_dir; a guest's overlay and the captures need 512 MB"
 fi
 
+flock -u 8
+exec 8>&-
 export RIG_DIR=$rig_dir
 exec /usr/bin/python3 "$here/rxe_interop.py" --rig "$rig" --rig-dir "$rig_dir" --droced "$droced" \
   --droce "$droce" --peer "$peer" --workdir "$workdir" "$@"
