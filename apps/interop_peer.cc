@@ -300,7 +300,7 @@ struct Model {
     switch (op.kind) {
       case OpKind::send:
       case OpKind::sendimm: {
-        ModelRecv r{WcOpcode::recv, op.len, std::nullopt, {local.begin() + op.off, local.begin() + end}};
+        ModelRecv r{WcOpcode::recv, op.len, std::nullopt, {local.begin() + op.off, local.begin() + end}, {}};
         if (op.kind == OpKind::sendimm) r.imm = op.imm;
         if (from_droce) {
           if (g_recv_at + op.len > g.size()) {
@@ -874,15 +874,15 @@ int run() {
                   to_string(c.status), unsigned(c.opcode), c.byte_len, want_len, c.wr_id, c.imm_data, c.wc_flags);
     if (want.imm) ok = ok && (c.wc_flags & kWcWithImm) && c.imm_data == *want.imm;
     else ok = ok && !(c.wc_flags & kWcWithImm);
-    if (ud) {
-      const uint8_t* grh = p.slot(static_cast<uint32_t>(c.wr_id - 1000));
+    if (ud && ok) {  // ok: wr_id names slot i
+      const uint8_t* grh = p.slot(static_cast<uint32_t>(i));
       uint32_t src = 0;
       std::memcpy(&src, grh + 20 + 12, 4);
       // Annex A17.4.5.1: for IPv4 the last 20 bytes of the GRH area are the IPv4 header.
       ok = ok && c.src_qp == p.g_qpn && (c.wc_flags & kWcGrh) && grh[20] == 0x45 && be32toh(src) == g_ipv4;
     }
     if (ok && !want.data.empty()) {
-      const uint8_t* got = p.slot(static_cast<uint32_t>(c.wr_id - 1000)) + (ud ? kGrhBytes : 0);
+      const uint8_t* got = p.slot(static_cast<uint32_t>(i)) + (ud ? kGrhBytes : 0);
       const std::string d = describe_diff(got, want.data.data(), want.data.size());
       if (!d.empty()) {
         ok = false;

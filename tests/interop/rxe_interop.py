@@ -44,6 +44,35 @@ DROP_EVERY = 11                # the loss cases drop every 11th RoCEv2 packet in
 LOSS_SIZE = 16384              # ... with regions this small, so no message has DROP_EVERY packets
 
 
+# An ICMP echo, once a second until one is answered or the time is up (exit 0 when answered).
+# The host may have no ping(8); this runs with python3 inside the rig's namespace, as root.
+ICMP_PROBE = r"""
+import os, socket, struct, sys, time
+dst, seconds = sys.argv[1], float(sys.argv[2])
+def csum(b):
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    s = (s >> 16) + (s & 0xffff)
+    return ~(s + (s >> 16)) & 0xffff
+s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+s.settimeout(1.0)
+ident, end, seq = os.getpid() & 0xffff, time.time() + seconds, 0
+while time.time() < end:
+    seq += 1
+    hdr = struct.pack("!BBHHH", 8, 0, 0, ident, seq) + b"droce-probe!"  # even length
+    s.sendto(hdr[:2] + struct.pack("!H", csum(hdr)) + hdr[4:], (dst, 0))
+    stop = time.time() + 1.0
+    while time.time() < stop:
+        try:
+            data, addr = s.recvfrom(2048)
+        except socket.timeout:
+            break
+        icmp = data[(data[0] & 15) * 4:]
+        if addr[0] == dst and icmp[0] == 0 and struct.unpack("!H", icmp[4:6])[0] == ident:
+            sys.exit(0)
+sys.exit(1)
+"""
+
+
 class Wedged(Exception):
     """The guest stopped answering on the wire (the rig's emulated-NIC stall)."""
 
@@ -107,10 +136,7 @@ class Rig:
     def answers(self):
         """True when the guest answers ping on the wire within about 15 s (its NIC still
         transmits). Generous: a guest under TCG that has just been busy can be slow."""
-        for _ in range(15):
-            if self.ns("ping", "-c", "1", "-W", "1", GUEST_IP, check=False).returncode == 0:
-                return True
-        return False
+        return self.ns("/usr/bin/python3", "-c", ICMP_PROBE, GUEST_IP, "15", check=False, timeout=40).returncode == 0
 
 
 class Droced:
@@ -485,7 +511,7 @@ class Runner:
             self.fail(tag, "the guest's kernel logged trouble during the case:\n" + oops)
             return
         if (peer_rc != 0 or guest_rc != 0) and not self.rig.answers():
-            raise Wedged(f"{tag}: the guest does not answer ping (peer exit {peer_rc}, guest exit {guest_rc})")
+            raise Wedged(f"{tag}: the guest does not answer an ICMP echo (peer exit {peer_rc}, guest exit {guest_rc})")
         if not self.droced.alive():
             self.fail(tag, f"droced died:\n{self.droced.tail()}")
             return
