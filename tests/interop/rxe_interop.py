@@ -279,6 +279,32 @@ def bad_rkey_rxe_requester():
         wire=[("droce", "nak_access", "==", 1)])
 
 
+ZERO_OPS = "send:0,write:0@64,read:0@128,writeimm:0:0x77@256,write:8@0"
+
+
+def zero_length_droce_requester():
+    return dict(
+        name="zero_length_droce_requester",
+        what="zero-length SEND, WRITE, READ and WRITE with immediate from droce (RETH with DMA length 0)",
+        guest="--recv 2 --expect-recv 2", peer=["--ops", ZERO_OPS])
+
+
+def zero_length_droce_responder():
+    return dict(
+        name="zero_length_droce_responder",
+        what="zero-length SEND, WRITE, READ and WRITE with immediate from rxe",
+        guest=f"--ops {ZERO_OPS}", peer=["--recv", "2", "--peer-ops", ZERO_OPS])
+
+
+def misaligned_atomic():
+    # rxe's provider refuses a misaligned atomic at post (EINVAL), so only droce can send one.
+    return dict(
+        name="misaligned_atomic_droce_requester",
+        what="droce's fetch-and-add at an address not 8-byte aligned: rxe NAKs (invalid request)",
+        guest="", peer=["--ops", "fadd:1@4", "--expect-fail", "rem_inv_req_err"],
+        wire=[("rxe", "nak_0x61", "==", 1)])
+
+
 def tc_drop(where):
     """Guest-side tc commands: drop every DROP_EVERY-th RoCEv2 packet entering (ingress) or
     leaving (egress) the guest. The rig host's kernel has no netem/gact; the guest's has both,
@@ -350,7 +376,8 @@ def cases_for(mtu_link):
     m = 1024 if mtu_link < 4200 else 4096
     cases = [rc_droce_requester(m), rc_droce_responder(m), ud_both(m)]
     if mtu_link == 1500:
-        cases += [rnr_droce_naks(), rnr_droce_naks_then_recv(), rnr_rxe_naks(), bad_rkey_droce_requester(),
+        cases += [zero_length_droce_requester(), zero_length_droce_responder(), misaligned_atomic(),
+                  rnr_droce_naks(), rnr_droce_naks_then_recv(), rnr_rxe_naks(), bad_rkey_droce_requester(),
                   bad_rkey_rxe_requester(), loss_droce_requester(), loss_rxe_requester(),
                   loss_of_rxe_responses(), loss_of_droce_responses()]
     return m, cases
