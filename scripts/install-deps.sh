@@ -16,6 +16,7 @@ packages=(
   # the rdma-core provider: the libibverbs it loads into and its public headers, the programs
   # that test it, and what scripts/fetch-rdma-core-headers.sh uses (objdump, apt-get source)
   libibverbs-dev ibverbs-utils perftest binutils dpkg-dev
+  qemu-system-x86 qemu-utils debootstrap busybox-static e2fsprogs cpio  # the rxe rig (docs/interop.md)
 )
 
 missing=()
