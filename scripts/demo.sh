@@ -4,6 +4,8 @@
 #     a net_memif link) and verbs traffic between them through the client
 #     library (droce-selftest: RC SEND/WRITE/READ/atomics, SRQ, UD, 64 QP
 #     pairs, every byte checked), then droced's own view (droce status);
+#     then the distro's own verbs programs on the same two hosts: ibv_devices,
+#     ibv_devinfo, ib_write_bw and ib_send_lat through droce's provider;
 #  1. the transport: two droce hosts in one process on a net_memif link find
 #     each other by ARP and run RC SEND, WRITE, READ and atomics, checked;
 #  2. the wire format: every RoCEv2 opcode built on one DPDK port, sent to a
@@ -19,7 +21,9 @@ if [ -f build/release/build.ninja ]; then
 else
   meson setup build/release -Dbuildtype=release >/dev/null
 fi
-ninja -C build/release apps/droce apps/droced apps/droce-selftest apps/droce-wire-demo apps/droce-engine-demo >/dev/null
+pabi=$(scripts/fetch-rdma-core-headers.sh --pabi-only 2>/dev/null | tail -1)
+ninja -C build/release apps/droce apps/droced apps/droce-selftest apps/droce-wire-demo apps/droce-engine-demo \
+  "provider/verbs/libdroce-rdmav$pabi.so" provider/preload/libdroce-preload.so >/dev/null
 
 . scripts/lib/droced-pair.sh
 trap droced_pair_stop EXIT
@@ -31,6 +35,29 @@ echo "### droce status (host A), while a client holds 4 QPs with traffic"
 build/release/apps/droce-selftest --a "$DROCE_A_SOCK" --b "$DROCE_B_SOCK" --qps 4 --hold-seconds 2 --quiet >/dev/null &
 sleep 1
 build/release/apps/droce status --socket "$DROCE_A_SOCK"
+wait
+droced_pair_stop
+echo
+
+# The same two hosts with a 9000-byte link (path MTU 4096), for the distro's own verbs programs.
+echo "### unmodified verbs programs on two droce hosts (droce exec: the provider, SYSFS_PATH, /dev/infiniband)"
+droced_pair_start build/release/apps build/demo/hosts --mtu 9000
+run_a() { build/release/apps/droce exec --run-dir build/demo/hosts/a -- "$@"; }
+run_b() { build/release/apps/droce exec --run-dir build/demo/hosts/b -- "$@"; }
+echo '$ ibv_devices   (host A)'
+run_a ibv_devices
+echo '$ ibv_devinfo -d droce0   (host B)'
+run_b ibv_devinfo -d droce0
+# perftest's own TCP exchange over loopback; GID 1 is each host's IPv4-mapped RoCE v2 GID.
+echo '$ ib_write_bw -d droce0 -x 1 -s 65536 -n 5000   (A serves, B runs)'
+run_a ib_write_bw -d droce0 -x 1 -s 65536 -n 5000 >build/demo/ib_write_bw.server 2>&1 &
+sleep 1
+run_b ib_write_bw -d droce0 -x 1 -s 65536 -n 5000 127.0.0.1
+wait
+echo '$ ib_send_lat -d droce0 -x 1 -s 64 -n 2000   (A serves, B runs)'
+run_a ib_send_lat -d droce0 -x 1 -s 64 -n 2000 >build/demo/ib_send_lat.server 2>&1 &
+sleep 1
+run_b ib_send_lat -d droce0 -x 1 -s 64 -n 2000 127.0.0.1
 wait
 droced_pair_stop
 echo
