@@ -10,7 +10,9 @@
 #     the kernel, which also owns B's IPv4 address here, must not answer a single RoCE packet
 #     (UdpNoPorts and ICMP unreachables unchanged in B's namespace); link down on B's veth end:
 #     both ports go DOWN and a client of A gets IBV_EVENT_PORT_ERR, then up: ACTIVE,
-#     IBV_EVENT_PORT_ACTIVE, and traffic passes again.
+#     IBV_EVENT_PORT_ACTIVE, and traffic passes again. On af_packet also the distro's
+#     ibv_rc_pingpong (data checked), ib_write_bw, ib_send_lat and ib_read_bw across the
+#     namespaces through droce's provider, their TCP exchange over the same veth.
 #   - jumbo: MTU 9000 for af_packet (path MTU 4096). af_xdp cannot carry 9000 on a veth (the
 #     kernel refuses an XDP program on a veth whose peer's MTU exceeds a page, and DPDK 22.11's
 #     af_xdp frames are one page): droced must refuse to start with the reason, and the test
@@ -145,6 +147,42 @@ kernel_noise() {  # UdpNoPorts + ICMP(v6) port unreachables sent, in namespace $
     END { print n + 0 }'
 }
 
+# Unmodified verbs programs across the namespaces, through droce's provider (droce exec), with
+# their TCP exchange over the same veth: with af_packet the kernel shares the link (and the MAC)
+# with droce, owns the same addresses, carries the TCP, and stays out of the RoCE traffic.
+verbs_programs() {
+  local module out
+  module=$(ls "$(dirname "$droce")"/../provider/verbs/libdroce-rdmav*.so 2>/dev/null | head -1)
+  if [ -z "$module" ] || ! command -v ib_write_bw >/dev/null || ! command -v ibv_rc_pingpong >/dev/null; then
+    echo "SKIP verbs programs: no provider module next to $droce, or perftest/ibverbs-utils missing"
+    return
+  fi
+  ip -n "$nsa" addr add 10.78.0.1/24 dev va
+  run_pair "ibv_rc_pingpong -c" ibv_rc_pingpong -d droce0 -g 1 -n 200 -c
+  run_pair "ib_write_bw" ib_write_bw -d droce0 -x 1 -n 200 -s 65536
+  run_pair "ib_send_lat" ib_send_lat -d droce0 -x 1 -n 200 -s 64
+  run_pair "ib_read_bw" ib_read_bw -d droce0 -x 1 -n 200 -s 4096
+}
+
+# run_pair WHAT PROGRAM ARGS...: the server in A's namespace on host A, the client in B's.
+run_pair() {
+  local what=$1 spid st_s st_c
+  shift
+  ip netns exec "$nsa" "$droce" exec --run-dir "$work/a" -- "$@" >"$work/server.txt" 2>&1 &
+  spid=$!
+  sleep 1
+  timeout 60 ip netns exec "$nsb" "$droce" exec --run-dir "$work/b" -- "$@" 10.78.0.1 >"$work/client.txt" 2>&1
+  st_c=$?
+  wait $spid
+  st_s=$?
+  if [ $st_c -eq 0 ] && [ $st_s -eq 0 ]; then
+    pass "$pmd: $what between the namespaces: $(grep -E '^ *[0-9]+ +[0-9]+|bytes in' "$work/client.txt" | tail -1 | tr -s ' ')"
+  else
+    bad "$pmd: $what between the namespaces (client $st_c, server $st_s)"
+    tail -5 "$work/client.txt" "$work/server.txt" | sed 's/^/    /'
+  fi
+}
+
 for pmd in "${pmds[@]}"; do
   echo "== $pmd, MTU 1500"
   make_link 1500 || { bad "$pmd: cannot set MTU 1500"; continue; }
@@ -175,6 +213,7 @@ for pmd in "${pmds[@]}"; do
   fi
   mtu=$(port_field "$(sock_a)" mtu)
   [ "$mtu" = 1500 ] && pass "$pmd: port MTU 1500" || bad "$pmd: port MTU $mtu, not 1500"
+  [ "$pmd" = net_af_packet ] && verbs_programs
 
   # Link down and up on B's end of the veth.
   "$droce" events --socket "$(sock_a)" --count 2 --timeout 20 >"$work/events.txt" 2>&1 &
