@@ -184,7 +184,9 @@ def build_frame(rng):
     spec = dict(opcode=op, psn=rng.randrange(1 << 24), dqpn=rng.randrange(1 << 24),
                 pad=(-n) % 4, payload_len=n, ip_version=4 if v4 else 6, vlan=vlan,
                 se=rng.randrange(2), ackreq=rng.randrange(2),
-                pkey=rng.choice([0xFFFF, rng.randint(1, 0xFFFF)]))
+                # 0x0000 and 0x8000 are invalid P_Keys (IBA 10.9.1.2), refused by droce.
+                # (low 15 bits nonzero, membership bit either way).
+                pkey=rng.choice([0xFFFF, rng.randint(1, 0x7FFF) | rng.choice([0, 0x8000])]))
     ext = bytearray(16 if op == CNP else rng.randbytes(ext_len(op)))
     if op in AETH_OPS:
         ext[0] = rng.randrange(0x20)             # AETH syndrome: ACK + credits
