@@ -449,7 +449,7 @@ def listening(tcp_text, port):
 
 # ---- the wire -----------------------------------------------------------------------------------
 
-TSHARK_FIELDS = ["frame.number", "ip.src", "frame.protocols", "_ws.malformed", "_ws.expert.message", "infiniband.bth.destqp",
+TSHARK_FIELDS = ["frame.number", "ip.src", "eth.dst", "frame.protocols", "_ws.malformed", "_ws.expert.message", "infiniband.bth.destqp",
                  "infiniband.bth.padcnt",
                  "infiniband.bth.opcode", "infiniband.aeth.syndrome", "ip.flags.df", "ip.ttl", "ip.dsfield",
                  "ip.id", "udp.srcport", "udp.checksum", "infiniband.bth.se", "infiniband.bth.m",
@@ -552,6 +552,7 @@ class Runner:
         self.case_times = []
         self.stalled = False
         self.allowed_expert = {}   # pcap -> tshark expert notes its case expects
+        self.droced_mac = ""
 
     def run_case(self, case, mtu_link):
         tag = f"{case['name']}_{mtu_link}"
@@ -753,6 +754,11 @@ class Runner:
         rxe_pkts = len(rows) - droce_pkts
         if droce_pkts == 0 or rxe_pkts == 0:
             problems.append(f"on the wire: {droce_pkts} RoCEv2 packets from droce, {rxe_pkts} from rxe")
+        # Every RoCEv2 packet of rxe's must go to droced's MAC (the veth's): one sent elsewhere
+        # (the bridge) is lost to droce, and only rxe's retries would hide that.
+        astray = sum(1 for r in rows if who(r) == "rxe" and r["eth.dst"].lower() != self.droced_mac)
+        if astray:
+            problems.append(f"on the wire: {astray} of rxe's packets went to another MAC than droced's {self.droced_mac}")
         summary = f"{len(rows)} packets ({droce_pkts} from droce, {rxe_pkts} from rxe), {elapsed:.1f} s"
         self.case_times.append((tag, elapsed))
         if problems:
@@ -915,12 +921,25 @@ def main():
                 # kernel quiet about RoCE). arp_ignore=1: the bridge's own interface, in the same
                 # namespace, must not answer ARP for 10.99.0.50 with its MAC, or rxe's RoCE packets
                 # would go to the bridge instead of droced.
+                # And what the kernel sends from 10.99.0.50 (its TCP replies, its ARP requests
+                # naming 10.99.0.50 as sender) must leave through droced's veth too: from the
+                # bridge's interface, an ARP request "who has 10.99.0.11, tell 10.99.0.50" taught
+                # the guest the bridge's MAC for droced's address, and rxe sent 8 s of RoCE
+                # retries to the bridge (seen in a first version). A rule for that source
+                # address, and arp_announce=2 (ARP senders from the outgoing interface's subnet).
                 rig.ns("sysctl", "-qw", "net.ipv4.conf.all.arp_ignore=1")
+                rig.ns("sysctl", "-qw", "net.ipv4.conf.all.arp_announce=2")
                 rig.ns("ip", "addr", "replace", f"{DROCE_IP}/24", "dev", PORT)
+                rig.ns("ip", "route", "replace", "10.99.0.0/24", "dev", PORT, "src", DROCE_IP, "table", "4791")
+                if DROCE_IP not in rig.ns("ip", "rule", "show").stdout:
+                    rig.ns("ip", "rule", "add", "from", DROCE_IP, "table", "4791")
+                runner.droced_mac = json.loads(rig.ns("ip", "-j", "link", "show", PORT).stdout)[0]["address"]
                 log(f"-- stock verbs programs (droce exec on the host, rxe0 in the guest), "
                     f"{TOOL_ITERS} iterations each")
                 for case in tools:
                     runner.run_with_restart(case, mtu_link)
+                rig.ns("ip", "rule", "del", "from", DROCE_IP, "table", "4791", check=False)
+                rig.ns("ip", "route", "flush", "table", "4791", check=False)
                 rig.ns("ip", "addr", "del", f"{DROCE_IP}/24", "dev", PORT, check=False)
             rc = droced.stop()
             if rc != 0:
