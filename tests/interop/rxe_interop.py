@@ -12,12 +12,18 @@ assert droce's per-QP counters and the NAKs on the wire. Every case is captured;
 every RoCEv2 packet must pass the rig's independent ICRC check, `droce decode`, and tshark's
 dissector, and a comparison of droce's headers with rxe's is printed.
 
+After those cases (at MTU 1500, --tool-mtus), the stock programs of issue #6 run both ways:
+perftest's send/write/read/atomic bandwidth and latency tools and ibv_rc/ud_pingpong, on the host
+through `droce exec` on droced, in the guest on rxe0 (tool_cases()); both must exit 0 and print
+their results, and their captures go through the same checks. --no-tools WHY skips them.
+
 A guest whose emulated NIC stops sending (a known rig problem under TCG) is detected by
 pinging it when a case gets no answer; it is restarted once and the case rerun. A second
 stall ends the run as inconclusive (exit 77), never as a pass or a droce failure.
 
 usage: rxe_interop.py --rig RXE-RIG.SH --droced DROCED --droce DROCE --peer PEER --workdir DIR
                       [--mtus 1500,9000] [--only NAME[,NAME...]] [--simulate-stall NAME]
+                      [--tool-mtus 1500] [--no-tools WHY]
 --simulate-stall checks the restart path itself: it takes the guest's tap down during the first
 attempt of case NAME, as a stalled emulated NIC would look from outside.
 exit: 0 all passed; 1 failures; 77 inconclusive (the rig, not droce).
