@@ -414,13 +414,15 @@ def tool_cases():
              ("ib_write_bw", f"-n {n} -s 4096 -F", "-x 1"),
              ("ib_read_bw", f"-n {n} -s 4096 -F -o 16", "-x 1"),
              ("ib_atomic_bw", f"-n {n} -F -o 16", "-x 1"),
+             ("ib_atomic_bw", f"-n {n} -F -o 16 -A CMP_AND_SWAP", "-x 1"),
              ("ib_send_lat", f"-n {n} -s 4096 -F", "-x 1"),
              ("ib_write_lat", f"-n {n} -s 4096 -F", "-x 1"),
              ("ib_read_lat", f"-n {n} -s 4096 -F -o 16", "-x 1")]
     cases = []
     for tool, args, gid in tools:
+        variant = "_cmp_and_swap" if "CMP_AND_SWAP" in args else ""
         for server in ("droce", "rxe"):
-            case = dict(name=f"{tool}_{server}_server", tool=tool, args=f"{args} {gid}", server=server,
+            case = dict(name=f"{tool}{variant}_{server}_server", tool=tool, args=f"{args} {gid}", server=server,
                         what=f"{tool} {args} {gid}, {server} the server")
             if tool.startswith("ibv_"):
                 # The pingpongs put hop_limit 1 in their address vector; droce sends it as IPv4 TTL 1
