@@ -571,25 +571,41 @@ int Session::on_hello(const std::vector<uint8_t>& msg, const CtlHeader& h) {
   return 0;
 }
 
+namespace {
+
+// The MrSegment tail after a reg_mr / rereg_mr body (`body` bytes), with one
+// descriptor per segment, mapped contiguously: -EINVAL when the count, the
+// descriptors, the message length or page_va's alignment do not agree.
+int map_segments(const std::vector<uint8_t>& msg, size_t body, uint32_t count, uint64_t page_va,
+                 const std::vector<core::Fd>& fds, PeerMemory* out) {
+  const size_t tail = sizeof(CtlHeader) + body;
+  if (count == 0 || count > kMaxMrSegments || fds.size() != count ||
+      msg.size() != tail + count * sizeof(MrSegment) || page_va % core::page_size() != 0)
+    return -EINVAL;
+  MrSegment segs[kMaxMrSegments];
+  std::memcpy(segs, msg.data() + tail, count * sizeof(MrSegment));
+  int raw[kMaxMrSegments];
+  for (uint32_t i = 0; i < count; ++i) raw[i] = fds[i].get();
+  return PeerMemory::map({segs, count}, {raw, count}, out);
+}
+
+// [va, va + length) lies inside the mapping of `size` bytes that starts at page_va.
+bool inside(uint64_t va, uint64_t length, uint64_t page_va, size_t size) {
+  return length != 0 && va >= page_va && va - page_va <= size && length <= size - (va - page_va);
+}
+
+}  // namespace
+
 int Session::on_reg_mr(const std::vector<uint8_t>& msg, std::vector<core::Fd>& fds, RegMrReply* out) {
   RegMrRequest q;
   if (decode_body(msg, &q) != 0) return -EINVAL;
   if (std::find(pds_.begin(), pds_.end(), q.pd) == pds_.end()) return -EINVAL;
   if (mrs_.size() >= dev_->session_limits.max_mrs) return -ENOMEM;
-  const size_t tail = sizeof(CtlHeader) + sizeof(RegMrRequest);
-  if (q.segment_count == 0 || q.segment_count > kMaxMrSegments || fds.size() != q.segment_count ||
-      msg.size() != tail + q.segment_count * sizeof(MrSegment))
-    return -EINVAL;
-  MrSegment segs[kMaxMrSegments];
-  std::memcpy(segs, msg.data() + tail, q.segment_count * sizeof(MrSegment));
-  int raw[kMaxMrSegments];
-  for (uint32_t i = 0; i < q.segment_count; ++i) raw[i] = fds[i].get();
-  const uint64_t page = core::page_size();
-  if (q.page_va % page != 0 || q.va < q.page_va || q.length == 0) return -EINVAL;
+  if (q.va < q.page_va || q.length == 0) return -EINVAL;
   auto m = std::make_unique<MrEntry>();
-  if (int rc = PeerMemory::map({segs, q.segment_count}, {raw, q.segment_count}, &m->memory); rc != 0) return rc;
+  if (int rc = map_segments(msg, sizeof q, q.segment_count, q.page_va, fds, &m->memory); rc != 0) return rc;
   // The registered range must lie inside the pages the client sent.
-  if (q.va - q.page_va > m->memory.size() || q.length > m->memory.size() - (q.va - q.page_va)) return -EINVAL;
+  if (!inside(q.va, q.length, q.page_va, m->memory.size())) return -EINVAL;
   rocev2::Mr* mr = nullptr;
   int rc = dev_->core->engine().reg_mr(q.pd, q.va, q.length, m->memory.data() + (q.va - q.page_va), q.access, &mr);
   if (rc != 0) return rc;
@@ -613,24 +629,15 @@ int Session::on_rereg_mr(const std::vector<uint8_t>& msg, std::vector<core::Fd>&
   PeerMemory fresh;
   const PeerMemory* mem = &m.memory;
   uint64_t page_va = m.page_va;
-  const size_t tail = sizeof(CtlHeader) + sizeof(ReregMrRequest);
   if (translation) {
-    if (q.segment_count == 0 || q.segment_count > kMaxMrSegments || fds.size() != q.segment_count ||
-        msg.size() != tail + q.segment_count * sizeof(MrSegment) || q.page_va % core::page_size() != 0)
-      return -EINVAL;
-    MrSegment segs[kMaxMrSegments];
-    std::memcpy(segs, msg.data() + tail, q.segment_count * sizeof(MrSegment));
-    int raw[kMaxMrSegments];
-    for (uint32_t i = 0; i < q.segment_count; ++i) raw[i] = fds[i].get();
-    if (int rc = PeerMemory::map({segs, q.segment_count}, {raw, q.segment_count}, &fresh); rc != 0) return rc;
+    if (int rc = map_segments(msg, sizeof q, q.segment_count, q.page_va, fds, &fresh); rc != 0) return rc;
     mem = &fresh;
     page_va = q.page_va;
-  } else if (q.segment_count != 0 || !fds.empty() || msg.size() != tail) {
+  } else if (q.segment_count != 0 || !fds.empty() || msg.size() != sizeof(CtlHeader) + sizeof q) {
     return -EINVAL;
   }
   // The range must lie inside the pages the region maps.
-  if (q.length == 0 || q.va < page_va || q.va - page_va > mem->size() || q.length > mem->size() - (q.va - page_va))
-    return -EINVAL;
+  if (!inside(q.va, q.length, page_va, mem->size())) return -EINVAL;
   const int rc = dev_->core->engine().rereg_mr(q.lkey, q.pd, q.va, q.length, mem->data() + (q.va - page_va), q.access);
   if (rc != 0) return rc;
   if (translation) {

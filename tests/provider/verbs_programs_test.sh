@@ -87,8 +87,9 @@ mount --rbind "$tmp/dev" /dev
 export RDMAV_DRIVERS=${module%-rdmav*.so}  # libibverbs appends -rdmav<PABI>.so
 export LD_PRELOAD=$preload
 gid=1  # droced's GID table: 0 the link-local GID, 1 the IPv4-mapped 10.77.0.x
-# A TCP port for the programs' own exchange, apart from other tests' (18515 is their default).
-port=$((20000 + $$ % 20000))
+# A TCP port for the programs' own exchange, apart from other tests' (18515 is their default)
+# and below the kernel's ephemeral range (32768 up), where a connection's own port may sit.
+port=$((10000 + $$ % 20000))
 
 # Waits until something listens on TCP $1 (the server's exchange socket), or its pid $2 ends.
 wait_listen() {
