@@ -35,13 +35,13 @@ constexpr const char* kEventNames[] = {
     "IBV_EVENT_GID_CHANGE",      "IBV_EVENT_WQ_FATAL"};
 
 const char* element_name(uint32_t type) {
-  switch (type) {
-    case 0: return "cq";
-    case 1: case 2: case 3: case 4: case 5: case 6: case 7: case 16: return "qp";
-    case 14: case 15: return "srq";
-    case 8: return "device";
-    default: return "port";
+  switch (client::event_element(type)) {
+    case client::EventElement::cq: return "cq";
+    case client::EventElement::qp: return "qp";
+    case client::EventElement::srq: return "srq";
+    case client::EventElement::port: return type == 8 /* IBV_EVENT_DEVICE_FATAL */ ? "device" : "port";
   }
+  return "port";
 }
 
 }  // namespace

@@ -636,6 +636,27 @@ int Srq::post_recv(const rocev2::RecvWr& wr) {
 
 // ---- Async events ----------------------------------------------------------------
 
+EventElement event_element(uint32_t type) {
+  switch (type) {
+    case 0:  // IBV_EVENT_CQ_ERR
+      return EventElement::cq;
+    case 1:   // IBV_EVENT_QP_FATAL
+    case 2:   // IBV_EVENT_QP_REQ_ERR
+    case 3:   // IBV_EVENT_QP_ACCESS_ERR
+    case 4:   // IBV_EVENT_COMM_EST
+    case 5:   // IBV_EVENT_SQ_DRAINED
+    case 6:   // IBV_EVENT_PATH_MIG
+    case 7:   // IBV_EVENT_PATH_MIG_ERR
+    case 16:  // IBV_EVENT_QP_LAST_WQE_REACHED
+      return EventElement::qp;
+    case 14:  // IBV_EVENT_SRQ_ERR
+    case 15:  // IBV_EVENT_SRQ_LIMIT_REACHED
+      return EventElement::srq;
+    default:
+      return EventElement::port;
+  }
+}
+
 int Context::get_async_event(AsyncEvent* out, int timeout_ms) {
   // Pop; when empty, consume the eventfd's wake-ups (without waiting when
   // timeout_ms is 0) and pop again: an event queued after that second pop

@@ -151,6 +151,11 @@ struct AsyncEvent {
   uint32_t id;    ///< QPN, CQ id, SRQ id or port
 };
 
+/// What an async event's id names, by its type (ibv_event_type): a CQ, a QP,
+/// an SRQ, or else a port (0 for the device, IBV_EVENT_DEVICE_FATAL).
+enum class EventElement : uint8_t { cq, qp, srq, port };
+EventElement event_element(uint32_t type);
+
 /// droced's state as JSON, without opening a verbs context (the droce CLI).
 int query_stats(const std::string& socket_path, std::string* json);
 

@@ -86,34 +86,27 @@ bool VerbsContext::deliver(const client::AsyncEvent& ev) {
   ib_uverbs_async_event_desc d{};
   d.event_type = ev.type;
   std::lock_guard<std::mutex> g(objects_mutex);
-  switch (ev.type) {
-    case IBV_EVENT_CQ_ERR: {
+  // An object destroyed meanwhile is nobody to tell (find fails).
+  switch (client::event_element(ev.type)) {
+    case client::EventElement::cq: {
       auto it = cqs.find(ev.id);
-      if (it == cqs.end()) return false;  // destroyed meanwhile: nobody to tell
+      if (it == cqs.end()) return false;
       d.element = reinterpret_cast<uintptr_t>(it->second->ibv);
       break;
     }
-    case IBV_EVENT_QP_FATAL:
-    case IBV_EVENT_QP_REQ_ERR:
-    case IBV_EVENT_QP_ACCESS_ERR:
-    case IBV_EVENT_COMM_EST:
-    case IBV_EVENT_SQ_DRAINED:
-    case IBV_EVENT_PATH_MIG:
-    case IBV_EVENT_PATH_MIG_ERR:
-    case IBV_EVENT_QP_LAST_WQE_REACHED: {
+    case client::EventElement::qp: {
       auto it = qps.find(ev.id);
       if (it == qps.end()) return false;
       d.element = reinterpret_cast<uintptr_t>(it->second->ibv);
       break;
     }
-    case IBV_EVENT_SRQ_ERR:
-    case IBV_EVENT_SRQ_LIMIT_REACHED: {
+    case client::EventElement::srq: {
       auto it = srqs.find(ev.id);
       if (it == srqs.end()) return false;
       d.element = reinterpret_cast<uintptr_t>(it->second->ibv);
       break;
     }
-    default:
+    case client::EventElement::port:
       d.element = ev.id;  // a port number (0 for the device)
       break;
   }
@@ -124,50 +117,23 @@ bool VerbsContext::deliver(const client::AsyncEvent& ev) {
   return true;
 }
 
-namespace {
-
-enum class EventKind { qp, cq, srq, other };
-
-EventKind kind_of(uint32_t type) {
-  switch (type) {
-    case IBV_EVENT_CQ_ERR:
-      return EventKind::cq;
-    case IBV_EVENT_QP_FATAL:
-    case IBV_EVENT_QP_REQ_ERR:
-    case IBV_EVENT_QP_ACCESS_ERR:
-    case IBV_EVENT_COMM_EST:
-    case IBV_EVENT_SQ_DRAINED:
-    case IBV_EVENT_PATH_MIG:
-    case IBV_EVENT_PATH_MIG_ERR:
-    case IBV_EVENT_QP_LAST_WQE_REACHED:
-      return EventKind::qp;
-    case IBV_EVENT_SRQ_ERR:
-    case IBV_EVENT_SRQ_LIMIT_REACHED:
-      return EventKind::srq;
-    default:
-      return EventKind::other;
-  }
-}
-
-}  // namespace
-
 void VerbsContext::count_read_event(const ibv_async_event& ev) {
   std::lock_guard<std::mutex> g(objects_mutex);
   // Only objects still in the tables: a destroyed one's pointer may dangle.
-  switch (kind_of(ev.event_type)) {
-    case EventKind::qp:
+  switch (client::event_element(ev.event_type)) {
+    case client::EventElement::qp:
       for (auto& [qpn, q] : qps)
         if (q->ibv == ev.element.qp) ++q->events_reported;
       break;
-    case EventKind::cq:
+    case client::EventElement::cq:
       for (auto& [id, c] : cqs)
         if (c->ibv == ev.element.cq) ++c->async_events_reported;
       break;
-    case EventKind::srq:
+    case client::EventElement::srq:
       for (auto& [id, s] : srqs)
         if (s->ibv == ev.element.srq) ++s->events_reported;
       break;
-    case EventKind::other:
+    case client::EventElement::port:
       break;
   }
 }
@@ -183,7 +149,7 @@ uint32_t VerbsContext::forget(const void* ibv_object, uint32_t* reported) {
   std::vector<ib_uverbs_async_event_desc> keep;
   ib_uverbs_async_event_desc d;
   while (::recv(event_read_.get(), &d, sizeof d, MSG_DONTWAIT) == sizeof d) {
-    const bool about = kind_of(d.event_type) != EventKind::other && d.element == reinterpret_cast<uintptr_t>(ibv_object);
+    const bool about = client::event_element(d.event_type) != client::EventElement::port && d.element == reinterpret_cast<uintptr_t>(ibv_object);
     if (!about) keep.push_back(d);
   }
   for (const auto& k : keep)

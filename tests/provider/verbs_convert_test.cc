@@ -2,6 +2,7 @@
 // gets (the values ibv_reg_mr(3), ibv_post_send(3), ibv_modify_qp(3) and ibv_create_ah(3)
 // document).
 #include "provider/verbs/convert.h"
+#include "provider/client/client.h"
 
 #include <endian.h>
 #include <gtest/gtest.h>
@@ -249,3 +250,19 @@ TEST(VerbsConvert, DeviceAndPortAttributes) {
 
 }  // namespace
 }  // namespace droce::verbs
+
+// The one classification of async events (provider/client) names what libibverbs expects each
+// ibv_event_type's element to be.
+TEST(VerbsConvert, AsyncEventElements) {
+  using droce::client::EventElement;
+  using droce::client::event_element;
+  EXPECT_EQ(event_element(IBV_EVENT_CQ_ERR), EventElement::cq);
+  for (auto t : {IBV_EVENT_QP_FATAL, IBV_EVENT_QP_REQ_ERR, IBV_EVENT_QP_ACCESS_ERR, IBV_EVENT_COMM_EST,
+                 IBV_EVENT_SQ_DRAINED, IBV_EVENT_PATH_MIG, IBV_EVENT_PATH_MIG_ERR, IBV_EVENT_QP_LAST_WQE_REACHED})
+    EXPECT_EQ(event_element(t), EventElement::qp) << t;
+  EXPECT_EQ(event_element(IBV_EVENT_SRQ_ERR), EventElement::srq);
+  EXPECT_EQ(event_element(IBV_EVENT_SRQ_LIMIT_REACHED), EventElement::srq);
+  for (auto t : {IBV_EVENT_DEVICE_FATAL, IBV_EVENT_PORT_ACTIVE, IBV_EVENT_PORT_ERR, IBV_EVENT_LID_CHANGE,
+                 IBV_EVENT_PKEY_CHANGE, IBV_EVENT_GID_CHANGE, IBV_EVENT_CLIENT_REREGISTER})
+    EXPECT_EQ(event_element(t), EventElement::port) << t;
+}
