@@ -53,20 +53,6 @@ bool link_ignores_netdev(std::string_view driver) {
   return driver == "net_af_packet" || driver == "net_af_xdp";
 }
 
-// The value of "key=VALUE" among a device's arguments ("" when absent).
-std::string devarg_value(std::string_view args, std::string_view key) {
-  size_t at = 0;
-  while (at <= args.size()) {
-    size_t end = args.find(',', at);
-    if (end == std::string_view::npos) end = args.size();
-    std::string_view kv = args.substr(at, end - at);
-    if (kv.size() > key.size() && kv.substr(0, key.size()) == key && kv[key.size()] == '=')
-      return std::string(kv.substr(key.size() + 1));
-    at = end + 1;
-  }
-  return {};
-}
-
 // The largest frame (Ethernet header on, FCS off) a kernel-netdev PMD can
 // carry whatever its ethdev MTU says; 0 when the ethdev MTU tells the truth.
 //   - af_packet: one TPACKET_V2 ring frame of `framesz` (devarg, default
@@ -904,6 +890,19 @@ std::string Port::describe() const {
       caps_.flow_udp_4791_to_queue == 0 ? "accepted" : rte_strerror(-caps_.flow_udp_4791_to_queue),
       to_string(multicast_mode_), promiscuous());
   return buf;
+}
+
+std::string devarg_value(std::string_view devargs, std::string_view key) {
+  size_t at = 0;
+  while (at <= devargs.size()) {
+    size_t end = devargs.find(',', at);
+    if (end == std::string_view::npos) end = devargs.size();
+    std::string_view kv = devargs.substr(at, end - at);
+    if (kv.size() > key.size() && kv.substr(0, key.size()) == key && kv[key.size()] == '=')
+      return std::string(kv.substr(key.size() + 1));
+    at = end + 1;
+  }
+  return {};
 }
 
 }  // namespace droce::net

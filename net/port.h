@@ -127,6 +127,10 @@
 
 namespace droce::net {
 
+/// The value of "key=VALUE" in a device string ("net_af_packet0,iface=eth1,qpairs=2"), or ""
+/// when the key is absent.
+std::string devarg_value(std::string_view devargs, std::string_view key);
+
 struct PortConfig {
   /// Queue counts; clamped to the device's maxima (at least 1 each).
   uint16_t rx_queues = 1;

@@ -114,19 +114,16 @@ struct PortPlan {
 
 PortPlan plan_port(const std::string& devargs) {
   PortPlan p{devargs};
-  const std::string driver = devargs.substr(0, devargs.find(','));
-  auto has = [&](const char* key) { return devargs.find(std::string(",") + key + "=") != std::string::npos; };
-  if (driver.rfind("net_af_packet", 0) == 0) {
+  if (devargs.rfind("net_af_packet", 0) == 0) {
     unsigned long framesz = 4608;
-    if (has("framesz")) {
-      const size_t at = devargs.find(",framesz=") + 9;
-      framesz = std::strtoul(devargs.c_str() + at, nullptr, 0);
+    if (const std::string given = net::devarg_value(devargs, "framesz"); !given.empty()) {
+      framesz = std::strtoul(given.c_str(), nullptr, 0);
     } else {
       p.devargs += ",framesz=4608";
-      if (!has("blocksz")) p.devargs += ",blocksz=36864";
+      if (net::devarg_value(devargs, "blocksz").empty()) p.devargs += ",blocksz=36864";
     }
     p.data_room = static_cast<uint16_t>(std::clamp<unsigned long>(framesz - 32 + RTE_PKTMBUF_HEADROOM, p.data_room, 16384));
-  } else if (driver.rfind("net_af_xdp", 0) == 0) {
+  } else if (devargs.rfind("net_af_xdp", 0) == 0) {
     p.data_room = 3712;
   }
   return p;
@@ -136,9 +133,8 @@ PortPlan plan_port(const std::string& devargs) {
 // to tell.
 void explain_open_failure(const std::string& devargs) {
   if (devargs.rfind("net_af_xdp", 0) != 0) return;
-  const size_t at = devargs.find(",iface=");
-  if (at == std::string::npos) return;
-  const std::string ifname = devargs.substr(at + 7, devargs.find(',', at + 7) - (at + 7));
+  const std::string ifname = net::devarg_value(devargs, "iface");
+  if (ifname.empty()) return;
   core::Fd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   ifreq ifr{};
   std::snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", ifname.c_str());

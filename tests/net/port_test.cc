@@ -502,6 +502,15 @@ TEST(PortNull, OpenExistingPortId) {
 
 // ============================================================== net_memif
 
+TEST(PortDevargs, ValueOfAKey) {
+  EXPECT_EQ(devarg_value("net_af_packet0,iface=veth1,framesz=4608", "iface"), "veth1");
+  EXPECT_EQ(devarg_value("net_af_packet0,iface=veth1,framesz=4608", "framesz"), "4608");
+  EXPECT_EQ(devarg_value("net_af_packet0,iface=veth1", "blocksz"), "");
+  // A key that only starts like another, and the device name itself, are not matches.
+  EXPECT_EQ(devarg_value("net_af_xdp0,iface_x=a,iface=b", "iface"), "b");
+  EXPECT_EQ(devarg_value("iface", "iface"), "");
+}
+
 TEST(PortMemif, ServerAndClientInOneProcess) {
   const std::string sock = "/tmp/droce-memif-" + unique_name("") + ".sock";
   const std::string common = ",socket=" + sock + ",socket-abstract=no,id=0";
