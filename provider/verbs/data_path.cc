@@ -217,6 +217,21 @@ void wr_set_inline_data(ibv_qp_ex* qpx, void* addr, size_t length) {
   wr_set_inline_data_list(qpx, 1, &b);
 }
 
+// A list of receives into a QP's RQ or an SRQ: the first that fails stops it and is *bad_wr.
+template <class Queue>
+int post_recv_list(Queue* queue, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  rocev2::RecvWr r;
+  for (; wr != nullptr; wr = wr->next) {
+    int rc = to_recv_wr(*wr, &r);
+    if (rc == 0) rc = positive(queue->post_recv(r));
+    if (rc != 0) {
+      if (bad_wr != nullptr) *bad_wr = wr;
+      return rc;
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 void fill_cq_ex_ops(ibv_cq_ex* cq) {
@@ -275,31 +290,11 @@ int droce_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
 }
 
 int droce_post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
-  VerbsQp* q = qp_of(ibqp);
-  rocev2::RecvWr r;
-  for (; wr != nullptr; wr = wr->next) {
-    int rc = to_recv_wr(*wr, &r);
-    if (rc == 0) rc = positive(q->qp->post_recv(r));
-    if (rc != 0) {
-      if (bad_wr != nullptr) *bad_wr = wr;
-      return rc;
-    }
-  }
-  return 0;
+  return post_recv_list(qp_of(ibqp)->qp, wr, bad_wr);
 }
 
 int droce_post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
-  VerbsSrq* v = srq_of(ibsrq);
-  rocev2::RecvWr r;
-  for (; wr != nullptr; wr = wr->next) {
-    int rc = to_recv_wr(*wr, &r);
-    if (rc == 0) rc = positive(v->srq->post_recv(r));
-    if (rc != 0) {
-      if (bad_wr != nullptr) *bad_wr = wr;
-      return rc;
-    }
-  }
-  return 0;
+  return post_recv_list(srq_of(ibsrq)->srq, wr, bad_wr);
 }
 
 int droce_poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
