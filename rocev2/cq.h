@@ -25,7 +25,8 @@ class CqSink {
  public:
   virtual ~CqSink() = default;
   /// Stores one completion; false when there is no room (overflow).
-  virtual bool push(const Completion& c) = 0;
+  /// `solicited`: it would end a solicited-only arm (SE set, or an error).
+  virtual bool push(const Completion& c, bool solicited) = 0;
   /// An armed notification fired (write the CQ's eventfd).
   virtual void notify() = 0;
 };
@@ -45,7 +46,8 @@ class Cq {
   /// `solicited`: the completion is for a message with SE set.
   bool push(const Completion& c, bool solicited) {
     if (error_) return false;
-    if (sink_ != nullptr ? !sink_->push(c) : count_ == ring_.size()) {
+    const bool wakes_solicited = solicited || c.status != WcStatus::success;
+    if (sink_ != nullptr ? !sink_->push(c, wakes_solicited) : count_ == ring_.size()) {
       error_ = true;
       ++overflows_;
       return false;
@@ -54,7 +56,7 @@ class Cq {
       ring_[(head_ + count_) % ring_.size()] = c;
       ++count_;
     }
-    if (armed_ && (!solicited_only_ || solicited || c.status != WcStatus::success)) {
+    if (armed_ && (!solicited_only_ || wakes_solicited)) {
       armed_ = false;
       ++events_;
       if (sink_ != nullptr) sink_->notify();

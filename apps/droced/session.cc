@@ -61,12 +61,17 @@ struct Session::SharedCq final : rocev2::CqSink {
   uint64_t user_handle = 0;
 
   Session* session = nullptr;
+  /// The ring's producer index just after the last completion that would end
+  /// a solicited-only arm (arm_cq's catch-up for arms that came late).
+  uint32_t solicited_end = 0;
 
-  bool push(const rocev2::Completion& c) override {
+  bool push(const rocev2::Completion& c, bool solicited) override {
     if (session != nullptr) session->release_for_completion(c.qp_num);
     abi::Cqe e;
     rocev2::encode_cqe(c, &e);
-    return ring.try_push(&e) == core::ShmRingStatus::ok;
+    if (ring.try_push(&e) != core::ShmRingStatus::ok) return false;
+    if (solicited) solicited_end = ring.index();
+    return true;
   }
   void notify() override {
     if (!channel) return write_eventfd(event_fd.get());
@@ -1094,16 +1099,21 @@ void Session::arm_cq(SharedCq& c) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   const uint32_t mode = take_flag(&c.block->rq_pending);
   if ((mode & (abi::kCqArmNext | abi::kCqArmSolicited)) == 0) return;
+  const bool solicited_only = (mode & abi::kCqArmNext) == 0;
   // Completions pushed since the client armed (it saw the ring's producer at
-  // cq_arm_index) came after ibv_req_notify_cq() returned: the event is due
-  // now. (For a solicited-only arm this may be an early event, which the
-  // verbs allow: the application polls after every event.)
-  if ((mode & abi::kCqArmIndex) &&
-      std::atomic_ref<uint32_t>(c.block->cq_arm_index).load(std::memory_order_acquire) != c.ring.index()) {
-    c.notify();
-    return;
+  // cq_arm_index) came after ibv_req_notify_cq() returned: if one of them
+  // would have ended this arm (any, or for a solicited-only arm a solicited
+  // or failed one), the event is due now.
+  if (mode & abi::kCqArmIndex) {
+    const uint32_t armed_at = std::atomic_ref<uint32_t>(c.block->cq_arm_index).load(std::memory_order_acquire);
+    const uint32_t since = c.ring.index() - armed_at;
+    const bool due = solicited_only ? c.solicited_end - armed_at - 1 < since : since != 0;
+    if (due) {
+      c.notify();
+      return;
+    }
   }
-  c.cq->arm((mode & abi::kCqArmNext) == 0);
+  c.cq->arm(solicited_only);
 }
 
 namespace {
