@@ -15,11 +15,13 @@
 //
 // Idle: after idle_spin_us without work, droced marks every context
 // "sleeping", checks the doorbell rings once more, and sleeps in epoll_wait
-// on the control sockets, the clients' wake eventfd and a signalfd, for at
-// most max_sleep_us (or until the next engine timer). A client's doorbell
-// writes the eventfd when it sees the flag, so a sleeping droced wakes in
-// microseconds for local work; frames arriving on the port wait for the
-// sleep's end.
+// on the control sockets, the clients' wake eventfd and a signalfd, 16 us at
+// first and doubling up to max_sleep_us while nothing happens (never past the
+// next engine timer). A client's doorbell writes the eventfd when it sees the
+// flag, so a sleeping droced wakes in microseconds for local work. Frames
+// arriving on the port wait for the sleep's end, unless the port gives an RX
+// interrupt descriptor (then the sleep waits on it, up to the 50 ms link
+// check).
 //
 // SIGTERM / SIGINT: every client's QPs go to the error state (completions
 // flushed into their CQ rings), every context is marked fatal with an
