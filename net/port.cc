@@ -498,6 +498,14 @@ int Port::setup(const PortConfig& cfg) {
       }
       rx_intr_fds_.push_back(fd);
     }
+    // An eventfd (VFIO NICs) counts interrupts: it is armed through the
+    // driver and read to acknowledge. Anything else (net_tap gives its queue's
+    // own descriptor) is readable exactly while frames wait: no arming, and
+    // it must never be read, which would take a frame.
+    char link[64] = {};
+    const std::string path = rx_intr_fds_.empty() ? "" : "/proc/self/fd/" + std::to_string(rx_intr_fds_[0]);
+    rx_intr_is_eventfd_ = !path.empty() && ::readlink(path.c_str(), link, sizeof link - 1) > 0 &&
+                          std::string_view(link) == "anon_inode:[eventfd]";
   }
 
   rc = apply_rx_mode(cfg);
@@ -657,12 +665,13 @@ int Port::rx_interrupt_fd(uint16_t queue) const {
 
 int Port::rx_interrupt_arm(uint16_t queue, bool on) {
   if (!open_ || !rx_intr_enabled_ || queue >= rx_queues_) return -ENOTSUP;
+  if (!rx_intr_is_eventfd_) return 0;  // readable while frames wait: nothing to arm
   return on ? rte_eth_dev_rx_intr_enable(port_id_, queue) : rte_eth_dev_rx_intr_disable(port_id_, queue);
 }
 
 void Port::rx_interrupt_ack(uint16_t queue) {
   const int fd = rx_interrupt_fd(queue);
-  if (fd < 0) return;
+  if (fd < 0 || !rx_intr_is_eventfd_) return;
   uint64_t count;
   // The descriptor may be blocking: read only what poll says is there.
   pollfd p{fd, POLLIN, 0};

@@ -312,9 +312,11 @@ class Port {
   // rx_burst (a frame that came before arming raises nothing), then wait for
   // rx_interrupt_fd(q) to turn readable (epoll), rx_interrupt_ack(q), and
   // rx_interrupt_arm(q, false) before polling again. Owning lcore only.
-  // Drivers: net_tap and PCI NICs under VFIO give descriptors; net_memif in
-  // DPDK 22.11 accepts the configuration but gives none (its eventfds are
-  // internal), so it stays polled; af_packet and af_xdp have none.
+  // Drivers: PCI NICs under VFIO give eventfds (armed through the driver,
+  // read to acknowledge); net_tap gives its queues' own descriptors, readable
+  // while frames wait (arm and ack do nothing, and nothing reads them);
+  // net_memif in DPDK 22.11 accepts the configuration but gives none (its
+  // eventfds are internal), so it stays polled; af_packet and af_xdp have none.
   /// The queue's interrupt descriptor, or -ENOTSUP (not enabled, or the
   /// driver gave none at start).
   int rx_interrupt_fd(uint16_t queue) const;
@@ -376,7 +378,8 @@ class Port {
   uint32_t frame_limit_ = 0;
   uint16_t asked_mtu_ = 0;  ///< the MTU last asked for (PortConfig::mtu, set_mtu)
   bool rx_intr_enabled_ = false;
-  std::vector<int> rx_intr_fds_;  ///< per RX queue, read once at start  ///< kernel_frame_limit(): 0 when the ethdev MTU holds
+  std::vector<int> rx_intr_fds_;  ///< per RX queue, read once at start
+  bool rx_intr_is_eventfd_ = false;  ///< else a queue descriptor: readable while frames wait  ///< kernel_frame_limit(): 0 when the ethdev MTU holds
   bool kernel_netdev_ = false;
   bool link_follows_netdev_ = false;  // PMD's link ignores the netdev's carrier
   std::string ifname_;
