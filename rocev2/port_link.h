@@ -15,6 +15,8 @@
 //
 // Threading: the lcore that owns the queue.
 
+#include <rte_ip.h>
+
 #include <cstring>
 #include <vector>
 
@@ -53,10 +55,14 @@ class PortQueueLink : public PacketPort {
       while (done < n && to_self(frames[done])) {
         if (loop_.size() >= kLoopbackCapacity) return done;
         rte_mbuf* m = frames[done++];
-        // Checksums the engine left to the NIC were never computed: the frame
-        // is our own, so say they are good.
-        if (m->ol_flags & RTE_MBUF_F_TX_IP_CKSUM) m->ol_flags = RTE_MBUF_F_RX_IP_CKSUM_GOOD;
-        else m->ol_flags = 0;
+        // The IPv4 checksum the engine left to the NIC is written here, as the
+        // NIC would have (the receiving side may check it in software).
+        if (m->ol_flags & RTE_MBUF_F_TX_IP_CKSUM) {
+          auto* ip = rte_pktmbuf_mtod_offset(m, rte_ipv4_hdr*, m->l2_len);
+          ip->hdr_checksum = 0;
+          ip->hdr_checksum = rte_ipv4_cksum(ip);
+        }
+        m->ol_flags = 0;
         loop_.push_back(m);
       }
     }
