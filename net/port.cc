@@ -53,21 +53,33 @@ bool link_ignores_netdev(std::string_view driver) {
   return driver == "net_af_packet" || driver == "net_af_xdp";
 }
 
-// The largest frame (Ethernet header on, FCS off) a kernel-netdev PMD can
-// carry whatever its ethdev MTU says; 0 when the ethdev MTU tells the truth.
+// The largest frame (Ethernet header on, FCS off) a vdev carries whatever
+// its ethdev MTU says; 0 when the ethdev MTU tells the truth.
 //   - af_packet: one TPACKET_V2 ring frame of `framesz` (devarg, default
 //     2048) per packet; the kernel puts the MAC header at TPACKET_ALIGN(
 //     TPACKET2_HDRLEN + 16) = 80 less the 14-byte header, offset 66, and
 //     truncates what does not fit.
 //   - af_xdp: the ethdev's max_mtu (one page per frame).
-uint32_t kernel_frame_limit(std::string_view driver, std::string_view args, uint16_t max_mtu) {
+//   - memif: one buffer (`bsize`, default 2048); longer frames would be
+//     chained, which DPDK 22.11's memif gets wrong (Port::plan_device).
+uint32_t device_frame_limit(std::string_view driver, std::string_view args, uint16_t max_mtu) {
   if (driver == "net_af_packet") {
     const std::string v = devarg_value(args, "framesz");
     const unsigned long framesz = v.empty() ? 2048 : std::strtoul(v.c_str(), nullptr, 0);
     return framesz > 66 ? static_cast<uint32_t>(framesz - 66) : 0;
   }
   if (driver == "net_af_xdp") return uint32_t{max_mtu} + RTE_ETHER_HDR_LEN;
+  if (driver == "net_memif") {
+    const std::string v = devarg_value(args, "bsize");
+    return v.empty() ? 2048 : static_cast<uint32_t>(std::strtoul(v.c_str(), nullptr, 0));
+  }
   return 0;
+}
+
+// Whether a device string names a device of `driver` (vdev names are the
+// driver's name and anything after it: net_memif0, net_memif_a).
+bool names_driver(std::string_view devargs, std::string_view driver) {
+  return devargs.substr(0, devargs.find(',')).starts_with(driver);
 }
 
 int same_file(int fd, const char* path) {
@@ -163,9 +175,34 @@ int Port::open_port_id(uint16_t port_id, const PortConfig& cfg, std::unique_ptr<
   return open_impl(port_id, cfg, false, out);
 }
 
-int Port::open_device(std::string_view devargs, const PortConfig& cfg,
+DevicePlan Port::plan_device(std::string_view devargs, const PortConfig& cfg) {
+  DevicePlan p{std::string(devargs), cfg.mbuf_data_room};
+  if (names_driver(devargs, "net_memif")) {
+    const uint32_t frame = uint32_t{cfg.mtu} + RTE_ETHER_HDR_LEN + RTE_VLAN_HLEN;
+    if (devarg_value(devargs, "bsize").empty() && frame > 2048 && frame <= UINT16_MAX)
+      p.devargs += ",bsize=" + std::to_string(RTE_ALIGN_CEIL(frame, 64u));
+  } else if (names_driver(devargs, "net_af_packet")) {
+    unsigned long framesz = 4608;
+    if (const std::string given = devarg_value(devargs, "framesz"); !given.empty()) {
+      framesz = std::strtoul(given.c_str(), nullptr, 0);
+    } else {
+      p.devargs += ",framesz=4608";
+      if (devarg_value(devargs, "blocksz").empty()) p.devargs += ",blocksz=36864";
+    }
+    p.mbuf_data_room = static_cast<uint16_t>(
+        std::clamp<unsigned long>(framesz - 32 + RTE_PKTMBUF_HEADROOM, p.mbuf_data_room, 16384));
+  } else if (names_driver(devargs, "net_af_xdp")) {
+    p.mbuf_data_room = std::min<uint16_t>(p.mbuf_data_room, 3712);
+  }
+  return p;
+}
+
+int Port::open_device(std::string_view devargs, const PortConfig& asked,
                       std::unique_ptr<Port>* out) {
-  const std::string args(devargs);
+  const DevicePlan plan = plan_device(devargs, asked);
+  PortConfig cfg = asked;
+  cfg.mbuf_data_room = plan.mbuf_data_room;
+  const std::string& args = plan.devargs;
   const std::string name(devargs.substr(0, devargs.find(',')));
   uint16_t port_id = 0;
   if (name.empty()) return -EINVAL;
@@ -326,9 +363,9 @@ int Port::setup(const PortConfig& cfg) {
   caps_.max_tx_queues = info.max_tx_queues;
   caps_.min_mtu = info.min_mtu;
   caps_.max_mtu = info.max_mtu;
-  if (kernel_netdev_ && info.device != nullptr) {
+  if (info.device != nullptr) {
     const rte_devargs* da = rte_dev_devargs(info.device);
-    frame_limit_ = kernel_frame_limit(driver_name_, da != nullptr && da->args != nullptr ? da->args : "", info.max_mtu);
+    frame_limit_ = device_frame_limit(driver_name_, da != nullptr && da->args != nullptr ? da->args : "", info.max_mtu);
   }
   caps_.max_rx_pktlen = info.max_rx_pktlen;
   if (info.max_rx_queues == 0 || info.max_tx_queues == 0) {
@@ -647,10 +684,10 @@ uint16_t Port::wire_mtu() const {
   // what is sent): the one asked for is the truth.
   if (mtu_result_ == -ENOTSUP && asked_mtu_ != 0 && (driver_name_ == "net_memif" || driver_name_ == "net_ring"))
     m = asked_mtu_;
-  if (kernel_netdev_) {
+  if (kernel_netdev_)
     if (const int n = netdev_mtu(); n > 0) m = static_cast<uint32_t>(n);
-    if (frame_limit_ != 0) m = std::min(m, frame_limit_ - RTE_ETHER_HDR_LEN - RTE_VLAN_HLEN);
-  }
+  if (frame_limit_ > RTE_ETHER_HDR_LEN + RTE_VLAN_HLEN)
+    m = std::min(m, frame_limit_ - RTE_ETHER_HDR_LEN - RTE_VLAN_HLEN);
   if (!caps_.rx_scatter && pool_ != nullptr) {
     const uint32_t room = rte_pktmbuf_data_room_size(pool_) - RTE_PKTMBUF_HEADROOM;
     m = std::min(m, room - RTE_ETHER_HDR_LEN - RTE_VLAN_HLEN);

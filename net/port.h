@@ -227,11 +227,40 @@ struct PortQueueStats {
   uint64_t tx_short_bursts = 0;
 };
 
+/// What open_device adds to a vdev's device string, and the mbuf data room it
+/// uses, so that frames of PortConfig::mtu travel whole (see plan_device).
+struct DevicePlan {
+  std::string devargs;
+  uint16_t mbuf_data_room = 0;
+};
+
 class Port {
  public:
   static int open_port_id(uint16_t port_id, const PortConfig& cfg, std::unique_ptr<Port>* out);
+  /// Plugs in `devargs` as planned by plan_device(devargs, cfg) and opens it.
   static int open_device(std::string_view devargs, const PortConfig& cfg,
                          std::unique_ptr<Port>* out);
+  /// The driver facts open_device applies before the probe; devargs the
+  /// caller gave are kept as they are:
+  ///   - net_memif: buffers (bsize) that hold a whole frame of cfg.mtu, VLAN
+  ///     tag included, so that no frame is ever chained over two: DPDK
+  ///     22.11's memif TX leaves MEMIF_DESC_FLAG_NEXT on a slot that once
+  ///     began a chain, and its RX then joins frames and reads past the
+  ///     ring's head, returning frames never sent. wire_mtu() is capped at
+  ///     one buffer for the same reason.
+  ///   - net_af_packet: without a framesz devarg its ring frames are 2048
+  ///     bytes (no jumbo frames at all); framesz=4608 (a 4096 path MTU frame
+  ///     with IPv6, VLAN and every header, plus the ring's 66-byte header)
+  ///     in blocks of 8 frames (36864 bytes: a whole number of pages and of
+  ///     frames, for the PMD addresses frame i at i x framesz). The PMD
+  ///     copies a frame into one mbuf and refuses a queue whose mbufs hold
+  ///     less than framesz - 32, so the data room grows to that.
+  ///   - net_af_xdp: its umem chunks are the pool's objects and must fit in
+  ///     one page; 3712 is the largest data room whose object (mempool
+  ///     header, mbuf, data room, padding) still does on DPDK 22.11 (3776
+  ///     fails "Failed to create umem"). Frames then carry at most its
+  ///     max_mtu, 3542: a 2048 path MTU.
+  static DevicePlan plan_device(std::string_view devargs, const PortConfig& cfg);
   /// Two net_ring ports named net_ring_<name>_a / _b, one ring per queue and
   /// direction of `ring_size` slots (a power of two). The rings are freed when
   /// both ports are closed; frames still in them are freed then.

@@ -40,11 +40,9 @@ wait "$holder"  # not a bare wait: the droced processes are this shell's childre
 droced_pair_stop
 echo
 
-# The same two hosts, for the distro's own verbs programs. (The memif link stays at 1500 bytes,
-# path MTU 1024: at 4096 its frames span two memif buffers, and after a full TX ring host A's
-# memif RX has been seen returning frames B never sent; see the session notes.)
-echo "### unmodified verbs programs on two droce hosts (droce exec: the provider, SYSFS_PATH, /dev/infiniband)"
-droced_pair_start build/release/apps build/demo/hosts
+# The same two hosts, for the distro's own verbs programs, on a jumbo-frame link (path MTU 4096).
+echo "### unmodified verbs programs on two droce hosts at MTU 9000 (droce exec: the provider, SYSFS_PATH, /dev/infiniband)"
+droced_pair_start build/release/apps build/demo/hosts --mtu 9000
 run_a() { build/release/apps/droce exec --run-dir build/demo/hosts/a -- "$@"; }
 run_b() { build/release/apps/droce exec --run-dir build/demo/hosts/b -- "$@"; }
 echo '$ ibv_devices   (host A)'

@@ -92,43 +92,6 @@ class Json {
   bool first_ = true;
 };
 
-// What droced adds to a port's devargs, and the mbuf data room it picks, so
-// that a 4096-byte RoCE path MTU fits where the link allows one:
-//   - net_af_packet: without a framesz devarg its ring frames are 2048 bytes
-//     (no jumbo frames at all); droced asks for framesz=4608 (a 4096 path
-//     MTU frame with IPv6, VLAN and every header, plus the ring's 66-byte
-//     header) in blocks of 8 frames (36864 bytes: a whole number of pages
-//     and of frames, for the PMD addresses frame i at i x framesz). The PMD
-//     copies a frame into one mbuf, and refuses a queue whose mbufs hold less
-//     than framesz - 32.
-//   - net_af_xdp: its umem chunks are the pool's objects and must fit in one
-//     page; 3712 is the largest data room whose object (mempool header, mbuf,
-//     data room, padding) still does on DPDK 22.11 (3776 fails "Failed to
-//     create umem"). Frames then carry at most its max_mtu, 3542: a 2048 path
-//     MTU.
-//   - others: 4096 + 256, a whole 4096 path MTU frame.
-struct PortPlan {
-  std::string devargs;
-  uint16_t data_room = 4096 + 256;
-};
-
-PortPlan plan_port(const std::string& devargs) {
-  PortPlan p{devargs};
-  if (devargs.rfind("net_af_packet", 0) == 0) {
-    unsigned long framesz = 4608;
-    if (const std::string given = net::devarg_value(devargs, "framesz"); !given.empty()) {
-      framesz = std::strtoul(given.c_str(), nullptr, 0);
-    } else {
-      p.devargs += ",framesz=4608";
-      if (net::devarg_value(devargs, "blocksz").empty()) p.devargs += ",blocksz=36864";
-    }
-    p.data_room = static_cast<uint16_t>(std::clamp<unsigned long>(framesz - 32 + RTE_PKTMBUF_HEADROOM, p.data_room, 16384));
-  } else if (devargs.rfind("net_af_xdp", 0) == 0) {
-    p.data_room = 3712;
-  }
-  return p;
-}
-
 // The likeliest reason a kernel-netdev port did not open, when there is one
 // to tell.
 void explain_open_failure(const std::string& devargs) {
@@ -157,12 +120,13 @@ int Daemon::start(const DaemonConfig& cfg) {
   net::PortConfig pc;
   pc.rx_ring_size = pc.tx_ring_size = static_cast<uint16_t>(cfg.queue_depth);
   pc.pool_size = cfg.mbufs;
-  const PortPlan plan = plan_port(cfg.port);
-  pc.mbuf_data_room = plan.data_room;
+  // A whole 4096 path MTU frame per mbuf where the driver allows it
+  // (Port::plan_device says what each driver needs for jumbo frames).
+  pc.mbuf_data_room = 4096 + 256;
   pc.mtu = cfg.mtu;
   pc.allmulticast = true;  // IPv6 neighbour discovery's solicited-node groups
   pc.rx_interrupts = true;  // sleep until a frame comes, where the port can say so
-  if (int rc = net::Port::open_device(plan.devargs, pc, &port_); rc != 0) {
+  if (int rc = net::Port::open_device(cfg.port, pc, &port_); rc != 0) {
     DROCE_LOG(ERR, app, "cannot open port %s: %s", cfg.port.c_str(), std::strerror(-rc));
     explain_open_failure(cfg.port);
     return rc;
