@@ -1,4 +1,4 @@
-// `droce devices|ports|gids|qps|clients|counters|status [--json]`: droced's
+// `droce devices|ports|gids|qps|clients|cores|counters|status [--json]`: droced's
 // state, read with the control protocol's read-only `stats` message (no
 // verbs context is opened). droced renders JSON; the tables here are read
 // from it with a small JSON reader.
@@ -206,7 +206,7 @@ int status_command(std::string_view cmd, const std::vector<std::string_view>& ar
   }
   const std::map<std::string_view, std::string_view> section = {
       {"devices", "device"}, {"ports", "ports"}, {"gids", "gids"}, {"qps", "qps"},
-      {"clients", "clients"}, {"counters", "counters"}};
+      {"clients", "clients"}, {"counters", "counters"}, {"cores", "cores"}};
   const Value* v = cmd == "status" ? &all : (section.count(cmd) ? all.get(section.at(cmd)) : nullptr);
   if (v == nullptr) return 1;
   if (json) {
@@ -226,8 +226,11 @@ int status_command(std::string_view cmd, const std::vector<std::string_view>& ar
   if (cmd == "ports" || cmd == "status")
     table(all.get("ports"), {"port", "state", "driver", "mac", "mtu", "speed_mbps", "devargs"});
   if (cmd == "gids" || cmd == "status") table(all.get("gids"), {"index", "gid", "address", "type", "vlan"});
+  if ((cmd == "cores" || cmd == "status") && all.get("cores") != nullptr)
+    table(all.get("cores"), {"core", "lcore", "rx_queue", "tx_queue", "clients", "qps", "rx_frames", "tx_frames",
+                             "handed_in", "handed_out", "hand_off_dropped", "sleeps"});
   if (cmd == "clients" || cmd == "status")
-    table(all.get("clients"), {"id", "pid", "program", "qps", "cqs", "mrs", "wqes_posted", "wqes_refused"});
+    table(all.get("clients"), {"id", "pid", "program", "core", "qps", "cqs", "mrs", "wqes_posted", "wqes_refused"});
   if (cmd == "qps" || cmd == "status")
     table(all.get("qps"), {"qpn", "client", "type", "state", "dest_qpn", "dest", "tx_packets", "rx_packets",
                            "retransmits", "timeouts", "rnr_naks_received"});

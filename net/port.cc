@@ -181,6 +181,7 @@ DevicePlan Port::plan_device(std::string_view devargs, const PortConfig& cfg) {
     const uint32_t frame = uint32_t{cfg.mtu} + RTE_ETHER_HDR_LEN + RTE_VLAN_HLEN;
     if (devarg_value(devargs, "bsize").empty() && frame > 2048 && frame <= UINT16_MAX)
       p.devargs += ",bsize=" + std::to_string(RTE_ALIGN_CEIL(frame, 64u));
+    p.max_queues = 1;
   } else if (names_driver(devargs, "net_af_packet")) {
     unsigned long framesz = 4608;
     if (const std::string given = devarg_value(devargs, "framesz"); !given.empty()) {
@@ -202,6 +203,10 @@ int Port::open_device(std::string_view devargs, const PortConfig& asked,
   const DevicePlan plan = plan_device(devargs, asked);
   PortConfig cfg = asked;
   cfg.mbuf_data_room = plan.mbuf_data_room;
+  if (plan.max_queues != 0) {
+    cfg.rx_queues = std::min(cfg.rx_queues, plan.max_queues);
+    cfg.tx_queues = std::min(cfg.tx_queues, plan.max_queues);
+  }
   const std::string& args = plan.devargs;
   const std::string name(devargs.substr(0, devargs.find(',')));
   uint16_t port_id = 0;

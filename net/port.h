@@ -232,6 +232,8 @@ struct PortQueueStats {
 struct DevicePlan {
   std::string devargs;
   uint16_t mbuf_data_room = 0;
+  /// Most RX/TX queues to set up (0: what the device reports).
+  uint16_t max_queues = 0;
 };
 
 class Port {
@@ -247,7 +249,9 @@ class Port {
   ///     22.11's memif TX leaves MEMIF_DESC_FLAG_NEXT on a slot that once
   ///     began a chain, and its RX then joins frames and reads past the
   ///     ring's head, returning frames never sent. wire_mtu() is capped at
-  ///     one buffer for the same reason.
+  ///     one buffer for the same reason. One queue pair: memif runs with the
+  ///     fewer of the two peers' ring counts, and a 22.11 queue past that
+  ///     count is left pointing at ring 0 (two queues then share it, unlocked).
   ///   - net_af_packet: without a framesz devarg its ring frames are 2048
   ///     bytes (no jumbo frames at all); framesz=4608 (a 4096 path MTU frame
   ///     with IPv6, VLAN and every header, plus the ring's 66-byte header)

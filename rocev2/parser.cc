@@ -3,6 +3,8 @@
 #include <rte_ip.h>
 
 #include "core/endian.h"
+#include "net/headers.h"
+#include "rocev2/headers.h"
 #include "rocev2/icrc.h"
 
 namespace droce::rocev2 {
@@ -42,6 +44,31 @@ void decode_ext_headers(const OpcodeInfo& info, const uint8_t* p, ExtHeaders* ex
 }
 
 }  // namespace
+
+bool peek_dest_qpn(const uint8_t* p, size_t len, uint32_t* qpn) {
+  size_t off = 12;
+  if (len < off + 2) return false;
+  uint16_t type = core::load_be16(p + off);
+  off += 2;
+  if (type == net::kEtherTypeVlan) {
+    if (len < off + 4) return false;
+    type = core::load_be16(p + off + 2);
+    off += 4;
+  }
+  if (type == net::kEtherTypeIpv4) {
+    if (len < off + 20 || p[off + 9] != net::kIpProtoUdp) return false;
+    off += size_t{p[off] & 0x0fu} * 4;
+  } else if (type == net::kEtherTypeIpv6) {
+    if (len < off + 40 || p[off + 6] != net::kIpProtoUdp) return false;
+    off += 40;
+  } else {
+    return false;
+  }
+  if (len < off + 8 + 8 || core::load_be16(p + off + 2) != kRoceV2UdpPort) return false;
+  const uint8_t* bth = p + off + 8;
+  *qpn = (uint32_t{bth[5]} << 16) | (uint32_t{bth[6]} << 8) | bth[7];
+  return true;
+}
 
 ParseStatus parse_frame(const net::FrameBytes& frame, ParsedPacket* out, const ParseOptions& opts) {
   uint8_t scratch[64];

@@ -92,6 +92,13 @@ inline ParseStatus parse_frame(const rte_mbuf* m, ParsedPacket* out,
   return parse_frame(net::FrameBytes(m), out, opts);
 }
 
+/// The destination QP of a RoCEv2 frame, read from the first `len` bytes
+/// (Ethernet, an optional 802.1Q tag, IPv4 of any header length or IPv6
+/// without extension headers, UDP to 4791, the BTH) without checking
+/// anything else: how droced finds the lcore that owns a frame before the
+/// engine parses it in full. False when those headers are not all there.
+bool peek_dest_qpn(const uint8_t* frame, size_t len, uint32_t* qpn);
+
 /// Counts of parse results, one per status (the engine's RX drop counters).
 struct ParseCounters {
   uint64_t by_status[kParseStatusCount] = {};

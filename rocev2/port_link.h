@@ -13,9 +13,11 @@
 // a full port. Multicast is not looped back (a UD multicast sender's own
 // other QPs do not see it).
 //
-// Threading: the lcore that owns the queue.
+// Threading: the lcore that owns the queue; with set_tx_lock(), several
+// lcores may share the port queue (each its own PortQueueLink).
 
 #include <rte_ip.h>
+#include <rte_spinlock.h>
 
 #include <cstring>
 #include <vector>
@@ -40,15 +42,18 @@ class PortQueueLink : public PacketPort {
     loopback_ = true;
   }
 
+  /// Takes `lock` around every tx_burst on the queue (other lcores send on it too).
+  void set_tx_lock(rte_spinlock_t* lock) { tx_lock_ = lock; }
+
   uint16_t tx_burst(rte_mbuf** frames, uint16_t n) override {
-    if (!loopback_) return port_->tx_burst(queue_, frames, n);
+    if (!loopback_) return port_tx(frames, n);
     uint16_t done = 0;
     while (done < n) {
       // A run of frames for the wire, then a run for ourselves.
       uint16_t run = 0;
       while (done + run < n && !to_self(frames[done + run])) ++run;
       if (run != 0) {
-        const uint16_t k = port_->tx_burst(queue_, frames + done, run);
+        const uint16_t k = port_tx(frames + done, run);
         done += k;
         if (k < run) return done;
       }
@@ -77,12 +82,21 @@ class PortQueueLink : public PacketPort {
   bool has_loopback() const { return !loop_.empty(); }
 
  private:
+  uint16_t port_tx(rte_mbuf** frames, uint16_t n) {
+    if (tx_lock_ == nullptr) return port_->tx_burst(queue_, frames, n);
+    rte_spinlock_lock(tx_lock_);
+    const uint16_t k = port_->tx_burst(queue_, frames, n);
+    rte_spinlock_unlock(tx_lock_);
+    return k;
+  }
+
   bool to_self(const rte_mbuf* m) const {
     return m->data_len >= 6 && std::memcmp(rte_pktmbuf_mtod(m, const uint8_t*), loop_mac_.data(), 6) == 0;
   }
 
   net::Port* port_;
   uint16_t queue_;
+  rte_spinlock_t* tx_lock_ = nullptr;
   bool loopback_ = false;
   net::MacAddr loop_mac_{};
   std::vector<rte_mbuf*> loop_;

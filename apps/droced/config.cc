@@ -1,5 +1,6 @@
 #include "apps/droced/config.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
@@ -17,7 +18,9 @@ const char* usage() {
          "  --address IP         an IPv4 or IPv6 address of this host (repeatable)\n"
          "  --vlan ID            802.1Q VLAN of the addresses\n"
          "  --mtu BYTES          Ethernet MTU to set on the port\n"
-         "  --lcore N            the poll core (0)\n"
+         "  --lcores LIST        the poll cores, one worker each: 0-3 or 0,2 (0); clients\n"
+         "                       are spread over them, each with all its objects on one\n"
+         "  --lcore N            one poll core (--lcores N)\n"
          "  --memory MB          EAL memory without hugepages (512)\n"
          "  --mbufs N            mbufs in the port's pool (16384)\n"
          "  --max-qps N          QPs the device offers (16384)\n"
@@ -42,6 +45,27 @@ bool to_uint(const std::string& v, uint64_t max, uint64_t* out) {
   return true;
 }
 
+// "0-3", "0,2", "1,3-5": distinct lcores below 1024, at most 16, in the order given.
+bool parse_lcores(const std::string& text, std::vector<unsigned>* out) {
+  std::vector<unsigned> got;
+  std::stringstream in(text);
+  std::string part;
+  while (std::getline(in, part, ',')) {
+    const auto dash = part.find('-');
+    uint64_t lo = 0, hi = 0;
+    if (!to_uint(part.substr(0, dash), 1023, &lo)) return false;
+    hi = lo;
+    if (dash != std::string::npos && (!to_uint(part.substr(dash + 1), 1023, &hi) || hi < lo)) return false;
+    for (uint64_t l = lo; l <= hi; ++l) {
+      if (std::find(got.begin(), got.end(), unsigned(l)) != got.end() || got.size() == 16) return false;
+      got.push_back(unsigned(l));
+    }
+  }
+  if (got.empty()) return false;
+  *out = std::move(got);
+  return true;
+}
+
 int apply(const std::string& key, const std::string& value, DaemonConfig* c, std::string* err) {
   uint64_t n = 0;
   auto num = [&](uint64_t max) {
@@ -55,7 +79,13 @@ int apply(const std::string& key, const std::string& value, DaemonConfig* c, std
   else if (key == "address") c->addresses.push_back(value);
   else if (key == "vlan") { if (!num(4094) || n == 0) { *err = "--vlan is 1..4094"; return -EINVAL; } c->vlan = uint16_t(n); }
   else if (key == "mtu") { if (!num(9702)) return -EINVAL; c->mtu = uint16_t(n); }
-  else if (key == "lcore") { if (!num(1023)) return -EINVAL; c->lcore = unsigned(n); }
+  else if (key == "lcore") { if (!num(1023)) return -EINVAL; c->lcores = {unsigned(n)}; }
+  else if (key == "lcores") {
+    if (!parse_lcores(value, &c->lcores)) {
+      *err = "--lcores is a list of 1 to 16 distinct lcores, e.g. 0-3 or 0,2: " + value;
+      return -EINVAL;
+    }
+  }
   else if (key == "memory") { if (!num(1u << 20)) return -EINVAL; c->memory_mb = unsigned(n); }
   else if (key == "mbufs") { if (!num(1u << 24)) return -EINVAL; c->mbufs = unsigned(n); }
   else if (key == "max-qps") { if (!num(1u << 20) || n == 0) return -EINVAL; c->max_qps = uint32_t(n); }

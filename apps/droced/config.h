@@ -18,7 +18,9 @@ struct DaemonConfig {
   std::vector<std::string> addresses;  ///< IPv4 / IPv6 addresses of this host on the port
   uint16_t vlan = net::kNoVlan;      ///< 802.1Q VLAN of the addresses (none by default)
   uint16_t mtu = 0;                  ///< Ethernet MTU to set (0: the port's)
-  unsigned lcore = 0;                ///< the poll core
+  /// The poll cores (EAL lcores), one worker each; the first is EAL's main
+  /// lcore (worker 0, which also serves the control socket).
+  std::vector<unsigned> lcores = {0};
   unsigned memory_mb = 512;          ///< EAL memory without hugepages
   unsigned mbufs = 16384;            ///< the port's mbuf pool
   uint32_t max_qps = 16384;

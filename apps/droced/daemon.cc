@@ -22,6 +22,8 @@
 
 #include "core/clock.h"
 #include "core/log.h"
+#include <rte_launch.h>
+#include <rte_lcore.h>
 #include "net/kernel_sink.h"
 #include "rocev2/format.h"
 #include "rocev2/headers.h"
@@ -30,9 +32,7 @@ namespace droce::droced {
 
 namespace {
 
-constexpr uint64_t kListenKey = 1, kSignalKey = 2, kWakeKey = 3, kRxInterruptKey = 4;
 constexpr uint64_t kLinkCheckNs = 50'000'000;  // 50 ms
-constexpr uint64_t kFirstSleepUs = 16;
 
 // A minimal JSON writer: objects, arrays, numbers, strings.
 class Json {
@@ -117,9 +117,22 @@ Daemon::~Daemon() { shutdown(); }
 
 int Daemon::start(const DaemonConfig& cfg) {
   cfg_ = cfg;
+  const unsigned cores = static_cast<unsigned>(cfg.lcores.size());
+  if (cores == 0 || cores > kMaxCores) {
+    DROCE_LOG(ERR, app, "%u lcores: droced runs 1 to %u", cores, kMaxCores);
+    return -EINVAL;
+  }
+  for (size_t i = 1; i < cfg.lcores.size(); ++i) {
+    if (!rte_lcore_is_enabled(cfg.lcores[i]) || cfg.lcores[i] == rte_get_main_lcore()) {
+      DROCE_LOG(ERR, app, "lcore %u is not one of EAL's worker lcores", cfg.lcores[i]);
+      return -EINVAL;
+    }
+  }
   net::PortConfig pc;
   pc.rx_ring_size = pc.tx_ring_size = static_cast<uint16_t>(cfg.queue_depth);
   pc.pool_size = cfg.mbufs;
+  // A queue pair per core where the port has them (the rest share, CoreGroup).
+  pc.rx_queues = pc.tx_queues = static_cast<uint16_t>(cores);
   // A whole 4096 path MTU frame per mbuf where the driver allows it
   // (Port::plan_device says what each driver needs for jumbo frames).
   pc.mbuf_data_room = 4096 + 256;
@@ -161,21 +174,26 @@ int Daemon::start(const DaemonConfig& cfg) {
   // left to send frames the link drops.
   dc.engine.limits.max_mtu = dc.engine.active_mtu;
   int rc = 0;
-  core_ = std::make_unique<DeviceCore>(dc, &rc);
+  group_ = std::make_unique<CoreGroup>(port_.get(), cores, dc.neighbor, &rc);
   if (rc != 0) return rc;
+  dc.group = group_.get();
 
-  wake_ = core::Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  device_.name = cfg.name;
-  device_.node_guid = net::node_guid_from_mac(port_->mac());
-  device_.core = core_.get();
-  device_.port = port_.get();
-  device_.gids = gids_.get();
-  device_.vlan = cfg.vlan;
-  device_.limits = dc.engine.limits;
-  device_.max_qps = cfg.max_qps;
-  device_.wake_fd = wake_.get();
-  device_.render_stats = stats_trampoline;
-  device_.render_arg = this;
+  shared_.name = cfg.name;
+  shared_.node_guid = net::node_guid_from_mac(port_->mac());
+  shared_.port = port_.get();
+  shared_.gids = gids_.get();
+  shared_.vlan = cfg.vlan;
+  shared_.limits = dc.engine.limits;
+  shared_.max_qps = cfg.max_qps;
+  shared_.render_stats = stats_trampoline;
+  shared_.render_arg = this;
+  for (unsigned k = 0; k < cores; ++k) {
+    dc.index = k;
+    auto core = std::make_unique<DeviceCore>(dc, &rc);
+    if (rc != 0) return rc;
+    workers_.push_back(std::make_unique<Worker>(this, k, cfg.lcores[k], std::move(core), shared_, &rc));
+    if (rc != 0) return rc;
+  }
 
   std::error_code ec;
   std::filesystem::create_directories(cfg.run_dir, ec);
@@ -196,17 +214,19 @@ int Daemon::start(const DaemonConfig& cfg) {
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
   signal_ = core::Fd(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
-  epoll_ = core::Fd(::epoll_create1(EPOLL_CLOEXEC));
-  if (!signal_.valid() || !epoll_.valid() || !wake_.valid()) return -errno;
-  for (auto [fd, key] : {std::pair{listen_.get(), kListenKey}, {signal_.get(), kSignalKey}, {wake_.get(), kWakeKey}}) {
+  if (!signal_.valid()) return -errno;
+  for (auto [fd, key] : {std::pair{listen_.get(), kListenKey}, {signal_.get(), kSignalKey}}) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u64 = key;
-    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) return -errno;
+    if (::epoll_ctl(workers_[0]->epoll_fd(), EPOLL_CTL_ADD, fd, &ev) != 0) return -errno;
   }
-  DROCE_LOG(INFO, app, "%s: port %s (%s, %s, MTU %u), node GUID %s, socket %s", cfg.name.c_str(), cfg.port.c_str(),
-            port_->driver_name().c_str(), rocev2::format_mac(port_->mac()).c_str(), unsigned(mtu),
-            net::format_guid(device_.node_guid).c_str(), socket_path_.c_str());
+  std::string lcores;
+  for (unsigned l : cfg.lcores) lcores += (lcores.empty() ? "" : ",") + std::to_string(l);
+  DROCE_LOG(INFO, app, "%s: port %s (%s, %s, MTU %u), node GUID %s, socket %s, lcores %s (queues rx %u tx %u)",
+            cfg.name.c_str(), cfg.port.c_str(), port_->driver_name().c_str(),
+            rocev2::format_mac(port_->mac()).c_str(), unsigned(mtu), net::format_guid(shared_.node_guid).c_str(),
+            socket_path_.c_str(), lcores.c_str(), unsigned(port_->rx_queues()), unsigned(port_->tx_queues()));
   return 0;
 }
 
@@ -217,11 +237,11 @@ void Daemon::publish_device() {
   d.name = cfg_.name;
   // Not "uverbsN": `droce exec` may mirror the kernel's own devices into the same tree.
   d.uverbs_name = "uverbs_" + cfg_.name;
-  d.node_guid = device_.node_guid;
+  d.node_guid = shared_.node_guid;
   d.control_socket = socket_path_;
   provider::PortDescription p;
   p.state = link_up_ ? provider::PortState::active : provider::PortState::down;
-  p.active_mtu = rocev2::mtu_bytes(device_.limits.max_mtu);  // the port's active MTU (start())
+  p.active_mtu = rocev2::mtu_bytes(shared_.limits.max_mtu);  // the port's active MTU (start())
   p.gids = provider::SysfsTree::gids_from_table(*gids_);
   p.gid_table_len = gids_->capacity();
   d.ports.push_back(std::move(p));
@@ -252,83 +272,25 @@ void Daemon::accept_clients() {
     // The loop never blocks on a client.
     ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) | O_NONBLOCK);
     const uint64_t key = next_key_++;
-    auto s = std::make_unique<Session>(&device_, std::move(fd), static_cast<uint32_t>(key));
-    epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLRDHUP;
-    ev.data.u64 = key;
-    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, s->fd(), &ev) != 0) continue;
-    ++counters_.clients_accepted;
-    sessions_[key] = std::move(s);
+    // The worker with the fewest clients serves this one, with all it creates.
+    Worker* w = workers_[0].get();
+    for (const auto& x : workers_)
+      if (x->load() < w->load()) w = x.get();
+    w->adopt(key, std::make_unique<Session>(&w->device(), std::move(fd), static_cast<uint32_t>(key)));
+    ++clients_accepted_;
   }
 }
 
-void Daemon::close_session(uint64_t key) {
-  auto it = sessions_.find(key);
-  if (it == sessions_.end()) return;
-  Session& s = *it->second;
-  DROCE_LOG(INFO, app, "client %u (pid %d, %s) %s: freeing its %zu QPs, %zu CQs, %zu MRs", s.id(), int(s.pid()),
-            s.program().c_str(), s.close_reason(), s.qp_count(), s.cq_count(), s.mr_count());
-  ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, s.fd(), nullptr);
-  ++counters_.clients_closed;
-  sessions_.erase(it);  // the destructor moves its QPs to error and frees everything
-}
-
-void Daemon::control(int timeout_us) {
-  epoll_event evs[32];
-  int n;
-  if (timeout_us > 0) {
-    timespec ts{timeout_us / 1'000'000, (timeout_us % 1'000'000) * 1000L};
-    n = ::epoll_pwait2(epoll_.get(), evs, 32, &ts, nullptr);
-    if (n < 0 && errno == ENOSYS) n = ::epoll_wait(epoll_.get(), evs, 32, (timeout_us + 999) / 1000);
-  } else {
-    n = ::epoll_wait(epoll_.get(), evs, 32, 0);
-  }
-  const uint64_t now = core::monotonic_ns();
-  for (int i = 0; i < n; ++i) {
-    const uint64_t key = evs[i].data.u64;
-    if (key == kListenKey) {
-      accept_clients();
-    } else if (key == kSignalKey) {
-      signalfd_siginfo si;
-      while (::read(signal_.get(), &si, sizeof si) == sizeof si) {
-        DROCE_LOG(INFO, app, "%s: signal %u, stopping", cfg_.name.c_str(), si.ssi_signo);
-        stopping_ = true;
-      }
-    } else if (key == kRxInterruptKey) {
-      ++counters_.wakeups_by_port;  // acknowledged when the sleep ends
-    } else if (key == kWakeKey) {
-      uint64_t v;
-      [[maybe_unused]] ssize_t r = ::read(wake_.get(), &v, sizeof v);
-      ++counters_.wakeups_by_client;
-    } else {
-      auto it = sessions_.find(key);
-      if (it == sessions_.end()) continue;
-      it->second->on_readable(now);
-      if (it->second->closed()) {
-        if (it->second->faulted()) ++counters_.clients_faulted;
-        close_session(key);
-      }
+void Daemon::on_daemon_key(uint64_t key) {
+  if (key == kListenKey) {
+    accept_clients();
+  } else if (key == kSignalKey) {
+    signalfd_siginfo si;
+    while (::read(signal_.get(), &si, sizeof si) == sizeof si) {
+      DROCE_LOG(INFO, app, "%s: signal %u, stopping", cfg_.name.c_str(), si.ssi_signo);
+      stopping_ = true;
     }
   }
-  for (auto it = sessions_.begin(); it != sessions_.end();) {
-    auto next = std::next(it);
-    if (it->second->has_pending()) it->second->poll_pending(now);
-    if (it->second->closed()) close_session(it->first);
-    it = next;
-  }
-}
-
-void Daemon::route_events() {
-  auto& events = core_->engine().events();
-  for (const auto& ev : events) {
-    const auto& owners = ev.type == rocev2::AsyncEventType::cq_err                ? device_.cq_owner
-                         : ev.type == rocev2::AsyncEventType::srq_limit_reached ? device_.srq_owner
-                                                                                : device_.qp_owner;
-    auto it = owners.find(ev.id);
-    if (it == owners.end()) ++counters_.events_unrouted;
-    else it->second->push_event(static_cast<uint32_t>(ev.type), ev.id);
-  }
-  events.clear();
 }
 
 void Daemon::check_link(uint64_t now_ns) {
@@ -340,94 +302,25 @@ void Daemon::check_link(uint64_t now_ns) {
   link_up_ = up;
   DROCE_LOG(INFO, app, "%s: port link %s", cfg_.name.c_str(), up ? "up" : "down");
   if (sysfs_) sysfs_->set_port_state(1, up ? provider::PortState::active : provider::PortState::down);
-  for (auto& [k, s] : sessions_) s->push_event(up ? 9 /* IBV_EVENT_PORT_ACTIVE */ : 10 /* IBV_EVENT_PORT_ERR */, 1);
-}
-
-bool Daemon::arm_rx_interrupt() {
-  const int fd = port_->rx_interrupt_fd(0);
-  if (fd < 0) return false;
-  if (fd != rx_intr_fd_) {
-    // A new descriptor (memif makes one per connection): watch it instead.
-    if (rx_intr_fd_ >= 0) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, rx_intr_fd_, nullptr);
-    rx_intr_fd_ = -1;
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = kRxInterruptKey;
-    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) return false;
-    rx_intr_fd_ = fd;
-  }
-  return port_->rx_interrupt_arm(0, true) == 0;
-}
-
-void Daemon::sleep(uint64_t now_ns) {
-  for (auto& [k, s] : sessions_) s->set_daemon_sleeping(true);
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // the flags before the last look at the rings
-  bool work = false;
-  for (auto& [k, s] : sessions_) work = work || s->doorbells_waiting();
-  const bool armed = !work && arm_rx_interrupt();
-  if (armed) {
-    // A frame that arrived before the interrupt was armed raises nothing: look once more.
-    const rocev2::EngineCounters& ec = core_->engine().counters();
-    const uint64_t before = ec.rx_frames + core_->counters().neighbor_frames_in;
-    core_->run_once(now_ns);
-    work = ec.rx_frames + core_->counters().neighbor_frames_in != before || core_->engine().has_tx_work();
-    if (!core_->engine().events().empty()) route_events();
-  }
-  if (!work) {
-    const uint64_t deadline = core_->next_deadline();
-    // Armed, the port wakes us; only timers and the link check bound the sleep.
-    // Unarmed, frames are seen when the sleep ends: sleeps grow from 16 us to
-    // --max-sleep-us, doubling while nothing happens, so a short pause costs
-    // a short delay and a long one still sleeps long.
-    uint64_t us = armed ? kLinkCheckNs / 1000 : std::min<uint64_t>(sleep_us_, cfg_.max_sleep_us);
-    if (!armed) sleep_us_ = std::min<uint64_t>(sleep_us_ * 2, cfg_.max_sleep_us);
-    if (deadline != UINT64_MAX) us = deadline <= now_ns ? 0 : std::min<uint64_t>(us, (deadline - now_ns) / 1000);
-    if (us > 0) {
-      ++counters_.sleeps;
-      control(static_cast<int>(us));
-    }
-  }
-  if (armed) {
-    port_->rx_interrupt_arm(0, false);
-    port_->rx_interrupt_ack(0);
-  }
-  for (auto& [k, s] : sessions_) s->set_daemon_sleeping(false);
+  link_generation_.fetch_add(1, std::memory_order_release);  // each worker tells its clients
 }
 
 int Daemon::run() {
-  uint64_t idle_since = core::monotonic_ns();
-  const uint64_t spin_ns = cfg_.idle_spin_us * 1000;
-  const rocev2::EngineCounters& ec = core_->engine().counters();
-  while (!stopping_) {
-    const uint64_t now = core::monotonic_ns();
-    uint64_t work = 0;
-    for (auto& [k, s] : sessions_) work += s->poll(now);
-    const uint64_t before = ec.rx_frames + ec.tx_frames + core_->counters().neighbor_frames_in;
-    core_->run_once(now);
-    work += ec.rx_frames + ec.tx_frames + core_->counters().neighbor_frames_in - before;
-    if (!core_->engine().events().empty()) route_events();
-    check_link(now);
-    if ((++counters_.loops & 63) == 0) control(0);
-    if (work != 0 || core_->engine().has_tx_work()) {
-      idle_since = now;
-      sleep_us_ = kFirstSleepUs;
-    } else if (now - idle_since > spin_ns) {
-      sleep(now);
+  for (size_t k = 1; k < workers_.size(); ++k) {
+    if (int rc = rte_eal_remote_launch(Worker::launch, workers_[k].get(), workers_[k]->lcore()); rc != 0) {
+      DROCE_LOG(ERR, app, "cannot start worker %zu on lcore %u: %s", k, workers_[k]->lcore(), std::strerror(-rc));
+      stopping_ = true;
     }
   }
+  workers_[0]->run();
+  stopping_ = true;
+  for (size_t k = 1; k < workers_.size(); ++k) rte_eal_wait_lcore(workers_[k]->lcore());
   shutdown();
   return 0;
 }
 
 void Daemon::shutdown() {
-  if (!sessions_.empty()) {
-    DROCE_LOG(INFO, app, "%s: stopping; %zu clients told the device is gone", cfg_.name.c_str(), sessions_.size());
-    // Take in what the clients posted last, so it is flushed with the rest.
-    const uint64_t now = core::monotonic_ns();
-    for (auto& [k, s] : sessions_) (void)s->poll(now);
-    for (auto& [k, s] : sessions_) s->mark_fatal();
-    sessions_.clear();
-  }
+  workers_.clear();  // each told its clients already (Worker::run), or never ran
   if (!socket_path_.empty()) {
     ::unlink(socket_path_.c_str());
     socket_path_.clear();
@@ -436,18 +329,75 @@ void Daemon::shutdown() {
   // The node stays: it is an alias of /dev/full, other droced (of the same name, another run
   // dir) or programs may be using it, and devtmpfs forgets it at the next boot.
   listen_.reset();
-  core_.reset();
+  group_.reset();
   port_.reset();
 }
 
+namespace {
+
+// Every field of `c` added into *sum.
+void add_counters(const rocev2::EngineCounters& c, rocev2::EngineCounters* sum) {
+  for (size_t i = 0; i < rocev2::kParseStatusCount; ++i) sum->parse.by_status[i] += c.parse.by_status[i];
+  sum->rx_frames += c.rx_frames;
+  sum->tx_frames += c.tx_frames;
+  sum->rx_unknown_qp += c.rx_unknown_qp;
+  sum->rx_wrong_state += c.rx_wrong_state;
+  sum->rx_bad_pkey += c.rx_bad_pkey;
+  sum->rx_bad_qkey += c.rx_bad_qkey;
+  sum->rx_bad_dest += c.rx_bad_dest;
+  sum->rx_unexpected += c.rx_unexpected;
+  sum->tx_no_mbuf += c.tx_no_mbuf;
+  sum->tx_port_full += c.tx_port_full;
+  sum->cq_overflows += c.cq_overflows;
+  sum->cnp_received += c.cnp_received;
+}
+
+void add_counters(const DeviceCoreCounters& c, DeviceCoreCounters* sum) {
+  sum->neighbor_frames_in += c.neighbor_frames_in;
+  sum->neighbor_frames_out += c.neighbor_frames_out;
+  sum->neighbor_tx_dropped += c.neighbor_tx_dropped;
+  sum->oversize_control += c.oversize_control;
+  sum->loopback_frames += c.loopback_frames;
+  sum->handed_out += c.handed_out;
+  sum->handed_in += c.handed_in;
+  sum->hand_off_dropped += c.hand_off_dropped;
+}
+
+void add_counters(const WorkerCounters& c, WorkerCounters* sum) {
+  sum->loops += c.loops;
+  sum->sleeps += c.sleeps;
+  sum->wakeups_by_client += c.wakeups_by_client;
+  sum->wakeups_by_port += c.wakeups_by_port;
+  sum->clients_closed += c.clients_closed;
+  sum->clients_faulted += c.clients_faulted;
+  sum->events_unrouted += c.events_unrouted;
+}
+
+}  // namespace
+
 std::string Daemon::render_stats() const {
+  // Every worker's state, read while none moves: the caller's own lock goes
+  // first, then all are taken in index order (Worker, "the state lock").
+  Worker* self = Worker::current();
+  if (self != nullptr) self->unlock_state();
+  for (const auto& w : workers_) w->lock_state();
+  std::string out = render_locked();
+  for (const auto& w : workers_) w->unlock_state();
+  if (self != nullptr) self->lock_state();
+  return out;
+}
+
+std::string Daemon::render_locked() const {
+  size_t clients = 0;
+  for (const auto& w : workers_) clients += w->sessions().size();
   Json j;
   j.open(nullptr, '{');
   j.open("device", '{')
       .str("name", cfg_.name)
-      .str("node_guid", net::format_guid(device_.node_guid))
+      .str("node_guid", net::format_guid(shared_.node_guid))
       .str("socket", socket_path_)
-      .num("clients", sessions_.size())
+      .num("clients", clients)
+      .num("lcores", workers_.size())
       .close('}');
   const net::LinkState link = port_->link();
   j.open("ports", '[').open(nullptr, '{');
@@ -457,7 +407,9 @@ std::string Daemon::render_stats() const {
       .str("mac", rocev2::format_mac(port_->mac()))
       .num("mtu", port_->wire_mtu())
       .str("state", link.up ? "ACTIVE" : "DOWN")
-      .num("speed_mbps", link.speed_mbps);
+      .num("speed_mbps", link.speed_mbps)
+      .num("rx_queues", port_->rx_queues())
+      .num("tx_queues", port_->tx_queues());
   rte_eth_stats st{};
   if (port_->stats(&st) == 0) {
     j.open("stats", '{')
@@ -485,7 +437,14 @@ std::string Daemon::render_stats() const {
   }
   j.close(']');
 
-  const rocev2::EngineCounters& ec = core_->engine().counters();
+  rocev2::EngineCounters ec;
+  DeviceCoreCounters dc;
+  WorkerCounters wc;
+  for (const auto& w : workers_) {
+    add_counters(w->core().engine().counters(), &ec);
+    add_counters(w->core().counters(), &dc);
+    add_counters(w->counters(), &wc);
+  }
   j.open("counters", '{')
       .num("rx_frames", ec.rx_frames)
       .num("tx_frames", ec.tx_frames)
@@ -499,85 +458,122 @@ std::string Daemon::render_stats() const {
       .num("tx_port_full", ec.tx_port_full)
       .num("cq_overflows", ec.cq_overflows)
       .num("cnp_received", ec.cnp_received)
-      .num("neighbor_frames_in", core_->counters().neighbor_frames_in)
-      .num("neighbor_frames_out", core_->counters().neighbor_frames_out)
-      .num("neighbor_tx_dropped", core_->counters().neighbor_tx_dropped)
-      .num("oversize_control", core_->counters().oversize_control)
-      .num("loopback_frames", core_->counters().loopback_frames)
-      .num("loops", counters_.loops)
-      .num("sleeps", counters_.sleeps)
-      .num("wakeups_by_client", counters_.wakeups_by_client)
-      .num("wakeups_by_port", counters_.wakeups_by_port)
-      .num("clients_accepted", counters_.clients_accepted)
-      .num("clients_closed", counters_.clients_closed)
-      .num("clients_faulted", counters_.clients_faulted)
-      .num("events_unrouted", counters_.events_unrouted);
+      .num("neighbor_frames_in", dc.neighbor_frames_in)
+      .num("neighbor_frames_out", dc.neighbor_frames_out)
+      .num("neighbor_tx_dropped", dc.neighbor_tx_dropped)
+      .num("oversize_control", dc.oversize_control)
+      .num("loopback_frames", dc.loopback_frames)
+      .num("handed_out", dc.handed_out)
+      .num("handed_in", dc.handed_in)
+      .num("hand_off_dropped", dc.hand_off_dropped)
+      .num("loops", wc.loops)
+      .num("sleeps", wc.sleeps)
+      .num("wakeups_by_client", wc.wakeups_by_client)
+      .num("wakeups_by_port", wc.wakeups_by_port)
+      .num("clients_accepted", clients_accepted_)
+      .num("clients_closed", wc.clients_closed)
+      .num("clients_faulted", wc.clients_faulted)
+      .num("events_unrouted", wc.events_unrouted);
   j.open("parse", '{');
   for (size_t i = 0; i < rocev2::kParseStatusCount; ++i)
     if (ec.parse.by_status[i] != 0) j.num(rocev2::to_string(static_cast<rocev2::ParseStatus>(i)), ec.parse.by_status[i]);
   j.close('}');
-  const net::NeighborCounters& nc = core_->neighbors().counters();
-  j.open("neighbor", '{')
-      .num("arp_requests_sent", nc.arp.requests_sent)
-      .num("arp_replies_sent", nc.arp.replies_sent)
-      .num("nd_requests_sent", nc.nd.requests_sent)
-      .num("nd_replies_sent", nc.nd.replies_sent)
-      .num("resolutions_failed", nc.resolutions_failed)
-      .close('}');
+  {
+    std::lock_guard l(group_->neighbor_mutex());
+    const net::NeighborCounters& nc = group_->neighbors().counters();
+    j.open("neighbor", '{')
+        .num("arp_requests_sent", nc.arp.requests_sent)
+        .num("arp_replies_sent", nc.arp.replies_sent)
+        .num("nd_requests_sent", nc.nd.requests_sent)
+        .num("nd_replies_sent", nc.nd.replies_sent)
+        .num("resolutions_failed", nc.resolutions_failed)
+        .close('}');
+  }
   j.close('}');
 
-  j.open("clients", '[');
-  for (const auto& [k, s] : sessions_) {
-    const SessionCounters& c = s->counters();
+  j.open("cores", '[');
+  for (const auto& w : workers_) {
+    const rocev2::EngineCounters& c = w->core().engine().counters();
+    const DeviceCoreCounters& d = w->core().counters();
+    size_t qps = 0;
+    for (const auto& [k, s] : w->sessions()) qps += s->qp_count();
+    const int rxq = group_->rx_queue_of(w->index());
     j.open(nullptr, '{')
-        .num("id", s->id())
-        .num("pid", static_cast<uint64_t>(s->pid() < 0 ? 0 : s->pid()))
-        .str("program", s->program())
-        .num("qps", s->qp_count())
-        .num("cqs", s->cq_count())
-        .num("mrs", s->mr_count())
-        .num("messages", c.messages)
-        .num("errors", c.errors)
-        .num("doorbells", c.doorbells)
-        .num("bad_doorbells", c.bad_doorbells)
-        .num("wqes_posted", c.wqes_posted)
-        .num("wqes_refused", c.wqes_refused)
-        .num("events_dropped", c.events_dropped)
+        .num("core", w->index())
+        .num("lcore", w->lcore())
+        .str("rx_queue", rxq < 0 ? std::string("-") : std::to_string(rxq))
+        .num("tx_queue", group_->tx_queue_of(w->index()))
+        .num("clients", w->sessions().size())
+        .num("qps", qps)
+        .num("loops", w->counters().loops)
+        .num("sleeps", w->counters().sleeps)
+        .num("rx_frames", c.rx_frames)
+        .num("tx_frames", c.tx_frames)
+        .num("handed_in", d.handed_in)
+        .num("handed_out", d.handed_out)
+        .num("hand_off_dropped", d.hand_off_dropped)
         .close('}');
   }
   j.close(']');
 
-  j.open("qps", '[');
-  rocev2::Engine& e = core_->engine();
-  for (const auto& [k, s] : sessions_) {
-    for (uint32_t qpn : s->qpns()) {
-      const rocev2::Qp* q = e.qp(qpn);
-      if (q == nullptr) continue;
-      const rocev2::QpCounters& c = q->counters;
+  j.open("clients", '[');
+  for (const auto& w : workers_) {
+    for (const auto& [k, s] : w->sessions()) {
+      const SessionCounters& c = s->counters();
       j.open(nullptr, '{')
-          .num("qpn", qpn)
-          .num("client", s->id())
-          .str("type", rocev2::to_string(q->type))
-          .str("state", rocev2::to_string(q->state))
-          .num("dest_qpn", q->attr.dest_qp_num)
-          .str("dest", rocev2::format_ip(q->attr.ah_attr.dgid))
-          .num("tx_packets", c.tx_packets)
-          .num("rx_packets", c.rx_packets)
-          .num("tx_bytes", c.tx_bytes)
-          .num("rx_bytes", c.rx_bytes)
-          .num("retransmits", c.retransmits)
-          .num("timeouts", c.timeouts)
-          .num("seq_naks_sent", c.seq_naks_sent)
-          .num("seq_naks_received", c.seq_naks_received)
-          .num("rnr_naks_sent", c.rnr_naks_sent)
-          .num("rnr_naks_received", c.rnr_naks_received)
-          .num("duplicate_requests", c.duplicate_requests)
-          .num("out_of_sequence", c.out_of_sequence)
-          .num("retry_exceeded", c.retry_exceeded)
-          .num("rnr_retry_exceeded", c.rnr_retry_exceeded)
-          .num("send_errors", c.send_errors)
-          .num("dropped", c.dropped)
+          .num("id", s->id())
+          .num("pid", static_cast<uint64_t>(s->pid() < 0 ? 0 : s->pid()))
+          .str("program", s->program())
+          .num("core", w->index())
+          .num("qps", s->qp_count())
+          .num("cqs", s->cq_count())
+          .num("mrs", s->mr_count())
+          .num("messages", c.messages)
+          .num("errors", c.errors)
+          .num("doorbells", c.doorbells)
+          .num("bad_doorbells", c.bad_doorbells)
+          .num("wqes_posted", c.wqes_posted)
+          .num("wqes_refused", c.wqes_refused)
+          .num("events_dropped", c.events_dropped)
           .close('}');
+    }
+  }
+  j.close(']');
+
+  j.open("qps", '[');
+  for (const auto& w : workers_) {
+    rocev2::Engine& e = w->core().engine();
+    for (const auto& [k, s] : w->sessions()) {
+      for (uint32_t qpn : s->qpns()) {
+        const rocev2::Qp* q = e.qp(qpn);
+        if (q == nullptr) continue;
+        const rocev2::QpCounters& c = q->counters;
+        j.open(nullptr, '{')
+            .num("qpn", qpn)
+            .num("client", s->id())
+            .num("core", w->index())
+            .str("type", rocev2::to_string(q->type))
+            .str("state", rocev2::to_string(q->state))
+            .num("dest_qpn", q->attr.dest_qp_num)
+            .str("dest", rocev2::format_ip(q->attr.ah_attr.dgid))
+            .num("tx_packets", c.tx_packets)
+            .num("rx_packets", c.rx_packets)
+            .num("tx_bytes", c.tx_bytes)
+            .num("rx_bytes", c.rx_bytes)
+            .num("retransmits", c.retransmits)
+            .num("timeouts", c.timeouts)
+            .num("seq_naks_sent", c.seq_naks_sent)
+            .num("seq_naks_received", c.seq_naks_received)
+            .num("rnr_naks_sent", c.rnr_naks_sent)
+            .num("rnr_naks_received", c.rnr_naks_received)
+            .num("duplicate_requests", c.duplicate_requests)
+            .num("out_of_sequence", c.out_of_sequence)
+            .num("retry_exceeded", c.retry_exceeded)
+            .num("rnr_retry_exceeded", c.rnr_retry_exceeded)
+            .num("send_errors", c.send_errors)
+            .num("dropped", c.dropped)
+            .close('}');
+      }
     }
   }
   j.close(']');

@@ -1,10 +1,17 @@
 #include "apps/droced/device_core.h"
 
+#include <rte_errno.h>
 #include <rte_mbuf.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
 
 #include "core/endian.h"
 #include "hw_offload/select.h"
 #include "net/headers.h"
+#include "rocev2/parser.h"
 
 namespace droce::droced {
 
@@ -28,13 +35,72 @@ bool is_neighbor_frame(const rte_mbuf* m) {
 
 }  // namespace
 
-DeviceCore::DeviceCore(const DeviceCoreConfig& cfg, int* rc) : cfg_(cfg), neighbors_(cfg.neighbor) {
+CoreGroup::CoreGroup(net::Port* port, unsigned cores, const net::NeighborConfig& neighbor, int* rc)
+    : port_(port), cores_(cores), neighbors_(neighbor) {
+  *rc = 0;
+  if (port == nullptr || cores == 0 || cores > kMaxCores) {
+    *rc = -EINVAL;
+    return;
+  }
+  sleeping_ = std::make_unique<std::atomic<bool>[]>(cores);
+  wake_fd_.assign(cores, -1);
+  tx_locks_.resize(port->tx_queues());
+  for (auto& l : tx_locks_) rte_spinlock_init(&l);
+  static std::atomic<unsigned> serial{0};
+  const unsigned group = serial.fetch_add(1);
+  for (unsigned k = 0; k < cores; ++k) {
+    sleeping_[k] = false;
+    char name[RTE_RING_NAMESIZE];
+    std::snprintf(name, sizeof name, "droce_in_%u_%u", group, k);
+    // Room for a few full RX bursts of every other core; a power of two.
+    rte_ring* r = rte_ring_create(name, 4096, SOCKET_ID_ANY, RING_F_SC_DEQ);
+    if (r == nullptr) {
+      *rc = -rte_errno;
+      return;
+    }
+    inbound_.push_back(r);
+  }
+}
+
+CoreGroup::~CoreGroup() {
+  for (rte_ring* r : inbound_) {
+    rte_mbuf* m;
+    while (rte_ring_dequeue(r, reinterpret_cast<void**>(&m)) == 0) rte_pktmbuf_free(m);
+    rte_ring_free(r);
+  }
+}
+
+void CoreGroup::set_sleeping(unsigned core, bool sleeping) {
+  sleeping_[core].store(sleeping, std::memory_order_seq_cst);
+}
+
+void CoreGroup::wake(unsigned core) {
+  if (!sleeping_[core].load(std::memory_order_seq_cst) || wake_fd_[core] < 0) return;
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(wake_fd_[core], &one, sizeof one);
+}
+
+DeviceCore::DeviceCore(const DeviceCoreConfig& cfg, int* rc) : cfg_(cfg), group_(cfg.group) {
   *rc = 0;
   if (cfg.port == nullptr || cfg.addresses.empty()) {
     *rc = -EINVAL;
     return;
   }
-  link_ = std::make_unique<rocev2::PortQueueLink>(cfg.port, cfg.queue);
+  if (group_ == nullptr) {
+    own_group_ = std::make_unique<CoreGroup>(cfg.port, 1, cfg.neighbor, rc);
+    if (*rc != 0) return;
+    group_ = own_group_.get();
+    cfg_.index = 0;
+  }
+  if (cfg_.index >= group_->size()) {
+    *rc = -EINVAL;
+    return;
+  }
+  rx_queue_ = group_->rx_queue_of(cfg_.index);
+  tx_queue_ = group_->tx_queue_of(cfg_.index);
+  tx_lock_ = group_->tx_lock_of(cfg_.index);
+  link_ = std::make_unique<rocev2::PortQueueLink>(cfg.port, tx_queue_);
+  link_->set_tx_lock(tx_lock_);
   link_->set_loopback_mac(cfg.port->mac());  // two clients of this droced talk through it
   rocev2::EngineConfig ec = cfg.engine;
   ec.pool = cfg.port->pool();
@@ -43,22 +109,44 @@ DeviceCore::DeviceCore(const DeviceCoreConfig& cfg, int* rc) : cfg_(cfg), neighb
   ec.local_ip = cfg.addresses.front();
   ec.local_ips = cfg.addresses;
   ec.offloads = hw_offload::select_offloads(*cfg.port);  // once, at start
+  // This core's QPNs: (index << kQpnCoreShift) | n, never past the next core's.
+  ec.first_qpn = (cfg_.index << kQpnCoreShift) | (cfg.engine.first_qpn & ((1u << kQpnCoreShift) - 1));
+  ec.max_qps = std::min(ec.max_qps, (1u << kQpnCoreShift) - (ec.first_qpn & ((1u << kQpnCoreShift) - 1)));
   engine_ = std::make_unique<rocev2::Engine>(ec);
-  for (const auto& ip : cfg.addresses) {
-    if (int r = neighbors_.add_local(ip, cfg.port->mac(), cfg.vlan); r != 0) {
-      *rc = r;
-      return;
+  if (cfg_.index == 0) {
+    std::lock_guard l(group_->neighbor_mutex());
+    for (const auto& ip : cfg.addresses) {
+      if (int r = group_->neighbors().add_local(ip, cfg.port->mac(), cfg.vlan); r != 0) {
+        *rc = r;
+        return;
+      }
     }
   }
 }
 
 uint64_t DeviceCore::next_deadline() const {
-  return std::min(engine_->next_deadline(), neighbors_.next_deadline_ns());
+  uint64_t d = engine_->next_deadline();
+  if (cfg_.index == 0) {
+    std::lock_guard l(group_->neighbor_mutex());
+    d = std::min(d, group_->neighbors().next_deadline_ns());
+  }
+  return d;
+}
+
+uint16_t DeviceCore::tx(rte_mbuf** frames, uint16_t n) {
+  if (tx_lock_ == nullptr) return cfg_.port->tx_burst(tx_queue_, frames, n);
+  rte_spinlock_lock(tx_lock_);
+  const uint16_t k = cfg_.port->tx_burst(tx_queue_, frames, n);
+  rte_spinlock_unlock(tx_lock_);
+  return k;
 }
 
 void DeviceCore::send_neighbor_frames() {
   neighbor_tx_.clear();
-  neighbors_.drain_tx(&neighbor_tx_);
+  {
+    std::lock_guard l(group_->neighbor_mutex());
+    group_->neighbors().drain_tx(&neighbor_tx_);
+  }
   for (const auto& f : neighbor_tx_) {
     rte_mbuf* m = rte_pktmbuf_alloc(cfg_.port->pool());
     // Short frames are padded to the Ethernet minimum.
@@ -71,7 +159,7 @@ void DeviceCore::send_neighbor_frames() {
     }
     std::memcpy(d, f.data(), f.size());
     std::memset(d + f.size(), 0, len - f.size());
-    if (cfg_.port->tx_burst(cfg_.queue, &m, 1) != 1) {
+    if (tx(&m, 1) != 1) {
       rte_pktmbuf_free(m);
       ++counters_.neighbor_tx_dropped;
       continue;
@@ -80,11 +168,51 @@ void DeviceCore::send_neighbor_frames() {
   }
 }
 
+void DeviceCore::hand_off(unsigned core, rte_mbuf* m) {
+  if (rte_ring_mp_enqueue(group_->inbound(core), m) != 0) {
+    rte_pktmbuf_free(m);
+    ++counters_.hand_off_dropped;
+    return;
+  }
+  ++counters_.handed_out;
+  woken_ |= 1u << core;
+}
+
+void DeviceCore::route(rte_mbuf** frames, uint16_t n, std::vector<rte_mbuf*>* local) {
+  const unsigned cores = group_->size();
+  for (uint16_t i = 0; i < n; ++i) {
+    rte_mbuf* m = frames[i];
+    uint32_t qpn;
+    if (cores == 1 || !rocev2::peek_dest_qpn(rte_pktmbuf_mtod(m, const uint8_t*), m->data_len, &qpn)) {
+      local->push_back(m);  // not for a QP: the engine counts what it is
+      continue;
+    }
+    const int owner = group_->owner_of(qpn);
+    if (owner == int(cfg_.index) || (owner < 0 && qpn != kMulticastQpn)) {
+      local->push_back(m);
+    } else if (owner >= 0) {
+      hand_off(unsigned(owner), m);
+    } else {
+      // Multicast: every core may have QPs attached to the group.
+      for (unsigned k = 0; k < cores; ++k) {
+        if (k == cfg_.index) continue;
+        rte_mbuf* copy = rte_pktmbuf_copy(m, cfg_.port->pool(), 0, UINT32_MAX);
+        if (copy == nullptr) ++counters_.hand_off_dropped;
+        else hand_off(k, copy);
+      }
+      local->push_back(m);
+    }
+  }
+}
+
 void DeviceCore::run_once(uint64_t now_ns) {
   rte_mbuf* rx[32];
   rte_mbuf* roce[32];
-  const uint16_t n = cfg_.port->rx_burst(cfg_.queue, rx, 32);
+  local_.clear();
+  woken_ = 0;
+  const uint16_t n = rx_queue_ < 0 ? 0 : cfg_.port->rx_burst(uint16_t(rx_queue_), rx, 32);
   uint16_t k = 0;
+  bool neighbor_work = false;
   for (uint16_t i = 0; i < n; ++i) {
     if (!is_neighbor_frame(rx[i])) {
       roce[k++] = rx[i];
@@ -97,20 +225,39 @@ void DeviceCore::run_once(uint64_t now_ns) {
     } else {
       const auto* p = static_cast<const uint8_t*>(rte_pktmbuf_read(rx[i], 0, len, buf));
       ++counters_.neighbor_frames_in;
-      neighbors_.handle_frame(std::span<const uint8_t>(p, len), now_ns);
+      std::lock_guard l(group_->neighbor_mutex());
+      group_->neighbors().handle_frame(std::span<const uint8_t>(p, len), now_ns);
+      neighbor_work = true;
     }
     rte_pktmbuf_free(rx[i]);
   }
-  if (k != 0) engine_->rx_burst(roce, k, now_ns);
+  route(roce, k, &local_);
+  // What other cores handed here.
+  rte_mbuf* in[64];
+  const unsigned got = rte_ring_sc_dequeue_burst(group_->inbound(cfg_.index), reinterpret_cast<void**>(in), 64,
+                                                 nullptr);
+  counters_.handed_in += got;
+  local_.insert(local_.end(), in, in + got);
   if (link_->has_loopback()) {
     link_->take_loopback(&loopback_rx_);
     counters_.loopback_frames += loopback_rx_.size();
     for (size_t i = 0; i < loopback_rx_.size(); i += 32)
-      engine_->rx_burst(loopback_rx_.data() + i, static_cast<uint16_t>(std::min<size_t>(32, loopback_rx_.size() - i)),
-                        now_ns);
+      route(loopback_rx_.data() + i, static_cast<uint16_t>(std::min<size_t>(32, loopback_rx_.size() - i)), &local_);
   }
-  neighbors_.poll(now_ns);
-  send_neighbor_frames();
+  for (size_t i = 0; i < local_.size(); i += 32)
+    engine_->rx_burst(local_.data() + i, static_cast<uint16_t>(std::min<size_t>(32, local_.size() - i)), now_ns);
+  for (unsigned c = 0; woken_ != 0; ++c, woken_ >>= 1)
+    if (woken_ & 1) group_->wake(c);
+  if (cfg_.index == 0) {
+    // The table's timers (retries, expiry) run on core 0; the others only
+    // resolve through it. Never wait for a core that holds it.
+    std::unique_lock l(group_->neighbor_mutex(), std::try_to_lock);
+    if (l.owns_lock()) {
+      group_->neighbors().poll(now_ns);
+      neighbor_work = neighbor_work || group_->neighbors().tx_queued() != 0;
+    }
+  }
+  if (neighbor_work) send_neighbor_frames();
   engine_->poll(now_ns);
 }
 
@@ -119,7 +266,11 @@ net::ResolveStatus DeviceCore::resolve(rocev2::AddressVector* av, uint64_t now_n
   av->smac = cfg_.port->mac();
   const uint16_t vlan = av->vlan_id == 0xffff ? cfg_.vlan : av->vlan_id;
   net::MacAddr mac{};
-  const net::ResolveStatus st = neighbors_.resolve_from(av->sgid, av->dgid, now_ns, &mac, vlan);
+  net::ResolveStatus st;
+  {
+    std::lock_guard l(group_->neighbor_mutex());
+    st = group_->neighbors().resolve_from(av->sgid, av->dgid, now_ns, &mac, vlan);
+  }
   if (st == net::ResolveStatus::resolved) av->dmac = mac;
   send_neighbor_frames();
   return st;

@@ -1,19 +1,40 @@
 #pragma once
 // One poll-mode core's share of droced: a port queue, the transport engine
-// on it, and the port's neighbour table (ARP / IPv6 ND). run_once() is the
-// lcore loop's body (docs/droced.md):
-//   RX burst -> ARP/ND frames to the neighbour table, the rest to the engine;
-//   frames the engine sent to our own MAC (rocev2/port_link.h) -> the engine;
+// on it, and (shared with the other cores, CoreGroup) the port's neighbour
+// table (ARP / IPv6 ND). run_once() is the lcore loop's body
+// (docs/droced.md):
+//   RX burst -> ARP/ND frames to the neighbour table, RoCE frames to the
+//   engine of the core that owns their destination QP (here, or handed to
+//   another core's inbound ring);
+//   frames handed here by other cores, and frames the engine sent to our own
+//   MAC (rocev2/port_link.h) -> the engine (or their owner);
 //   neighbour replies and requests out; engine timers, requester and TX.
+//
+// Several cores. Core k's engine numbers its QPs (k << kQpnCoreShift) | n,
+// so any core finds a frame's owner from the BTH's destination QP alone;
+// frames for QPNs no core owns stay where they arrived (the engine counts
+// them as unknown). UD multicast (QPN 0xFFFFFF) is copied to every core. A
+// core whose inbound ring is full drops the frame and counts it: the
+// transport retransmits, as after any loss. A core that sleeps is woken by
+// whoever hands it a frame (its flag, then its eventfd).
 //
 // Next hops are resolved where the kernel resolves them for RoCE devices: when
 // a QP's address vector is set (modify to RTR) or an AH is created. A peer
 // that never answers fails that verb (EHOSTUNREACH) after the neighbour
 // table's retries, instead of leaving sends to hang.
 //
-// Threading: everything here belongs to the lcore that calls run_once().
+// Threading: a DeviceCore belongs to the lcore that calls run_once(); what it
+// shares (CoreGroup) is locked (the neighbour table: rare, uncontended) or
+// lock-free (the inbound rings, multi-producer / single-consumer). When
+// cores share a TX queue (a port with fewer queues than cores), its
+// tx_burst is taken under that queue's spinlock.
 
+#include <rte_ring.h>
+#include <rte_spinlock.h>
+
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "net/neighbor.h"
@@ -23,9 +44,68 @@
 
 namespace droce::droced {
 
+/// QPN bits above this name the core that owns the QP (24-bit QPNs: up to 16 cores).
+inline constexpr unsigned kQpnCoreShift = 20;
+inline constexpr unsigned kMaxCores = 16;
+inline constexpr uint32_t kMulticastQpn = 0xffffff;
+
+/// The cores of one droced and what they share.
+class CoreGroup {
+ public:
+  /// `cores` (1..kMaxCores) cores on `port`; -errno through *rc.
+  CoreGroup(net::Port* port, unsigned cores, const net::NeighborConfig& neighbor, int* rc);
+  ~CoreGroup();
+  CoreGroup(const CoreGroup&) = delete;
+  CoreGroup& operator=(const CoreGroup&) = delete;
+
+  unsigned size() const { return cores_; }
+  /// The core that owns `qpn`, or -1 when none does (or it is multicast).
+  int owner_of(uint32_t qpn) const {
+    const uint32_t k = qpn >> kQpnCoreShift;
+    return qpn != kMulticastQpn && k < cores_ ? int(k) : -1;
+  }
+  /// The port's RX queue core k polls (cores past the port's queues have
+  /// none: -1), and the TX queue it sends on (shared round-robin when the
+  /// port has fewer) with the lock that guards it, or nullptr when it is the
+  /// core's own.
+  int rx_queue_of(unsigned core) const { return core < port_->rx_queues() ? int(core) : -1; }
+  uint16_t tx_queue_of(unsigned core) const { return uint16_t(core % port_->tx_queues()); }
+  rte_spinlock_t* tx_lock_of(unsigned core) {
+    return cores_ > port_->tx_queues() ? &tx_locks_[tx_queue_of(core)] : nullptr;
+  }
+
+  /// Core k's inbound frames (any core enqueues, k dequeues).
+  rte_ring* inbound(unsigned core) const { return inbound_[core]; }
+  /// Sleep handshake: core k sets its flag, looks at its inbound ring once
+  /// more, then waits on its eventfd; whoever hands it a frame writes the
+  /// eventfd when the flag is set.
+  void set_sleeping(unsigned core, bool sleeping);
+  void wake(unsigned core);
+  /// The eventfd core k sleeps on (set by its owner; -1: never sleeps).
+  void set_wake_fd(unsigned core, int fd) { wake_fd_[core] = fd; }
+
+  /// The neighbour table every core resolves through, and its lock.
+  net::NeighborTable& neighbors() { return neighbors_; }
+  std::mutex& neighbor_mutex() { return neighbor_mutex_; }
+  net::Port* port() const { return port_; }
+
+ private:
+  net::Port* port_;
+  unsigned cores_;
+  std::vector<rte_ring*> inbound_;
+  std::unique_ptr<std::atomic<bool>[]> sleeping_;
+  std::vector<int> wake_fd_;
+  std::vector<rte_spinlock_t> tx_locks_;
+  std::mutex neighbor_mutex_;
+  net::NeighborTable neighbors_;
+};
+
 struct DeviceCoreConfig {
   net::Port* port = nullptr;
-  uint16_t queue = 0;
+  /// The group this core belongs to, and its index in it. nullptr: a group
+  /// of one, made for this core (tests, the engine demo).
+  CoreGroup* group = nullptr;
+  unsigned index = 0;
   /// This host's addresses on the port (GID form); the first is the engine's source.
   std::vector<net::IpAddr> addresses;
   uint16_t vlan = net::kNoVlan;
@@ -39,6 +119,9 @@ struct DeviceCoreCounters {
   uint64_t neighbor_tx_dropped = 0;  ///< no mbuf or port full (the table retries on its own)
   uint64_t oversize_control = 0;     ///< ARP/ND frames too large to read (dropped)
   uint64_t loopback_frames = 0;      ///< frames to our own MAC, handed from TX to RX
+  uint64_t handed_out = 0;           ///< frames handed to the core owning their QP
+  uint64_t handed_in = 0;            ///< frames other cores handed here
+  uint64_t hand_off_dropped = 0;     ///< the owner's inbound ring was full (or no copy for multicast)
 };
 
 class DeviceCore {
@@ -55,19 +138,36 @@ class DeviceCore {
   net::ResolveStatus resolve(rocev2::AddressVector* av, uint64_t now_ns);
 
   rocev2::Engine& engine() { return *engine_; }
-  net::NeighborTable& neighbors() { return neighbors_; }
+  /// The group's table (shared: lock group().neighbor_mutex() from any
+  /// thread but this core's, or when several cores run).
+  net::NeighborTable& neighbors() { return group_->neighbors(); }
+  CoreGroup& group() { return *group_; }
+  unsigned index() const { return cfg_.index; }
   const DeviceCoreCounters& counters() const { return counters_; }
+  /// Frames handed here and not yet taken (the sleep handshake's last look).
+  bool has_inbound() const { return rte_ring_count(group_->inbound(cfg_.index)) != 0; }
   uint64_t next_deadline() const;
 
  private:
   void send_neighbor_frames();
+  /// Sends `frames` to their owners; the ones that are this core's go to
+  /// *local (multicast: a copy each, the original too).
+  void route(rte_mbuf** frames, uint16_t n, std::vector<rte_mbuf*>* local);
+  void hand_off(unsigned core, rte_mbuf* m);
+  uint16_t tx(rte_mbuf** frames, uint16_t n);
 
   DeviceCoreConfig cfg_;
+  std::unique_ptr<CoreGroup> own_group_;
+  CoreGroup* group_;
+  int rx_queue_;
+  uint16_t tx_queue_;
+  rte_spinlock_t* tx_lock_;
   std::unique_ptr<rocev2::PortQueueLink> link_;
   std::unique_ptr<rocev2::Engine> engine_;
-  net::NeighborTable neighbors_;
   std::vector<std::vector<uint8_t>> neighbor_tx_;
   std::vector<rte_mbuf*> loopback_rx_;
+  std::vector<rte_mbuf*> local_;
+  uint32_t woken_ = 0;  ///< cores handed frames this run_once (bit k), woken once each
   DeviceCoreCounters counters_;
 };
 

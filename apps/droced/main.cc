@@ -35,10 +35,12 @@ int main(int argc, char** argv) {
 
   net::EalOptions eal;
   eal.program = "droced";
-  eal.lcores = std::to_string(cfg.lcore);
+  eal.lcores.clear();
+  for (unsigned l : cfg.lcores) eal.lcores += (eal.lcores.empty() ? "" : ",") + std::to_string(l);
   eal.memory_mb = cfg.memory_mb;
   eal.extra = {"--file-prefix=droced-" + cfg.name + "-" + std::to_string(getpid()), "--log-level=lib.eal:error",
                "--log-level=pmd.*:error"};
+  eal.extra.push_back("--main-lcore=" + std::to_string(cfg.lcores.front()));  // worker 0's
   if (!cfg.log_level.empty()) eal.extra.push_back("--log-level=droce.*:" + cfg.log_level);
   eal.extra.insert(eal.extra.end(), cfg.eal_args.begin(), cfg.eal_args.end());
   if (net::eal_start(eal) != 0) {

@@ -57,5 +57,20 @@ TEST(DrocedConfig, EachMistakeSaysWhat) {
   EXPECT_EQ(parse({"--help"}, &c, &err), 1);
 }
 
+TEST(DrocedConfig, LcoresAreAListOfDistinctCoresInTheOrderGiven) {
+  DaemonConfig c;
+  std::string err;
+  EXPECT_EQ(c.lcores, std::vector<unsigned>{0});
+  ASSERT_EQ(parse({"--port", "x", "--address", "1.2.3.4", "--lcores", "2,0-1,5"}, &c, &err), 0) << err;
+  EXPECT_EQ(c.lcores, (std::vector<unsigned>{2, 0, 1, 5}));  // the first is the main lcore
+  ASSERT_EQ(parse({"--port", "x", "--address", "1.2.3.4", "--lcore", "3"}, &c, &err), 0) << err;
+  EXPECT_EQ(c.lcores, std::vector<unsigned>{3});
+  for (const char* bad : {"", "0,0", "1-0", "0-16", "a", "0,,1", "2000"}) {
+    err.clear();
+    EXPECT_EQ(parse({"--port", "x", "--address", "1.2.3.4", "--lcores", bad}, &c, &err), -EINVAL) << bad;
+    EXPECT_NE(err.find("--lcores"), std::string::npos) << bad << ": " << err;
+  }
+}
+
 }  // namespace
 }  // namespace droce::droced

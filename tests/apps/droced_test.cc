@@ -202,6 +202,61 @@ TEST_F(TwoDaemons, TwoClientsOfOneDaemonTalkThroughItsLoopback) {
   EXPECT_EQ(stat_of(d_[0].sock, "rx_frames"), stat_of(d_[0].sock, "loopback_frames"));
 }
 
+// Several lcores (docs/droced.md): each context goes to the worker with the fewest, and frames
+// for a QP that arrive on another worker's queue are handed to its owner. Three pairs of contexts
+// at once spread over both workers of each daemon, plus two contexts on daemon A talking through
+// its loopback from one worker to the other; `stats` is read all the while (it takes every
+// worker's state lock in turn: it must neither deadlock nor stall the traffic).
+TEST_F(TwoDaemons, SeveralLcoresShareTheClientsAndHandFramesToTheOwningCore) {
+  start({"--lcores", "0,1", "--mtu", "9000"});
+  const std::string selftest_bin = env_or("SELFTEST_BIN", "apps/droce-selftest");
+  std::vector<pid_t> runs;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<std::string> args = {selftest_bin, "--a", d_[0].sock, "--b", d_[i == 3 ? 0 : 1].sock, "--quiet",
+                                     "--qps", "24", "--size", "262144", "--mtu", i == 3 ? "1024" : "4096"};
+    runs.push_back(spawn(args, dir_ + "/selftest" + std::to_string(i) + ".log"));
+    ASSERT_GT(runs.back(), 0);
+  }
+  int stats_read = 0;
+  for (bool running = true; running;) {
+    running = false;
+    for (pid_t p : runs) running = running || waitpid(p, nullptr, WNOHANG | WNOWAIT) == 0;
+    std::string json;
+    if (client::query_stats(d_[0].sock, &json) == 0 && json.find("\"cores\":[") != std::string::npos) ++stats_read;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (int i = 0; i < 4; ++i) {
+    const int st = wait_for(runs[i], 60);
+    const std::string out = slurp(dir_ + "/selftest" + std::to_string(i) + ".log");
+    EXPECT_TRUE(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0) << "selftest " << i << ":\n" << out;
+    EXPECT_NE(out.find("ok: 0 failures"), std::string::npos) << out;
+  }
+  EXPECT_GT(stats_read, 0) << "stats never answered while traffic ran";
+  for (auto& d : d_) {
+    std::string json;
+    ASSERT_EQ(client::query_stats(d.sock, &json), 0);
+    EXPECT_NE(json.find("\"lcores\":2"), std::string::npos) << json;
+    // memif is one queue pair (Port::plan_device): worker 0 receives every frame and hands
+    // worker 1 those for its QPs; both send on queue 0, under its lock. None dropped.
+    EXPECT_NE(json.find("{\"core\":0,\"lcore\":0,\"rx_queue\":\"0\",\"tx_queue\":0"), std::string::npos) << json;
+    EXPECT_NE(json.find("{\"core\":1,\"lcore\":1,\"rx_queue\":\"-\",\"tx_queue\":0"), std::string::npos) << json;
+    EXPECT_GT(stat_of(d.sock, "handed_in"), 0) << json;
+    EXPECT_EQ(stat_of(d.sock, "hand_off_dropped"), 0) << json;
+    EXPECT_EQ(stat_of(d.sock, "rx_unknown_qp"), 0) << json;
+  }
+  EXPECT_GT(stat_of(d_[0].sock, "loopback_frames"), 0);
+  // `droce cores`: one row per core, with its queues and hand-offs.
+  const std::string cli_log = dir_ + "/cores.log";
+  const int st = wait_for(spawn({env_or("DROCE_BIN", "apps/droce"), "cores", "--socket", d_[0].sock}, cli_log), 30);
+  EXPECT_TRUE(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  const std::string text = slurp(cli_log);
+  EXPECT_EQ(text.rfind("core  lcore  rx_queue  tx_queue  clients", 0), 0u) << text;
+  EXPECT_NE(text.find("handed_in"), std::string::npos) << text;
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 3) << text;  // the header and two cores
+  EXPECT_EQ(stop(d_[0]), 0);
+  EXPECT_EQ(stop(d_[1]), 0);
+}
+
 TEST_F(TwoDaemons, EachDaemonPublishesItsDeviceForLibibverbsAndRemovesItAtExit) {
   start();
   const std::string root = d_[0].run_dir + "/sys";

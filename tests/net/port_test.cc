@@ -519,6 +519,7 @@ TEST(PortDevargs, PlanGivesEachDriverWhatJumboFramesNeed) {
   DevicePlan p = Port::plan_device("net_memif0,role=client", cfg);
   EXPECT_EQ(p.devargs, "net_memif0,role=client,bsize=9024");
   EXPECT_EQ(p.mbuf_data_room, 4096 + 256);
+  EXPECT_EQ(p.max_queues, 1) << "memif runs with the fewer of the peers' rings: one pair is always right";
   EXPECT_EQ(Port::plan_device("net_memif0,bsize=4096", cfg).devargs, "net_memif0,bsize=4096") << "given stays";
   cfg.mtu = 1500;
   EXPECT_EQ(Port::plan_device("net_memif0", cfg).devargs, "net_memif0") << "the default 2048 holds 1518";

@@ -144,6 +144,33 @@ TEST(ParserRoundTrip, RandomPacketsParseToTheirCanonicalHeadersAndRebuildIdentic
   }
 }
 
+// droced's lcores route frames by the BTH's destination QP before the full parse.
+TEST(ParserPeek, DestQpnOfEveryShapeOfFrameAndNothingFromAShortOne) {
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 500; ++i) {
+    RandomPacket r = random_packet(rng, {.max_payload = 64});
+    std::vector<uint8_t> frame(frame_len(r.hdr, uint32_t(r.payload.size())));
+    ASSERT_NE(build_frame(r.hdr, r.payload, frame), 0u);
+    uint32_t qpn = 0;
+    ASSERT_TRUE(peek_dest_qpn(frame.data(), frame.size(), &qpn)) << test::hex(frame);
+    EXPECT_EQ(qpn, r.hdr.bth.dest_qp) << "packet " << i;
+    // Cut inside the BTH's QPN: not there.
+    ParsedPacket p;
+    ASSERT_EQ(parse_frame(std::span<const uint8_t>(frame), &p), ParseStatus::ok);
+    std::vector<uint8_t> cut(frame.begin(), frame.begin() + ptrdiff_t(p.layout.bth_off + 7));
+    EXPECT_FALSE(peek_dest_qpn(cut.data(), cut.size(), &qpn));
+  }
+  // Not UDP 4791: no QPN.
+  RandomPacket r = random_packet(rng, {.max_payload = 16});
+  std::vector<uint8_t> frame(frame_len(r.hdr, uint32_t(r.payload.size())));
+  ASSERT_NE(build_frame(r.hdr, r.payload, frame), 0u);
+  ParsedPacket p;
+  ASSERT_EQ(parse_frame(std::span<const uint8_t>(frame), &p), ParseStatus::ok);
+  frame[p.layout.l4_off + 3] ^= 1;  // the UDP destination port's low byte
+  uint32_t qpn = 0;
+  EXPECT_FALSE(peek_dest_qpn(frame.data(), frame.size(), &qpn));
+}
+
 TEST(ParserRobustness, NoProperPrefixOfAFrameIsAccepted) {
   std::mt19937_64 rng(42);
   for (int i = 0; i < 200; ++i) {

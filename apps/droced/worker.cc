@@ -1,0 +1,284 @@
+#include "apps/droced/worker.h"
+
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "apps/droced/daemon.h"
+#include "core/clock.h"
+#include "core/log.h"
+
+namespace droce::droced {
+
+namespace {
+
+constexpr uint64_t kFirstSleepUs = 16;
+constexpr int kArmedSleepUs = 50'000;  // the link check's period: RX interrupts bound nothing else
+
+thread_local Worker* tls_current = nullptr;
+
+}  // namespace
+
+Worker* Worker::current() { return tls_current; }
+
+Worker::Worker(Daemon* daemon, unsigned index, unsigned lcore, std::unique_ptr<DeviceCore> core, const Device& shared,
+               int* rc)
+    : daemon_(daemon), index_(index), lcore_(lcore), core_(std::move(core)), device_(shared) {
+  *rc = 0;
+  wake_ = core::Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  epoll_ = core::Fd(::epoll_create1(EPOLL_CLOEXEC));
+  if (!wake_.valid() || !epoll_.valid()) {
+    *rc = -errno;
+    return;
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kWakeKey;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &ev) != 0) {
+    *rc = -errno;
+    return;
+  }
+  device_.core = core_.get();
+  device_.wake_fd = wake_.get();
+  core_->group().set_wake_fd(index, wake_.get());
+  rx_queue_ = core_->group().rx_queue_of(index);
+}
+
+Worker::~Worker() { shutdown(); }
+
+int Worker::launch(void* worker) {
+  static_cast<Worker*>(worker)->run();
+  return 0;
+}
+
+void Worker::adopt(uint64_t key, std::unique_ptr<Session> s) {
+  load_.fetch_add(1, std::memory_order_relaxed);
+  {
+    std::lock_guard l(inbox_mutex_);
+    inbox_.emplace_back(key, std::move(s));
+  }
+  // Past the sleeping flag's check, a plain write: the loop reads the inbox each iteration.
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof one);
+}
+
+void Worker::lock_state() {
+  state_waiters_.fetch_add(1, std::memory_order_acq_rel);
+  state_.lock();
+  state_waiters_.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+void Worker::take_inbox() {
+  std::vector<std::pair<uint64_t, std::unique_ptr<Session>>> joining;
+  {
+    std::lock_guard l(inbox_mutex_);
+    if (inbox_.empty()) return;
+    joining.swap(inbox_);
+  }
+  for (auto& [key, s] : joining) {
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.u64 = key;
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, s->fd(), &ev) != 0) {
+      DROCE_LOG(WARNING, app, "worker %u: cannot watch client %u: %s", index_, s->id(), std::strerror(errno));
+      load_.fetch_sub(1, std::memory_order_relaxed);
+      continue;
+    }
+    sessions_[key] = std::move(s);
+  }
+}
+
+void Worker::close_session(uint64_t key) {
+  auto it = sessions_.find(key);
+  if (it == sessions_.end()) return;
+  Session& s = *it->second;
+  DROCE_LOG(INFO, app, "client %u (pid %d, %s) %s: freeing its %zu QPs, %zu CQs, %zu MRs", s.id(), int(s.pid()),
+            s.program().c_str(), s.close_reason(), s.qp_count(), s.cq_count(), s.mr_count());
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, s.fd(), nullptr);
+  ++counters_.clients_closed;
+  sessions_.erase(it);  // the destructor moves its QPs to error and frees everything
+  load_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void Worker::control(int timeout_us) {
+  epoll_event evs[32];
+  int n;
+  if (timeout_us > 0) {
+    // Asleep: `stats` on another worker may read this one meanwhile.
+    state_.unlock();
+    timespec ts{timeout_us / 1'000'000, (timeout_us % 1'000'000) * 1000L};
+    n = ::epoll_pwait2(epoll_.get(), evs, 32, &ts, nullptr);
+    if (n < 0 && errno == ENOSYS) n = ::epoll_wait(epoll_.get(), evs, 32, (timeout_us + 999) / 1000);
+    state_.lock();
+  } else {
+    n = ::epoll_wait(epoll_.get(), evs, 32, 0);
+  }
+  const uint64_t now = core::monotonic_ns();
+  for (int i = 0; i < n; ++i) {
+    const uint64_t key = evs[i].data.u64;
+    if (key == kRxInterruptKey) {
+      ++counters_.wakeups_by_port;  // acknowledged when the sleep ends
+    } else if (key == kWakeKey) {
+      uint64_t v;
+      [[maybe_unused]] ssize_t r = ::read(wake_.get(), &v, sizeof v);
+      ++counters_.wakeups_by_client;
+    } else if (key < kFirstSessionKey) {
+      daemon_->on_daemon_key(key);
+    } else {
+      auto it = sessions_.find(key);
+      if (it == sessions_.end()) continue;
+      it->second->on_readable(now);
+      if (it->second->closed()) {
+        if (it->second->faulted()) ++counters_.clients_faulted;
+        close_session(key);
+      }
+    }
+  }
+  take_inbox();
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    auto next = std::next(it);
+    if (it->second->has_pending()) it->second->poll_pending(now);
+    if (it->second->closed()) close_session(it->first);
+    it = next;
+  }
+}
+
+void Worker::route_events() {
+  auto& events = core_->engine().events();
+  for (const auto& ev : events) {
+    const auto& owners = ev.type == rocev2::AsyncEventType::cq_err                ? device_.cq_owner
+                         : ev.type == rocev2::AsyncEventType::srq_limit_reached ? device_.srq_owner
+                                                                                : device_.qp_owner;
+    auto it = owners.find(ev.id);
+    if (it == owners.end()) ++counters_.events_unrouted;
+    else it->second->push_event(static_cast<uint32_t>(ev.type), ev.id);
+  }
+  events.clear();
+}
+
+void Worker::push_port_events() {
+  const uint64_t gen = daemon_->link_generation();
+  if (gen == link_generation_) return;
+  link_generation_ = gen;
+  const bool up = daemon_->link_up();
+  for (auto& [k, s] : sessions_) s->push_event(up ? 9 /* IBV_EVENT_PORT_ACTIVE */ : 10 /* IBV_EVENT_PORT_ERR */, 1);
+}
+
+bool Worker::arm_rx_interrupt() {
+  if (rx_queue_ < 0) return false;
+  net::Port& port = *core_->group().port();
+  const int fd = port.rx_interrupt_fd(uint16_t(rx_queue_));
+  if (fd < 0) return false;
+  if (fd != rx_intr_fd_) {
+    // A new descriptor (memif makes one per connection): watch it instead.
+    if (rx_intr_fd_ >= 0) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, rx_intr_fd_, nullptr);
+    rx_intr_fd_ = -1;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kRxInterruptKey;
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) return false;
+    rx_intr_fd_ = fd;
+  }
+  return port.rx_interrupt_arm(uint16_t(rx_queue_), true) == 0;
+}
+
+void Worker::sleep(uint64_t now_ns) {
+  CoreGroup& group = core_->group();
+  for (auto& [k, s] : sessions_) s->set_daemon_sleeping(true);
+  group.set_sleeping(index_, true);
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // the flags before the last look at the rings
+  bool work = core_->has_inbound();
+  for (auto& [k, s] : sessions_) work = work || s->doorbells_waiting();
+  const bool armed = !work && arm_rx_interrupt();
+  if (armed) {
+    // A frame that arrived before the interrupt was armed raises nothing: look once more.
+    const rocev2::EngineCounters& ec = core_->engine().counters();
+    const uint64_t before = ec.rx_frames + core_->counters().neighbor_frames_in + core_->counters().handed_out;
+    core_->run_once(now_ns);
+    work = ec.rx_frames + core_->counters().neighbor_frames_in + core_->counters().handed_out != before ||
+           core_->engine().has_tx_work();
+    if (!core_->engine().events().empty()) route_events();
+  }
+  if (!work) {
+    const uint64_t deadline = core_->next_deadline();
+    // Armed, the port wakes us; only timers and the link check bound the sleep.
+    // Unarmed, frames are seen when the sleep ends: sleeps grow from 16 us to
+    // --max-sleep-us, doubling while nothing happens, so a short pause costs
+    // a short delay and a long one still sleeps long.
+    const uint64_t max_sleep_us = daemon_->config().max_sleep_us;
+    uint64_t us = armed ? kArmedSleepUs : std::min<uint64_t>(sleep_us_, max_sleep_us);
+    if (!armed) sleep_us_ = std::min<uint64_t>(sleep_us_ * 2, max_sleep_us);
+    if (deadline != UINT64_MAX) us = deadline <= now_ns ? 0 : std::min<uint64_t>(us, (deadline - now_ns) / 1000);
+    if (us > 0) {
+      ++counters_.sleeps;
+      control(static_cast<int>(us));
+    }
+  }
+  if (armed) {
+    net::Port& port = *group.port();
+    port.rx_interrupt_arm(uint16_t(rx_queue_), false);
+    port.rx_interrupt_ack(uint16_t(rx_queue_));
+  }
+  group.set_sleeping(index_, false);
+  for (auto& [k, s] : sessions_) s->set_daemon_sleeping(false);
+}
+
+void Worker::iterate(uint64_t now, uint64_t* idle_since) {
+  const rocev2::EngineCounters& ec = core_->engine().counters();
+  const DeviceCoreCounters& cc = core_->counters();
+  uint64_t work = 0;
+  for (auto& [k, s] : sessions_) work += s->poll(now);
+  const uint64_t before = ec.rx_frames + ec.tx_frames + cc.neighbor_frames_in + cc.handed_out;
+  core_->run_once(now);
+  work += ec.rx_frames + ec.tx_frames + cc.neighbor_frames_in + cc.handed_out - before;
+  if (!core_->engine().events().empty()) route_events();
+  push_port_events();
+  if (index_ == 0) daemon_->check_link(now);
+  if ((++counters_.loops & 63) == 0) control(0);
+  if (work != 0 || core_->engine().has_tx_work()) {
+    *idle_since = now;
+    sleep_us_ = kFirstSleepUs;
+  } else if (now - *idle_since > daemon_->config().idle_spin_us * 1000) {
+    sleep(now);
+  }
+}
+
+void Worker::run() {
+  tls_current = this;
+  link_generation_ = daemon_->link_generation();
+  uint64_t idle_since = core::monotonic_ns();
+  std::unique_lock lock(state_);
+  while (!daemon_->stopping()) {
+    take_inbox();
+    iterate(core::monotonic_ns(), &idle_since);
+    if (state_waiters_.load(std::memory_order_relaxed) != 0) {
+      // `stats` on another worker wants to read this one: let it in first.
+      lock.unlock();
+      while (state_waiters_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+      lock.lock();
+    }
+  }
+  shutdown();
+  tls_current = nullptr;
+}
+
+void Worker::shutdown() {
+  take_inbox();
+  if (sessions_.empty()) return;
+  DROCE_LOG(INFO, app, "%s: stopping; %zu clients on worker %u told the device is gone", device_.name.c_str(),
+            sessions_.size(), index_);
+  // Take in what the clients posted last, so it is flushed with the rest.
+  const uint64_t now = core::monotonic_ns();
+  for (auto& [k, s] : sessions_) (void)s->poll(now);
+  for (auto& [k, s] : sessions_) s->mark_fatal();
+  sessions_.clear();
+  load_.store(0, std::memory_order_relaxed);
+}
+
+}  // namespace droce::droced

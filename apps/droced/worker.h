@@ -1,0 +1,125 @@
+#pragma once
+// One poll-mode lcore of droced: a DeviceCore (its port queue and engine),
+// the client contexts it serves, and its loop (docs/droced.md, "Several
+// lcores"). Each iteration, under the worker's state lock:
+//   sessions handed over by the accepting lcore join;
+//   doorbells and ring slots of every client here (Session::poll);
+//   RX burst, hand-offs, ARP/ND, engine timers, requester, TX (DeviceCore);
+//   the engine's async events to the clients that own the objects, and port
+//   events the link check published;
+//   every 64 iterations, or when idle: this worker's sockets (epoll, no wait).
+//
+// A context lives on one worker with all its objects (verbs objects never
+// cross contexts), so the session code stays single-threaded and no CQ, SRQ
+// or MR is shared between engines. Worker 0 runs on the main lcore and also
+// accepts clients (each goes to the worker with the fewest), reads signals
+// and checks the link.
+//
+// Idle: after idle_spin_us without work the worker marks its contexts and
+// its CoreGroup slot "sleeping", looks once more at their doorbell rings and
+// its inbound frame ring, and sleeps in epoll_wait on its sockets and its
+// eventfd (written by a client's doorbell or by a core that hands it a
+// frame), 16 us at first and doubling up to max_sleep_us while nothing
+// happens (never past the next engine timer), or until its port queue's RX
+// interrupt where the port gives one. The state lock is released while it
+// sleeps.
+//
+// The state lock: held by the worker for each loop iteration; `stats`
+// (rendered by whichever worker serves the CLI) takes every worker's in
+// index order after releasing its own, so it reads engines and sessions
+// that are not moving, without deadlock.
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "apps/droced/device_core.h"
+#include "apps/droced/session.h"
+#include "core/unix_socket.h"
+
+namespace droce::droced {
+
+class Daemon;
+
+struct WorkerCounters {
+  uint64_t loops = 0;
+  uint64_t sleeps = 0;             ///< times the loop slept
+  uint64_t wakeups_by_client = 0;  ///< sleeps the eventfd ended (a doorbell or a hand-off)
+  uint64_t wakeups_by_port = 0;    ///< sleeps a port RX interrupt ended
+  uint64_t clients_closed = 0;
+  uint64_t clients_faulted = 0;  ///< disconnected for breaking the protocol
+  uint64_t events_unrouted = 0;  ///< engine events for objects no client owns
+};
+
+class Worker {
+ public:
+  /// Worker `index` of `daemon`, on EAL lcore `lcore`, with `core` and a
+  /// Device made from `shared` (its core, wake fd and owner maps its own).
+  Worker(Daemon* daemon, unsigned index, unsigned lcore, std::unique_ptr<DeviceCore> core, const Device& shared,
+         int* rc);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  /// The loop, until the daemon stops; then every client here is told the
+  /// device is gone. Worker 0 on the main thread; the others through
+  /// rte_eal_remote_launch(launch, worker, lcore).
+  void run();
+  static int launch(void* worker);
+
+  /// A session accepted elsewhere (thread-safe); it joins at the next loop.
+  void adopt(uint64_t key, std::unique_ptr<Session> s);
+  /// The epoll this worker sleeps on (worker 0: the daemon adds its own fds).
+  int epoll_fd() const { return epoll_.get(); }
+  /// Sessions here, counting those about to join (the accept balance).
+  size_t load() const { return load_.load(std::memory_order_relaxed); }
+
+  unsigned index() const { return index_; }
+  unsigned lcore() const { return lcore_; }
+  DeviceCore& core() { return *core_; }
+  Device& device() { return device_; }
+  const WorkerCounters& counters() const { return counters_; }
+  const std::map<uint64_t, std::unique_ptr<Session>>& sessions() const { return sessions_; }
+  /// Takes this worker's state lock from another thread (`stats`): the
+  /// worker lets it in between two iterations.
+  void lock_state();
+  void unlock_state() { state_.unlock(); }
+  /// The worker whose loop runs on this thread (nullptr elsewhere); its
+  /// state lock is held while it runs a request.
+  static Worker* current();
+
+ private:
+  void iterate(uint64_t now, uint64_t* idle_since);
+  void control(int timeout_us);
+  void take_inbox();
+  void close_session(uint64_t key);
+  void route_events();
+  void push_port_events();
+  void sleep(uint64_t now_ns);
+  bool arm_rx_interrupt();
+  void shutdown();
+
+  Daemon* daemon_;
+  unsigned index_;
+  unsigned lcore_;
+  std::unique_ptr<DeviceCore> core_;
+  Device device_;
+  core::Fd epoll_;
+  core::Fd wake_;
+  std::map<uint64_t, std::unique_ptr<Session>> sessions_;  ///< by epoll key
+  std::mutex inbox_mutex_;
+  std::vector<std::pair<uint64_t, std::unique_ptr<Session>>> inbox_;
+  std::atomic<size_t> load_{0};
+  std::mutex state_;
+  std::atomic<unsigned> state_waiters_{0};
+  uint64_t link_generation_ = 0;  ///< the daemon's link changes already told to the clients here
+  int rx_queue_ = -1;
+  int rx_intr_fd_ = -1;  ///< the port's RX interrupt descriptor in epoll_ (not owned)
+  uint64_t sleep_us_ = 16;  ///< the next unarmed sleep (grows while idle)
+  WorkerCounters counters_;
+};
+
+}  // namespace droce::droced
