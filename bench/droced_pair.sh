@@ -4,13 +4,15 @@
 # and 16, through the client library (droce-selftest --bench); then the CPU
 # an idle daemon uses (5 s of /proc/<pid>/stat).
 #   bench/droced_pair.sh [BUILD_DIR]   (default build/release)
+#   DROCED_FLAGS="--lcores 0,1" bench/droced_pair.sh   (flags for both daemons)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build/release}
 ninja -C "$build" apps/droced apps/droce-selftest >/dev/null
 . scripts/lib/droced-pair.sh
 trap droced_pair_stop EXIT
-droced_pair_start "$build/apps" build/bench-droced
+# shellcheck disable=SC2086 # DROCED_FLAGS is a list of flags
+droced_pair_start "$build/apps" build/bench-droced ${DROCED_FLAGS:-}
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 "$build/apps/droce-selftest" --a "$DROCE_A_SOCK" --b "$DROCE_B_SOCK" --bench --qps 16 --size 65536
 
