@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <rte_ip.h>
+
+#include <cstring>
 #include <random>
 
 #include "core/clock.h"
@@ -242,6 +245,53 @@ TEST_P(EnginePort, UdDatagramsAcrossThePmd) {
     EXPECT_EQ(rc[size_t(i)].byte_len, 1040u);
     EXPECT_EQ(rc[size_t(i)].src_qp, a);
   }
+}
+
+// A frame to the port's own MAC is looped back, not sent; one that left its IPv4 checksum to the
+// NIC (TX offload flags) comes back with the checksum written and no TX flags, as a NIC's receive
+// path would hand it over. A frame to another MAC goes to the port.
+TEST(PortQueueLinkLoopback, WritesTheChecksumTheNicWouldHaveAndSendsTheRest) {
+  net::PortConfig cfg;
+  std::unique_ptr<net::Port> a, b;
+  ASSERT_EQ(net::Port::open_ring_pair("loopck", cfg, &a, &b), 0);
+  PortQueueLink link(a.get(), 0);
+  link.set_loopback_mac(a->mac());
+  auto frame = [&](const net::MacAddr& dst) {
+    rte_mbuf* m = rte_pktmbuf_alloc(a->pool());
+    auto* p = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, 14 + 20 + 8));
+    std::memset(p, 0, 14 + 20 + 8);
+    std::memcpy(p, dst.data(), 6);
+    std::memcpy(p + 6, a->mac().data(), 6);
+    p[12] = 0x08;
+    auto* ip = reinterpret_cast<rte_ipv4_hdr*>(p + 14);
+    ip->version_ihl = 0x45;
+    ip->total_length = rte_cpu_to_be_16(28);
+    ip->time_to_live = 64;
+    ip->next_proto_id = 17;
+    ip->src_addr = rte_cpu_to_be_32(0xc0a86401);
+    ip->dst_addr = rte_cpu_to_be_32(0xc0a86401);
+    m->ol_flags = RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM;
+    m->l2_len = 14;
+    m->l3_len = 20;
+    return m;
+  };
+  const net::MacAddr other = {0x02, 0xd0, 0xce, 0x00, 0x00, 0x99};
+  ASSERT_NE(other, a->mac());
+  rte_mbuf* frames[2] = {frame(a->mac()), frame(other)};
+  ASSERT_EQ(link.tx_burst(frames, 2), 2);
+  std::vector<rte_mbuf*> looped;
+  link.take_loopback(&looped);
+  ASSERT_EQ(looped.size(), 1u);
+  EXPECT_EQ(looped[0], frames[0]);
+  EXPECT_EQ(looped[0]->ol_flags, 0u);
+  auto* ip = rte_pktmbuf_mtod_offset(looped[0], rte_ipv4_hdr*, 14);
+  EXPECT_NE(ip->hdr_checksum, 0);
+  // Summed with its checksum in, a valid header sums to all ones: 0 once complemented.
+  EXPECT_EQ(rte_ipv4_cksum(ip), 0) << "the IPv4 checksum is wrong";
+  rte_pktmbuf_free(looped[0]);
+  rte_mbuf* got[4];
+  ASSERT_EQ(b->rx_burst(0, got, 4), 1) << "the frame for another MAC went to the wire";
+  rte_pktmbuf_free(got[0]);
 }
 
 INSTANTIATE_TEST_SUITE_P(Pmds, EnginePort, ::testing::Values("ring", "memif"),
