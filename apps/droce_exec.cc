@@ -114,8 +114,18 @@ void prepend_env(const char* name, const std::string& value, char sep) {
   ::setenv(name, v.c_str(), 1);
 }
 
+// Test hooks for the path this machine cannot take by itself (a kernel with ib_core):
+// DROCE_EXEC_TEST_RDMA_NETLINK=1 acts as if RDMA netlink answered, and
+// DROCE_EXEC_TEST_KERNEL_SYSFS=DIR stands for /sys (its class/infiniband* hold the "kernel's"
+// devices). Both are for droce's own tests; nothing else should set them.
+fs::path kernel_sysfs() {
+  const char* t = std::getenv("DROCE_EXEC_TEST_KERNEL_SYSFS");
+  return t && *t ? fs::path(t) : fs::path("/sys");
+}
+
 // Does this kernel answer RDMA netlink (then libibverbs never reads SYSFS_PATH)?
 bool kernel_has_rdma_netlink() {
+  if (const char* t = std::getenv("DROCE_EXEC_TEST_RDMA_NETLINK"); t && std::string(t) == "1") return true;
   const int fd = ::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_RDMA);
   if (fd < 0) return false;
   ::close(fd);
@@ -152,7 +162,7 @@ int merge_trees(const fs::path& droce_root, const fs::path& out) {
   for (const char* cls : {"class/infiniband", "class/infiniband_verbs"}) {
     fs::create_directories(out / cls, ec);
     if (ec) return -ec.value();
-    for (const fs::path& from : {droce_root / cls, fs::path("/sys") / cls}) {
+    for (const fs::path& from : {droce_root / cls, kernel_sysfs() / cls}) {
       for (const auto& e : fs::directory_iterator(from, ec)) {
         const std::string name = e.path().filename();
         if (name.front() == '.' || !e.is_directory()) continue;
@@ -160,7 +170,7 @@ int merge_trees(const fs::path& droce_root, const fs::path& out) {
       }
     }
   }
-  std::string abi = read_line("/sys/class/infiniband_verbs/abi_version");
+  std::string abi = read_line(kernel_sysfs() / "class/infiniband_verbs/abi_version");
   if (abi.empty()) abi = read_line(droce_root / "class/infiniband_verbs/abi_version");
   std::ofstream(out / "class/infiniband_verbs/abi_version") << abi << "\n";
   return 0;

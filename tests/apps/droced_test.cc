@@ -290,6 +290,53 @@ TEST_F(TwoDaemons, EachDaemonPublishesItsDeviceForLibibverbsAndRemovesItAtExit) 
   EXPECT_FALSE(fs::exists(root + "/class/infiniband_verbs/uverbs_droce0"));
 }
 
+// On a kernel with RDMA netlink (ib_core loaded; not this machine's), libibverbs would ask the
+// kernel for devices and never read SYSFS_PATH. droce exec then runs the program under a seccomp
+// filter that fails socket(AF_NETLINK, NETLINK_RDMA) and gives it a private tree holding droce's
+// devices and links to the kernel's, so both stay visible. The test hooks stand in for that
+// kernel: a fake /sys with one kernel device, "mlx5_0".
+TEST_F(TwoDaemons, ExecOnAKernelWithRdmaNetlinkMergesTheTreesAndFiltersTheSocket) {
+  start();
+  const std::string ksys = dir_ + "/kernel-sys";
+  fs::create_directories(ksys + "/class/infiniband/mlx5_0");
+  fs::create_directories(ksys + "/class/infiniband_verbs/uverbs0");
+  std::ofstream(ksys + "/class/infiniband/mlx5_0/node_type") << "1: CA\n";
+  std::ofstream(ksys + "/class/infiniband_verbs/abi_version") << "6\n";
+  const std::string out = dir_ + "/exec.txt";
+  // The program reports its seccomp mode and no_new_privs, lists its tree, and tries the sockets.
+  std::ofstream(dir_ + "/probe.py") << "import socket\n"
+                                       "try:\n"
+                                       "    socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 20)\n"
+                                       "    print('rdma netlink: opened')\n"
+                                       "except OSError as e:\n"
+                                       "    print('rdma netlink:', e.errno)\n"
+                                       "socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)\n"
+                                       "print('route netlink: opened')\n";
+  std::ofstream(dir_ + "/probe.sh") << "grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status\n"
+                                       "ls \"$SYSFS_PATH/class/infiniband\"\n"
+                                       "cat \"$SYSFS_PATH/class/infiniband_verbs/abi_version\"\n"
+                                       "echo tree=$SYSFS_PATH\n"
+                                       "exec /usr/bin/python3 " + dir_ + "/probe.py\n";
+  const std::string cmd = "DROCE_EXEC_TEST_RDMA_NETLINK=1 DROCE_EXEC_TEST_KERNEL_SYSFS=" + ksys + " " +
+                          env_or("DROCE_BIN", "apps/droce") + " exec --run-dir " + d_[0].run_dir + " -- sh " + dir_ +
+                          "/probe.sh >" + out + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << slurp(out);
+  const std::string text = slurp(out);
+  EXPECT_NE(text.find("Seccomp:\t2"), std::string::npos) << "no seccomp filter:\n" << text;
+  EXPECT_NE(text.find("NoNewPrivs:\t1"), std::string::npos) << text;
+  EXPECT_NE(text.find("droce0\nmlx5_0\n"), std::string::npos) << "both devices in the tree:\n" << text;
+  EXPECT_NE(text.find("\n6\n"), std::string::npos) << "the kernel's ABI version:\n" << text;
+  EXPECT_NE(text.find("rdma netlink: " + std::to_string(EPROTONOSUPPORT)), std::string::npos) << text;
+  EXPECT_NE(text.find("route netlink: opened"), std::string::npos) << "the filter took more than NETLINK_RDMA\n"
+                                                                    << text;
+  // The private tree is gone when the program is.
+  const size_t at = text.find("tree=");
+  ASSERT_NE(at, std::string::npos);
+  const std::string tree = text.substr(at + 5, text.find('\n', at) - at - 5);
+  EXPECT_NE(tree, d_[0].run_dir + "/sys") << "not a private tree";
+  EXPECT_FALSE(fs::exists(tree)) << tree;
+}
+
 // Makes a connected RC QP pair between `a` and `b` (contexts of the two daemons).
 struct RcPair {
   client::Cq* cq[2] = {};
