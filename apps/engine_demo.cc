@@ -259,7 +259,7 @@ int main(int argc, char** argv) {
   g_host[1].port.reset();
   g_host[0].port.reset();
   std::filesystem::remove(sock);
-  rte_eal_cleanup();
+  net::eal_stop();
   std::printf("\n%s\n", ok ? "all operations completed and checked" : "FAILED");
   return ok ? 0 : 1;
 }

@@ -257,7 +257,7 @@ int main(int argc, char** argv) {
 
   rte_eth_dev_stop(uint16_t(port_a));
   rte_eth_dev_stop(uint16_t(port_b));
-  rte_eal_cleanup();
+  net::eal_stop();
   if (failures != 0) {
     std::printf("FAILED: %u packets did not come through as sent\n", failures);
     return 1;

@@ -173,6 +173,6 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
-  rte_eal_cleanup();
+  net::eal_stop();
   return 0;
 }

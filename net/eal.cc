@@ -2,10 +2,16 @@
 
 #include <rte_eal.h>
 #include <rte_errno.h>
+#include <rte_interrupts.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <cerrno>
 #include <fstream>
 #include <sstream>
@@ -45,6 +51,34 @@ std::vector<std::string> eal_arguments(const EalOptions& opts) {
   }
   args.insert(args.end(), opts.extra.begin(), opts.extra.end());
   return args;
+}
+
+bool eal_interrupt_barrier() {
+  const int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (fd < 0) return false;
+  rte_intr_handle* h = rte_intr_instance_alloc(RTE_INTR_INSTANCE_F_PRIVATE);
+  std::atomic<bool> ran{false};
+  auto cb = [](void* arg) { static_cast<std::atomic<bool>*>(arg)->store(true, std::memory_order_release); };
+  bool ok = h != nullptr && rte_intr_fd_set(h, fd) == 0 && rte_intr_type_set(h, RTE_INTR_HANDLE_EXT) == 0 &&
+            rte_intr_callback_register(h, cb, &ran) == 0;
+  if (ok) {
+    const uint64_t one = 1;
+    ok = ::write(fd, &one, sizeof one) == sizeof one;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (ok && !ran.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < end)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    ok = ok && ran.load(std::memory_order_acquire);
+    // Ours has run, so the thread is not inside it: this cannot find it busy (-EAGAIN).
+    while (rte_intr_callback_unregister(h, cb, &ran) == -EAGAIN) std::this_thread::yield();
+  }
+  rte_intr_instance_free(h);
+  ::close(fd);
+  return ok;
+}
+
+void eal_stop() {
+  if (!eal_interrupt_barrier()) DROCE_LOG(WARNING, net, "EAL's interrupt thread did not answer; cleaning up anyway");
+  rte_eal_cleanup();
 }
 
 int eal_start(const EalOptions& opts) {

@@ -25,6 +25,6 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   droce::test::require_eal();
   const int rc = RUN_ALL_TESTS();
-  rte_eal_cleanup();
+  droce::net::eal_stop();
   return rc;
 }

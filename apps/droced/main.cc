@@ -59,6 +59,6 @@ int main(int argc, char** argv) {
       status = d.run();
     }
   }
-  rte_eal_cleanup();
+  net::eal_stop();
   return status;
 }
