@@ -30,7 +30,8 @@ inline constexpr uint32_t kMagic = 0x45435244;  // "DRCE" little-endian
 inline constexpr uint16_t kAbiMajor = 1;
 /// 1: register_channel, and CreateCqRequest's channel and user_handle.
 /// 2: rereg_mr.
-inline constexpr uint16_t kAbiMinor = 2;
+/// 3: resize_cq.
+inline constexpr uint16_t kAbiMinor = 3;
 /// Largest message either side sends or accepts.
 inline constexpr size_t kMaxMessage = 4096;
 
@@ -58,8 +59,9 @@ enum class MsgType : uint16_t {
   stats = 21,  ///< read-only: droced's state as JSON in a memfd (the droce CLI)
   register_channel = 22,  ///< minor 1: a completion channel's write end (RegisterChannelRequest)
   rereg_mr = 23,          ///< minor 2: ibv_rereg_mr in place (ReregMrRequest)
+  resize_cq = 24,         ///< minor 3: ibv_resize_cq, the ring moved to a new region (ResizeCqRequest)
 };
-inline constexpr uint16_t kLastMsgType = static_cast<uint16_t>(MsgType::rereg_mr);
+inline constexpr uint16_t kLastMsgType = static_cast<uint16_t>(MsgType::resize_cq);
 
 enum CtlFlags : uint16_t {
   kFlagReply = 1u << 0,
@@ -403,6 +405,32 @@ static_assert(sizeof(ReregMrRequest) == 48);
 static_assert(offsetof(ReregMrRequest, va) == 16 && offsetof(ReregMrRequest, segment_count) == 40);
 /// ReregMrRequest::flags (ibv_rereg_mr_flags' values).
 inline constexpr uint32_t kReregTranslation = 1, kReregPd = 2, kReregAccess = 4;
+
+/// resize_cq (minor 3): CQ `cq_id` gets a ring of at least `cqe` entries in
+/// a new region (a QueueDoorbellBlock, then the ring, as create_cq's), whose
+/// descriptor comes beside the reply. The completions the client has not
+/// consumed yet (the old ring's consumer index up to its producer index) are
+/// in the new ring, in order, at the same free-running indexes: the new
+/// ring's consumer index is the old one's, so a client's ring positions (its
+/// arm index, its discards) stay valid. The block's arm state (a pending arm
+/// doorbell, its CqArm bits, cq_arm_index) is carried over, as are the CQ's
+/// eventfd, its channel and the arm the engine holds. From the reply on,
+/// droced writes only the new ring; the client maps it and drops the old one
+/// before it polls or arms again.
+/// -EINVAL for an unknown CQ, `cqe` 0 or past max_cqe, or a `cqe` smaller
+/// than the number of completions not yet consumed (as rxe); -EIO when the
+/// client left an impossible consumer index; on failure nothing changed.
+struct ResizeCqRequest {
+  uint32_t cq_id;
+  uint32_t cqe;
+};
+static_assert(sizeof(ResizeCqRequest) == 8);
+struct ResizeCqReply {
+  uint32_t cqe;  ///< entries the new ring holds (>= asked)
+  uint32_t reserved;
+  uint64_t region_bytes;
+};
+static_assert(sizeof(ResizeCqReply) == 16 && offsetof(ResizeCqReply, region_bytes) == 8);
 
 /// register_channel (minor 1): the write end of a completion channel's pipe
 /// comes beside an empty request; the reply is an IdReply with the channel's

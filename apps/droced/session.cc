@@ -488,6 +488,14 @@ void Session::handle(const std::vector<uint8_t>& msg, std::vector<core::Fd>& fds
       reply(h, rc, &r, sizeof r);
       return;
     }
+    case MsgType::resize_cq: {
+      ResizeCqRequest q;
+      ResizeCqReply r{};
+      const int rc = decode_body(msg, &q) == 0 ? on_resize_cq(q, &r) : -EINVAL;
+      const int fd = rc == 0 ? cqs_.at(q.cq_id)->region.fd() : -1;
+      reply(h, rc, &r, sizeof r, std::span<const int>(&fd, rc == 0 ? 1 : 0));
+      return;
+    }
     case MsgType::register_channel: {
       IdReply r{};
       const int rc = on_register_channel(fds, &r.id);
@@ -695,6 +703,61 @@ int Session::on_register_channel(std::vector<core::Fd>& fds, uint32_t* id) {
   const uint32_t cid = next_channel_id_++;
   channels_[cid] = std::make_shared<core::Fd>(std::move(fds[0]));
   *id = cid;
+  return 0;
+}
+
+int Session::on_resize_cq(const ResizeCqRequest& q, ResizeCqReply* out) {
+  auto it = cqs_.find(q.cq_id);
+  if (it == cqs_.end()) return -EINVAL;
+  if (q.cqe == 0 || q.cqe > dev_->limits.max_cqe) return -EINVAL;
+  SharedCq& c = *it->second;
+  // What the client has not polled: size() reads its consumer index and
+  // accepts it only between the last one seen and the producer index.
+  const uint32_t unpolled = c.ring.size();
+  if (c.ring.corrupted()) return -EIO;
+  // Against the size asked for, not the rounded one (rxe's rule): whether
+  // it fails does not depend on droced's rounding.
+  if (q.cqe < unpolled) return -EINVAL;
+  const uint32_t first = c.ring.index() - unpolled;
+
+  // The new ring continues the old one's indexes (formatted at `first`), so
+  // cq_arm_index, solicited_end and the client's discards keep their meaning.
+  const core::ShmRingGeometry g{pow2_at_least(q.cqe), sizeof(abi::Cqe)};
+  const size_t ring_off = sizeof(abi::QueueDoorbellBlock);
+  core::ShmRegion region;
+  if (int rc = make_region("droce-cq", ring_off + core::shm_ring_bytes(g), &region); rc != 0) return rc;
+  std::span<std::byte> mem{region.data() + ring_off, core::shm_ring_bytes(g)};
+  core::ShmRingProducer ring;
+  if (int rc = core::shm_ring_format(mem, g, first); rc != 0) return rc;
+  if (int rc = core::ShmRingProducer::attach(mem, g, &ring); rc != 0) return rc;
+  uint32_t got = 0;
+  if (ring.reserve(unpolled, &got) != core::ShmRingStatus::ok) return -EINVAL;  // not with cqe >= unpolled
+  // Old entries by droced's own geometry: no index leads outside the old
+  // ring. What the client wrote over them is its loss.
+  const std::byte* old_entries = c.region.data() + ring_off + core::kShmRingHeaderSize;
+  const uint32_t old_mask = c.ring.capacity() - 1;
+  for (uint32_t i = 0; i < unpolled; ++i)
+    std::memcpy(ring.slot(i), old_entries + size_t((first + i) & old_mask) * sizeof(abi::Cqe), sizeof(abi::Cqe));
+  ring.publish(unpolled);
+
+  // An arm whose doorbell is still queued is read from the new block when
+  // that doorbell is served; an arm already served stays in the engine's Cq.
+  auto* block = reinterpret_cast<abi::QueueDoorbellBlock*>(region.data());
+  auto carry = [](uint32_t* to, uint32_t* from) { store_flag(to, std::atomic_ref<uint32_t>(*from).load()); };
+  carry(&block->cq_arm_index, &c.block->cq_arm_index);
+  carry(&block->rq_pending, &c.block->rq_pending);
+  carry(&block->sq_pending, &c.block->sq_pending);
+
+  // The engine's Cq and its sink (this SharedCq) stay: QPs and SRQs on the CQ
+  // complete into the new ring from the next push on. (The engine's Cq keeps
+  // no ring of its own when it has a sink, so it has no capacity to change.)
+  c.ring = std::move(ring);
+  c.block = block;
+  c.region = std::move(region);  // droced's mapping of the old ring goes here
+  out->cqe = g.entry_count;
+  out->region_bytes = c.region.size();
+  DROCE_LOG(DEBUG, app, "client %u: CQ %u resized to %u entries, %u completions moved", id_, q.cq_id,
+            g.entry_count, unpolled);
   return 0;
 }
 

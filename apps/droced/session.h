@@ -143,6 +143,9 @@ class Session {
   int on_create_cq(const core::ctl::CreateCqRequest& r, core::ctl::CreateCqReply* out, std::unique_ptr<SharedCq>* made);
   /// A completion channel's write end (register_channel).
   int on_register_channel(std::vector<core::Fd>& fds, uint32_t* id);
+  /// ibv_resize_cq (resize_cq): the CQ's ring moves to a new region with
+  /// the completions not yet polled; the reply carries the region.
+  int on_resize_cq(const core::ctl::ResizeCqRequest& r, core::ctl::ResizeCqReply* out);
   int on_create_srq(const core::ctl::CreateSrqRequest& r, core::ctl::CreateSrqReply* out);
   int on_create_qp(const core::ctl::CreateQpRequest& r, core::ctl::CreateQpReply* out);
   /// 1 when waiting for a neighbour (the reply comes later).

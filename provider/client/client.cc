@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/clock.h"
 #include "rocev2/ctl_attr.h"
 #include "rocev2/shm_wqe.h"
 
@@ -298,6 +299,42 @@ int Context::create_cq(uint32_t cqe, Cq** out, uint32_t channel, uint64_t user_h
   return 0;
 }
 
+int Context::resize_cq(Cq* cq, uint32_t cqe) {
+  if (daemon_minor_ < 3) return -EOPNOTSUPP;  // a droced from before resize_cq
+  wait_doorbells_taken();
+  // Held across the call, as HCA providers hold their CQ lock across the
+  // kernel's resize: droced counts the completions not yet polled against
+  // the consumer index as it stands, so no poll may move it until this side
+  // reads from the new ring; no arm may write the old block either.
+  std::lock_guard<SpinLock> g(cq->lock_);
+  ResizeCqRequest q{cq->id_, cqe};
+  ResizeCqReply r{};
+  std::vector<core::Fd> fds;
+  if (int rc = call(MsgType::resize_cq, &q, sizeof q, &r, sizeof r, &fds); rc != 0) return rc;
+  // droced writes only the new ring from now on.
+  core::ShmRegion region;
+  core::ShmRingConsumer ring;
+  const core::ShmRingGeometry geometry{r.cqe, sizeof(abi::Cqe)};
+  const size_t ring_off = sizeof(abi::QueueDoorbellBlock);
+  int rc = fds.size() == 1 ? map_region(fds[0], r.region_bytes, &region) : -EPROTO;
+  if (rc == 0) rc = core::ShmRingConsumer::attach(sub(region, ring_off, core::shm_ring_bytes(geometry)), geometry, &ring);
+  // It must go on where this side stopped reading, or completions were lost
+  // or would come twice.
+  if (rc == 0 && ring.index() != cq->ring_.index()) rc = -EPROTO;
+  if (rc != 0) {
+    // The old ring is dead: poll answers -EIO (a detached view is a corrupt
+    // one). The old block stays mapped for req_notify, which droced no
+    // longer reads.
+    cq->ring_ = core::ShmRingConsumer();
+    return rc;
+  }
+  cq->ring_ = std::move(ring);
+  cq->block_ = reinterpret_cast<abi::QueueDoorbellBlock*>(region.data());
+  cq->region_ = std::move(region);  // unmaps the old ring
+  cq->cqe_ = r.cqe;
+  return 0;
+}
+
 int Context::destroy_cq(Cq* cq) {
   {
     // A QP still on it keeps it (droced says so too, but not once it is gone).
@@ -347,13 +384,12 @@ void Cq::discard(uint32_t qpn) {
 
 int Cq::req_notify(bool solicited_only) {
   if (ctx_->fatal()) return -EIO;
-  {
-    // What this CQ's ring holds now: droced fires at once for anything
-    // pushed after it (core/queue_abi.h, CqArm).
-    std::lock_guard<SpinLock> g(lock_);
-    const uint32_t produced = ring_.index() + ring_.size();
-    std::atomic_ref<uint32_t>(block_->cq_arm_index).store(produced, std::memory_order_relaxed);
-  }
+  // Under the lock as a whole: resize_cq replaces the block.
+  std::lock_guard<SpinLock> g(lock_);
+  // What this CQ's ring holds now: droced fires at once for anything
+  // pushed after it (core/queue_abi.h, CqArm).
+  const uint32_t produced = ring_.index() + ring_.size();
+  std::atomic_ref<uint32_t>(block_->cq_arm_index).store(produced, std::memory_order_relaxed);
   std::atomic_ref<uint32_t>(block_->rq_pending)
       .fetch_or((solicited_only ? abi::kCqArmSolicited : abi::kCqArmNext) | abi::kCqArmIndex);
   ctx_->ring_doorbell(abi::kDoorbellArmCq, id_, &block_->sq_pending);
@@ -572,6 +608,24 @@ void Context::ring_doorbell(uint16_t kind, uint32_t id, uint32_t* pending) {
   if (atomic_load(&page_->daemon_sleeping) != 0) {
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t n = ::write(wake_fd_.get(), &one, sizeof one);
+  }
+}
+
+void Context::wait_doorbells_taken() {
+  // droced's worker takes doorbells at the top of its loop, hands the WRs to
+  // the engine, runs it, and reads control requests after that (apps/droced/
+  // worker.h): once the ring is empty, a request sent now is read after the
+  // engine saw every WR posted before it. droced takes doorbells every loop
+  // and wakes for them, so this is short; the bound is for a droced stuck or
+  // gone (then the request goes anyway, or fails with -EIO).
+  const uint64_t end = core::monotonic_ns() + 1'000'000'000;
+  for (;;) {
+    {
+      std::lock_guard<SpinLock> g(doorbell_lock_);
+      if (doorbells_.size() == 0) return;  // 0 for a corrupt ring too
+    }
+    if (fatal() || core::monotonic_ns() > end) return;
+    ::usleep(10);
   }
 }
 

@@ -53,8 +53,8 @@ class SpinLock {
 class Cq {
  public:
   uint32_t id() const { return id_; }
-  /// Entries the CQ holds (>= what was asked).
-  uint32_t cqe() const { return cqe_; }
+  /// Entries the CQ holds (>= what was asked), as created or last resized.
+  uint32_t cqe() const { return cqe_.load(std::memory_order_relaxed); }
   /// Up to n completions, oldest first; 0 when none; -EIO on a corrupt ring.
   int poll(rocev2::Completion* out, int n);
   /// Asks for one event on the next completion (or solicited one).
@@ -77,7 +77,9 @@ class Cq {
   };
   Context* ctx_ = nullptr;
   uint32_t id_ = 0;
-  uint32_t cqe_ = 0;
+  std::atomic<uint32_t> cqe_{0};
+  // The region, its block and ring are replaced by resize_cq: read and
+  // written under lock_ only.
   core::ShmRegion region_;
   core::abi::QueueDoorbellBlock* block_ = nullptr;
   core::ShmRingConsumer ring_;
@@ -198,6 +200,21 @@ class Context {
   /// in create_cq. -EINVAL (not a pipe's write end), -ENOMEM (too many),
   /// -EOPNOTSUPP (droced predates completion channels: ABI minor < 1).
   int register_channel(int write_fd, uint32_t* id);
+  /// ibv_resize_cq: droced moves the CQ to a ring of at least `cqe` entries
+  /// (cq->cqe() then says how many) with the completions not yet polled, in
+  /// order; arming, the eventfd or channel, and the QPs and SRQs on the CQ
+  /// carry on. Polls and arms of the CQ wait (its lock) until it is done.
+  /// It first waits (up to a second) until droced has taken the doorbells
+  /// rung before it, so the completions the engine makes as it takes WRs
+  /// (UD and UC sends, local errors) are in the CQ and count, as on an HCA,
+  /// which has made them long before a resize command reaches it.
+  /// -EINVAL (cqe 0 or past max_cqe, or fewer than the completions the CQ
+  /// holds now), -ENOMEM, -EOPNOTSUPP (droced predates resize_cq: ABI minor
+  /// < 3), -EIO (droced gone); on those the CQ is as it was. When droced
+  /// moved the ring but this process cannot map the new one (what
+  /// ShmRegion::map_peer returns, or -EPROTO for a ring that does not go on
+  /// where this side stopped), the CQ is lost: poll answers -EIO.
+  int resize_cq(Cq* cq, uint32_t cqe);
   int destroy_cq(Cq* cq);
   int create_srq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit, Srq** out);
   int modify_srq(Srq* srq, uint32_t mask, uint32_t max_wr, uint32_t limit);
@@ -236,6 +253,8 @@ class Context {
            std::span<const uint8_t> tail = {});
   /// Rings the doorbell for a queue whose `pending` flag guards it.
   void ring_doorbell(uint16_t kind, uint32_t id, uint32_t* pending);
+  /// Waits (a bounded time) until droced has taken every doorbell rung so far.
+  void wait_doorbells_taken();
   void set_dead();
 
   core::Fd sock_;

@@ -147,10 +147,10 @@ int droce_destroy_cq(ibv_cq* ibcq) {
 int droce_resize_cq(ibv_cq* ibcq, int cqe) {
   VerbsCq* v = cq_of(ibcq);
   if (cqe < 1 || static_cast<uint32_t>(cqe) > v->ctx->device.max_cqe) return EINVAL;
-  // droced's CQ rings are sized once. Granting only the sizes a CQ already
-  // holds would make resizing work or fail by size, which no program expects;
-  // it is simply not offered (what ibv_resize_cq(3) callers test for).
-  return EOPNOTSUPP;
+  // droced moves the ring; fewer entries than the CQ holds unpolled is EINVAL.
+  if (int rc = v->ctx->client->resize_cq(v->cq, static_cast<uint32_t>(cqe)); rc != 0) return positive(rc);
+  ibcq->cqe = static_cast<int>(v->cq->cqe());  // the actual size, rounded up as at create (ibv_resize_cq(3))
+  return 0;
 }
 
 void droce_cq_event(ibv_cq* ibcq) {

@@ -4,7 +4,7 @@
 // data; a list of WRs with a bad one in the middle; the ibv_wr_* API; UD with its GRH and an AH
 // made from the completion; completion channels (with the preload) including solicited-only
 // arming; async events (SRQ limit, CQ overrun with the QP's fatal error, and the device fatal
-// when droced dies); rereg_mr.
+// when droced dies); rereg_mr; resize_cq with completions pending, during traffic and across arming.
 //
 //   verbs_api_probe DEV_A DEV_B [DROCED_B_PID]
 //
@@ -217,7 +217,17 @@ void bad_arguments(Dev& a) {
   ibv_cq* cq = ibv_create_cq(a.ctx, 16, nullptr, nullptr, 0);
   if (cq == nullptr) die("create_cq");
   check(cq->cqe >= 16, "create_cq(16) reports cqe %d >= 16", cq->cqe);
-  check(ibv_resize_cq(cq, 64) == EOPNOTSUPP, "resize_cq: EOPNOTSUPP");
+  check(ibv_resize_cq(cq, 0) == EINVAL && ibv_resize_cq(cq, -1) == EINVAL && cq->cqe == 16,
+        "resize_cq(0), resize_cq(-1): EINVAL, cqe unchanged");
+  check(ibv_resize_cq(cq, a.attr.max_cqe + 1) == EINVAL && cq->cqe == 16, "resize_cq(max_cqe + 1): EINVAL");
+  int rc = ibv_resize_cq(cq, 100);
+  check(rc == 0 && cq->cqe >= 100, "resize_cq(100) of an empty CQ: %d, cqe %d >= 100", rc, cq->cqe);
+  rc = ibv_resize_cq(cq, 5);
+  check(rc == 0 && cq->cqe >= 5 && cq->cqe < 100, "resize_cq(5): %d, shrinks, cqe %d", rc, cq->cqe);
+  rc = ibv_resize_cq(cq, a.attr.max_cqe);
+  check(rc == 0 && cq->cqe >= a.attr.max_cqe, "resize_cq(max_cqe): %d, cqe %d", rc, cq->cqe);
+  rc = ibv_resize_cq(cq, 1);
+  check(rc == 0 && cq->cqe >= 1, "resize_cq(1) of an empty CQ: %d, cqe %d", rc, cq->cqe);
   ibv_qp_init_attr qa{};
   qa.send_cq = cq;
   qa.recv_cq = cq;
@@ -637,6 +647,220 @@ void channels_and_events(Dev& a, Dev& b) {
   ibv_destroy_cq(acq);
 }
 
+// Polls n completions and checks they are successful receives with wr_ids first, first + 1, ...
+bool polled_in_order(ibv_cq* cq, int n, uint64_t first) {
+  ibv_wc wc[64];
+  if (n > 64 || poll_n(cq, wc, n) != n) return false;
+  for (int i = 0; i < n; ++i)
+    if (wc[i].status != IBV_WC_SUCCESS || wc[i].opcode != IBV_WC_RECV || wc[i].wr_id != first + uint64_t(i))
+      return false;
+  return true;
+}
+
+// ibv_resize_cq with completions in the CQ. The CQ resized is B's receive CQ; A's SEND
+// completion for a message comes after B's ACK, which B sends after it pushed the receive
+// completion, so once A has polled n SEND completions, B's CQ holds n unpolled receives.
+void resize_cq(Dev& a, Dev& b) {
+  ibv_cq* acq = ibv_create_cq(a.ctx, 64, nullptr, nullptr, 0);
+  ibv_cq* bscq = ibv_create_cq(b.ctx, 64, nullptr, nullptr, 0);
+  ibv_cq* bcq = ibv_create_cq(b.ctx, 16, nullptr, nullptr, 0);
+  if (acq == nullptr || bscq == nullptr || bcq == nullptr) die("create_cq");
+  ibv_qp* aq = make_qp(a, IBV_QPT_RC, acq, acq);
+  ibv_qp* bq = make_qp(b, IBV_QPT_RC, bscq, bcq);
+  connect_rc(aq, bq->qp_num, b.gid);
+  connect_rc(bq, aq->qp_num, a.gid);
+  ibv_wc wc[64];
+  ibv_send_wr* bad = nullptr;
+  // n SENDs from A, all polled on A (so that B's CQ has their receives).
+  auto sends = [&](ibv_qp* from, ibv_cq* from_cq, int n, bool solicited = false) {
+    ibv_sge s{reinterpret_cast<uintptr_t>(a.buf), 32, a.mr->lkey};
+    ibv_send_wr wr{};
+    wr.sg_list = &s;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED | (solicited ? IBV_SEND_SOLICITED : 0);
+    for (int i = 0; i < n; ++i)
+      if (ibv_post_send(from, &wr, &bad) != 0) return false;
+    if (poll_n(from_cq, wc, n) != n) return false;
+    for (int i = 0; i < n; ++i)
+      if (wc[i].status != IBV_WC_SUCCESS) return false;
+    return true;
+  };
+  auto recvs = [&](ibv_qp* qp, ibv_srq* srq, uint64_t first, int n) {
+    for (int i = 0; i < n; ++i)
+      if (post_recv(qp, srq, first + i, b.buf + 256 * (i % 64), 256, b.mr->lkey) != 0) return false;
+    return true;
+  };
+
+  // Twelve receives completed and not polled.
+  check(recvs(bq, nullptr, 1000, 12) && sends(aq, acq, 12), "12 SENDs into B's CQ of %d", bcq->cqe);
+  check(ibv_resize_cq(bcq, 11) == EINVAL && bcq->cqe == 16,
+        "resize_cq(11) with 12 completions in the CQ: EINVAL, cqe unchanged");
+  int rc = ibv_resize_cq(bcq, 100);
+  check(rc == 0 && bcq->cqe >= 100, "grow with 12 pending: resize_cq(100): %d, cqe %d", rc, bcq->cqe);
+  check(polled_in_order(bcq, 5, 1000), "after growing: the first 5 come out, in order");
+  check(ibv_resize_cq(bcq, 6) == EINVAL && bcq->cqe >= 100, "resize_cq(6) with 7 pending: EINVAL");
+  rc = ibv_resize_cq(bcq, 7);
+  check(rc == 0 && bcq->cqe >= 7 && bcq->cqe < 100, "shrink to exactly the 7 pending: resize_cq(7): %d, cqe %d", rc,
+        bcq->cqe);
+  // Traffic into the shrunk CQ: it fills up to its size, nothing lost, nothing twice.
+  const int room = bcq->cqe - 7;
+  check(recvs(bq, nullptr, 1012, room) && sends(aq, acq, room), "%d more SENDs after the shrink", room);
+  check(polled_in_order(bcq, 7 + room, 1005) && ibv_poll_cq(bcq, 1, wc) == 0,
+        "after shrinking: all %d in order (the old 7, then the new), then none", 7 + room);
+  rc = ibv_resize_cq(bcq, 1);
+  check(rc == 0 && bcq->cqe >= 1, "resize_cq(1) once polled empty: %d, cqe %d", rc, bcq->cqe);
+  check(recvs(bq, nullptr, 2000, 1) && sends(aq, acq, 1) && polled_in_order(bcq, 1, 2000),
+        "a SEND into the CQ of %d after that", bcq->cqe);
+
+  // Resizing while A sends: B posts 32 receives, A posts 32 SENDs without waiting, and B resizes
+  // its CQ between 32 and 512 entries (always room for the 32) and polls while they arrive.
+  // Every receive must come out once, in order, successful, and no CQ error may be raised.
+  check(ibv_resize_cq(bcq, 32) == 0, "resize_cq(32)");
+  bool all = true, resized = true;
+  int resizes = 0;
+  uint64_t next = 10000;
+  for (int round = 0; round < 8 && all; ++round) {
+    all = recvs(bq, nullptr, 10000 + 32 * round, 32);
+    ibv_sge s{reinterpret_cast<uintptr_t>(a.buf), 64, a.mr->lkey};
+    ibv_send_wr wr{};
+    wr.sg_list = &s;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    for (int i = 0; i < 32 && all; ++i) all = ibv_post_send(aq, &wr, &bad) == 0;
+    int got = 0;
+    const uint64_t end = now_ms() + 5000;
+    while (got < 32 && all && now_ms() < end) {
+      resized = resized && ibv_resize_cq(bcq, (resizes++ % 2) != 0 ? 32 : 512) == 0;
+      const int k = ibv_poll_cq(bcq, 3, wc);
+      for (int i = 0; i < k; ++i) all = all && wc[i].status == IBV_WC_SUCCESS && wc[i].wr_id == next++;
+      got += k > 0 ? k : 0;
+    }
+    all = all && got == 32 && poll_n(acq, wc, 32) == 32;
+  }
+  check(all && resized, "8 x 32 SENDs while B resizes its CQ %d times: every receive once, in order", resizes);
+  bool overrun = false;
+  for (pollfd p{b.ctx->async_fd, POLLIN, 0}; ::poll(&p, 1, 100) == 1;) {
+    ibv_async_event ev{};
+    if (ibv_get_async_event(b.ctx, &ev) != 0) break;
+    overrun = overrun || (ev.event_type == IBV_EVENT_CQ_ERR && ev.element.cq == bcq) ||
+              (ev.event_type == IBV_EVENT_QP_FATAL && ev.element.qp == bq);
+    ibv_ack_async_event(&ev);
+  }
+  check(!overrun, "no CQ_ERR on the CQ nor QP_FATAL on the QP");
+  ibv_destroy_qp(bq);
+
+  // An SRQ's QP on the CQ delivers to it across a resize.
+  ibv_srq_init_attr sa{};
+  sa.attr.max_wr = 16;
+  sa.attr.max_sge = 1;
+  ibv_srq* srq = ibv_create_srq(b.pd, &sa);
+  if (srq == nullptr) die("create_srq");
+  bq = make_qp(b, IBV_QPT_RC, bscq, bcq, srq);
+  ibv_qp* aq2 = make_qp(a, IBV_QPT_RC, acq, acq);
+  connect_rc(aq2, bq->qp_num, b.gid);
+  connect_rc(bq, aq2->qp_num, a.gid);
+  check(recvs(nullptr, srq, 3000, 6) && sends(aq2, acq, 3) && ibv_resize_cq(bcq, 3) == 0 && bcq->cqe == 4 &&
+            sends(aq2, acq, 1) && ibv_resize_cq(bcq, 8) == 0 && sends(aq2, acq, 2) && polled_in_order(bcq, 6, 3000),
+        "SRQ receives into a CQ resized to 3 (3 pending), filled, grown to 8 (full ring moved): all 6 in order");
+  ibv_destroy_qp(bq);
+  ibv_destroy_srq(srq);
+  ibv_destroy_qp(aq2);
+
+  // Notification across a resize: armed before, the event comes after; a solicited-only arm
+  // stays solicited-only.
+  ibv_comp_channel* ch = ibv_create_comp_channel(b.ctx);
+  if (ch == nullptr) die("create_comp_channel");
+  int tag = 0;
+  ibv_cq* ccq = ibv_create_cq(b.ctx, 8, &tag, ch, 0);
+  if (ccq == nullptr) die("create_cq with a channel");
+  bq = make_qp(b, IBV_QPT_RC, bscq, ccq);
+  aq2 = make_qp(a, IBV_QPT_RC, acq, acq);
+  connect_rc(aq2, bq->qp_num, b.gid);
+  connect_rc(bq, aq2->qp_num, a.gid);
+  auto event_within = [&](int ms) {
+    pollfd p{ch->fd, POLLIN, 0};
+    return ::poll(&p, 1, ms) == 1;
+  };
+  ibv_cq* ev_cq = nullptr;
+  void* ev_ctx = nullptr;
+  recvs(bq, nullptr, 4000, 8);
+  check(ibv_req_notify_cq(ccq, 0) == 0 && ibv_resize_cq(ccq, 64) == 0 && ccq->cqe >= 64,
+        "req_notify_cq, then resize_cq(64)");
+  check(!event_within(200), "no event before a completion");
+  check(sends(aq2, acq, 1) && event_within(5000) && ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == 0 && ev_cq == ccq &&
+            ev_ctx == &tag,
+        "the arm made before the resize fires after it: the CQ and its context");
+  check(polled_in_order(ccq, 1, 4000), "the completion behind it");
+  ibv_ack_cq_events(ccq, 1);
+  // Armed, with a completion pending; shrunk and grown again before the next one.
+  check(sends(aq2, acq, 1) && ibv_req_notify_cq(ccq, 1) == 0 && ibv_resize_cq(ccq, 2) == 0 &&
+            ibv_resize_cq(ccq, 16) == 0,
+        "one pending, req_notify_cq(solicited only), resize_cq(2), resize_cq(16)");
+  check(sends(aq2, acq, 1) && !event_within(300), "an unsolicited SEND: no event");
+  check(sends(aq2, acq, 1, true) && event_within(5000) && ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == 0 && ev_cq == ccq,
+        "a solicited SEND: the event");
+  check(polled_in_order(ccq, 3, 4001), "the three completions, in order");
+  ibv_ack_cq_events(ccq, 1);
+  ibv_destroy_qp(bq);
+  ibv_destroy_qp(aq2);
+  check(ibv_destroy_cq(ccq) == 0 && ibv_destroy_comp_channel(ch) == 0, "destroy the resized CQ and its channel");
+
+  // UD SENDs complete as droced puts them on the wire: posted, then resized at once, their
+  // completions count (the client lets droced take the doorbells first, as an HCA would have
+  // completed them before a resize reached it). pyverbs' test_resize_cq does this.
+  ibv_cq* ucq = ibv_create_cq(a.ctx, 8, nullptr, nullptr, 0);
+  ibv_qp* uq = make_qp(a, IBV_QPT_UD, ucq, ucq);
+  ud_ready(uq);
+  ibv_ah_attr aha{};
+  aha.is_global = 1;
+  aha.grh.dgid = b.gid;
+  aha.grh.sgid_index = 1;
+  aha.grh.hop_limit = 64;
+  aha.port_num = 1;
+  ibv_ah* ah = ibv_create_ah(a.pd, &aha);
+  if (ah == nullptr) die("create_ah");
+  {
+    ibv_sge s{reinterpret_cast<uintptr_t>(a.buf), 64, a.mr->lkey};
+    ibv_send_wr wr{};
+    wr.sg_list = &s;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.ud.ah = ah;
+    wr.wr.ud.remote_qpn = 0xffff00;  // nobody's: UD drops it at B
+    wr.wr.ud.remote_qkey = 0x11111111;
+    bool posted = true;
+    for (int i = 0; i < 7; ++i) {
+      wr.wr_id = 500 + i;
+      posted = posted && ibv_post_send(uq, &wr, &bad) == 0;
+    }
+    rc = ibv_resize_cq(ucq, 6);
+    check(posted && rc == EINVAL && ucq->cqe == 8, "7 UD SENDs posted, resize_cq(6) right after: EINVAL (%d)", rc);
+    bool in_order = poll_n(ucq, wc, 7) == 7;
+    for (int i = 0; i < 7 && in_order; ++i) in_order = wc[i].status == IBV_WC_SUCCESS && wc[i].wr_id == 500u + i;
+    check(in_order, "their 7 completions");
+  }
+  ibv_destroy_ah(ah);
+  ibv_destroy_qp(uq);
+  ibv_destroy_cq(ucq);
+
+  // The extended CQ resizes the same way.
+  ibv_cq_init_attr_ex xa{};
+  xa.cqe = 4;
+  xa.wc_flags = IBV_WC_EX_WITH_BYTE_LEN;
+  ibv_cq_ex* xcq = ibv_create_cq_ex(b.ctx, &xa);
+  check(xcq != nullptr && ibv_resize_cq(ibv_cq_ex_to_cq(xcq), 40) == 0 && ibv_cq_ex_to_cq(xcq)->cqe >= 40,
+        "resize_cq of an extended CQ");
+  if (xcq != nullptr) ibv_destroy_cq(ibv_cq_ex_to_cq(xcq));
+
+  ibv_destroy_qp(aq);
+  ibv_destroy_cq(acq);
+  ibv_destroy_cq(bscq);
+  check(ibv_destroy_cq(bcq) == 0, "destroy_cq of the resized CQ");
+}
+
 void device_fatal(Dev& b, pid_t droced_b) {
   if (droced_b <= 1) {
     check(false, "DROCED_B_PID %d is not a process to kill", int(droced_b));
@@ -676,6 +900,7 @@ int main(int argc, char** argv) {
   rc_traffic(a, b);
   ud_traffic(a, b);
   channels_and_events(a, b);
+  resize_cq(a, b);
   if (argc > 3) device_fatal(b, static_cast<pid_t>(std::atoi(argv[3])));
 
   ibv_dereg_mr(a.mr);
