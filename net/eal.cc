@@ -1,3 +1,7 @@
+// rte_intr_instance_alloc and its setters (eal_interrupt_barrier) are still
+// experimental in DPDK 22.11.
+#define ALLOW_EXPERIMENTAL_API
+
 #include "net/eal.h"
 
 #include <rte_eal.h>
