@@ -487,6 +487,17 @@ void rc_traffic(Dev& a, Dev& b) {
   ibv_destroy_cq(bcq);
 }
 
+// An address handle on `from`'s PD for `to`'s GID, sent from GID 1 (IPv4-mapped RoCE v2).
+ibv_ah* ah_to(Dev& from, const Dev& to) {
+  ibv_ah_attr ah{};
+  ah.is_global = 1;
+  ah.grh.dgid = to.gid;
+  ah.grh.sgid_index = 1;
+  ah.grh.hop_limit = 64;
+  ah.port_num = 1;
+  return ibv_create_ah(from.pd, &ah);
+}
+
 void ud_traffic(Dev& a, Dev& b) {
   ibv_cq* acq = ibv_create_cq(a.ctx, 16, nullptr, nullptr, 0);
   ibv_cq* bcq = ibv_create_cq(b.ctx, 16, nullptr, nullptr, 0);
@@ -494,13 +505,7 @@ void ud_traffic(Dev& a, Dev& b) {
   ibv_qp* bq = make_qp(b, IBV_QPT_UD, bcq, bcq);
   ud_ready(aq);
   ud_ready(bq);
-  ibv_ah_attr ah{};
-  ah.is_global = 1;
-  ah.grh.dgid = b.gid;
-  ah.grh.sgid_index = 1;
-  ah.grh.hop_limit = 64;
-  ah.port_num = 1;
-  ibv_ah* to_b = ibv_create_ah(a.pd, &ah);
+  ibv_ah* to_b = ah_to(a, b);
   check(to_b != nullptr, "create_ah to B");
   post_recv(bq, nullptr, 1, b.buf, 40 + 512, b.mr->lkey);
   std::memset(a.buf, 0x77, 512);
@@ -813,13 +818,7 @@ void resize_cq(Dev& a, Dev& b) {
   ibv_cq* ucq = ibv_create_cq(a.ctx, 8, nullptr, nullptr, 0);
   ibv_qp* uq = make_qp(a, IBV_QPT_UD, ucq, ucq);
   ud_ready(uq);
-  ibv_ah_attr aha{};
-  aha.is_global = 1;
-  aha.grh.dgid = b.gid;
-  aha.grh.sgid_index = 1;
-  aha.grh.hop_limit = 64;
-  aha.port_num = 1;
-  ibv_ah* ah = ibv_create_ah(a.pd, &aha);
+  ibv_ah* ah = ah_to(a, b);
   if (ah == nullptr) die("create_ah");
   {
     ibv_sge s{reinterpret_cast<uintptr_t>(a.buf), 64, a.mr->lkey};
