@@ -10,16 +10,26 @@ MrTable::MrTable(uint32_t max_mrs) : slots_(max_mrs), key_byte_(max_mrs, 0) {
   for (uint32_t i = 1; i < max_mrs; ++i) free_.push_back(i);
 }
 
-int MrTable::reg(uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint32_t access, Mr** out,
-                 bool invalidatable) {
+namespace {
+
+// What reg() and rereg() both refuse: unknown access bits, remote write or
+// atomic without local write (IBA 10.6.3.1), memory without a host mapping,
+// a range that wraps the address space.
+bool valid_region(uint64_t va, uint64_t length, const uint8_t* host, uint32_t access) {
   constexpr uint32_t kKnown = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead |
                               kAccessRemoteAtomic | kAccessMwBind | kAccessZeroBased |
                               kAccessOnDemand | kAccessHugetlb | kAccessRelaxedOrdering;
-  if (access & ~kKnown) return -EINVAL;
-  // IBA 10.6.3.1: remote write or remote atomic needs local write.
-  if ((access & (kAccessRemoteWrite | kAccessRemoteAtomic)) && !(access & kAccessLocalWrite)) return -EINVAL;
-  if (length != 0 && host == nullptr) return -EINVAL;
-  if (va + length < va) return -EINVAL;  // wraps the address space
+  if (access & ~kKnown) return false;
+  if ((access & (kAccessRemoteWrite | kAccessRemoteAtomic)) && !(access & kAccessLocalWrite)) return false;
+  if (length != 0 && host == nullptr) return false;
+  return va + length >= va;
+}
+
+}  // namespace
+
+int MrTable::reg(uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint32_t access, Mr** out,
+                 bool invalidatable) {
+  if (!valid_region(va, length, host, access)) return -EINVAL;
   if (free_head_ == free_.size()) return -ENOMEM;
   const uint32_t i = free_[free_head_++];
   if (free_head_ > 1024 && free_head_ * 2 > free_.size()) {  // compact now and then
@@ -45,15 +55,7 @@ int MrTable::reg(uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint3
 
 int MrTable::rereg(uint32_t lkey, uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint32_t access) {
   Mr* mr = find(lkey);
-  if (mr == nullptr || mr->invalidatable) return -EINVAL;
-  constexpr uint32_t kKnown = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead |
-                              kAccessRemoteAtomic | kAccessMwBind | kAccessZeroBased |
-                              kAccessOnDemand | kAccessHugetlb | kAccessRelaxedOrdering;
-  if (access & ~kKnown) return -EINVAL;
-  // IBA 10.6.3.1, as for reg().
-  if ((access & (kAccessRemoteWrite | kAccessRemoteAtomic)) && !(access & kAccessLocalWrite)) return -EINVAL;
-  if (length != 0 && host == nullptr) return -EINVAL;
-  if (va + length < va) return -EINVAL;
+  if (mr == nullptr || mr->invalidatable || !valid_region(va, length, host, access)) return -EINVAL;
   mr->pd = pd;
   mr->access = access;
   mr->va = va;
