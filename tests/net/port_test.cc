@@ -502,6 +502,12 @@ TEST(PortNull, OpenExistingPortId) {
 
 // ============================================================== net_memif
 
+// Port::close and eal_stop rely on it to let memif's callbacks finish: it must
+// really get a callback of ours run on EAL's interrupt thread, every time.
+TEST(Eal, InterruptBarrierRunsACallbackOnTheInterruptThread) {
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(eal_interrupt_barrier()) << "round " << i;
+}
+
 TEST(PortDevargs, ValueOfAKey) {
   EXPECT_EQ(devarg_value("net_af_packet0,iface=veth1,framesz=4608", "iface"), "veth1");
   EXPECT_EQ(devarg_value("net_af_packet0,iface=veth1,framesz=4608", "framesz"), "4608");
