@@ -19,7 +19,8 @@
 // shared CQ ring (a CqSink); a CQ's eventfd is written when an armed
 // notification fires.
 //
-// Threading: the lcore that owns the engine (droced runs one).
+// Threading: the worker (apps/droced/worker.h) that serves this client; its
+// Device, engine and owner maps are that worker's alone.
 
 #include <cstdint>
 #include <memory>
@@ -52,7 +53,8 @@ struct SessionLimits {
   uint32_t event_entries = 1024;
 };
 
-/// What all sessions share: the device they are clients of.
+/// The device as one worker's sessions see it: the shared facts (name, port,
+/// GIDs, limits) and that worker's core, wake eventfd and owner maps.
 struct Device {
   std::string name = "droce0";
   uint64_t node_guid = 0;
