@@ -115,10 +115,15 @@ debian_mirror_lines() {
   python3 - "$codename" <<'PY'
 import glob, re, sys
 codename = sys.argv[1]
-seen = []
+# One entry per mirror: a machine may name the same mirror in sources.list (no Signed-By) and in
+# a deb822 file (with Signed-By), and apt refuses two entries for one URI and suite whose
+# Signed-By differ ("Conflicting values set for option Signed-By"). A named keyring wins over
+# none, as it is what apt would otherwise check against too.
+seen = {}
 def add(uri, signed):
-    if (uri, signed) not in seen:
-        seen.append((uri, signed))
+    uri = uri.rstrip('/') + '/'
+    if uri not in seen or (signed and not seen[uri]):
+        seen[uri] = signed
 # deb822 .sources
 for path in sorted(glob.glob('/etc/apt/sources.list.d/*.sources')):
     text = open(path).read()
@@ -160,7 +165,7 @@ for path in ['/etc/apt/sources.list'] + sorted(glob.glob('/etc/apt/sources.list.
             if opt.startswith('signed-by='):
                 signed = opt.split('=', 1)[1]
         add(m.group(3), signed)
-for uri, signed in seen:
+for uri, signed in seen.items():
     print(uri + '\t' + signed)
 PY
 }

@@ -12,7 +12,7 @@ packages=(
   libgtest-dev libbenchmark-dev
   # test oracles and tools: scapy computes ICRCs, tshark decodes RoCEv2,
   # clang + its runtime give libFuzzer
-  python3 python3-scapy tshark clang libclang-rt-14-dev iproute2
+  python3 python3-scapy tshark clang libclang-rt-14-dev iproute2 procps
   # the rdma-core provider: the libibverbs it loads into and its public headers, the programs
   # that test it, and what scripts/fetch-rdma-core-headers.sh uses (objdump, apt-get source)
   libibverbs-dev ibverbs-utils perftest binutils dpkg-dev

@@ -3,28 +3,35 @@
 # configuration (AddressSanitizer + UndefinedBehaviorSanitizer), runs every
 # test, then builds the parser fuzzer with clang and runs it for a bounded time.
 #
-# usage: scripts/test.sh [--no-fuzz] [--fuzz-seconds N] [--soak [N]] [-- MESON_TEST_ARGS...]
+# usage: scripts/test.sh [--fresh] [--no-fuzz] [--fuzz-seconds N] [--soak [N]] [-- MESON_TEST_ARGS...]
+#   --fresh             run as a machine that never ran it would: every cache (the build
+#                       directories, the rdma-core headers, the rxe rig image) in a new empty
+#                       folder under /var/tmp, removed afterwards (DROCE_FRESH_KEEP=1 keeps it)
 #   DROCE_FUZZ_SECONDS  how long the fuzzer runs (default 60)
 #   --soak [N]          also run the full engine soak (N messages, default
 #                       1,000,000) under ASan + UBSan; about 9 minutes here
+# Caches a normal run keeps: build/ (builds, build/debug/rdma-core-headers), and the rxe rig
+# image in $DROCE_RXE_RIG_DIR (default /var/tmp/droce-rxe-rig, about 1 GB; remove it to rebuild).
 #
 # Ends with a line "N passed, M failed"; exit status non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 fuzz=1
+fresh=0
 fuzz_seconds=${DROCE_FUZZ_SECONDS:-60}
 soak=0
 meson_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
+    --fresh) fresh=1 ;;
     --no-fuzz) fuzz=0 ;;
     --fuzz-seconds) fuzz_seconds=$2; shift ;;
     --soak)
       soak=1000000
       if [[ ${2:-} =~ ^[0-9]+$ ]]; then soak=$2; shift; fi ;;
     --) shift; meson_args=("$@"); break ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "scripts/test.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -32,39 +39,58 @@ done
 
 scripts/install-deps.sh
 
+build=build
+if [ "$fresh" = 1 ]; then
+  fresh_dir=$(mktemp -d /var/tmp/droce-fresh.XXXXXX)
+  build=$fresh_dir/build
+  export DROCE_RXE_RIG_DIR=$fresh_dir/rxe-rig
+  echo "== --fresh: builds, rdma-core headers and the rxe rig image go to the empty folder $fresh_dir"
+  if [ "${DROCE_FRESH_KEEP:-0}" != 1 ]; then
+    trap 'rm -rf "$fresh_dir"' EXIT
+  fi
+fi
+# Left over by an earlier run that was killed: the tests make their own of each, so they must
+# not find any (a stale droced would answer on their sockets).
+if pgrep -x droced >/dev/null 2>&1; then
+  echo "scripts/test.sh: warning: droced processes are running ($(pgrep -x droced | tr '\n' ' '));" \
+       "the tests start their own on private sockets" >&2
+fi
+
 if [ ! -d ../shared/pcaps ]; then
   echo "scripts/test.sh: warning: ../shared/pcaps is missing; the rxe capture tests will skip" >&2
 fi
 
 setup() {  # setup DIR ARGS...: configure once, reconfigure when options change
-  local dir=$1; shift
+  local dir=$1 out; shift
   if [ -f "$dir/build.ninja" ]; then
-    meson configure "$dir" "$@" >/dev/null
+    out=$(meson configure "$dir" "$@" 2>&1) || { echo "$out" >&2; echo "scripts/test.sh: configuring $dir failed" >&2; exit 1; }
   else
-    meson setup "$dir" "$@" >/dev/null
+    out=$(meson setup "$dir" "$@" 2>&1) || { echo "$out" >&2; echo "scripts/test.sh: configuring $dir failed" >&2; exit 1; }
   fi
+  # Warnings say what was left out of the build; nobody reads a log they are not shown.
+  grep -E '^(WARNING|DEPRECATION):' <<<"$out" >&2 || true
 }
 
 status=0
 echo "== build: debug (ASan + UBSan)"
-setup build/debug -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
-ninja -C build/debug
+setup "$build/debug" -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false -Dprovider=enabled
+ninja -C "$build/debug"
 echo "== test: debug"
 # DPDK's EAL keeps some memory until exit; leaks in droce's own code still fail.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-meson test -C build/debug --print-errorlogs --num-processes 2 "${meson_args[@]}" || status=1
+meson test -C "$build/debug" --print-errorlogs --num-processes 2 "${meson_args[@]}" || status=1
 
-logs=(build/debug/meson-logs/testlog.json)
+logs=("$build/debug/meson-logs/testlog.json")
 if [ "$fuzz" = 1 ]; then
   if command -v clang++ >/dev/null; then
     echo "== build: fuzz (clang, libFuzzer, ASan + UBSan)"
-    CXX=clang++ setup build/fuzz -Dfuzz=enabled -Dbuildtype=debugoptimized \
+    CXX=clang++ setup "$build/fuzz" -Dprovider=disabled -Dfuzz=enabled -Dbuildtype=debugoptimized \
       -Db_sanitize=address,undefined -Db_lundef=false -Dfuzz_seconds="$fuzz_seconds"
-    ninja -C build/fuzz tests/fuzz/droce_parse_fuzz apps/droce
+    ninja -C "$build/fuzz" tests/fuzz/droce_parse_fuzz apps/droce
     echo "== test: fuzz (${fuzz_seconds}s)"
-    meson test -C build/fuzz --suite fuzz --print-errorlogs --no-rebuild || status=1
-    logs+=(build/fuzz/meson-logs/testlog.json)
+    meson test -C "$build/fuzz" --suite fuzz --print-errorlogs --no-rebuild || status=1
+    logs+=("$build/fuzz/meson-logs/testlog.json")
   else
     echo "scripts/test.sh: no clang++; the fuzz run is skipped" >&2
   fi
@@ -73,7 +99,7 @@ fi
 if [ "$soak" != 0 ]; then
   # In the ASan + UBSan build, so "nothing leaks" is checked for the whole run.
   echo "== test: soak, $soak messages (debug, ASan + UBSan)"
-  DROCE_SOAK_MESSAGES=$soak meson test -C build/debug rocev2_engine_soak --print-errorlogs --no-rebuild \
+  DROCE_SOAK_MESSAGES=$soak meson test -C "$build/debug" rocev2_engine_soak --print-errorlogs --no-rebuild \
     --timeout-multiplier 40 || status=1
 fi
 

@@ -306,17 +306,19 @@ void Daemon::check_link(uint64_t now_ns) {
 }
 
 int Daemon::run() {
+  bool launch_failed = false;
   for (size_t k = 1; k < workers_.size(); ++k) {
     if (int rc = rte_eal_remote_launch(Worker::launch, workers_[k].get(), workers_[k]->lcore()); rc != 0) {
       DROCE_LOG(ERR, app, "cannot start worker %zu on lcore %u: %s", k, workers_[k]->lcore(), std::strerror(-rc));
       stopping_ = true;
+      launch_failed = true;
     }
   }
   workers_[0]->run();
   stopping_ = true;
   for (size_t k = 1; k < workers_.size(); ++k) rte_eal_wait_lcore(workers_[k]->lcore());
   shutdown();
-  return 0;
+  return launch_failed ? 1 : 0;  // a daemon that could not run every worker it was asked for failed
 }
 
 void Daemon::shutdown() {

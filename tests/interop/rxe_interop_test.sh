@@ -46,25 +46,33 @@ command -v dumpcap >/dev/null || skip "no dumpcap (Debian package wireshark-comm
 [ -x /usr/bin/python3 ] || skip "no /usr/bin/python3"
 
 mkdir -p "$rig_dir" || skip "cannot create $rig_dir"
+rig_dir=$(realpath "$rig_dir")
+# One folder for the build and the guests: the rig reads RIG_DIR for both, so it is exported
+# before anything runs the rig (it was once set only after the build, which then went to the
+# rig's own default folder while the guests booted from this one, and found nothing).
+export RIG_DIR=$rig_dir
 avail_mb=$(df --output=avail -BM "$rig_dir" | tail -1 | tr -dc 0-9)
 exec 8>"$rig_dir/.droce-build.lock"
 flock 8                                   # one build at a time; later runs find it done
-if [ ! -f "$rig_dir/image/.build-ok" ]; then
+if [ -f "$rig_dir/image/.build-ok" ] && [ -f "$rig_dir/image/rootfs.img" ]; then
+  echo "rxe rig image: cached in $rig_dir/image (rm -rf $rig_dir rebuilds it)"
+  [ "$avail_mb" -ge 512 ] || skip "only ${avail_mb} MB free in $rig_dir; a guest's overlay and the captures need 512 MB"
+else
   # debootstrap tree (~420 MB) + image (~510 MB) + kernel .deb (~70 MB) + room for the guest.
   [ "$avail_mb" -ge 2048 ] || skip "only ${avail_mb} MB free in $rig_dir; building the rig image needs 2 GB"
-  echo "building the rxe rig image in $rig_dir (once; about 4 minutes cold here)"
-  t0=$(date +%s)
-  if ! "$rig" build > "$rig_dir/build.log" 2>&1; then
-    tail -20 "$rig_dir/build.log"
-    skip "the rig image did not build (see $rig_dir/build.log): no network to the Debian mirror?"
-  fi
-  echo "rig image built in $(( $(date +%s) - t0 )) s"
-else
-  [ "$avail_mb" -ge 512 ] || skip "only ${avail_mb} MB free in $rig_dir; a guest's overlay and the captures need 512 MB"
+  echo "rxe rig image: not in $rig_dir/image, building it (once; about 4 minutes cold here)"
 fi
+# The rig's build is idempotent (a few ms when its image matches), so it always runs: it also
+# rebuilds an image made for other rig settings.
+t0=$(date +%s)
+if ! "$rig" build > "$rig_dir/build.log" 2>&1; then
+  tail -20 "$rig_dir/build.log"
+  skip "the rig image did not build (see $rig_dir/build.log): no network to the Debian mirror?"
+fi
+[ -f "$rig_dir/image/rootfs.img" ] || { echo "FAIL: the rig built no $rig_dir/image/rootfs.img"; exit 1; }
+echo "rxe rig image ready in $(( $(date +%s) - t0 )) s"
 
 flock -u 8
 exec 8>&-
-export RIG_DIR=$rig_dir
 exec /usr/bin/python3 "$here/rxe_interop.py" --rig "$rig" --rig-dir "$rig_dir" --droced "$droced" \
   --droce "$droce" --peer "$peer" --workdir "$workdir" "$@"
