@@ -202,6 +202,7 @@ DevicePlan Port::plan_device(std::string_view devargs, const PortConfig& cfg) {
 
 int Port::open_device(std::string_view devargs, const PortConfig& asked,
                       std::unique_ptr<Port>* out) {
+  if (names_driver(devargs, "droce_shm")) return open_shm(devargs, asked, out);
   const DevicePlan plan = plan_device(devargs, asked);
   PortConfig cfg = asked;
   cfg.mbuf_data_room = plan.mbuf_data_room;
@@ -301,6 +302,76 @@ int Port::open_ring_pair(std::string_view name, const PortConfig& cfg, std::uniq
   port_b->shared_ = std::move(shared);
   *a = std::move(port_a);
   *b = std::move(port_b);
+  return 0;
+}
+
+int Port::open_shm(std::string_view devargs, const PortConfig& cfg, std::unique_ptr<Port>* out) {
+  const std::string name(devargs.substr(0, devargs.find(',')));
+  const std::string role = devarg_value(devargs, "role");
+  ShmLinkConfig lc;
+  lc.socket = devarg_value(devargs, "socket");
+  lc.server = role != "client";
+  if (const std::string slots = devarg_value(devargs, "slots"); !slots.empty())
+    lc.slots = static_cast<uint32_t>(std::strtoul(slots.c_str(), nullptr, 0));
+  if (lc.socket.empty() || (role != "server" && role != "client" && !role.empty()) ||
+      (cfg.mtu != 0 && uint32_t{cfg.mtu} + RTE_ETHER_HDR_LEN + RTE_VLAN_HLEN > ShmLink::kMaxFrame)) {
+    DROCE_LOG(ERR, net, "%s: needs socket=PATH, role=server|client, and an MTU of at most %u", name.c_str(),
+              ShmLink::kMaxFrame - RTE_ETHER_HDR_LEN - RTE_VLAN_HLEN);
+    return -EINVAL;
+  }
+  std::unique_ptr<Port> p(new Port());
+  p->driver_name_ = "droce_shm";
+  p->device_name_ = name;
+  p->open_ = true;
+  p->netns_fd_ = ::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  if (const std::string mac = devarg_value(devargs, "mac"); !mac.empty()) {
+    if (rte_ether_unformat_addr(mac.c_str(), reinterpret_cast<rte_ether_addr*>(p->mac_.data())) != 0) {
+      DROCE_LOG(ERR, net, "%s: bad mac=%s", name.c_str(), mac.c_str());
+      return -EINVAL;
+    }
+  } else {
+    // Locally administered, unicast, and different at the two ends of one link.
+    uint64_t h = 1469598103934665603ull;
+    for (const char ch : lc.socket + (lc.server ? "/s" : "/c")) h = (h ^ uint8_t(ch)) * 1099511628211ull;
+    p->mac_ = {0x02, uint8_t(h >> 32), uint8_t(h >> 24), uint8_t(h >> 16), uint8_t(h >> 8), uint8_t(h)};
+  }
+  p->rx_queues_ = p->tx_queues_ = 1;
+  p->rx_ring_size_ = p->tx_ring_size_ = static_cast<uint16_t>(std::min<uint32_t>(lc.slots, UINT16_MAX));
+  p->caps_.max_rx_queues = p->caps_.max_tx_queues = 1;
+  p->caps_.tx_multi_segs = true;  // a chain is copied into one slot
+  p->caps_.min_mtu = 68;
+  p->caps_.max_mtu = static_cast<uint16_t>(ShmLink::kMaxFrame - RTE_ETHER_HDR_LEN - RTE_VLAN_HLEN);
+  p->caps_.max_rx_pktlen = ShmLink::kMaxFrame;
+  p->tx_offloads_ = RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
+  p->asked_mtu_ = cfg.mtu != 0 ? cfg.mtu : uint16_t{RTE_ETHER_MTU};
+  p->multicast_mode_ = MulticastMode::unfiltered;  // a wire: what the peer sends arrives
+  p->rx_intr_enabled_ = cfg.rx_interrupts;
+  p->rx_intr_is_eventfd_ = true;
+  p->counters_ = std::make_unique<PortQueueCounters[]>(1);
+  if (cfg.pool != nullptr) {
+    p->pool_ = cfg.pool;
+  } else {
+    const uint32_t room = std::max<uint32_t>(cfg.mbuf_data_room, frame_size(p->asked_mtu_));
+    const unsigned count = cfg.pool_size != 0 ? cfg.pool_size : 2 * (2 * lc.slots) + rte_lcore_count() * 256;
+    char pname[RTE_MEMPOOL_NAMESIZE];
+    std::snprintf(pname, sizeof(pname), "droce_shm_%u", next_pool_serial());
+    p->pool_ = rte_pktmbuf_pool_create(pname, count, std::min(256u, count * 2 / 3), 0,
+                                       static_cast<uint16_t>(room + RTE_PKTMBUF_HEADROOM), int(rte_socket_id()));
+    if (p->pool_ == nullptr) {
+      const int err = rte_errno;
+      DROCE_LOG(ERR, net, "%s: cannot create mbuf pool (%u x %u bytes): %s", name.c_str(), count, room,
+                rte_strerror(err));
+      return -err;
+    }
+    p->owns_pool_ = true;
+  }
+  if (int rc = ShmLink::open(lc, &p->shm_); rc != 0) {
+    p->close();
+    return rc;
+  }
+  p->configured_ = p->started_ = true;
+  DROCE_LOG(INFO, net, "%s", p->describe().c_str());
+  *out = std::move(p);
   return 0;
 }
 
@@ -639,6 +710,11 @@ int Port::lsc_callback(uint16_t, rte_eth_event_type, void* arg, void*) {
 
 LinkState Port::link() const {
   LinkState s;
+  if (shm_ != nullptr) {
+    s.up = started_ && shm_->connected();
+    s.full_duplex = s.up;
+    return s;
+  }
   rte_eth_link l{};
   if (!open_ || rte_eth_link_get_nowait(port_id_, &l) != 0) return s;
   s.up = l.link_status == RTE_ETH_LINK_UP;
@@ -671,6 +747,7 @@ bool Port::take_link_change() {
 // ---------------------------------------------------------------- identity and control
 
 uint16_t Port::mtu() const {
+  if (shm_ != nullptr) return open_ ? asked_mtu_ : 0;
   uint16_t m = 0;
   if (open_) rte_eth_dev_get_mtu(port_id_, &m);
   return m;
@@ -703,12 +780,17 @@ uint16_t Port::wire_mtu() const {
 }
 
 int Port::rx_interrupt_fd(uint16_t queue) const {
+  if (shm_ != nullptr && open_ && rx_intr_enabled_ && queue == 0) return shm_->wake_fd();
   if (!open_ || !rx_intr_enabled_ || queue >= rx_intr_fds_.size()) return -ENOTSUP;
   return rx_intr_fds_[queue];
 }
 
 int Port::rx_interrupt_arm(uint16_t queue, bool on) {
   if (!open_ || !rx_intr_enabled_ || queue >= rx_queues_) return -ENOTSUP;
+  if (shm_ != nullptr) {
+    shm_->set_sleeping(on);
+    return 0;
+  }
   if (!rx_intr_is_eventfd_) return 0;  // readable while frames wait: nothing to arm
   return on ? rte_eth_dev_rx_intr_enable(port_id_, queue) : rte_eth_dev_rx_intr_disable(port_id_, queue);
 }
@@ -723,10 +805,18 @@ void Port::rx_interrupt_ack(uint16_t queue) {
   }
 }
 
-bool Port::promiscuous() const { return open_ && rte_eth_promiscuous_get(port_id_) == 1; }
+bool Port::promiscuous() const {
+  if (shm_ != nullptr) return true;  // a wire to one peer: everything it sends arrives
+  return open_ && rte_eth_promiscuous_get(port_id_) == 1;
+}
 
 int Port::set_mtu(uint16_t mtu) {
   if (!open_) return -ENODEV;
+  if (shm_ != nullptr) {
+    mtu_result_ = mtu < caps_.min_mtu || mtu > caps_.max_mtu ? -EINVAL : 0;
+    if (mtu_result_ == 0) asked_mtu_ = mtu;
+    return mtu_result_;
+  }
   NetnsGuard ns(netns_fd_);
   mtu_result_ = rte_eth_dev_set_mtu(port_id_, mtu);
   asked_mtu_ = mtu;
@@ -738,6 +828,7 @@ int Port::set_mtu(uint16_t mtu) {
 
 int Port::set_promiscuous(bool on) {
   if (!open_) return -ENODEV;
+  if (shm_ != nullptr) return on ? 0 : -ENOTSUP;
   NetnsGuard ns(netns_fd_);
   const int rc = on ? rte_eth_promiscuous_enable(port_id_) : rte_eth_promiscuous_disable(port_id_);
   if (rc != 0)
@@ -749,6 +840,11 @@ int Port::set_promiscuous(bool on) {
 int Port::stop() {
   if (!open_) return -ENODEV;
   if (!started_) return 0;
+  if (shm_ != nullptr) {
+    shm_->set_enabled(false);
+    started_ = false;
+    return 0;
+  }
   NetnsGuard ns(netns_fd_);
   const int rc = rte_eth_dev_stop(port_id_);
   if (rc != 0) {
@@ -763,6 +859,11 @@ int Port::stop() {
 int Port::start() {
   if (!open_ || !configured_) return -ENODEV;
   if (started_) return 0;
+  if (shm_ != nullptr) {
+    shm_->set_enabled(true);
+    started_ = true;
+    return 0;
+  }
   NetnsGuard ns(netns_fd_);
   const int rc = rte_eth_dev_start(port_id_);
   if (rc != 0) {
@@ -811,6 +912,11 @@ int Port::close_in_namespace() {
   // step's callbacks finish before the next.
   const bool settle = driver_name_ == "net_memif";
   if (settle) (void)eal_interrupt_barrier();
+  if (shm_ != nullptr) {
+    drain_rx();
+    shm_.reset();  // the peer sees the link go down
+    started_ = configured_ = hot_plugged_ = false;
+  }
   if (started_) {
     drain_rx();
     const int rc = rte_eth_dev_stop(port_id_);
@@ -874,6 +980,19 @@ int Port::close_in_namespace() {
 
 int Port::stats(rte_eth_stats* out) const {
   if (!open_) return -ENODEV;
+  if (shm_ != nullptr) {
+    const ShmLinkCounters& c = shm_->counters();
+    *out = rte_eth_stats{};
+    out->ipackets = out->q_ipackets[0] = c.rx_frames.load(std::memory_order_relaxed);
+    out->ibytes = out->q_ibytes[0] = c.rx_bytes.load(std::memory_order_relaxed);
+    out->opackets = out->q_opackets[0] = c.tx_frames.load(std::memory_order_relaxed);
+    out->obytes = out->q_obytes[0] = c.tx_bytes.load(std::memory_order_relaxed);
+    out->rx_nombuf = c.rx_no_mbuf.load(std::memory_order_relaxed);
+    out->ierrors = out->q_errors[0] =
+        c.rx_bad_slot.load(std::memory_order_relaxed) + c.rx_bad_ring.load(std::memory_order_relaxed);
+    out->oerrors = c.tx_too_long.load(std::memory_order_relaxed);
+    return 0;
+  }
   return rte_eth_stats_get(port_id_, out);
 }
 
@@ -881,7 +1000,7 @@ int Port::queue_stats(uint16_t queue, PortQueueStats* out) const {
   if (!open_) return -ENODEV;
   if (queue >= std::max(rx_queues_, tx_queues_)) return -EINVAL;
   rte_eth_stats s{};
-  const int rc = rte_eth_stats_get(port_id_, &s);
+  const int rc = stats(&s);
   if (rc != 0) return rc;
   PortQueueStats q;
   if (queue < RTE_ETHDEV_QUEUE_STAT_CNTRS) {
@@ -899,6 +1018,17 @@ int Port::queue_stats(uint16_t queue, PortQueueStats* out) const {
 
 int Port::xstat(const char* name, uint64_t* value) const {
   if (!open_) return -ENODEV;
+  if (shm_ != nullptr) {
+    std::vector<std::pair<std::string, uint64_t>> all;
+    xstats(&all);
+    for (const auto& [n, v] : all) {
+      if (n == name) {
+        *value = v;
+        return 0;
+      }
+    }
+    return -EINVAL;
+  }
   uint64_t id = 0;
   int rc = rte_eth_xstats_get_id_by_name(port_id_, name, &id);
   if (rc != 0) return rc;
@@ -912,6 +1042,18 @@ int Port::xstat(const char* name, uint64_t* value) const {
 
 int Port::xstats(std::vector<std::pair<std::string, uint64_t>>* out) const {
   if (!open_) return -ENODEV;
+  if (shm_ != nullptr) {
+    const ShmLinkCounters& c = shm_->counters();
+    auto v = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+    *out = {{"rx_good_packets", v(c.rx_frames)},  {"rx_good_bytes", v(c.rx_bytes)},
+            {"tx_good_packets", v(c.tx_frames)},  {"tx_good_bytes", v(c.tx_bytes)},
+            {"tx_ring_full", v(c.tx_ring_full)},  {"tx_too_long", v(c.tx_too_long)},
+            {"rx_mbuf_allocation_errors", v(c.rx_no_mbuf)}, {"rx_bad_slot", v(c.rx_bad_slot)},
+            {"rx_bad_ring", v(c.rx_bad_ring)},    {"wakeups_sent", v(c.wakeups_sent)},
+            {"connects", v(c.connects)},          {"disconnects", v(c.disconnects)},
+            {"refused_peers", v(c.refused_peers)}};
+    return 0;
+  }
   const int n = rte_eth_xstats_get_names(port_id_, nullptr, 0);
   if (n < 0) return n;
   std::vector<rte_eth_xstat_name> names(static_cast<size_t>(n));
@@ -930,6 +1072,10 @@ int Port::reset_stats() {
   for (uint16_t q = 0; q < std::max(rx_queues_, tx_queues_); ++q) {
     counters_[q].tx_not_taken.store(0, std::memory_order_relaxed);
     counters_[q].tx_short_bursts.store(0, std::memory_order_relaxed);
+  }
+  if (shm_ != nullptr) {
+    shm_->reset_counters();
+    return 0;
   }
   return rte_eth_stats_reset(port_id_);
 }

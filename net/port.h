@@ -13,6 +13,15 @@
 //     "net_af_packet0,iface=veth0", "net_af_xdp0,iface=veth0",
 //     "net_tap0,iface=dtap0". The ethdev is found by the name before the first
 //     comma. Close detaches it again (rte_eal_hotplug_remove).
+//   - droce_shm: droce's own same-host link (net/shm_link.h), not an ethdev:
+//     "droce_shm0,role=server,socket=/run/x.sock[,mac=02:..][,slots=1024]"
+//     and "droce_shm1,role=client,socket=..." in the other process. The one
+//     port type between two processes whose receiver can sleep and still be
+//     woken by a frame: rx_interrupt_fd() is its eventfd (PortConfig::
+//     rx_interrupts), written by the sender only while this end sleeps. One
+//     queue pair, no offloads, MTU up to 9000, link up while the peer is
+//     connected, statistics and xstats of its own. Without mac= the MAC is
+//     a locally administered one derived from the socket path and the role.
 //   - open_ring_pair: two net_ring ports wired back to back (A's TX is B's RX
 //     and the other way round), for tests in one process.
 // With a shared DPDK build (Debian's), EAL loads every driver in its plugin
@@ -124,6 +133,7 @@
 #include <vector>
 
 #include "net/addr.h"
+#include "net/shm_link.h"
 
 namespace droce::net {
 
@@ -277,10 +287,11 @@ class Port {
 
   // ---- data path (the queue's lcore) ----
   uint16_t rx_burst(uint16_t queue, rte_mbuf** out, uint16_t n) {
+    if (shm_ != nullptr) return shm_->rx_burst(pool_, out, n);
     return rte_eth_rx_burst(port_id_, queue, out, n);
   }
   uint16_t tx_burst(uint16_t queue, rte_mbuf** pkts, uint16_t n) {
-    const uint16_t sent = rte_eth_tx_burst(port_id_, queue, pkts, n);
+    const uint16_t sent = shm_ != nullptr ? shm_->tx_burst(pkts, n) : rte_eth_tx_burst(port_id_, queue, pkts, n);
     if (sent != n) [[unlikely]] {
       PortQueueCounters& c = counters_[queue];
       c.tx_not_taken.store(c.tx_not_taken.load(std::memory_order_relaxed) + (n - sent),
@@ -325,6 +336,8 @@ class Port {
   /// mtu(), decides the RoCE path MTU.
   uint16_t wire_mtu() const;
   bool hot_plugged() const { return hot_plugged_; }
+  /// droce's same-host link under this port (droce_shm), or nullptr for an ethdev.
+  const ShmLink* shm_link() const { return shm_.get(); }
 
   // ---- configuration as applied ----
   uint16_t rx_queues() const { return rx_queues_; }
@@ -393,6 +406,7 @@ class Port {
   Port() = default;
   static int open_impl(uint16_t port_id, const PortConfig& cfg, bool hot_plugged,
                        std::unique_ptr<Port>* out);
+  static int open_shm(std::string_view devargs, const PortConfig& cfg, std::unique_ptr<Port>* out);
   int setup(const PortConfig& cfg);
   int apply_rx_mode(const PortConfig& cfg);
   void probe_flow();
@@ -438,6 +452,7 @@ class Port {
   std::atomic<bool> link_changed_{false};
   LinkState last_link_;
   std::shared_ptr<Shared> shared_;
+  std::unique_ptr<ShmLink> shm_;  ///< droce_shm: the link in place of an ethdev
 };
 
 }  // namespace droce::net

@@ -1,5 +1,5 @@
 // Testing ladder, level 4: two engines on real DPDK ports in one process
-// (net_ring wired back to back, and net_memif server and client), real
+// (net_ring wired back to back, net_memif server and client, and droce_shm), real
 // time, real mbufs through the PMDs: RC SEND, WRITE, READ and atomics, and
 // UD, with data compared byte for byte.
 
@@ -41,6 +41,11 @@ class EnginePort : public ::testing::TestWithParam<const char*> {
     cfg.mtu = 4200;
     if (kind == "ring") {
       ASSERT_EQ(net::Port::open_ring_pair("eng" + std::to_string(counter_++), cfg, &s_[0].port, &s_[1].port), 0);
+    } else if (kind == "shm") {
+      sock_ = "/tmp/droce-engine-port-" + std::to_string(getpid()) + "-" + std::to_string(counter_++) + ".sock";
+      const std::string n = std::to_string(counter_);
+      ASSERT_EQ(net::Port::open_device("droce_shm_es" + n + ",role=server,socket=" + sock_, cfg, &s_[0].port), 0);
+      ASSERT_EQ(net::Port::open_device("droce_shm_ec" + n + ",role=client,socket=" + sock_, cfg, &s_[1].port), 0);
     } else {
       sock_ = "/tmp/droce-engine-port-" + std::to_string(getpid()) + "-" + std::to_string(counter_++) + ".sock";
       const std::string common = ",socket=" + sock_ + ",socket-abstract=no,id=0";
@@ -294,7 +299,7 @@ TEST(PortQueueLinkLoopback, WritesTheChecksumTheNicWouldHaveAndSendsTheRest) {
   rte_pktmbuf_free(got[0]);
 }
 
-INSTANTIATE_TEST_SUITE_P(Pmds, EnginePort, ::testing::Values("ring", "memif"),
+INSTANTIATE_TEST_SUITE_P(Pmds, EnginePort, ::testing::Values("ring", "memif", "shm"),
                          [](const auto& param_info) { return std::string(param_info.param); });
 
 }  // namespace

@@ -1,0 +1,383 @@
+#include "net/shm_link.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/log.h"
+
+namespace droce::net {
+
+namespace {
+
+constexpr uint32_t kMagic = 0x4b4c5344;  // "DSLK"
+constexpr uint32_t kSlotBytes = 9088;     // header line + kMaxFrame, a multiple of 64
+constexpr uint32_t kSlotHeader = 64;
+static_assert(kSlotHeader + ShmLink::kMaxFrame <= kSlotBytes && kSlotBytes % 64 == 0);
+constexpr int kConnectRetryMs = 20;
+
+// One direction's indices, each written by one side only, in lines of their own.
+struct alignas(64) RingHeader {
+  std::atomic<uint32_t> head;  // frames published (producer)
+  uint8_t pad0[60];
+  std::atomic<uint32_t> tail;  // frames consumed (consumer)
+  uint8_t pad1[60];
+  std::atomic<uint32_t> consumer_sleeping;  // set by the consumer; cleared by whoever wakes it
+  uint8_t pad2[60];
+};
+static_assert(sizeof(RingHeader) == 192);
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+
+// The region: this header, ring 0 (client to server), ring 1 (server to client),
+// then ring 0's slots and ring 1's.
+struct alignas(64) RegionHeader {
+  uint32_t magic;
+  uint32_t version;
+  uint32_t slots;
+  uint32_t slot_bytes;
+  uint8_t pad[48];
+  RingHeader ring[2];
+};
+static_assert(sizeof(RegionHeader) == 64 + 2 * 192);
+
+// The handshake's messages (both ways, fixed size).
+struct Hello {
+  uint32_t magic;
+  uint32_t version;
+  uint32_t slots;
+  uint32_t slot_bytes;
+  uint64_t region_bytes;
+};
+static_assert(sizeof(Hello) == 24);
+
+size_t region_bytes(uint32_t slots) { return sizeof(RegionHeader) + size_t{2} * slots * kSlotBytes; }
+
+bool valid_slots(uint32_t s) { return s >= 16 && s <= 65536 && (s & (s - 1)) == 0; }
+
+}  // namespace
+
+// One connection's region, and this end's view of it.
+struct ShmLink::Conn {
+  core::ShmRegion region;
+  core::Fd peer_wake;
+  uint32_t slots = 0;
+  uint32_t mask = 0;
+  RingHeader* rx = nullptr;
+  RingHeader* tx = nullptr;
+  std::byte* rx_slots = nullptr;
+  std::byte* tx_slots = nullptr;
+  // Our own copies of the indices we write: the peer cannot move them.
+  uint32_t rx_tail = 0;
+  uint32_t tx_head = 0;
+
+  void attach(bool server) {
+    auto* h = reinterpret_cast<RegionHeader*>(region.data());
+    std::byte* slots0 = region.data() + sizeof(RegionHeader);
+    std::byte* slots1 = slots0 + size_t{slots} * kSlotBytes;
+    mask = slots - 1;
+    rx = &h->ring[server ? 0 : 1];
+    tx = &h->ring[server ? 1 : 0];
+    rx_slots = server ? slots0 : slots1;
+    tx_slots = server ? slots1 : slots0;
+    rx_tail = rx->tail.load(std::memory_order_relaxed);
+    tx_head = tx->head.load(std::memory_order_relaxed);
+  }
+};
+
+ShmLink::ShmLink(const ShmLinkConfig& cfg) : cfg_(cfg) {}
+
+int ShmLink::open(const ShmLinkConfig& cfg, std::unique_ptr<ShmLink>* out) {
+  if (cfg.socket.empty() || !valid_slots(cfg.slots)) return -EINVAL;
+  std::unique_ptr<ShmLink> l(new ShmLink(cfg));
+  l->wake_ = core::Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  l->stop_ = core::Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!l->wake_.valid() || !l->stop_.valid()) return -errno;
+  if (cfg.server) {
+    if (int rc = core::seqpacket_listen(cfg.socket, &l->listen_, 4); rc != 0) {
+      DROCE_LOG(ERR, net, "shm link: cannot listen on %s: %s", cfg.socket.c_str(), std::strerror(-rc));
+      return rc;
+    }
+  }
+  l->control_ = std::thread([p = l.get()] { p->control_loop(); });
+  *out = std::move(l);
+  return 0;
+}
+
+ShmLink::~ShmLink() {
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(stop_.get(), &one, sizeof one);
+  if (control_.joinable()) control_.join();
+  conn_.store(nullptr, std::memory_order_release);
+  if (cfg_.server && listen_.valid()) ::unlink(cfg_.socket.c_str());
+}
+
+void ShmLink::kick_self() {
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof one);
+}
+
+void ShmLink::publish(std::unique_ptr<Conn> c) {
+  Conn* p = c.get();
+  {
+    std::lock_guard l(conns_mutex_);
+    conns_.push_back(std::move(c));
+  }
+  conn_.store(p, std::memory_order_release);
+  counters_.connects.fetch_add(1, std::memory_order_relaxed);
+  DROCE_LOG(INFO, net, "shm link %s: connected (%u slots each way)", cfg_.socket.c_str(), p->slots);
+  kick_self();  // a sleeping owner looks at the link again
+}
+
+void ShmLink::drop_connection(const char* why) {
+  if (conn_.exchange(nullptr, std::memory_order_acq_rel) != nullptr) {
+    counters_.disconnects.fetch_add(1, std::memory_order_relaxed);
+    DROCE_LOG(INFO, net, "shm link %s: disconnected (%s)", cfg_.socket.c_str(), why);
+    kick_self();
+  }
+  pending_.reset();
+  sock_.reset();
+}
+
+// ---------------------------------------------------------------- control thread
+
+void ShmLink::control_loop() {
+  while (true) {
+    pollfd p[3];
+    nfds_t n = 0;
+    p[n++] = {stop_.get(), POLLIN, 0};
+    const int sock_at = sock_.valid() ? int(n) : -1;
+    if (sock_.valid()) p[n++] = {sock_.get(), POLLIN, 0};
+    const int listen_at = listen_.valid() ? int(n) : -1;
+    if (listen_.valid()) p[n++] = {listen_.get(), POLLIN, 0};
+    // A client without a server retries; otherwise only events matter.
+    const int timeout = (!cfg_.server && !sock_.valid()) ? kConnectRetryMs : -1;
+    const int r = ::poll(p, n, timeout);
+    if (r < 0 && errno != EINTR) {
+      DROCE_LOG(ERR, net, "shm link %s: poll: %s", cfg_.socket.c_str(), std::strerror(errno));
+      return;
+    }
+    if (p[0].revents != 0) return;
+    if (sock_at >= 0 && p[sock_at].revents != 0) {
+      if (pending_ != nullptr) {
+        finish_server_handshake();
+      } else {
+        // A connected peer sends nothing after the handshake: anything is its end.
+        std::vector<uint8_t> buf;
+        std::vector<core::Fd> fds;
+        const ssize_t got = core::receive_message(sock_.get(), &buf, 64, &fds);
+        if (got != -EAGAIN) drop_connection(got == 0 ? "the peer closed" : "the peer broke the protocol");
+      }
+    }
+    if (listen_at >= 0 && p[listen_at].revents != 0) serve_accept();
+    if (!cfg_.server && !sock_.valid()) try_connect();
+  }
+}
+
+void ShmLink::serve_accept() {
+  core::Fd c;
+  if (core::seqpacket_accept(listen_.get(), &c) != 0) return;
+  if (sock_.valid()) {
+    counters_.refused_peers.fetch_add(1, std::memory_order_relaxed);
+    DROCE_LOG(NOTICE, net, "shm link %s: a second peer turned away (one at a time)", cfg_.socket.c_str());
+    return;  // closing it tells the peer
+  }
+  auto conn = std::make_unique<Conn>();
+  conn->slots = cfg_.slots;
+  core::ShmMapOptions opts;
+  if (int rc = core::ShmRegion::create("droce-shm-link", region_bytes(cfg_.slots), opts, &conn->region); rc != 0) {
+    DROCE_LOG(ERR, net, "shm link %s: cannot make a region: %s", cfg_.socket.c_str(), std::strerror(-rc));
+    return;
+  }
+  auto* h = reinterpret_cast<RegionHeader*>(conn->region.data());
+  h->magic = kMagic;
+  h->version = kVersion;
+  h->slots = cfg_.slots;
+  h->slot_bytes = kSlotBytes;
+  const Hello hello{kMagic, kVersion, cfg_.slots, kSlotBytes, conn->region.size()};
+  const int fds[2] = {conn->region.fd(), wake_.get()};
+  if (core::send_message(c.get(), {reinterpret_cast<const uint8_t*>(&hello), sizeof hello}, fds) != 0) return;
+  sock_ = std::move(c);
+  pending_ = std::move(conn);
+}
+
+void ShmLink::finish_server_handshake() {
+  std::vector<uint8_t> buf;
+  std::vector<core::Fd> fds;
+  const ssize_t got = core::receive_message(sock_.get(), &buf, sizeof(Hello), &fds);
+  if (got == -EAGAIN) return;
+  Hello h{};
+  if (got == ssize_t{sizeof h}) std::memcpy(&h, buf.data(), sizeof h);
+  if (got != ssize_t{sizeof h} || h.magic != kMagic || h.version != kVersion || fds.size() != 1) {
+    counters_.refused_peers.fetch_add(1, std::memory_order_relaxed);
+    drop_connection(got <= 0 ? "the peer left during the handshake" : "a bad handshake answer");
+    return;
+  }
+  std::unique_ptr<Conn> c = std::move(pending_);
+  c->peer_wake = std::move(fds[0]);
+  c->attach(true);
+  publish(std::move(c));
+}
+
+void ShmLink::try_connect() {
+  core::Fd c;
+  if (core::seqpacket_connect(cfg_.socket, &c) != 0) return;  // the server is not there yet
+  // The server answers at once; a server that does not is not one of ours.
+  pollfd p{c.get(), POLLIN, 0};
+  if (::poll(&p, 1, 2000) != 1) return;
+  std::vector<uint8_t> buf;
+  std::vector<core::Fd> fds;
+  const ssize_t got = core::receive_message(c.get(), &buf, sizeof(Hello), &fds);
+  Hello h{};
+  if (got == ssize_t{sizeof h}) std::memcpy(&h, buf.data(), sizeof h);
+  if (got != ssize_t{sizeof h} || h.magic != kMagic || fds.size() != 2) return;  // turned away, or not a link
+  if (h.version != kVersion || h.slot_bytes != kSlotBytes || !valid_slots(h.slots) ||
+      h.region_bytes < region_bytes(h.slots)) {
+    counters_.refused_peers.fetch_add(1, std::memory_order_relaxed);
+    DROCE_LOG(ERR, net, "shm link %s: the server speaks version %u (%u slots of %u bytes); this end version %u",
+              cfg_.socket.c_str(), h.version, h.slots, h.slot_bytes, kVersion);
+    return;
+  }
+  auto conn = std::make_unique<Conn>();
+  conn->slots = h.slots;
+  core::ShmMapOptions opts;
+  if (int rc = core::ShmRegion::map_peer(fds[0].get(), region_bytes(h.slots), opts, &conn->region); rc != 0) {
+    counters_.refused_peers.fetch_add(1, std::memory_order_relaxed);
+    DROCE_LOG(ERR, net, "shm link %s: the server's region is unusable: %s", cfg_.socket.c_str(),
+              std::strerror(-rc));
+    return;
+  }
+  conn->peer_wake = std::move(fds[1]);
+  const Hello answer{kMagic, kVersion, h.slots, kSlotBytes, h.region_bytes};
+  const int mine[1] = {wake_.get()};
+  if (core::send_message(c.get(), {reinterpret_cast<const uint8_t*>(&answer), sizeof answer}, mine) != 0) return;
+  conn->attach(false);
+  sock_ = std::move(c);
+  publish(std::move(conn));
+}
+
+// ---------------------------------------------------------------- data path
+
+void ShmLink::set_sleeping(bool on) {
+  Conn* c = conn_.load(std::memory_order_acquire);
+  if (c == nullptr) return;
+  c->rx->consumer_sleeping.store(on ? 1 : 0, std::memory_order_seq_cst);
+  // The flag before the caller's last look at the ring (Dekker with tx_burst).
+  if (on) std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+void ShmLink::ack_wake() {
+  uint64_t v;
+  [[maybe_unused]] ssize_t n = ::read(wake_.get(), &v, sizeof v);
+}
+
+bool ShmLink::rx_pending() const {
+  const Conn* c = conn_.load(std::memory_order_acquire);
+  return c != nullptr && c->rx->head.load(std::memory_order_acquire) != c->rx_tail;
+}
+
+uint16_t ShmLink::rx_burst(rte_mempool* pool, rte_mbuf** out, uint16_t n) {
+  Conn* c = conn_.load(std::memory_order_acquire);
+  if (c == nullptr || n == 0) return 0;
+  const uint32_t head = c->rx->head.load(std::memory_order_acquire);
+  const uint32_t avail = head - c->rx_tail;
+  if (avail == 0) return 0;
+  if (avail > c->slots) {
+    // The peer wrote an impossible head: skip to it rather than read garbage forever.
+    counters_.rx_bad_ring.fetch_add(1, std::memory_order_relaxed);
+    c->rx_tail = head;
+    c->rx->tail.store(head, std::memory_order_release);
+    return 0;
+  }
+  const uint16_t want = static_cast<uint16_t>(std::min<uint32_t>(avail, n));
+  if (rte_pktmbuf_alloc_bulk(pool, out, want) != 0) {
+    counters_.rx_no_mbuf.fetch_add(1, std::memory_order_relaxed);
+    return 0;  // the frames wait in the ring
+  }
+  uint16_t got = 0;
+  uint64_t bytes = 0;
+  uint64_t bad = 0;
+  for (uint16_t i = 0; i < want; ++i) {
+    const std::byte* slot = c->rx_slots + size_t{(c->rx_tail + i) & c->mask} * kSlotBytes;
+    uint32_t len;
+    std::memcpy(&len, slot, sizeof len);  // read once: the peer may change it under us
+    rte_mbuf* m = out[got];
+    if (len < 14 || len > kMaxFrame || len > rte_pktmbuf_tailroom(m)) {
+      ++bad;
+      continue;  // the mbuf is reused for the next slot
+    }
+    std::memcpy(rte_pktmbuf_mtod(m, void*), slot + kSlotHeader, len);
+    m->data_len = static_cast<uint16_t>(len);
+    m->pkt_len = len;
+    bytes += len;
+    ++got;
+  }
+  for (uint16_t i = got; i < want; ++i) rte_pktmbuf_free(out[i]);
+  c->rx_tail += want;
+  c->rx->tail.store(c->rx_tail, std::memory_order_release);
+  counters_.rx_frames.store(counters_.rx_frames.load(std::memory_order_relaxed) + got, std::memory_order_relaxed);
+  counters_.rx_bytes.store(counters_.rx_bytes.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
+  if (bad != 0) counters_.rx_bad_slot.fetch_add(bad, std::memory_order_relaxed);
+  return got;
+}
+
+uint16_t ShmLink::tx_burst(rte_mbuf** pkts, uint16_t n) {
+  Conn* c = conn_.load(std::memory_order_acquire);
+  if (c == nullptr || n == 0 || !enabled_.load(std::memory_order_relaxed)) {
+    if (n != 0) counters_.tx_ring_full.fetch_add(n, std::memory_order_relaxed);
+    return 0;
+  }
+  const uint32_t used = c->tx_head - c->tx->tail.load(std::memory_order_acquire);
+  const uint32_t room = used > c->slots ? 0 : c->slots - used;  // a peer's impossible tail: wait
+  const uint16_t take = static_cast<uint16_t>(std::min<uint32_t>(room, n));
+  uint64_t bytes = 0;
+  uint64_t too_long = 0;
+  uint32_t head = c->tx_head;
+  for (uint16_t i = 0; i < take; ++i) {
+    const rte_mbuf* m = pkts[i];
+    if (m->pkt_len > kMaxFrame) {
+      ++too_long;
+      continue;
+    }
+    std::byte* slot = c->tx_slots + size_t{head & c->mask} * kSlotBytes;
+    std::byte* d = slot + kSlotHeader;
+    for (const rte_mbuf* s = m; s != nullptr; s = s->next) {
+      std::memcpy(d, rte_pktmbuf_mtod(s, const void*), s->data_len);
+      d += s->data_len;
+    }
+    const uint32_t len = m->pkt_len;
+    std::memcpy(slot, &len, sizeof len);
+    bytes += len;
+    ++head;
+  }
+  if (head != c->tx_head) {
+    c->tx_head = head;
+    c->tx->head.store(head, std::memory_order_release);
+    // The head before the peer's flag (Dekker with set_sleeping): one write per sleep.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (c->tx->consumer_sleeping.load(std::memory_order_relaxed) != 0 &&
+        c->tx->consumer_sleeping.exchange(0, std::memory_order_acq_rel) != 0) {
+      const uint64_t one = 1;
+      [[maybe_unused]] ssize_t w = ::write(c->peer_wake.get(), &one, sizeof one);
+      counters_.wakeups_sent.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  if (take != 0) rte_pktmbuf_free_bulk(pkts, take);
+  const uint64_t sent = take - too_long;
+  counters_.tx_frames.store(counters_.tx_frames.load(std::memory_order_relaxed) + sent, std::memory_order_relaxed);
+  counters_.tx_bytes.store(counters_.tx_bytes.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
+  if (too_long != 0) counters_.tx_too_long.fetch_add(too_long, std::memory_order_relaxed);
+  if (take != n) counters_.tx_ring_full.fetch_add(n - take, std::memory_order_relaxed);
+  return take;
+}
+
+void ShmLink::reset_counters() {
+  for (auto* a : {&counters_.rx_frames, &counters_.rx_bytes, &counters_.tx_frames, &counters_.tx_bytes,
+                  &counters_.tx_ring_full, &counters_.tx_too_long, &counters_.rx_no_mbuf, &counters_.rx_bad_slot,
+                  &counters_.rx_bad_ring, &counters_.wakeups_sent})
+    a->store(0, std::memory_order_relaxed);
+}
+
+}  // namespace droce::net

@@ -1,0 +1,151 @@
+#pragma once
+// ShmLink: droce's own same-host Ethernet link between two processes, a wire
+// that wakes its receiver (docs/droced.md, "Waking up").
+//
+// Why: two droce hosts on one machine (the demo, tests, labs, CI) need a link
+// between two droced. DPDK 22.11's net_memif is one, but a DPDK receiver masks
+// the peer's interrupts at connect (MEMIF_RING_FLAG_MASK_INT), so a droced
+// that sleeps only sees a frame when its sleep timer ends. Both ends of this
+// link are droce's, so the receiver's "I sleep" flag is honoured.
+//
+// Shape. One shared memory region (a sealed memfd, core/shm_region.h) per
+// connection holds two rings of fixed slots, one per direction, each slot a
+// whole frame (no chains: at most kMaxFrame bytes, a 9000-byte MTU with a VLAN
+// tag). Per ring: the producer's head, the consumer's tail, each in its own
+// cache line, and the consumer's sleeping flag. Each end owns an eventfd, its
+// wake-up descriptor (wake_fd(), stable for the link's life), and hands it to
+// the peer at connect.
+//
+// The wake-up (the siw / TAS / memif pattern, with the flag honoured):
+//   receiver: set_sleeping(true) (a store and a full fence), look at the ring
+//             once more (rx_burst), then block on wake_fd();
+//   sender:   publish the head, full fence, and only if the receiver's flag is
+//             set, clear it and write the receiver's eventfd (one write per
+//             sleep). A busy receiver costs the sender no syscall.
+//
+// Connection. The server end listens on a unix SOCK_SEQPACKET socket (a path);
+// the client connects, retrying every 20 ms until the server is there. At
+// accept the server makes the region and sends it with its eventfd; the client
+// checks and maps it and answers with its own eventfd; then the link is up
+// both ways. A peer that goes away (process exit, close) is seen as end of
+// file on that socket: the link goes down, frames sent meanwhile are refused
+// (tx_burst takes none), and the server accepts the next client into a fresh
+// region. One peer at a time: a second client is turned away. This runs on a
+// small control thread of the link's own; the data path never blocks on it.
+// Regions of earlier connections stay mapped until the link is closed, so a
+// data-path call that raced a disconnect never touches unmapped memory (each
+// region is about 19 MB; reconnects are rare).
+//
+// The peer is another process, maybe another user's, never trusted: every
+// index and length read from shared memory is checked (a ring claiming more
+// frames than it has slots, or a slot longer than kMaxFrame, is counted and
+// skipped), the region is sealed against shrinking, and its size is checked
+// before it is mapped.
+//
+// Threading: rx_burst from one thread; tx_burst from one thread at a time
+// (the caller's TX queue lock); set_sleeping from the rx thread; counters from
+// any thread.
+
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/shm_region.h"
+#include "core/unix_socket.h"
+
+namespace droce::net {
+
+struct ShmLinkConfig {
+  std::string socket;  ///< the unix socket's path
+  bool server = true;
+  uint32_t slots = 1024;  ///< per direction, a power of two (16..65536)
+};
+
+/// Written by the data path (rx: the rx thread; tx: under the caller's lock),
+/// read by anyone.
+struct ShmLinkCounters {
+  std::atomic<uint64_t> rx_frames{0};
+  std::atomic<uint64_t> rx_bytes{0};
+  std::atomic<uint64_t> tx_frames{0};
+  std::atomic<uint64_t> tx_bytes{0};
+  std::atomic<uint64_t> tx_ring_full{0};   ///< frames not taken: the peer's ring was full (or the link down)
+  std::atomic<uint64_t> tx_too_long{0};    ///< frames longer than kMaxFrame, dropped
+  std::atomic<uint64_t> rx_no_mbuf{0};     ///< bursts left in the ring for want of mbufs
+  std::atomic<uint64_t> rx_bad_slot{0};    ///< slots whose length the peer wrote out of range (dropped)
+  std::atomic<uint64_t> rx_bad_ring{0};    ///< times the peer's head claimed more than a ring holds
+  std::atomic<uint64_t> wakeups_sent{0};   ///< eventfd writes to a sleeping peer
+  std::atomic<uint64_t> connects{0};
+  std::atomic<uint64_t> disconnects{0};
+  std::atomic<uint64_t> refused_peers{0};  ///< connections turned away (busy, or a bad handshake)
+};
+
+class ShmLink {
+ public:
+  /// Largest frame a slot holds (Ethernet header, VLAN tag, 9000-byte payload).
+  static constexpr uint32_t kMaxFrame = 9000 + 14 + 4;
+  static constexpr uint32_t kVersion = 1;
+
+  /// Listens (server) or starts connecting (client). -errno: EINVAL (bad
+  /// config), or what socket, bind, eventfd return.
+  static int open(const ShmLinkConfig& cfg, std::unique_ptr<ShmLink>* out);
+  ~ShmLink();
+  ShmLink(const ShmLink&) = delete;
+  ShmLink& operator=(const ShmLink&) = delete;
+
+  /// Up to n frames into mbufs of `pool` (each needs kMaxFrame of data room
+  /// for the largest frames; a frame that does not fit is counted and dropped).
+  uint16_t rx_burst(rte_mempool* pool, rte_mbuf** out, uint16_t n);
+  /// Copies up to n frames into the peer's ring and frees them; returns how
+  /// many it took (fewer when the ring is full, none when the link is down).
+  uint16_t tx_burst(rte_mbuf** pkts, uint16_t n);
+  /// True while frames wait in the receive ring.
+  bool rx_pending() const;
+
+  /// The descriptor the peer writes when this end sleeps (an eventfd).
+  int wake_fd() const { return wake_.get(); }
+  /// See the header: true before sleeping (then look at the ring once more),
+  /// false after.
+  void set_sleeping(bool on);
+  /// Reads the eventfd's count (what woke us).
+  void ack_wake();
+
+  bool connected() const { return conn_.load(std::memory_order_acquire) != nullptr; }
+  /// Frames pass (true) or are refused both ways (false): Port::stop/start.
+  void set_enabled(bool on) { enabled_.store(on, std::memory_order_release); }
+  const ShmLinkCounters& counters() const { return counters_; }
+  void reset_counters();
+  const ShmLinkConfig& config() const { return cfg_; }
+
+ private:
+  struct Conn;
+  explicit ShmLink(const ShmLinkConfig& cfg);
+  void control_loop();
+  void serve_accept();
+  void try_connect();
+  void finish_server_handshake();
+  void drop_connection(const char* why);
+  void publish(std::unique_ptr<Conn> c);
+  void kick_self();
+
+  ShmLinkConfig cfg_;
+  core::Fd wake_;    ///< ours: the peer writes it
+  core::Fd stop_;    ///< an eventfd that ends the control thread
+  core::Fd listen_;  ///< server only
+  core::Fd sock_;    ///< the current peer's connection (control thread only)
+  std::unique_ptr<Conn> pending_;  ///< server: a region sent, the client's answer awaited
+  std::atomic<Conn*> conn_{nullptr};
+  std::atomic<bool> enabled_{true};
+  std::mutex conns_mutex_;
+  std::vector<std::unique_ptr<Conn>> conns_;  ///< every connection's region, mapped until close
+  std::thread control_;
+  ShmLinkCounters counters_;
+};
+
+}  // namespace droce::net
