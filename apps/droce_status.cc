@@ -227,8 +227,9 @@ int status_command(std::string_view cmd, const std::vector<std::string_view>& ar
     table(all.get("ports"), {"port", "state", "driver", "mac", "mtu", "speed_mbps", "devargs"});
   if (cmd == "gids" || cmd == "status") table(all.get("gids"), {"index", "gid", "address", "type", "vlan"});
   if ((cmd == "cores" || cmd == "status") && all.get("cores") != nullptr)
-    table(all.get("cores"), {"core", "lcore", "rx_queue", "tx_queue", "clients", "qps", "rx_frames", "tx_frames",
-                             "handed_in", "handed_out", "hand_off_dropped", "sleeps"});
+    table(all.get("cores"), {"core", "lcore", "mode", "rx_queue", "tx_queue", "clients", "qps", "rx_frames",
+                             "tx_frames", "handed_in", "handed_out", "hand_off_dropped", "sleeps",
+                             "wakeups_by_port", "wakeups_by_client", "wakeups_by_timer", "mode_reason"});
   if (cmd == "clients" || cmd == "status")
     table(all.get("clients"), {"id", "pid", "program", "core", "qps", "cqs", "mrs", "wqes_posted", "wqes_refused"});
   if (cmd == "qps" || cmd == "status")

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # droce's demo: installs what is missing, builds (release), and runs:
 #  0. the main job: two droce hosts on this machine (two droced processes on
-#     a net_memif link) and verbs traffic between them through the client
+#     droce's same-host link, droce_shm) and verbs traffic between them through the client
 #     library (droce-selftest: RC SEND/WRITE/READ/atomics, SRQ, UD, 64 QP
 #     pairs, every byte checked), then droced's own view (droce status);
 #     then the distro's own verbs programs on the same two hosts: ibv_devices,
 #     ibv_devinfo, ib_write_bw and ib_send_lat through droce's provider;
-#  1. the transport: two droce hosts in one process on a net_memif link find
+#  1. the transport: two droce hosts in one process on droce's same-host link find
 #     each other by ARP and run RC SEND, WRITE, READ and atomics, checked;
 #  2. the wire format: every RoCEv2 opcode built on one DPDK port, sent to a
 #     second one (net_ring), parsed and checked there, and the capture of it
@@ -17,17 +17,19 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 
 if [ -f build/release/build.ninja ]; then
-  meson configure build/release -Dbuildtype=release >/dev/null
+  configure=(meson configure build/release)
 else
-  meson setup build/release -Dbuildtype=release >/dev/null
+  configure=(meson setup build/release)
 fi
+# The provider is what the demo shows: a machine that cannot build it stops here, with meson's reason.
+out=$("${configure[@]}" -Dbuildtype=release -Dprovider=enabled 2>&1) || { echo "$out" >&2; exit 1; }
 pabi=$(scripts/fetch-rdma-core-headers.sh --pabi-only 2>/dev/null | tail -1)
 ninja -C build/release apps/droce apps/droced apps/droce-selftest apps/droce-wire-demo apps/droce-engine-demo \
   "provider/verbs/libdroce-rdmav$pabi.so" provider/preload/libdroce-preload.so >/dev/null
 
 . scripts/lib/droced-pair.sh
 trap droced_pair_stop EXIT
-echo "### two droce hosts: droced A (10.77.0.1) and droced B (10.77.0.2) on a net_memif link"
+echo "### two droce hosts: droced A (10.77.0.1) and droced B (10.77.0.2) on droce's same-host link (droce_shm; DROCE_PAIR_LINK=memif for net_memif)"
 droced_pair_start build/release/apps build/demo/hosts
 build/release/apps/droce-selftest --a "$DROCE_A_SOCK" --b "$DROCE_B_SOCK" --qps 64
 echo
@@ -65,7 +67,7 @@ wait "$server"
 droced_pair_stop
 echo
 
-echo "### droce-engine-demo: two droce hosts on a net_memif link"
+echo "### droce-engine-demo: two droce hosts on droce's same-host link, in one process"
 build/release/apps/droce-engine-demo 2>&1 | grep -vE '^(EAL|TELEMETRY)|rte_pmd_memif|Frame size'
 echo
 

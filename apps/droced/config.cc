@@ -25,8 +25,14 @@ const char* usage() {
          "  --mbufs N            mbufs in the port's pool (16384)\n"
          "  --max-qps N          QPs the device offers (16384)\n"
          "  --queue-depth N      port RX/TX descriptors (1024)\n"
-         "  --idle-spin-us N     busy-poll this long after work before sleeping (200)\n"
-         "  --max-sleep-us N     longest idle sleep (1000)\n"
+         "  --poll-mode MODE     poll (own the core, never sleep), event (spin briefly, then\n"
+         "                       block until a frame, doorbell or timer), auto (poll on an\n"
+         "                       isolated CPU, else event) (auto)\n"
+         "  --idle-spin-us N     event mode: busy-poll this long after work before blocking\n"
+         "                       (adaptive)\n"
+         "  --max-sleep-us N     longest sleep on a port that cannot wake droced (1000)\n"
+         "  --event-nice N       event mode: the workers' nice value, -20..19 (-10): a woken\n"
+         "                       worker preempts a program spinning on its CPU at once\n"
          "  --eal ARG            pass ARG to DPDK's EAL (repeatable)\n"
          "  --log-level LEVEL    droce log level (error, warning, info, debug)\n"
          "  --sysfs-root DIR     the device tree for libibverbs (<run-dir>/sys; none: no tree)\n"
@@ -90,6 +96,22 @@ int apply(const std::string& key, const std::string& value, DaemonConfig* c, std
   else if (key == "mbufs") { if (!num(1u << 24)) return -EINVAL; c->mbufs = unsigned(n); }
   else if (key == "max-qps") { if (!num(1u << 20) || n == 0) return -EINVAL; c->max_qps = uint32_t(n); }
   else if (key == "queue-depth") { if (!num(32768) || n == 0) return -EINVAL; c->queue_depth = uint32_t(n); }
+  else if (key == "poll-mode") {
+    if (value != "auto" && value != "poll" && value != "event") {
+      *err = "--poll-mode is auto, poll or event";
+      return -EINVAL;
+    }
+    c->poll_mode = value;
+  }
+  else if (key == "event-nice") {
+    char* end = nullptr;
+    const long v = std::strtol(value.c_str(), &end, 10);
+    if (end == value.c_str() || *end != '\0' || v < -20 || v > 19) {
+      *err = "--event-nice is -20..19: " + value;
+      return -EINVAL;
+    }
+    c->event_nice = int(v);
+  }
   else if (key == "idle-spin-us") { if (!num(60'000'000)) return -EINVAL; c->idle_spin_us = n; }
   else if (key == "max-sleep-us") { if (!num(1'000'000) || n == 0) return -EINVAL; c->max_sleep_us = n; }
   else if (key == "eal") c->eal_args.push_back(value);

@@ -25,8 +25,22 @@ struct DaemonConfig {
   unsigned mbufs = 16384;            ///< the port's mbuf pool
   uint32_t max_qps = 16384;
   uint32_t queue_depth = 1024;       ///< port RX/TX descriptors
-  uint64_t idle_spin_us = 200;       ///< busy-poll this long after the last work, then sleep
-  uint64_t max_sleep_us = 1000;      ///< longest sleep (port RX is polled on waking)
+  /// How a worker waits for work (docs/droced.md, "Waking up"): "poll" never
+  /// sleeps (it owns its core); "event" spins briefly after work, then blocks
+  /// on its events; "auto" polls on a core the kernel keeps for it (isolcpus),
+  /// else events.
+  std::string poll_mode = "auto";
+  /// Event mode: busy-poll this long after the last work before blocking.
+  /// kAutoSpin: adaptive (kMinSpinUs..kMaxSpinUs, from how soon work came back).
+  uint64_t idle_spin_us = kAutoSpin;
+  static constexpr uint64_t kAutoSpin = UINT64_MAX;
+  uint64_t max_sleep_us = 1000;      ///< longest sleep on a port that cannot wake us (memif)
+  /// Event mode: the workers' nice value (setpriority; needs CAP_SYS_NICE to
+  /// go below 0, else it stays as it was). A woken worker then preempts a
+  /// program spinning on the same CPU at once instead of after a scheduler
+  /// slice, as an interrupt handler would; it blocks when idle, so it takes
+  /// nothing from others then.
+  int event_nice = -10;
   std::vector<std::string> eal_args;  ///< passed through to EAL
   std::string log_level;             ///< EAL --log-level for droce.* (e.g. "debug")
   /// Where the sysfs-shaped tree libibverbs reads goes (programs run with

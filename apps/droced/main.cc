@@ -10,6 +10,7 @@
 
 #include "apps/droced/config.h"
 #include "apps/droced/daemon.h"
+#include "apps/droced/worker.h"
 #include "net/eal.h"
 
 int main(int argc, char** argv) {
@@ -33,6 +34,8 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
+  // Before EAL pins this thread to the main lcore's CPU.
+  droced::Worker::remember_startup_affinity();
   net::EalOptions eal;
   eal.program = "droced";
   eal.lcores.clear();

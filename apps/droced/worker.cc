@@ -1,14 +1,23 @@
 #include "apps/droced/worker.h"
 
 #include <poll.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <thread>
+
+#include <rte_lcore.h>
 
 #include "apps/droced/daemon.h"
 #include "core/clock.h"
@@ -20,8 +29,34 @@ namespace {
 
 constexpr uint64_t kFirstSleepUs = 16;
 constexpr int kArmedSleepUs = 50'000;  // the link check's period: RX interrupts bound nothing else
+// Event mode's adaptive spin. Blocking and being woken costs a few microseconds
+// (an eventfd write and a scheduler wake-up), but a worker that spins holds a
+// CPU that the program it serves may need to see the result (perftest's
+// latency tests spin on memory): on a shared machine every microsecond spent
+// spinning in vain delays someone. So a spin that ends in a sleep halves the
+// next one, and only a sleep that an event ended sooner than the spin would
+// have lasted doubles it (spinning would have caught that one).
+constexpr uint64_t kFirstSpinNs = 4'000;
+constexpr uint64_t kMinSpinNs = 1'000;
+constexpr uint64_t kMaxSpinNs = 64'000;
 
 thread_local Worker* tls_current = nullptr;
+cpu_set_t startup_cpus;
+bool startup_cpus_known = false;
+
+// CPU numbers in a kernel CPU list ("0-2,5").
+bool cpu_in_list(const std::string& list, unsigned cpu) {
+  std::stringstream in(list);
+  std::string part;
+  while (std::getline(in, part, ',')) {
+    if (part.empty() || part == "\n") continue;
+    unsigned lo = 0, hi = 0;
+    const int n = std::sscanf(part.c_str(), "%u-%u", &lo, &hi);
+    if (n == 1) hi = lo;
+    if (n >= 1 && cpu >= lo && cpu <= hi) return true;
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -51,6 +86,42 @@ Worker::Worker(Daemon* daemon, unsigned index, unsigned lcore, std::unique_ptr<D
 }
 
 Worker::~Worker() { shutdown(); }
+
+void Worker::remember_startup_affinity() {
+  CPU_ZERO(&startup_cpus);
+  startup_cpus_known = sched_getaffinity(0, sizeof startup_cpus, &startup_cpus) == 0;
+}
+
+void Worker::choose_mode() {
+  const DaemonConfig& cfg = daemon_->config();
+  const int cpu = int(rte_lcore_to_cpu_id(int(lcore_)));
+  std::string isolated;
+  if (std::ifstream f("/sys/devices/system/cpu/isolated"); f) std::getline(f, isolated);
+  const bool owned = cpu >= 0 && cpu_in_list(isolated, unsigned(cpu));
+  if (cfg.poll_mode == "poll") {
+    polling_ = true;
+    mode_reason_ = "--poll-mode poll: this core is droced's";
+  } else if (cfg.poll_mode == "event") {
+    polling_ = false;
+    mode_reason_ = "--poll-mode event";
+  } else if (owned) {
+    polling_ = true;
+    mode_reason_ = "auto: CPU " + std::to_string(cpu) + " is isolated (isolcpus), so droced owns it";
+  } else {
+    polling_ = false;
+    mode_reason_ = "auto: CPU " + (cpu < 0 ? std::string("?") : std::to_string(cpu)) +
+                   " is shared with other programs (not isolated); --poll-mode poll to own it";
+  }
+  spin_fixed_ = cfg.idle_spin_us != DaemonConfig::kAutoSpin;
+  spin_ns_ = spin_fixed_ ? cfg.idle_spin_us * 1000 : kFirstSpinNs;
+}
+
+void Worker::adapt_spin(uint64_t slept_ns, bool by_event) {
+  if (spin_fixed_) return;
+  // The spin before this sleep was in vain; a longer one would have caught an
+  // event that came this soon.
+  spin_ns_ = by_event && slept_ns < spin_ns_ ? std::min(spin_ns_ * 2, kMaxSpinNs) : std::max(spin_ns_ / 2, kMinSpinNs);
+}
 
 int Worker::launch(void* worker) {
   static_cast<Worker*>(worker)->run();
@@ -106,7 +177,7 @@ void Worker::close_session(uint64_t key) {
   load_.fetch_sub(1, std::memory_order_relaxed);
 }
 
-void Worker::control(int timeout_us) {
+int Worker::control(int timeout_us) {
   epoll_event evs[32];
   int n;
   if (timeout_us > 0) {
@@ -147,6 +218,7 @@ void Worker::control(int timeout_us) {
     if (it->second->closed()) close_session(it->first);
     it = next;
   }
+  return n;
 }
 
 void Worker::route_events() {
@@ -217,7 +289,9 @@ void Worker::sleep(uint64_t now_ns) {
     if (deadline != UINT64_MAX) us = deadline <= now_ns ? 0 : std::min<uint64_t>(us, (deadline - now_ns) / 1000);
     if (us > 0) {
       ++counters_.sleeps;
-      control(static_cast<int>(us));
+      const int events = control(static_cast<int>(us));
+      if (events <= 0) ++counters_.wakeups_by_timer;
+      adapt_spin(core::monotonic_ns() - now_ns, events > 0);
     }
   }
   if (armed) {
@@ -244,13 +318,26 @@ void Worker::iterate(uint64_t now, uint64_t* idle_since) {
   if (work != 0 || core_->engine().has_tx_work()) {
     *idle_since = now;
     sleep_us_ = kFirstSleepUs;
-  } else if (now - *idle_since > daemon_->config().idle_spin_us * 1000) {
+  } else if (!polling_ && now - *idle_since > spin_ns_) {
     sleep(now);
   }
 }
 
 void Worker::run() {
   tls_current = this;
+  choose_mode();
+  // Sleeps end when asked, not up to 50 us later (the default timer slack).
+  prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+  if (!polling_ && startup_cpus_known) {
+    // EAL pinned this thread to its lcore's CPU; on a shared machine the
+    // scheduler should place it (two droced on one machine both got CPU 0).
+    pthread_setaffinity_np(pthread_self(), sizeof startup_cpus, &startup_cpus);
+  }
+  if (!polling_ && setpriority(PRIO_PROCESS, pid_t(syscall(SYS_gettid)), daemon_->config().event_nice) != 0)
+    DROCE_LOG(INFO, app, "worker %u: nice %d refused (%s); wake-ups may wait for a scheduler slice", index_,
+              daemon_->config().event_nice, std::strerror(errno));
+  DROCE_LOG(INFO, app, "worker %u (lcore %u): %s mode (%s)", index_, lcore_, polling_ ? "poll" : "event",
+            mode_reason_.c_str());
   link_generation_ = daemon_->link_generation();
   uint64_t idle_since = core::monotonic_ns();
   std::unique_lock lock(state_);

@@ -15,14 +15,24 @@
 // accepts clients (each goes to the worker with the fewest), reads signals
 // and checks the link.
 //
-// Idle: after idle_spin_us without work the worker marks its contexts and
-// its CoreGroup slot "sleeping", looks once more at their doorbell rings and
-// its inbound frame ring, and sleeps in epoll_wait on its sockets and its
-// eventfd (written by a client's doorbell or by a core that hands it a
-// frame), 16 us at first and doubling up to max_sleep_us while nothing
-// happens (never past the next engine timer), or until its port queue's RX
-// interrupt where the port gives one. The state lock is released while it
-// sleeps.
+// Waiting for work (docs/droced.md, "Waking up"). A worker is in one of two
+// modes, chosen at start and shown by `droce cores` with the reason:
+//   poll:  it owns its core (--poll-mode poll, or auto on a CPU the kernel
+//          keeps out of its scheduler, isolcpus): it never sleeps.
+//   event: the core is shared with other programs (every small machine, VM,
+//          CI box). Its thread may run on any CPU the process was given (EAL's
+//          pinning is undone), timers sleep with 1 ns slack, and after work it
+//          spins only a few microseconds (adaptive: longer while work comes
+//          back soon after each sleep, shorter while it does not), then marks
+//          its contexts and its CoreGroup slot "sleeping", arms its port
+//          queue's wake-up (the same-host link's flag, a tap or NIC RX
+//          interrupt), looks once more at every ring, and blocks in epoll on
+//          its sockets, its eventfd (a client's doorbell, a frame another core
+//          hands it) and the port's descriptor, until the next engine timer.
+//          Only a port that gives no wake-up (net_memif, af_packet, af_xdp in
+//          DPDK 22.11) makes it sleep on a timer: 16 us at first, doubling up
+//          to --max-sleep-us while nothing happens.
+// The state lock is released while it blocks.
 //
 // The state lock: held by the worker for each loop iteration; `stats`
 // (rendered by whichever worker serves the CLI) takes every worker's in
@@ -34,6 +44,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "apps/droced/device_core.h"
@@ -49,6 +60,7 @@ struct WorkerCounters {
   uint64_t sleeps = 0;             ///< times the loop slept
   uint64_t wakeups_by_client = 0;  ///< sleeps the eventfd ended (a doorbell or a hand-off)
   uint64_t wakeups_by_port = 0;    ///< sleeps a port RX interrupt ended
+  uint64_t wakeups_by_timer = 0;   ///< sleeps that ended with no event (a timer, or a port that cannot wake us)
   uint64_t clients_closed = 0;
   uint64_t clients_faulted = 0;  ///< disconnected for breaking the protocol
   uint64_t events_unrouted = 0;  ///< engine events for objects no client owns
@@ -91,14 +103,25 @@ class Worker {
   /// state lock is held while it runs a request.
   static Worker* current();
 
+  /// The mode this worker waits in, and why (see the header).
+  bool polling() const { return polling_; }
+  const std::string& mode_reason() const { return mode_reason_; }
+  /// Event mode: the current spin before blocking, in microseconds.
+  uint64_t spin_us() const { return spin_ns_ / 1000; }
+  /// Call once in main() before EAL starts: the CPUs an event-mode worker may
+  /// run on (EAL pins each lcore's thread to one).
+  static void remember_startup_affinity();
+
  private:
   void iterate(uint64_t now, uint64_t* idle_since);
-  void control(int timeout_us);
+  int control(int timeout_us);
   void take_inbox();
   void close_session(uint64_t key);
   void route_events();
   void push_port_events();
   void sleep(uint64_t now_ns);
+  void choose_mode();
+  void adapt_spin(uint64_t slept_ns, bool by_event);
   bool arm_rx_interrupt();
   void shutdown();
 
@@ -119,6 +142,10 @@ class Worker {
   int rx_queue_ = -1;
   int rx_intr_fd_ = -1;  ///< the port's RX interrupt descriptor in epoll_ (not owned)
   uint64_t sleep_us_ = 16;  ///< the next unarmed sleep (grows while idle)
+  bool polling_ = false;
+  std::string mode_reason_;
+  uint64_t spin_ns_ = 0;
+  bool spin_fixed_ = false;  ///< --idle-spin-us given: no adapting
   WorkerCounters counters_;
 };
 

@@ -1,8 +1,11 @@
 # Sourced by scripts/demo.sh and bench/droced_pair.sh: two droced processes
-# on this machine joined by a net_memif link (no root, no NIC).
+# on this machine joined by a same-host link (no root, no NIC).
 #   droced_pair_start BIN_DIR WORK_DIR [extra droced flags...]
 #   droced_pair_stop
 # Sets DROCE_A_SOCK, DROCE_B_SOCK, DROCE_A_PID, DROCE_B_PID.
+# DROCE_PAIR_LINK picks the link: shm (default; droce's own, which wakes a
+# sleeping droced when a frame comes) or memif (DPDK's net_memif, which cannot:
+# a sleeping droced sees frames only when its sleep timer ends).
 
 droced_pair_start() {
   local bin=$1 work
@@ -10,13 +13,22 @@ droced_pair_start() {
   shift 2
   rm -rf "$work"
   mkdir -p "$work/a" "$work/b"
-  local memif="socket=$work/memif.sock,socket-abstract=no"
-  "$bin/droced" --run-dir "$work/a" --port "net_memif0,role=server,$memif" \
+  local port_a port_b
+  case "${DROCE_PAIR_LINK:-shm}" in
+    shm)
+      port_a="droce_shm0,role=server,socket=$work/link.sock"
+      port_b="droce_shm1,role=client,socket=$work/link.sock" ;;
+    memif)
+      port_a="net_memif0,role=server,socket=$work/memif.sock,socket-abstract=no"
+      port_b="net_memif1,role=client,socket=$work/memif.sock,socket-abstract=no" ;;
+    *) echo "DROCE_PAIR_LINK is shm or memif, not '$DROCE_PAIR_LINK'" >&2; return 1 ;;
+  esac
+  "$bin/droced" --run-dir "$work/a" --port "$port_a" \
     --address 10.77.0.1 --address fd00:77::1 "$@" >"$work/a.log" 2>&1 &
   DROCE_A_PID=$!
   DROCE_A_SOCK=$work/a/droce0.sock
   _droced_pair_wait "$DROCE_A_SOCK" "$DROCE_A_PID" "$work/a.log" || return 1
-  "$bin/droced" --run-dir "$work/b" --port "net_memif1,role=client,$memif" \
+  "$bin/droced" --run-dir "$work/b" --port "$port_b" \
     --address 10.77.0.2 --address fd00:77::2 "$@" >"$work/b.log" 2>&1 &
   DROCE_B_PID=$!
   DROCE_B_SOCK=$work/b/droce0.sock
