@@ -493,6 +493,13 @@ int Engine::post_recv(uint32_t qpn, const RecvWr& wr) {
 }
 
 bool Engine::take_recv(Qp* q, RecvWqe* out) {
+  if (take_recv_now(q, out)) return true;
+  if (recv_refill_ == nullptr) return false;
+  recv_refill_(recv_refill_ctx_, q->qpn);
+  return take_recv_now(q, out);
+}
+
+bool Engine::take_recv_now(Qp* q, RecvWqe* out) {
   if (q->srq != nullptr) {
     bool limit = false;
     if (!q->srq->take(out, &limit)) return false;

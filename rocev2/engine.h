@@ -116,6 +116,19 @@ struct QpInit {
 
 class Engine {
  public:
+  /// Called when a message arrives for a QP (or its SRQ) that has no receive
+  /// WQE in the engine, before the engine answers with an RNR NAK (RC) or
+  /// drops it (UD, UC): the host moves what its client posted meanwhile into
+  /// the engine (post_recv / post_srq_recv), as a NIC reads the receive queue
+  /// when the message comes. Without it, a receive posted just before the
+  /// message, but not yet taken from the client's ring, would be missed. The
+  /// callback may post receives only (no modify, destroy or completion).
+  using RecvRefill = void (*)(void* ctx, uint32_t qpn);
+  void set_recv_refill(RecvRefill fn, void* ctx) {
+    recv_refill_ = fn;
+    recv_refill_ctx_ = ctx;
+  }
+
   explicit Engine(const EngineConfig& cfg);
   ~Engine();
   Engine(const Engine&) = delete;
@@ -186,6 +199,7 @@ class Engine {
   void complete_recv(Qp* qp, const RecvWqe& w, const Completion& c, bool solicited);
   bool push_cq(Qp* qp, Cq* cq, const Completion& c, bool solicited);
   bool take_recv(Qp* qp, RecvWqe* out);
+  bool take_recv_now(Qp* qp, RecvWqe* out);
   rte_mbuf* new_frame();
   rte_mbuf* build(Qp* qp, const AddressVector& av, const Bth& bth, const ExtHeaders& ext,
                   uint32_t payload_len);
@@ -278,6 +292,8 @@ class Engine {
   uint32_t incarnations_ = 0;
   std::vector<AsyncEvent> events_;
   EngineCounters counters_;
+  RecvRefill recv_refill_ = nullptr;
+  void* recv_refill_ctx_ = nullptr;
   uint64_t now_ns_ = 0;
 };
 

@@ -1116,8 +1116,10 @@ void Session::drain_rq(SharedQp& q) {
       q.rq, scratch_,
       [&](std::vector<uint8_t>& entry) {
         rocev2::RecvWr wr;
-        if (rocev2::decode_recv_wqe(entry, q.rq.limits, &wr) != rocev2::WqeError::ok) return -EINVAL;
-        return e.post_recv(q.qpn, wr);
+        if (rocev2::decode_recv_wqe(entry, q.rq.limits, &wr) != rocev2::WqeError::ok)
+          return refilling_ ? -ENOMEM : -EINVAL;
+        const int rc = e.post_recv(q.qpn, wr);
+        return refilling_ && rc != 0 ? -ENOMEM : rc;  // refusals happen outside the engine
       },
       [&](std::vector<uint8_t>& entry) { refuse_wqe(q, entry.data(), uint32_t(entry.size()), false); },
       &counters_.wqes_posted);
@@ -1133,14 +1135,27 @@ void Session::drain_srq(SharedSrq& s) {
       s.rq, scratch_,
       [&](std::vector<uint8_t>& entry) {
         rocev2::RecvWr wr;
-        if (rocev2::decode_recv_wqe(entry, s.rq.limits, &wr) != rocev2::WqeError::ok) return -EINVAL;
-        return e.post_srq_recv(s.srq, wr);
+        if (rocev2::decode_recv_wqe(entry, s.rq.limits, &wr) != rocev2::WqeError::ok)
+          return refilling_ ? -ENOMEM : -EINVAL;
+        const int rc = e.post_srq_recv(s.srq, wr);
+        return refilling_ && rc != 0 ? -ENOMEM : rc;
       },
       [&](std::vector<uint8_t>&) { ++counters_.wqes_refused; },
       &counters_.wqes_posted);
   draining_ = false;
   if (!ok) return fault("corrupt SRQ ring");
   track(s, s.rq.ahead != 0 || s.rq.backlog);
+}
+
+void Session::refill_recv(uint32_t qpn) {
+  if (!hello_done_ || closed_ || draining_) return;
+  auto it = qps_.find(qpn);
+  if (it == qps_.end()) return;
+  SharedQp& q = *it->second;
+  refilling_ = true;
+  if (q.srq != nullptr) drain_srq(*q.srq);
+  else if (q.has_rq) drain_rq(q);
+  refilling_ = false;
 }
 
 void Session::track(SharedQp& q, bool busy) {

@@ -163,6 +163,13 @@ class Session {
   void drain_sq(SharedQp& q);
   void drain_rq(SharedQp& q);
   void drain_srq(SharedSrq& s);
+ public:
+  /// The engine found no receive WQE for a message to `qpn` (Engine::
+  /// set_recv_refill): takes what the client posted to its receive queue or
+  /// SRQ since the last doorbell was read. Entries that fail their checks are
+  /// left for the next loop, which refuses them (not from inside the engine).
+  void refill_recv(uint32_t qpn);
+ private:
   void arm_cq(SharedCq& c);
   /// Puts a queue with WQEs in the engine (or a backlog) on the active list.
   void track(SharedQp& q, bool busy);
@@ -205,7 +212,8 @@ class Session {
   std::vector<SharedQp*> active_qps_;
   std::vector<SharedSrq*> active_srqs_;
   std::vector<uint8_t> scratch_;
-  bool draining_ = false;  ///< a drain_* is reading ring entries by position
+  bool draining_ = false;
+  bool refilling_ = false;  ///< refill_recv: a bad entry stops the drain instead of being refused  ///< a drain_* is reading ring entries by position
 
   struct Pending {
     bool active = false;

@@ -82,6 +82,12 @@ Worker::Worker(Daemon* daemon, unsigned index, unsigned lcore, std::unique_ptr<D
   device_.core = core_.get();
   device_.wake_fd = wake_.get();
   core_->group().set_wake_fd(index, wake_.get());
+  core_->engine().set_recv_refill(
+      [](void* ctx, uint32_t qpn) {
+        const Device& d = static_cast<Worker*>(ctx)->device_;
+        if (auto it = d.qp_owner.find(qpn); it != d.qp_owner.end()) it->second->refill_recv(qpn);
+      },
+      this);
   rx_queue_ = core_->group().rx_queue_of(index);
 }
 

@@ -633,6 +633,63 @@ TEST_F(EnginePairTest, RnrWaitsForAReceiveThenDelivers) {
   EXPECT_EQ(rc[0].byte_len, 64u);
 }
 
+// A receive the client posted just before the message came, but which its host has not yet
+// handed to the engine (droced reads the client's ring at its next loop): the engine asks the
+// host for it (set_recv_refill) before it answers RNR (RC) or drops (UD), as a NIC reads the
+// receive queue when a message arrives. Without the hook, RC gets an RNR NAK and UD is lost.
+TEST_F(EnginePairTest, AReceiveTheHostHasNotHandedOverYetIsFetchedWhenTheMessageComes) {
+  for (const QpType type : {QpType::rc, QpType::ud}) {
+    SCOPED_TRACE(type == QpType::rc ? "RC" : "UD");
+    EnginePair& p = make();
+    EnginePair::RcOptions o;
+    o.type = type;
+    QpPair q = p.connect(o);
+    auto src = p.buffer(0, 256);
+    auto dst = p.buffer(1, 256 + 40);
+    fill(src->bytes, 9);
+    // The host's view: one receive waiting in "the client's ring", not in the engine.
+    struct Pending {
+      Engine* engine;
+      uint32_t qpn;
+      RecvWr wr;
+      int asked = 0;
+    } pending{&p.b(), q.b, rwr(5, dst->sge(0, 256 + 40)), 0};
+    p.b().set_recv_refill(
+        [](void* ctx, uint32_t qpn) {
+          auto* h = static_cast<Pending*>(ctx);
+          ++h->asked;
+          if (qpn == h->qpn && h->asked == 1) EXPECT_EQ(h->engine->post_recv(qpn, h->wr), 0);
+        },
+        &pending);
+    SendWr w = wr(WrOpcode::send, 1, src->sge(0, 256));
+    uint32_t ah = 0;
+    if (type == QpType::ud) {
+      ASSERT_EQ(p.a().create_ah(p.host(0).pd, p.av_to(1), &ah), 0);
+      w.ah = ah;
+      w.remote_qpn = q.b;
+      w.remote_qkey = 0x11111111;
+    }
+    ASSERT_EQ(p.a().post_send(q.a, w), 0);
+    std::vector<Completion> rc;
+    ASSERT_TRUE(p.wait_completions(p.host(1).rcq, &rc, 1));
+    EXPECT_EQ(rc[0].status, WcStatus::success);
+    EXPECT_EQ(rc[0].wr_id, 5u);
+    EXPECT_EQ(pending.asked, 1) << "asked once, when the message found no receive";
+    const size_t at = type == QpType::ud ? 40 : 0;
+    EXPECT_EQ(std::memcmp(dst->bytes.data() + at, src->bytes.data(), 256), 0);
+    if (type == QpType::rc) EXPECT_EQ(p.b().qp(q.b)->counters.rnr_naks_sent, 0u);
+    // A host with nothing more to give: RC falls back to RNR NAKs, the hook asked each time.
+    if (type == QpType::rc) {
+      ASSERT_EQ(p.a().post_send(q.a, wr(WrOpcode::send, 2, src->sge(0, 64))), 0);
+      p.run_until([] { return false; }, 2'000'000);
+      EXPECT_GE(p.b().qp(q.b)->counters.rnr_naks_sent, 1u);
+      EXPECT_GE(pending.asked, 2);
+    }
+    p.b().set_recv_refill(nullptr, nullptr);
+    pair_.reset();
+  }
+}
+
 TEST_F(EnginePairTest, InlineDataIsCopiedAtPostAndNeedsNoKey) {
   EnginePair& p = make();
   QpPair q = p.connect({});
