@@ -1,4 +1,5 @@
-// Two droced processes joined by a net_memif link (no root needed), driven
+// Two droced processes joined by a same-host link (droce_shm by default, the
+// first case over net_memif; no root needed), driven
 // through the client library and droce-selftest: data verified end to end,
 // then the hard cases: a client killed mid-traffic, a client that scribbles
 // over its shared memory, droced stopped under a client, the stats message,
@@ -93,9 +94,11 @@ class TwoDaemons : public ::testing::Test {
     fs::remove_all(dir_);
   }
 
-  // Starts daemon A (memif server) and B (client) with `extra` flags.
-  void start(const std::vector<std::string>& extra = {}, bool ipv6 = false) {
+  // Starts daemon A (the link's server) and B (its client) with `extra` flags,
+  // on droce_shm or (memif) net_memif.
+  void start(const std::vector<std::string>& extra = {}, bool ipv6 = false, bool memif_link = false) {
     const std::string memif = dir_ + "/memif.sock";
+    const std::string shm = dir_ + "/link.sock";
     for (int i = 0; i < 2; ++i) {
       DaemonProc& d = d_[i];
       d.run_dir = dir_ + (i == 0 ? "/a" : "/b");
@@ -103,16 +106,19 @@ class TwoDaemons : public ::testing::Test {
       d.sock = d.run_dir + "/droce0.sock";
       std::vector<std::string> args = {env_or("DROCED_BIN", "apps/droced"),
                                        "--run-dir", d.run_dir,
-                                       "--port", std::string("net_memif") + char('0' + i) + ",role=" +
-                                                     (i == 0 ? "server" : "client") + ",socket=" + memif +
-                                                     ",socket-abstract=no",
+                                       "--port",
+                                       memif_link ? std::string("net_memif") + char('0' + i) + ",role=" +
+                                                        (i == 0 ? "server" : "client") + ",socket=" + memif +
+                                                        ",socket-abstract=no"
+                                                  : std::string("droce_shm") + char('0' + i) + ",role=" +
+                                                        (i == 0 ? "server" : "client") + ",socket=" + shm,
                                        "--address", i == 0 ? "10.77.0.1" : "10.77.0.2",
                                        "--memory", "256", "--mbufs", "8192"};
       if (ipv6) args.insert(args.end(), {"--address", i == 0 ? "fd00:77::1" : "fd00:77::2"});
       args.insert(args.end(), extra.begin(), extra.end());
       d.pid = spawn(args, d.log);
       ASSERT_GT(d.pid, 0);
-      // The server's memif socket must exist before the client starts.
+      // The server's control socket (and its link's) must exist before the client starts.
       const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
       while (!fs::exists(d.sock) && std::chrono::steady_clock::now() < end) {
         ASSERT_EQ(waitpid(d.pid, nullptr, WNOHANG), 0) << "droced exited:\n" << slurp(d.log);
@@ -158,8 +164,8 @@ class TwoDaemons : public ::testing::Test {
   DaemonProc d_[2];
 };
 
-TEST_F(TwoDaemons, EveryOpcodeAndAThousandQpsOverIpv4) {
-  start();
+TEST_F(TwoDaemons, EveryOpcodeAndAThousandQpsOverIpv4OnMemif) {
+  start({}, /*ipv6=*/false, /*memif_link=*/true);
   std::string out;
   EXPECT_EQ(selftest({"--qps", "1000", "--size", "1048576"}, &out), 0) << out;
   EXPECT_NE(out.find("ok: 0 failures"), std::string::npos) << out;
@@ -173,7 +179,7 @@ TEST_F(TwoDaemons, EveryOpcodeAndAThousandQpsOverIpv4) {
 }
 
 TEST_F(TwoDaemons, Ipv6OnAVlanWithPathMtu4096) {
-  // memif has no MTU of its own: droced takes what it is told (1500 by default, a 1024 path MTU).
+  // The link has no MTU of its own: droced takes what it is told (1500 by default, a 1024 path MTU).
   start({"--vlan", "100", "--mtu", "9000"}, /*ipv6=*/true);
   std::string out;
   // GID 0 is the link-local one, 1 the IPv4 address, 2 the IPv6 one.
@@ -200,6 +206,59 @@ TEST_F(TwoDaemons, TwoClientsOfOneDaemonTalkThroughItsLoopback) {
   // Nothing of it crossed the link.
   EXPECT_EQ(stat_of(d_[1].sock, "rx_frames"), 0);
   EXPECT_EQ(stat_of(d_[0].sock, "rx_frames"), stat_of(d_[0].sock, "loopback_frames"));
+}
+
+// Waking up (docs/droced.md): on droce_shm a blocked droced is woken by the frame itself.
+// Each daemon sleeps between the selftest's exchanges (event mode, the default on a shared
+// CPU); the sleeps its port's descriptor ended are counted apart from those a client's
+// doorbell or a timer ended. Over net_memif, which cannot wake a DPDK receiver, none are.
+TEST_F(TwoDaemons, AFrameWakesABlockedDaemonOnTheSameHostLinkButNotOnMemif) {
+  for (const bool memif : {false, true}) {
+    SCOPED_TRACE(memif ? "net_memif" : "droce_shm");
+    start({}, /*ipv6=*/false, memif);
+    std::string out;
+    EXPECT_EQ(selftest({"--qps", "4"}, &out), 0) << out;
+    // Whichever side sleeps when a request or its answer comes is woken by it: B by A's
+    // requests, A by B's responses.
+    const long long a = stat_of(d_[0].sock, "wakeups_by_port");
+    const long long b = stat_of(d_[1].sock, "wakeups_by_port");
+    if (memif) {
+      EXPECT_EQ(a, 0);
+      EXPECT_EQ(b, 0);
+      EXPECT_GT(stat_of(d_[0].sock, "wakeups_by_timer"), 0) << "a memif daemon that never slept?";
+    } else {
+      EXPECT_GT(a + b, 0) << "no frame woke a sleeping daemon";
+      EXPECT_GT(a, 0);
+      EXPECT_GT(b, 0);
+    }
+    EXPECT_EQ(stop(d_[0]), 0);
+    EXPECT_EQ(stop(d_[1]), 0);
+  }
+}
+
+// The mode each worker waits in, and why, as `droce cores` shows it. Polling daemons never
+// sleep, and (both on one CPU here, as --poll-mode poll asks) still carry every selftest case:
+// a UD receive posted just before the datagram arrives is found (Session::refill_recv), where
+// it once was dropped whenever the receiver's droced was preempted between reading its
+// client's doorbells and its port.
+TEST_F(TwoDaemons, EachWorkerSaysWhetherItPollsOrWaitsForEvents) {
+  start({"--poll-mode", "poll"});
+  std::string out;
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(selftest({"--qps", "2"}, &out), 0) << out;
+  std::string json;
+  ASSERT_EQ(client::query_stats(d_[0].sock, &json), 0);
+  EXPECT_NE(json.find("\"mode\":\"poll\""), std::string::npos) << json;
+  EXPECT_NE(json.find("--poll-mode poll"), std::string::npos) << json;
+  EXPECT_EQ(stat_of(d_[0].sock, "sleeps"), 0) << "a polling worker slept";
+  EXPECT_EQ(stop(d_[0]), 0);
+  EXPECT_EQ(stop(d_[1]), 0);
+  // Left to choose, a worker on a CPU the kernel does not keep for it (none is, here) is shared.
+  start();
+  std::string isolated;
+  if (std::ifstream f("/sys/devices/system/cpu/isolated"); f) std::getline(f, isolated);
+  ASSERT_EQ(client::query_stats(d_[1].sock, &json), 0);
+  if (isolated.empty()) EXPECT_NE(json.find("\"mode\":\"event\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"mode_reason\":\"auto: CPU"), std::string::npos) << json;
 }
 
 // Several lcores (docs/droced.md): each context goes to the worker with the fewest, and frames
@@ -236,7 +295,7 @@ TEST_F(TwoDaemons, SeveralLcoresShareTheClientsAndHandFramesToTheOwningCore) {
     std::string json;
     ASSERT_EQ(client::query_stats(d.sock, &json), 0);
     EXPECT_NE(json.find("\"lcores\":2"), std::string::npos) << json;
-    // memif is one queue pair (Port::plan_device): worker 0 receives every frame and hands
+    // The link is one queue pair (as memif, Port::plan_device): worker 0 receives every frame and hands
     // worker 1 those for its QPs; both send on queue 0, under its lock. None dropped.
     EXPECT_NE(json.find("{\"core\":0,\"lcore\":0,\"rx_queue\":\"0\",\"tx_queue\":0"), std::string::npos) << json;
     EXPECT_NE(json.find("{\"core\":1,\"lcore\":1,\"rx_queue\":\"-\",\"tx_queue\":0"), std::string::npos) << json;
@@ -250,7 +309,7 @@ TEST_F(TwoDaemons, SeveralLcoresShareTheClientsAndHandFramesToTheOwningCore) {
   const int st = wait_for(spawn({env_or("DROCE_BIN", "apps/droce"), "cores", "--socket", d_[0].sock}, cli_log), 30);
   EXPECT_TRUE(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
   const std::string text = slurp(cli_log);
-  EXPECT_EQ(text.rfind("core  lcore  rx_queue  tx_queue  clients", 0), 0u) << text;
+  EXPECT_EQ(text.rfind("core  lcore  mode   rx_queue  tx_queue  clients", 0), 0u) << text;
   EXPECT_NE(text.find("handed_in"), std::string::npos) << text;
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 3) << text;  // the header and two cores
   EXPECT_EQ(stop(d_[0]), 0);
