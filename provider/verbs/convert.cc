@@ -240,13 +240,15 @@ void to_wc(const Completion& c, ibv_wc* out) {
 
 int to_av(const ibv_ah_attr& ah, AddressVector* out) {
   if (!ah.is_global || ah.port_num != 1) return EINVAL;
-  if (ah.grh.flow_label > 0xfffff) return EINVAL;
   *out = AddressVector{};
   std::memcpy(out->dgid.data(), ah.grh.dgid.raw, 16);
   out->sgid_index = ah.grh.sgid_index;
   out->hop_limit = ah.grh.hop_limit;
   out->traffic_class = ah.grh.traffic_class;
-  out->flow_label = ah.grh.flow_label;
+  // The GRH carries 20 bits. The kernel's RoCE path and the hardware providers take the low 20
+  // of the 32-bit field and ignore the rest; UCX sets bits above them on RoCE (and a DLID, which
+  // Ethernet ignores too), so refusing them failed its ibv_create_ah and modify to RTR (#14).
+  out->flow_label = ah.grh.flow_label & 0xfffff;
   out->sl = ah.sl;
   out->is_global = true;
   return 0;
