@@ -373,6 +373,16 @@ uint16_t ShmLink::tx_burst(rte_mbuf** pkts, uint16_t n) {
   return take;
 }
 
+uint32_t ShmLink::tx_ring_used() const {
+  const Conn* c = conn_.load(std::memory_order_acquire);
+  return c == nullptr ? 0 : c->tx_head - c->tx->tail.load(std::memory_order_acquire);
+}
+
+uint32_t ShmLink::rx_ring_used() const {
+  const Conn* c = conn_.load(std::memory_order_acquire);
+  return c == nullptr ? 0 : c->rx->head.load(std::memory_order_acquire) - c->rx_tail;
+}
+
 void ShmLink::reset_counters() {
   for (auto* a : {&counters_.rx_frames, &counters_.rx_bytes, &counters_.tx_frames, &counters_.tx_bytes,
                   &counters_.tx_ring_full, &counters_.tx_too_long, &counters_.rx_no_mbuf, &counters_.rx_bad_slot,

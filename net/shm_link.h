@@ -120,6 +120,9 @@ class ShmLink {
   /// Frames pass (true) or are refused both ways (false): Port::stop/start.
   void set_enabled(bool on) { enabled_.store(on, std::memory_order_release); }
   const ShmLinkCounters& counters() const { return counters_; }
+  /// Frames waiting in the peer's receive ring (sent, not yet taken) and in ours; 0 when down.
+  uint32_t tx_ring_used() const;
+  uint32_t rx_ring_used() const;
   void reset_counters();
   const ShmLinkConfig& config() const { return cfg_; }
 

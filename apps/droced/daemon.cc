@@ -424,6 +424,13 @@ std::string Daemon::render_locked() const {
         .num("tx_errors", st.oerrors)
         .close('}');
   }
+  // The driver's own counters (droce_shm: ring full, wake-ups sent, bad slots from the peer...).
+  std::vector<std::pair<std::string, uint64_t>> xs;
+  if (port_->xstats(&xs) == 0) {
+    j.open("xstats", '{');
+    for (const auto& [name, value] : xs) j.num(name.c_str(), value);
+    j.close('}');
+  }
   j.close('}').close(']');
   j.open("gids", '[');
   for (uint32_t i = 0; i < gids_->capacity(); ++i) {

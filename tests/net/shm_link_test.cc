@@ -180,7 +180,14 @@ TEST(PortShm, FullRingTakesNoMoreAndTooLongIsDropped) {
   uint64_t full = 0;
   ASSERT_EQ(p.a->xstat("tx_ring_full", &full), 0);
   EXPECT_EQ(full, 4u);
+  uint64_t used = 0;
+  ASSERT_EQ(p.a->xstat("tx_ring_used", &used), 0);
+  EXPECT_EQ(used, 16u);
+  ASSERT_EQ(p.b->xstat("rx_ring_used", &used), 0);
+  EXPECT_EQ(used, 16u);
   auto got = receive(*p.b, 16);
+  ASSERT_EQ(p.a->xstat("tx_ring_used", &used), 0);
+  EXPECT_EQ(used, 0u);
   EXPECT_EQ(got.size(), 16u);
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_TRUE(frame_is(got[i], 64, uint32_t(i)));
