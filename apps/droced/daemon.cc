@@ -53,6 +53,11 @@ class Json {
     s_ += std::to_string(v);
     return *this;
   }
+  Json& snum(const char* key, int64_t v) {
+    sep(key);
+    s_ += std::to_string(v);
+    return *this;
+  }
   Json& boolean(const char* key, bool v) {
     sep(key);
     s_ += v ? "true" : "false";
@@ -546,6 +551,8 @@ std::string Daemon::render_locked() const {
           .num("messages", c.messages)
           .num("errors", c.errors)
           .num("doorbells", c.doorbells)
+          .num("doorbells_queued", s->doorbells_queued())
+          .num("sq_entries_unread", s->sq_entries_unread())
           .num("bad_doorbells", c.bad_doorbells)
           .num("wqes_posted", c.wqes_posted)
           .num("wqes_refused", c.wqes_refused)
@@ -587,6 +594,17 @@ std::string Daemon::render_locked() const {
             .num("rnr_retry_exceeded", c.rnr_retry_exceeded)
             .num("send_errors", c.send_errors)
             .num("dropped", c.dropped)
+            // Where the QP's transport stands (a stalled QP shows it here): WQEs posted and
+            // completed, the requester's next and oldest unacknowledged PSN and how long until
+            // its ACK timeout (-1: not armed), the responder's expected PSN and a pending ACK.
+            .num("sq_posted", q->sq_head)
+            .num("sq_completed", q->sq_tail)
+            .num("next_psn", q->req.next_psn)
+            .num("unacked_psn", q->req.unacked_psn)
+            .snum("ack_timeout_in_us", q->req.retry_deadline == 0 ? -1
+                                        : (int64_t(q->req.retry_deadline) - int64_t(core::monotonic_ns())) / 1000)
+            .num("expected_psn", q->resp.epsn)
+            .boolean("ack_pending", q->resp.ack_pending)
             .close('}');
       }
     }

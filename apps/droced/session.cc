@@ -1147,6 +1147,16 @@ void Session::drain_srq(SharedSrq& s) {
   track(s, s.rq.ahead != 0 || s.rq.backlog);
 }
 
+uint32_t Session::sq_entries_unread() {
+  uint32_t total = 0;
+  for (auto& [qpn, q] : qps_) {
+    uint32_t got = 0;
+    if (q->sq.ring.peek(q->sq.ahead + 1024, &got) != core::ShmRingStatus::corrupt && got > q->sq.ahead)
+      total += got - q->sq.ahead;
+  }
+  return total;
+}
+
 void Session::refill_recv(uint32_t qpn) {
   if (!hello_done_ || closed_ || draining_) return;
   auto it = qps_.find(qpn);

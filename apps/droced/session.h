@@ -115,6 +115,10 @@ class Session {
   /// Sleep handshake: droced sets the flag, then checks doorbells_waiting().
   void set_daemon_sleeping(bool sleeping);
   bool doorbells_waiting();
+  /// Doorbells the client rang that this loop has not taken yet.
+  uint32_t doorbells_queued() { return hello_done_ && !closed_ ? doorbells_.size() : 0; }
+  /// Send-queue entries the client published that the engine has not taken (all QPs).
+  uint32_t sq_entries_unread();
   /// droced is stopping: QPs to error (flushed into the CQ rings) and the
   /// context marked fatal. The socket is closed by the destructor.
   void mark_fatal();
