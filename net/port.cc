@@ -4,6 +4,7 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <linux/if_packet.h>
 #include <net/if.h>
 #include <poll.h>
 #include <sched.h>
@@ -599,7 +600,10 @@ int Port::setup(const PortConfig& cfg) {
     return rc;
   }
   started_ = true;
-  if (rx_intr_enabled_) {
+  if (rx_intr_enabled_ && driver_name_ == "net_af_packet") {
+    rx_intr_enabled_ = af_packet_sockets(&rx_intr_fds_);
+    rx_intr_is_eventfd_ = false;  // the queue's own socket: readable while frames wait
+  } else if (rx_intr_enabled_) {
     // Drivers that accept intr_conf.rxq without giving a descriptor (memif in
     // 22.11 keeps its eventfds to itself) are polled only.
     for (uint16_t q = 0; q < rx_queues_; ++q) {
@@ -706,6 +710,40 @@ Port::~Port() { close(); }
 int Port::lsc_callback(uint16_t, rte_eth_event_type, void* arg, void*) {
   static_cast<Port*>(arg)->link_changed_.store(true, std::memory_order_release);
   return 0;
+}
+
+bool Port::af_packet_sockets(std::vector<int>* out) const {
+  // DPDK 22.11's net_af_packet gives no RX interrupt through ethdev, but each
+  // queue is a TPACKET_V2 socket that poll/epoll reports readable while a
+  // frame in its ring belongs to user space, and wakes when the kernel puts
+  // one there. The queue's data pointer, public for the inline rx_burst
+  // (rte_eth_fp_ops), is the PMD's struct pkt_rx_queue, whose first member
+  // is that socket. Private layout, so it is checked before it is trusted:
+  // an AF_PACKET socket bound to this port's interface, one per queue, all
+  // different. Anything else: no wake-up, polled as before.
+  out->clear();
+  ifreq ifr{};
+  std::snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", ifname_.c_str());
+  if (ctl_fd_ < 0 || ifname_.empty() || ioctl(ctl_fd_, SIOCGIFINDEX, &ifr) != 0) return false;
+  for (uint16_t q = 0; q < rx_queues_; ++q) {
+    void* rxq = rte_eth_fp_ops[port_id_].rxq.data != nullptr ? rte_eth_fp_ops[port_id_].rxq.data[q] : nullptr;
+    const int fd = rxq != nullptr ? *static_cast<const int*>(rxq) : -1;
+    int domain = 0;
+    socklen_t len = sizeof domain;
+    sockaddr_ll sll{};
+    socklen_t slen = sizeof sll;
+    const bool ok = fd >= 0 && getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 && domain == AF_PACKET &&
+                    getsockname(fd, reinterpret_cast<sockaddr*>(&sll), &slen) == 0 &&
+                    sll.sll_ifindex == ifr.ifr_ifindex &&
+                    std::find(out->begin(), out->end(), fd) == out->end();
+    if (!ok) {
+      DROCE_LOG(NOTICE, net, "port %u (net_af_packet): RX queue %u's socket not found; polled only", port_id_, q);
+      out->clear();
+      return false;
+    }
+    out->push_back(fd);
+  }
+  return true;
 }
 
 LinkState Port::link() const {

@@ -362,7 +362,10 @@ class Port {
   // read to acknowledge); net_tap gives its queues' own descriptors, readable
   // while frames wait (arm and ack do nothing, and nothing reads them);
   // net_memif in DPDK 22.11 accepts the configuration but gives none (its
-  // eventfds are internal), so it stays polled; af_packet and af_xdp have none.
+  // eventfds are internal), so it stays polled; net_af_packet gives none
+  // through ethdev, so the Port finds each queue's own socket (readable while
+  // frames wait, like tap's: checked to be an AF_PACKET socket on the port's
+  // interface, else polled); af_xdp has none yet (its XSK socket would do).
   /// The queue's interrupt descriptor, or -ENOTSUP (not enabled, or the
   /// driver gave none at start).
   int rx_interrupt_fd(uint16_t queue) const;
@@ -411,6 +414,7 @@ class Port {
   int apply_rx_mode(const PortConfig& cfg);
   void probe_flow();
   LinkState kernel_link(const LinkState& pmd) const;
+  bool af_packet_sockets(std::vector<int>* out) const;
   void drain_rx();
   int close_in_namespace();
   static int lsc_callback(uint16_t port_id, rte_eth_event_type type, void* arg, void* ret);

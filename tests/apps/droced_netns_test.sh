@@ -207,6 +207,19 @@ for pmd in "${pmds[@]}"; do
   run_selftest "$pmd MTU 1500 IPv6" 2
   # GID 0 is the link-local address, which the kernel derives from the same MAC: it owns it too.
   run_selftest "$pmd MTU 1500 IPv6 link-local" 0
+  # Waking up: on af_packet a frame wakes a sleeping droced through the queue's own socket
+  # (net/port.h); af_xdp gives droced no descriptor yet, so its sleeps end on a timer.
+  wakes=$(for s in "$(sock_a)" "$(sock_b)"; do
+    "$droce" cores --json --socket "$s" | python3 -c 'import json,sys; print(sum(c["wakeups_by_port"] for c in json.load(sys.stdin)))'
+  done | tr '\n' ' ')
+  read -r wa wb <<<"$wakes"
+  if [ "$pmd" = net_af_packet ]; then
+    [ "${wa:-0}" -gt 0 ] && [ "${wb:-0}" -gt 0 ] && pass "$pmd: frames woke both sleeping daemons ($wa, $wb times)" ||
+      bad "$pmd: no frame woke a sleeping daemon (wake-ups by the port: A $wa, B $wb)"
+  else
+    [ "${wa:-1}" = 0 ] && [ "${wb:-1}" = 0 ] && pass "$pmd: no port wake-up (timers), as expected" ||
+      bad "$pmd: port wake-ups on a port that has none? A $wa, B $wb"
+  fi
   noise_after=$(kernel_noise "$nsb")
   if [ "$noise_before" = "$noise_after" ]; then
     pass "$pmd: the kernel answered none of the RoCE packets to its own addresses"

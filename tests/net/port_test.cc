@@ -950,6 +950,59 @@ TEST(PortAfPacket, VethInNamespace) {
   EXPECT_NE(rte_eth_dev_get_port_by_name(dev.c_str(), &unused), 0);
 }
 
+// af_packet's wake-up (PortConfig::rx_interrupts): the queue's own kernel
+// socket, found by the Port; readable while a frame waits in its ring, quiet
+// once the poller took it. droced sleeps on it instead of a timer.
+TEST(PortAfPacket, RxWakeUpIsTheQueuesSocket) {
+  if (const std::string why = netns_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  VethRig rig;
+  ASSERT_TRUE(rig.ok) << "cannot create the veth pair in " << rig.ns.name();
+  std::unique_ptr<Port> port;
+  PortConfig cfg;
+  cfg.rx_interrupts = true;
+  {
+    TestNetns::Enter in(rig.ns);
+    ASSERT_TRUE(in.ok());
+    ASSERT_EQ(Port::open_device(unique_name("net_af_packet_w") + ",iface=dv0", cfg, &port), 0);
+  }
+  ASSERT_TRUE(port->rx_interrupts_enabled());
+  const int fd = port->rx_interrupt_fd(0);
+  ASSERT_GE(fd, 0);
+  int domain = 0;
+  socklen_t len = sizeof domain;
+  ASSERT_EQ(getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len), 0);
+  EXPECT_EQ(domain, AF_PACKET);
+  ASSERT_TRUE(wait_for([&] { return port->link().up; }));
+  rte_mbuf* got[32];
+  for (int i = 0; i < 20; ++i) {
+    const uint16_t n = port->rx_burst(0, got, 32);
+    for (uint16_t k = 0; k < n; ++k) rte_pktmbuf_free(got[k]);
+  }
+  ASSERT_EQ(port->rx_interrupt_arm(0, true), 0);
+  pollfd p{fd, POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 100), 0) << "readable with nothing sent";
+  RawSocket peer(rig.ns, "dv1");
+  ASSERT_TRUE(peer.ok());
+  const std::vector<uint8_t> frame = test_frame(7, 100, port->mac());
+  ASSERT_TRUE(peer.send(frame));
+  EXPECT_EQ(::poll(&p, 1, 5000), 1) << "no wake-up for the frame";
+  port->rx_interrupt_ack(0);
+  EXPECT_EQ(port->rx_interrupt_arm(0, false), 0);
+  // The wake-up took nothing: the frame is there for the poller, once.
+  int ours = 0, foreign = 0;
+  for (int i = 0; i < 100 && ours == 0; ++i) {
+    const uint16_t n = port->rx_burst(0, got, 32);
+    for (uint16_t k = 0; k < n; ++k) {
+      const bool same = got[k]->pkt_len == frame.size() &&
+                        std::memcmp(rte_pktmbuf_mtod(got[k], const uint8_t*), frame.data(), frame.size()) == 0;
+      (same ? ours : foreign) += 1;
+      rte_pktmbuf_free(got[k]);
+    }
+  }
+  EXPECT_EQ(ours, 1) << foreign << " other frames";
+  EXPECT_EQ(::poll(&p, 1, 0), 0) << "still readable with nothing left";
+}
+
 // Jumbo frames over af_packet: the ethdev refuses MTU 9000 (22.11 reports a
 // 1518-byte maximum frame), but with the netdevs at MTU 9000, a 16 KiB
 // framesz and mbufs that hold a whole frame, 9014-byte frames pass both ways.
