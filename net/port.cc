@@ -2,9 +2,11 @@
 
 #include "net/eal.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <linux/if_packet.h>
+#include <linux/if_xdp.h>
 #include <net/if.h>
 #include <poll.h>
 #include <sched.h>
@@ -113,6 +115,49 @@ FromRingsFn from_rings_fn() {
 unsigned next_pool_serial() {
   static std::atomic<unsigned> serial{0};
   return serial.fetch_add(1, std::memory_order_relaxed);
+}
+
+#ifndef AF_XDP
+#define AF_XDP 44
+#endif
+#ifndef SOL_XDP
+#define SOL_XDP 283
+#endif
+#ifndef SO_PREFER_BUSY_POLL
+#define SO_PREFER_BUSY_POLL 69
+#endif
+
+// This process's sockets as (descriptor, inode), sorted: the inode tells a
+// socket made meanwhile from one closed meanwhile whose number was reused.
+std::vector<std::pair<int, ino_t>> process_sockets() {
+  std::vector<std::pair<int, ino_t>> out;
+  DIR* d = ::opendir("/proc/self/fd");
+  if (d == nullptr) return out;
+  const int own = ::dirfd(d);
+  while (const dirent* e = ::readdir(d)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || fd == own) continue;
+    struct stat st {};
+    if (::fstat(static_cast<int>(fd), &st) == 0 && S_ISSOCK(st.st_mode))
+      out.emplace_back(static_cast<int>(fd), st.st_ino);
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The AF_XDP sockets in `after` that were not in `before`, ascending.
+std::vector<int> new_xdp_sockets(const std::vector<std::pair<int, ino_t>>& before,
+                                 const std::vector<std::pair<int, ino_t>>& after) {
+  std::vector<int> out;
+  for (const auto& s : after) {
+    if (std::binary_search(before.begin(), before.end(), s)) continue;
+    int domain = 0;
+    socklen_t len = sizeof domain;
+    if (getsockopt(s.first, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 && domain == AF_XDP) out.push_back(s.first);
+  }
+  return out;
 }
 
 }  // namespace
@@ -559,11 +604,25 @@ int Port::setup(const PortConfig& cfg) {
     owns_pool_ = true;
   }
 
+  // net_af_xdp makes each queue's XSK socket in that queue's setup (DPDK
+  // 22.11: eth_rx_queue_setup -> xsk_configure -> xsk_socket__create; probe,
+  // configure and start make none): the one new AF_XDP socket a setup leaves
+  // is that queue's. See af_xdp_sockets().
+  const bool af_xdp = driver_name_ == "net_af_xdp";
+  std::vector<int> xsks;  // per RX queue; -1 where not exactly one appeared
   for (uint16_t q = 0; q < rx_queues_; ++q) {
+    const auto before = af_xdp ? process_sockets() : std::vector<std::pair<int, ino_t>>{};
     rc = rte_eth_rx_queue_setup(port_id_, q, rxd, static_cast<unsigned>(socket), nullptr, pool_);
     if (rc != 0) {
       DROCE_LOG(ERR, net, "port %u: RX queue %u setup: %s", port_id_, q, rte_strerror(-rc));
       return rc;
+    }
+    if (af_xdp) {
+      const std::vector<int> made = new_xdp_sockets(before, process_sockets());
+      if (made.size() != 1)
+        DROCE_LOG(NOTICE, net, "port %u (net_af_xdp): RX queue %u's setup left %zu new AF_XDP sockets, not 1",
+                  port_id_, q, made.size());
+      xsks.push_back(made.size() == 1 ? made[0] : -1);
     }
   }
   for (uint16_t q = 0; q < tx_queues_; ++q) {
@@ -600,7 +659,11 @@ int Port::setup(const PortConfig& cfg) {
     return rc;
   }
   started_ = true;
-  if (rx_intr_enabled_ && driver_name_ == "net_af_packet") {
+  if (af_xdp) {
+    // Every af_xdp port, wake-up or not: its rx_burst must not be able to block.
+    rc = af_xdp_sockets(xsks);
+    if (rc != 0) return rc;
+  } else if (rx_intr_enabled_ && driver_name_ == "net_af_packet") {
     rx_intr_enabled_ = af_packet_sockets(&rx_intr_fds_);
     rx_intr_is_eventfd_ = false;  // the queue's own socket: readable while frames wait
   } else if (rx_intr_enabled_) {
@@ -744,6 +807,87 @@ bool Port::af_packet_sockets(std::vector<int>* out) const {
     out->push_back(fd);
   }
   return true;
+}
+
+int Port::af_xdp_sockets(const std::vector<int>& xsks) {
+  // DPDK 22.11's net_af_xdp gives no RX interrupt through ethdev (no intr
+  // ops, no intr_handle), but each RX queue is an AF_XDP (XSK) socket that
+  // poll/epoll reports readable while its RX ring holds a frame rx_burst has
+  // not taken (Linux xsk_poll: EPOLLIN unless the ring is empty), and whose
+  // waiters are woken when the kernel adds one (xsk_flush ->
+  // sock_def_readable). The PMD keeps the descriptor in private structures,
+  // so setup() noted the one new AF_XDP socket each queue's setup left. Not
+  // exactly one for every queue: no wake-up, polled as before.
+  //
+  // rx_burst must never block, and in 22.11 it can. Read in
+  // drivers/net/af_xdp/rte_eth_af_xdp.c at v22.11 (same at v22.11.11): on an
+  // empty RX ring af_xdp_rx_zc (the path built when the kernel headers have
+  // XDP_UMEM_UNALIGNED_CHUNK_FLAG, as Debian's have; it logs "Zero copy
+  // between umem and mbuf enabled") does
+  //     if (rxq->busy_budget) recvfrom(fd, NULL, 0, MSG_DONTWAIT, NULL, NULL);
+  //     else if (xsk_ring_prod__needs_wakeup(fq)) poll(&rxq->fds[0], 1, 1000);
+  // (af_xdp_rx_cp, built otherwise, always takes the poll branch). That poll
+  // waits up to 1 s for a frame. It needs busy polling off: busy_budget=0
+  // given, or the kernel refused SO_PREFER_BUSY_POLL, SO_BUSY_POLL or
+  // SO_BUSY_POLL_BUDGET (configure_preferred_busy_poll then unsets them and
+  // zeroes busy_budget; they need CAP_NET_ADMIN to raise, Linux >= 5.11). And
+  // it needs the fill ring flagged XDP_RING_NEED_WAKEUP (the PMD binds with
+  // XDP_USE_NEED_WAKEUP): in Linux only zero-copy drivers set that flag
+  // (xsk_set_rx_need_wakeup is a driver call; the copy path __xsk_rcv never
+  // sets it), so a copy-mode socket (a veth, any driver without XSK
+  // zero-copy) cannot block there. busy_budget defaults to 64, and then the
+  // empty path is recvfrom(MSG_DONTWAIT): xsk_recvmsg busy-polls the NAPI
+  // context once at most (sk_busy_loop(sk, 1)) and returns. So leave
+  // busy_budget at its default: a port whose sockets are zero-copy with
+  // busy polling off is refused here (SO_PREFER_BUSY_POLL reads 1 exactly
+  // when the PMD's busy_budget is > 0). Busy polling does not starve a
+  // sleeper with the kernel's defaults: the socket's SO_BUSY_POLL applies to
+  // its own recv/poll, not to epoll (net.core.busy_poll 0), and
+  // SO_PREFER_BUSY_POLL defers the device's interrupts only when its NAPI
+  // has napi_defer_hard_irqs with gro_flush_timeout (or, Linux >= 6.13,
+  // irq_suspend_timeout) set, all 0 by default, and then for that timeout.
+  // A side effect worth knowing: in copy mode xsk_poll (so also epoll) sends
+  // what the queue's TX ring holds.
+  const bool all_found = xsks.size() == rx_queues_ && std::find(xsks.begin(), xsks.end(), -1) == xsks.end();
+  if (!all_found) {
+    if (rx_intr_enabled_)
+      DROCE_LOG(NOTICE, net, "port %u (net_af_xdp): RX queues' XSK sockets not found; no wake-up, polled only",
+                port_id_);
+    rx_intr_enabled_ = false;
+    return 0;
+  }
+  for (uint16_t q = 0; q < rx_queues_; ++q) {
+    const int fd = xsks[q];
+    int domain = 0;
+    socklen_t len = sizeof domain;
+    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 || domain != AF_XDP) {
+      DROCE_LOG(NOTICE, net, "port %u (net_af_xdp): RX queue %u's XSK socket %d is gone%s", port_id_, q, fd,
+                rx_intr_enabled_ ? "; no wake-up, polled only" : "");
+      rx_intr_enabled_ = false;
+      return 0;
+    }
+    int prefer = 0;
+    len = sizeof prefer;
+    const bool busy_poll = getsockopt(fd, SOL_SOCKET, SO_PREFER_BUSY_POLL, &prefer, &len) == 0 && prefer != 0;
+    xdp_options opts{};
+    len = sizeof opts;
+    const bool zero_copy = getsockopt(fd, SOL_XDP, XDP_OPTIONS, &opts, &len) == 0 && (opts.flags & XDP_OPTIONS_ZEROCOPY);
+    DROCE_LOG(DEBUG, net, "port %u (net_af_xdp): RX queue %u: XSK socket %d, %s, busy polling %s", port_id_, q, fd,
+              zero_copy ? "zero-copy" : "copy mode", busy_poll ? "on" : "off");
+    if (zero_copy && !busy_poll) {
+      DROCE_LOG(ERR, net,
+                "port %u (net_af_xdp): RX queue %u is zero-copy with busy polling off (busy_budget=0, or no "
+                "CAP_NET_ADMIN): DPDK 22.11's rx_burst would then wait up to 1 s in poll() whenever the fill ring "
+                "asks for a wake-up; leave busy_budget at its default",
+                port_id_, q);
+      return -ENOTSUP;
+    }
+  }
+  if (rx_intr_enabled_) {
+    rx_intr_fds_ = xsks;
+    rx_intr_is_eventfd_ = false;  // the queue's own socket: readable while frames wait
+  }
+  return 0;
 }
 
 LinkState Port::link() const {

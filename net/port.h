@@ -15,9 +15,9 @@
 //     comma. Close detaches it again (rte_eal_hotplug_remove).
 //   - droce_shm: droce's own same-host link (net/shm_link.h), not an ethdev:
 //     "droce_shm0,role=server,socket=/run/x.sock[,mac=02:..][,slots=1024]"
-//     and "droce_shm1,role=client,socket=..." in the other process. The one
-//     port type between two processes whose receiver can sleep and still be
-//     woken by a frame: rx_interrupt_fd() is its eventfd (PortConfig::
+//     and "droce_shm1,role=client,socket=..." in the other process. Unlike
+//     net_memif's, its receiver can sleep and still be woken by a frame,
+//     without root or a netdev: rx_interrupt_fd() is its eventfd (PortConfig::
 //     rx_interrupts), written by the sender only while this end sleeps. One
 //     queue pair, no offloads, MTU up to 9000, link up while the peer is
 //     connected, statistics and xstats of its own. Without mac= the MAC is
@@ -98,11 +98,20 @@
 //   - net_af_packet: queues = its qpairs devarg (default 1); multi-seg TX;
 //     ethdev MTU at most 1500 (max frame 1518): for jumbo frames set the
 //     netdev's MTU outside DPDK, give framesz/blocksz of 16384 and mbufs that
-//     hold a whole frame (netdev_mtu() then tells the truth).
+//     hold a whole frame (netdev_mtu() then tells the truth). No RX
+//     interrupt through ethdev; the Port's wake-up is each queue's own
+//     TPACKET_V2 socket (see RX interrupts below).
 //   - net_af_xdp: no multi-seg TX; MTU at most 3542 (a frame is one page);
 //     close leaks its umem and the mbufs in its fill ring, so the Port leaks
 //     the pool (close returns -EBUSY). Without bpffs at /sys/fs/bpf libxdp
-//     loads its program without the dispatcher (works, logs a warning).
+//     loads its program without the dispatcher (works, logs a warning). No
+//     RX interrupt through ethdev; the Port's wake-up is each queue's XSK
+//     socket (see RX interrupts below). Leave its busy_budget devarg at the
+//     default (64): with busy polling off, 22.11's rx_burst on an empty ring
+//     poll()s the socket for up to 1 s when the fill ring asks for a wake-up,
+//     which only zero-copy drivers ever do; a port whose queues are
+//     zero-copy with busy polling off (busy_budget=0, or no CAP_NET_ADMIN)
+//     is refused with -ENOTSUP. A veth's XSK sockets are in copy mode.
 //   - net_tap: IPv4/UDP/TCP checksum offloads, multi-seg TX, scatter, RSS;
 //     rte_flow_validate accepts the UDP 4791 rule, but flow support is off
 //     when the kernel lacks the multiq qdisc; advertises LSC and tracks the
@@ -172,9 +181,10 @@ struct PortConfig {
   bool enable_rss = true;
   /// Use the LSC interrupt when the device has one (else link is polled).
   bool lsc_interrupt = true;
-  /// Ask for RX queue interrupts (net_memif has them), so a poller may sleep
-  /// until a frame arrives: see rx_interrupt_fd(). A device that refuses is
-  /// configured without them (rx_interrupts_enabled() false).
+  /// Ask for an RX wake-up descriptor per queue, so a poller may sleep until
+  /// a frame arrives: see rx_interrupt_fd() for the drivers that give one. A
+  /// device that refuses or gives none is configured without them
+  /// (rx_interrupts_enabled() false).
   bool rx_interrupts = false;
 };
 
@@ -362,10 +372,20 @@ class Port {
   // read to acknowledge); net_tap gives its queues' own descriptors, readable
   // while frames wait (arm and ack do nothing, and nothing reads them);
   // net_memif in DPDK 22.11 accepts the configuration but gives none (its
-  // eventfds are internal), so it stays polled; net_af_packet gives none
-  // through ethdev, so the Port finds each queue's own socket (readable while
-  // frames wait, like tap's: checked to be an AF_PACKET socket on the port's
-  // interface, else polled); af_xdp has none yet (its XSK socket would do).
+  // eventfds are internal), so it stays polled. net_af_packet and
+  // net_af_xdp give none through ethdev, so the Port finds each queue's own
+  // kernel socket, which epoll reports readable while frames wait in the
+  // queue's ring (like tap's: arm and ack do nothing, nothing reads it):
+  //   - af_packet: the TPACKET_V2 socket, the first member of the PMD's
+  //     queue behind the queue's data pointer (rte_eth_fp_ops); private
+  //     layout, so used only if it is an AF_PACKET socket bound to the
+  //     port's interface, one per queue, all different;
+  //   - af_xdp: the XSK socket, the one new AF_XDP socket the queue's setup
+  //     left among the process's descriptors (/proc/self/fd, listed before
+  //     and after each rte_eth_rx_queue_setup, which is where 22.11 makes it).
+  // Anything else (not exactly one per queue, not that kind of socket): a
+  // NOTICE log line, rx_interrupts_enabled() false, rx_interrupt_fd()
+  // -ENOTSUP, and the port stays polled.
   /// The queue's interrupt descriptor, or -ENOTSUP (not enabled, or the
   /// driver gave none at start).
   int rx_interrupt_fd(uint16_t queue) const;
@@ -415,6 +435,9 @@ class Port {
   void probe_flow();
   LinkState kernel_link(const LinkState& pmd) const;
   bool af_packet_sockets(std::vector<int>* out) const;
+  /// `xsks`: per RX queue, the AF_XDP socket its setup made, or -1. Takes
+  /// them as the wake-up descriptors; -ENOTSUP if rx_burst could block.
+  int af_xdp_sockets(const std::vector<int>& xsks);
   void drain_rx();
   int close_in_namespace();
   static int lsc_callback(uint16_t port_id, rte_eth_event_type type, void* arg, void* ret);
@@ -426,11 +449,11 @@ class Port {
   std::string bus_name_;
   MacAddr mac_{};
   int mtu_result_ = 0;
-  uint32_t frame_limit_ = 0;
+  uint32_t frame_limit_ = 0;  ///< device_frame_limit(): 0 when the ethdev MTU holds
   uint16_t asked_mtu_ = 0;  ///< the MTU last asked for (PortConfig::mtu, set_mtu)
   bool rx_intr_enabled_ = false;
-  std::vector<int> rx_intr_fds_;  ///< per RX queue, read once at start
-  bool rx_intr_is_eventfd_ = false;  ///< else a queue descriptor: readable while frames wait  ///< kernel_frame_limit(): 0 when the ethdev MTU holds
+  std::vector<int> rx_intr_fds_;  ///< per RX queue, found once at start
+  bool rx_intr_is_eventfd_ = false;  ///< else a queue descriptor: readable while frames wait
   bool kernel_netdev_ = false;
   bool link_follows_netdev_ = false;  // PMD's link ignores the netdev's carrier
   std::string ifname_;
