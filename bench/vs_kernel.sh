@@ -1,227 +1,410 @@
 #!/usr/bin/env bash
-# droce beside the kernel, on this machine, in one run (issue #13). Prints a table, writes JSON and
-# draws a PNG (latency: droce's perftest beside sockperf over loopback; throughput: ib_write_bw
-# against QPs and 64 KiB beside iperf3).
+# droce beside the Linux kernel on this machine, in one run (issue #13): a table on stdout, JSON and
+# a PNG in bench/out (or --out DIR).
 #
-#   bench/vs_kernel.sh [--link shm|memif] [--quick] [--out DIR]
+#   bench/vs_kernel.sh [--link auto|shm|memif] [--quick] [--out DIR] [--netns] [--no-build]
 #
-# The kernel's figures: sockperf TCP and UDP ping-pong, 64 B (half round trip, as perftest's
-# latency tools report; ib_read_lat reports a whole READ, request and response), and iperf3 TCP, all over 127.0.0.1. droce's: Debian's unmodified perftest
-# between the demo's two droce hosts (scripts/lib/droced-pair.sh; --link picks droce_shm, the
-# default, or net_memif; MTU 9000, path MTU 4096): ib_write_lat, ib_send_lat, ib_read_lat (64 B
-# and 4 KiB), ib_write_bw 64 B with 1, 8 and 64 QPs, ib_write_bw and ib_read_bw 64 KiB. For every
-# bandwidth run, the CPU time of each of the four processes per message; then an idle daemon's
-# CPU. Timing belongs here, never in a test: nothing in this script passes or fails on a number.
-# Nothing leaves this machine (loopback and droce's same-host link only).
+#   --link L    the link between the two droce hosts: shm (droce_shm, droce's own same-host link),
+#               memif (DPDK's net_memif), auto (default): shm if this droced accepts it, else memif
+#   --quick     fewer iterations, for a first look (about 40 s in all; --netns doubles it)
+#   --out DIR   where vs_kernel-DATE.json and .png go (default bench/out)
+#   --netns     (root) also two droced on net_af_packet over a veth pair between two network
+#               namespaces this script makes and removes, beside the kernel's TCP/UDP on that veth
+#   --no-build  use build/release as it is (default: ninja brings it up to date, or sets it up)
+#
+# The kernel: sockperf ping-pong, TCP and UDP, 64 B and 4 KiB, and iperf3 TCP, over 127.0.0.1.
+# droce: Debian's unmodified perftest between two droced on this machine (scripts/lib/droced-pair.sh,
+# MTU 9000): ib_write_lat, ib_send_lat, ib_read_lat at 64 B and 4 KiB; ib_write_bw 64 B with 1, 8
+# and 64 QPs; ib_write_bw and ib_read_bw at 64 KiB. Latencies are half a round trip (sockperf and
+# perftest both report so) except ib_read_lat's, a whole READ. CPU per message: the CPU time of
+# both droced and both perftest processes while the transfer ran, over its messages. Then 5 s of
+# an idle droced. Nothing goes anywhere but 127.0.0.1, droce's same-host link and the namespaces
+# made here; a measurement that fails is reported as failed and the run goes on.
 set -euo pipefail
-cd "$(dirname "$0")/.."
 
-link=shm
-quick=0
-out=bench/out
+link=auto quick=0 out=bench/out netns=0 build=1
 while [ $# -gt 0 ]; do
   case "$1" in
-    --link) link=$2; shift ;;
+    --link) link=${2:?--link needs a value}; shift ;;
     --quick) quick=1 ;;
-    --out) out=$2; shift ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
-    *) echo "vs_kernel.sh: unknown option $1" >&2; exit 2 ;;
+    --out) out=${2:?--out needs a directory}; shift ;;
+    --netns) netns=1 ;;
+    --no-build) build=0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+    *) echo "vs_kernel.sh: unknown option $1 (-h for help)" >&2; exit 2 ;;
   esac
   shift
 done
-case "$link" in shm|memif) ;; *) echo "--link is shm or memif" >&2; exit 2 ;; esac
+case "$link" in auto|shm|memif) ;; *) echo "vs_kernel.sh: --link is auto, shm or memif" >&2; exit 2 ;; esac
+if [ "$netns" = 1 ] && [ "$(id -u)" != 0 ]; then echo "vs_kernel.sh: --netns needs root" >&2; exit 2; fi
+[ "$out" = bench/out ] || out=$(realpath -m "$out")  # the user's --out is relative to where they are
+cd "$(dirname "$0")/.."
 
 # ---- what it needs ----------------------------------------------------------------------------
-scripts/install-deps.sh
+sudo=; [ "$(id -u)" = 0 ] || sudo=sudo
 need=()
-for p in sockperf iperf3 perftest python3-matplotlib time; do
+for p in sockperf iperf3 perftest python3-matplotlib time iproute2; do
   [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" = "install ok installed" ] || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
   echo "vs_kernel.sh: installing ${need[*]}"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  # A fresh image has empty package lists: no candidate until the first update.
+  apt-cache policy "${need[@]}" 2>/dev/null | grep -q 'Candidate: [0-9]' || $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-pabi=$(scripts/fetch-rdma-core-headers.sh --pabi-only 2>/dev/null | tail -1)
-[ -f build/release/build.ninja ] || meson setup build/release -Dbuildtype=release -Dprovider=enabled >/dev/null
-ninja -C build/release apps/droce apps/droced "provider/verbs/libdroce-rdmav$pabi.so" \
-  provider/preload/libdroce-preload.so >/dev/null
+if [ "$build" = 1 ] || [ ! -x build/release/apps/droced ]; then
+  scripts/install-deps.sh
+  pabi=$(scripts/fetch-rdma-core-headers.sh --pabi-only 2>/dev/null | tail -1)
+  [ -f build/release/build.ninja ] || meson setup build/release -Dbuildtype=release -Dprovider=enabled >/dev/null
+  ninja -C build/release apps/droce apps/droced "provider/verbs/libdroce-rdmav$pabi.so" \
+    provider/preload/libdroce-preload.so >/dev/null
+fi
 
-n_lat=20000 n_bw=300000 n_big=30000 secs=5   # n_bw, n_big: multiples of 100 (see below)
-[ "$quick" = 1 ] && { n_lat=3000; n_bw=100000; n_big=10000; secs=2; }
+load=$(cut -d' ' -f1-3 /proc/loadavg)  # before this script adds its own: others' work skews figures
+py=/usr/bin/python3  # the system's, which has python3-matplotlib (not a pyenv or venv one)
+n_lat=20000 n_bw=1000000 n_big=40000 secs=5
+[ "$quick" = 1 ] && { n_lat=3000; n_bw=200000; n_big=10000; secs=2; }
 work=$(mktemp -d /tmp/droce-vs-kernel.XXXXXX)
-results=$work/results.tsv      # kind  name  field  value
-: > "$results"
-bg=()
+results=$work/results.tsv      # section  kind  name  field  value
+: >"$results"
+nsa='' nsb=''
+# Every process this script starts is its child (servers and clients under timeout, which passes
+# the signal on; droced directly, `ip netns exec` execs it): stop those still running, then wait.
 cleanup() {
-  for p in "${bg[@]}"; do kill "$p" 2>/dev/null || true; done
-  droced_pair_stop 2>/dev/null || true
+  local p kids=()
+  for p in $(jobs -p); do
+    [ "$(awk '{print $4}' "/proc/$p/stat" 2>/dev/null)" = $$ ] && kids+=("$p")
+  done
+  for p in "${kids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${kids[@]}"; do wait "$p" 2>/dev/null || true; done
+  [ -z "$nsa" ] || ip netns del "$nsa" 2>/dev/null || true
+  [ -z "$nsb" ] || ip netns del "$nsb" 2>/dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT
-put() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >> "$results"; }
+trap 'exit 130' INT TERM HUP
+put() { printf '%s\t%s\t%s\t%s\t%s\n' "$section" "$1" "$2" "$3" "$4" >>"$results"; }
 
-# ---- the kernel -------------------------------------------------------------------------------
-echo "== the kernel: sockperf ping-pong (64 B) and iperf3 over 127.0.0.1"
-sockperf_pp() {  # sockperf_pp NAME [--tcp]
-  local name=$1 port=$((11000 + RANDOM % 1000)) o; shift
-  sockperf server "$@" -i 127.0.0.1 -p "$port" >/dev/null 2>&1 & bg+=($!)
+# The perftest helper. `parse FILE` prints perftest's result columns by their header names (the
+# gaps between them are spaces and tabs, and vary). `watch ...` samples the CPU of the four
+# processes every 10 ms from the client's result header, printed just before the transfer, to its
+# result line, and keeps the transfer's share: perftest's own message count over its own rate.
+cat >"$work/pt.py" <<'PY'
+import os, re, sys, time
+COLS = ["#bytes", "#iterations", "t_min", "t_max", "t_typical", "t_avg", "t_stdev", "99.9% percentile",
+        "99% percentile", "BW peak", "BW average", "MsgRate"]
+def result(text):
+    m = re.search(r"^(.*#bytes.*)\n\s*(\d+\s+\d+[^\n]*)\n", text, re.M)
+    if not m:
+        return None
+    names = [c for _, c in sorted((m.group(1).find(c), c) for c in COLS if c in m.group(1))]
+    vals = m.group(2).split()
+    return dict(zip(names, vals)) if len(vals) >= len(names) else None
+def children():
+    kids = {}
+    for d in os.listdir("/proc"):
+        try:
+            f = open(f"/proc/{d}/stat").read()
+            kids.setdefault(int(f[f.rindex(")") + 2:].split()[1]), []).append((int(d), f[f.index("(") + 1:f.rindex(")")]))
+        except (OSError, ValueError):
+            pass
+    return kids
+def find(root, comm):
+    kids, todo = children(), [root]
+    while todo:
+        for pid, c in kids.get(todo.pop(), []):
+            if c == comm[:15]:
+                return pid
+            todo.append(pid)
+def cpu_ns(pid):
+    try:
+        return sum(int(open(f"/proc/{pid}/task/{t}/schedstat").read().split()[0]) for t in os.listdir(f"/proc/{pid}/task"))
+    except (OSError, TypeError):
+        return None
+if sys.argv[1] == "parse":
+    r = result(open(sys.argv[2], errors="replace").read())
+    short = {"#iterations": "iters", "t_min": "min", "t_typical": "typical", "99% percentile": "p99",
+             "99.9% percentile": "p999", "BW average": "gbps", "MsgRate": "mpps"}
+    for k, v in (r or {}).items():
+        if k in short:
+            print(short[k], v)
+    sys.exit(0 if r else 1)
+out, tool, da, db, sroot, croot = sys.argv[2], sys.argv[3], *map(int, sys.argv[4:8])
+samples, sp, cp, t_hdr, r = [], None, None, None, None
+deadline = time.monotonic() + 70
+while time.monotonic() < deadline and r is None:
+    sp, cp = sp or find(sroot, tool), cp or find(croot, tool)
+    text = open(out, errors="replace").read()
+    samples.append([time.monotonic()] + [cpu_ns(p) for p in (da, db, sp, cp)])
+    if t_hdr is None and "#bytes" in text:
+        t_hdr = samples[-1][0]
+    r = result(text)
+    try:  # a client that exited stays a zombie until the shell reaps it
+        if open(f"/proc/{croot}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
+            break
+    except OSError:
+        break
+    time.sleep(0.01)
+if r and t_hdr and float(r.get("MsgRate", 0)) > 0:
+    # After the transfer perftest spins ~0.2 s calibrating its clock (get_cpu_mhz) before it
+    # prints the result: not the messages' cost.
+    span = int(r["#iterations"]) / float(r["MsgRate"]) / 1e6
+    def at(i, t):  # process i's CPU at time t, between the samples around it
+        pts = [(s[0], s[i]) for s in samples if s[i] is not None]
+        for (t0, c0), (t1, c1) in zip(pts, pts[1:]):
+            if t0 <= t <= t1:
+                return c0 + (c1 - c0) * (t - t0) / (t1 - t0) if t1 > t0 else c0
+    print("transfer_s", f"{span:.3f}")
+    for i, n in enumerate(["cpu_droced_a", "cpu_droced_b", "cpu_perftest_server", "cpu_perftest_client"], 1):
+        a, b = at(i, t_hdr), at(i, t_hdr + span)
+        if a is not None and b is not None:
+            print(n, round(b - a))
+PY
+
+# ---- the kernel: sockperf and iperf3 ----------------------------------------------------------
+# srv_ns / cli_ns: a command prefix that puts server and client in their namespaces (none here).
+srv_ns=() cli_ns=() srv_ip=127.0.0.1
+sockperf_pp() {  # sockperf_pp NAME SIZE [--tcp]
+  local name=$1 size=$2 port=$((11000 + RANDOM % 1000)) o sv; shift 2
+  "${srv_ns[@]}" timeout 120 sockperf server "$@" -i "$srv_ip" -p "$port" >/dev/null 2>&1 & sv=$!
   sleep 0.5
-  if o=$(timeout 60 sockperf ping-pong "$@" -i 127.0.0.1 -p "$port" -m 64 -t "$secs" 2>&1); then
+  if o=$("${cli_ns[@]}" timeout 60 sockperf ping-pong "$@" -i "$srv_ip" -p "$port" -m "$size" -t "$secs" 2>&1) &&
+     grep -q 'percentile 99.000' <<<"$o"; then
     put lat "$name" typical "$(sed -n 's/.*percentile 50.000 = *\([0-9.]*\).*/\1/p' <<<"$o")"
     put lat "$name" p99 "$(sed -n 's/.*percentile 99.000 = *\([0-9.]*\).*/\1/p' <<<"$o")"
     put lat "$name" min "$(sed -n 's/.*<MIN> observation = *\([0-9.]*\).*/\1/p' <<<"$o")"
   else
-    put lat "$name" failed 1
+    put lat "$name" failed 1; echo "  $name: failed"; tail -3 <<<"$o" | sed 's/^/    /'
   fi
-  kill "${bg[-1]}" 2>/dev/null || true
+  kill "$sv" 2>/dev/null || true; wait "$sv" 2>/dev/null || true
 }
-sockperf_pp "kernel TCP 64 B" --tcp
-sockperf_pp "kernel UDP 64 B"
-iperf3 -s -B 127.0.0.1 -p 15201 -1 >/dev/null 2>&1 & bg+=($!)
-sleep 0.5
-if o=$(timeout 60 iperf3 -c 127.0.0.1 -p 15201 -t "$secs" -J 2>/dev/null); then
-  put bw "kernel TCP (iperf3)" gbps "$(python3 -c 'import json,sys; print(round(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e9, 2))' <<<"$o")"
-else
-  put bw "kernel TCP (iperf3)" failed 1
-fi
+kernel_section() {
+  echo "== $section: sockperf ping-pong and iperf3 to $srv_ip"
+  sockperf_pp "TCP ping-pong 64 B (sockperf)" 64 --tcp
+  sockperf_pp "TCP ping-pong 4 KiB" 4096 --tcp
+  sockperf_pp "UDP ping-pong 64 B" 64
+  sockperf_pp "UDP ping-pong 4 KiB" 4096
+  local o sv port=$((15200 + RANDOM % 500))
+  "${srv_ns[@]}" timeout 120 iperf3 -s -1 -B "$srv_ip" -p "$port" >/dev/null 2>&1 & sv=$!
+  sleep 0.5
+  if o=$("${cli_ns[@]}" timeout 60 iperf3 -c "$srv_ip" -p "$port" -t "$secs" -J 2>/dev/null); then
+    put bw "TCP stream (iperf3)" gbps "$($py -c 'import json,sys; print(round(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e9, 2))' <<<"$o")"
+  else
+    put bw "TCP stream (iperf3)" failed 1; echo "  iperf3: failed"
+  fi
+  kill "$sv" 2>/dev/null || true; wait "$sv" 2>/dev/null || true
+}
+section="kernel loopback"
+kernel_section
 
-# ---- droce ------------------------------------------------------------------------------------
-. scripts/lib/droced-pair.sh
-export DROCE_PAIR_LINK=$link
-echo "== droce: two droce hosts on this machine over $link (MTU 9000), Debian's perftest"
-droced_pair_start build/release/apps "$work/hosts" --mtu 9000 >/dev/null
-run_on() { local h=$1; shift; build/release/apps/droce exec --run-dir "$work/hosts/$h" -- "$@"; }
-# A process's CPU time in ns, every thread's (schedstat: ns, where /proc/PID/stat counts ticks).
-cpu_of() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f", s}'; }
-
-# perftest NAME KIND TOOL ARGS...: server on host A, client on host B (perftest's own TCP
-# exchange over loopback), the client's result line kept; for bandwidth, every process's CPU.
-perftest() {
-  local name=$1 kind=$2 tool=$3; shift 3
-  local a0 b0 sv cl line
-  a0=$(cpu_of "$DROCE_A_PID"); b0=$(cpu_of "$DROCE_B_PID")
-  /usr/bin/time -f '%U %S' -o "$work/server.time" \
-    build/release/apps/droce exec --run-dir "$work/hosts/a" -- "$tool" -d droce0 -x 1 "$@" >"$work/server.out" 2>&1 &
-  sv=$!
-  sleep 0.7
-  if ! /usr/bin/time -f '%U %S' -o "$work/client.time" timeout 120 \
-      build/release/apps/droce exec --run-dir "$work/hosts/b" -- "$tool" -d droce0 -x 1 "$@" 127.0.0.1 >"$work/client.out" 2>&1; then
-    kill "$sv" 2>/dev/null || true
-    wait "$sv" 2>/dev/null || true
+# ---- droce: perftest between two droced -------------------------------------------------------
+# exec_a / exec_b run a verbs program on host A / B; dpid_a / dpid_b are the two droced.
+exec_a=() exec_b=() dpid_a='' dpid_b=''
+perftest() {  # perftest KIND NAME TOOL ARGS...: server on host A, client on host B
+  local kind=$1 name=$2 tool=$3 sv cl rc_s=0 rc_c=0 f v; shift 3
+  local cmd=(stdbuf -oL "$tool" -d droce0 -x 1 "$@")  # line-buffered: the watcher sees the header
+  timeout 60 "${exec_a[@]}" "${cmd[@]}" >"$work/server.out" 2>&1 & sv=$!
+  for _ in $(seq 200); do grep -q 'Waiting for client' "$work/server.out" && break; sleep 0.05; done
+  timeout 60 "${exec_b[@]}" "${cmd[@]}" "$srv_ip" >"$work/client.out" 2>&1 & cl=$!
+  : >"$work/cpu.txt"
+  if [ "$kind" = bw ]; then
+    $py "$work/pt.py" watch "$work/client.out" "$tool" "$dpid_a" "$dpid_b" "$sv" "$cl" >"$work/cpu.txt" || true
+  fi
+  wait "$cl" || rc_c=$?
+  [ $rc_c = 0 ] || kill "$sv" 2>/dev/null || true  # a server with no client would wait out its timeout
+  wait "$sv" || rc_s=$?
+  if [ $rc_c != 0 ] || ! $py "$work/pt.py" parse "$work/client.out" >"$work/fields.txt"; then
     put "$kind" "$name" failed 1
-    echo "  $name: failed (see below)"; tail -3 "$work/client.out" | sed 's/^/    /'
+    echo "  $name: failed (client exit $rc_c, server exit $rc_s):"; tail -3 "$work/client.out" | sed 's/^/    /'
     return 0
   fi
-  wait "$sv" || true
-  line=$(grep -E '^ *[0-9]+ +[0-9]+ ' "$work/client.out" | tail -1)
-  if [ "$kind" = lat ]; then
-    # #bytes #iterations t_min t_max t_typical t_avg t_stdev p99 p99.9
-    read -r _ _ mn _ typ _ _ p99 _ <<<"$line"
-    put lat "$name" typical "$typ"; put lat "$name" p99 "$p99"; put lat "$name" min "$mn"
-  else
-    # #bytes #iterations BW-peak BW-avg MsgRate(Mpps), BW in MB/s
-    local bytes iters avg mpps msgs
-    read -r bytes iters _ avg mpps <<<"$line"
-    put bw "$name" mpps "$mpps"; put bw "$name" gbps "$(awk -v a="$avg" 'BEGIN{printf "%.2f", a*8/1000}')"
-    msgs=$iters
-    local a1 b1 s c
-    a1=$(cpu_of "$DROCE_A_PID"); b1=$(cpu_of "$DROCE_B_PID")
-    # time(1) adds a "Command exited with non-zero status" line before its figures when so.
-    s=$(tail -1 "$work/server.time" | awk '{printf "%.0f", ($1+$2)*1e6}')
-    c=$(tail -1 "$work/client.time" | awk '{printf "%.0f", ($1+$2)*1e6}')
-    put bw "$name" us_per_msg_droced_a "$(awk -v d=$((a1 - a0)) -v n="$msgs" 'BEGIN{printf "%.3f", d/1e3/n}')"
-    put bw "$name" us_per_msg_droced_b "$(awk -v d=$((b1 - b0)) -v n="$msgs" 'BEGIN{printf "%.3f", d/1e3/n}')"
-    put bw "$name" us_per_msg_perftest_server "$(awk -v d="$s" -v n="$msgs" 'BEGIN{printf "%.3f", d/n}')"
-    put bw "$name" us_per_msg_perftest_client "$(awk -v d="$c" -v n="$msgs" 'BEGIN{printf "%.3f", d/n}')"
-  fi
-  echo "  $name: $line"
+  while read -r f v; do put "$kind" "$name" "$f" "$v"; done < <(cat "$work/fields.txt" "$work/cpu.txt")
+  echo "  $name: $(tr '\n' ' ' <"$work/fields.txt")"
 }
-perftest "ib_write_lat 64 B" lat ib_write_lat -s 64 -n "$n_lat"
-perftest "ib_write_lat 4 KiB" lat ib_write_lat -s 4096 -n "$n_lat"
-perftest "ib_send_lat 64 B" lat ib_send_lat -s 64 -n "$n_lat"
-perftest "ib_send_lat 4 KiB" lat ib_send_lat -s 4096 -n "$n_lat"
-perftest "ib_read_lat 64 B (whole READ)" lat ib_read_lat -s 64 -n "$n_lat"
-perftest "ib_read_lat 4 KiB (whole READ)" lat ib_read_lat -s 4096 -n "$n_lat"
-# Iterations per QP a multiple of perftest's CQ moderation (100): otherwise its completion count
-# overshoots (each QP's last completion counts 100) and, when QPs finish unevenly, it stops
-# polling while some QPs still wait for completions (seen with -q 64 -n 1562: a stall).
-for q in 1 8 64; do
-  perftest "ib_write_bw 64 B, $q QP" bw ib_write_bw -s 64 -q "$q" -n $(( (n_bw / q + 99) / 100 * 100 ))
-done
-perftest "ib_write_bw 64 KiB" bw ib_write_bw -s 65536 -n "$n_big"
-perftest "ib_read_bw 64 KiB" bw ib_read_bw -s 65536 -n "$n_big"
+droce_section() {
+  echo "== $section: perftest, server on host A, client on host B"
+  perftest lat "ib_write_lat 64 B" ib_write_lat -s 64 -n "$n_lat"
+  perftest lat "ib_write_lat 4 KiB" ib_write_lat -s 4096 -n "$n_lat"
+  perftest lat "ib_send_lat 64 B" ib_send_lat -s 64 -n "$n_lat"
+  perftest lat "ib_send_lat 4 KiB" ib_send_lat -s 4096 -n "$n_lat"
+  perftest lat "ib_read_lat 64 B (a whole READ)" ib_read_lat -s 64 -n "$n_lat"
+  perftest lat "ib_read_lat 4 KiB (a whole READ)" ib_read_lat -s 4096 -n "$n_lat"
+  # -n is per QP and must be a multiple of perftest's CQ moderation (100): otherwise each QP's
+  # last completion counts 100, perftest reaches its total while some QPs still wait, and stops
+  # polling them (seen with -q 64 -n 1562: a stall until the timeout).
+  # -N: no peak bandwidth, which perftest computes in time quadratic in the iterations when each
+  # QP has at most 20000 of them (2 s of a spinning client after 64 QPs' 0.3 s transfer).
+  local q
+  for q in 1 8 64; do
+    perftest bw "ib_write_bw 64 B, $q QP" ib_write_bw -s 64 -q "$q" -N --report_gbits -n $(((n_bw / q + 99) / 100 * 100))
+  done
+  perftest bw "ib_write_bw 64 KiB" ib_write_bw -s 65536 -N --report_gbits -n "$n_big"
+  perftest bw "ib_read_bw 64 KiB" ib_read_bw -s 65536 -N --report_gbits -n "$n_big"
+}
+cpu_of() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f", s}'; }
 
-echo "== an idle droced (10 s)"
-a0=$(cpu_of "$DROCE_A_PID"); b0=$(cpu_of "$DROCE_B_PID")
-sleep 10
-a1=$(cpu_of "$DROCE_A_PID"); b1=$(cpu_of "$DROCE_B_PID")
-put idle "droced A" cpu_percent "$(awk -v d=$((a1 - a0)) 'BEGIN{printf "%.3f", d/1e9*100/10}')"
-put idle "droced B" cpu_percent "$(awk -v d=$((b1 - b0)) 'BEGIN{printf "%.3f", d/1e9*100/10}')"
-modes=$(build/release/apps/droce cores --socket "$DROCE_A_SOCK" | awk 'NR == 2 {print $3}')
+. scripts/lib/droced-pair.sh
+start_pair() { DROCE_PAIR_LINK=$1 droced_pair_start build/release/apps "$work/hosts" --mtu 9000 >/dev/null 2>"$work/pair.err"; }
+if [ "$link" = auto ]; then
+  if start_pair shm; then link=shm why="droced accepts droce_shm"
+  else droced_pair_stop; link=memif why="droced refused droce_shm: $(grep -m1 -i 'error\|unknown\|cannot' "$work/pair.err" || echo '?')"
+    start_pair memif
+  fi
+else
+  why="--link $link"; start_pair "$link"
+fi || { cat "$work/pair.err" >&2; exit 1; }
+echo "== link between the droce hosts: $link ($why)"
+section="droce $link"
+exec_a=(build/release/apps/droce exec --run-dir "$work/hosts/a" --)
+exec_b=(build/release/apps/droce exec --run-dir "$work/hosts/b" --)
+dpid_a=$DROCE_A_PID dpid_b=$DROCE_B_PID
+droce_section
+
+echo "== an idle droced (5 s)"
+a0=$(cpu_of "$dpid_a") b0=$(cpu_of "$dpid_b")
+sleep 5
+a1=$(cpu_of "$dpid_a") b1=$(cpu_of "$dpid_b")
+put idle "droced A" cpu_percent "$(awk -v d=$((a1 - a0)) 'BEGIN {printf "%.3f", d / 1e9 * 100 / 5}')"
+put idle "droced B" cpu_percent "$(awk -v d=$((b1 - b0)) 'BEGIN {printf "%.3f", d / 1e9 * 100 / 5}')"
+mode=$(build/release/apps/droce cores --socket "$DROCE_A_SOCK" | awk 'NR == 2 {print $3}') || mode=unknown
 droced_pair_stop
 
-# ---- report -----------------------------------------------------------------------------------
+# ---- optional: two network namespaces on a veth pair ------------------------------------------
+# The same runs over net_af_packet, droce's path to a real NIC shared with the kernel, and the
+# kernel's own TCP/UDP over the same veth. 10.79.0.1 and .2 exist only in these namespaces.
+netns_up() {
+  local side ns dev ip
+  nsa=droce-vsk-a-$$ nsb=droce-vsk-b-$$
+  ip netns add "$nsa" && ip netns add "$nsb" || return 1
+  ip link add va netns "$nsa" type veth peer name vb netns "$nsb" || return 1
+  for side in a b; do
+    if [ $side = a ]; then ns=$nsa dev=va ip=10.79.0.1; else ns=$nsb dev=vb ip=10.79.0.2; fi
+    ip -n "$ns" link set lo up && ip -n "$ns" link set "$dev" mtu 9000 && ip -n "$ns" addr add "$ip/24" dev "$dev" &&
+      ip -n "$ns" link set "$dev" up || return 1
+    ip netns exec "$ns" build/release/apps/droced --run-dir "$work/ns$side" --port "net_af_packet_$side$$,iface=$dev" \
+      --address "$ip" --memory 256 --mbufs 8192 >"$work/ns$side.log" 2>&1 &
+    if [ $side = a ]; then dpid_a=$!; else dpid_b=$!; fi
+    for _ in $(seq 400); do [ -S "$work/ns$side/droce0.sock" ] && break; kill -0 $! || break; sleep 0.05; done
+    [ -S "$work/ns$side/droce0.sock" ] || { tail -5 "$work/ns$side.log" >&2; return 1; }
+  done
+}
+if [ "$netns" = 1 ]; then
+  srv_ns=(ip netns exec "droce-vsk-a-$$") cli_ns=(ip netns exec "droce-vsk-b-$$") srv_ip=10.79.0.1
+  section="droce af_packet veth (netns)" dpid_a='' dpid_b=''
+  if netns_up; then
+    section="kernel veth (netns)"
+    kernel_section
+    section="droce af_packet veth (netns)"
+    exec_a=("${srv_ns[@]}" build/release/apps/droce exec --run-dir "$work/nsa" --)
+    exec_b=("${cli_ns[@]}" build/release/apps/droce exec --run-dir "$work/nsb" --)
+    droce_section
+  else
+    put lat "network namespaces" failed 1; echo "== --netns: could not set up the namespaces or droced"
+  fi
+  for p in $dpid_a $dpid_b; do kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  ip netns del "$nsa" 2>/dev/null || true; ip netns del "$nsb" 2>/dev/null || true; nsa='' nsb=''
+fi
+
+# ---- report: table, JSON, PNG -----------------------------------------------------------------
 mkdir -p "$out"
-stamp=$(date -u +%Y%m%dT%H%M%SZ)
+base=$out/vs_kernel-$(date +%Y%m%d-%H%M%S)
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-/usr/bin/python3 - "$results" "$out/vs_kernel-$stamp" "$link" "$commit" "$modes" <<'PY'
-import json, os, platform, sys
-path, base, link, commit, mode = sys.argv[1:6]
-rows = {}
+git diff --quiet HEAD 2>/dev/null || commit="$commit (with uncommitted changes)"
+versions=$(dpkg-query -W -f='${Package} ${Version}, ' sockperf iperf3 perftest 2>/dev/null || true)
+$py - "$results" "$base" "$link" "$commit" "$mode" "$quick" "${versions%, }" "$load" \
+  "$(date -u -r build/release/apps/droced +%Y-%m-%dT%H:%M:%SZ)" <<'PY'
+import json, os, platform, sys, time
+path, base, link, commit, mode, quick, versions, load, built = sys.argv[1:10]
+res = {}
 for line in open(path):
-    kind, name, field, value = line.rstrip("\n").split("\t")
-    r = rows.setdefault(name, {"kind": kind})
+    sec, kind, name, field, value = line.rstrip("\n").split("\t")
+    r = res.setdefault(sec, {}).setdefault(name, {"kind": kind})
     try:
         r[field] = float(value)
     except ValueError:
         r[field] = None
+who = ["droced_a", "droced_b", "perftest_server", "perftest_client"]
+for rows in res.values():  # the watcher's CPU ns over the transfer, per message
+    for r in rows.values():
+        for k in who:
+            if r.get("cpu_" + k) is not None and r.get("iters"):
+                r["cpu_us_per_msg_" + k] = round(r.pop("cpu_" + k) / 1e3 / r["iters"], 4)
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-machine = {"cpus": os.cpu_count(), "cpu": cpu, "kernel": platform.release(), "droce": commit,
-           "link": link, "droced_mode": mode}
-json.dump({"machine": machine, "results": rows}, open(base + ".json", "w"), indent=1)
+machine = {"nproc": os.cpu_count(), "cpu": cpu, "kernel": platform.release(), "droce_commit": commit, "droced_built": built,
+           "link": link, "droced_mode": mode, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+           "quick": quick == "1", "tools": versions, "loadavg_before": load}
+json.dump({"machine": machine, "results": res}, open(base + ".json", "w"), indent=1)
 
 def f(r, k, fmt="{:.2f}"):
-    v = r.get(k)
-    return "-" if v is None else fmt.format(v)
-print(f"\n{cpu}, {machine['cpus']} CPUs, kernel {machine['kernel']}, droce {commit} over {link} "
-      f"(droced in {mode} mode)\n")
-print(f"{'latency (half round trip, us)':34} {'typical':>8} {'p99':>8} {'min':>8}")
-for n, r in rows.items():
-    if r["kind"] == "lat":
-        print(f"{n:34} {f(r, 'typical'):>8} {f(r, 'p99'):>8} {f(r, 'min'):>8}" + ("  FAILED" if "failed" in r else ""))
-print(f"\n{'throughput':34} {'M msg/s':>8} {'Gbit/s':>8}   CPU us per message: droced A, B, perftest server, client")
-for n, r in rows.items():
-    if r["kind"] == "bw":
-        cpu_cols = ", ".join(f(r, k, "{:.3f}") for k in ("us_per_msg_droced_a", "us_per_msg_droced_b",
-                                                          "us_per_msg_perftest_server", "us_per_msg_perftest_client"))
-        print(f"{n:34} {f(r, 'mpps', '{:.3f}'):>8} {f(r, 'gbps'):>8}   " +
-              ("FAILED" if "failed" in r else (cpu_cols if "mpps" in r else "")))
-for n, r in rows.items():
-    if r["kind"] == "idle":
-        print(f"idle {n}: {f(r, 'cpu_percent')} % of a CPU")
+    return "failed" if "failed" in r else ("-" if r.get(k) is None else fmt.format(r[k]))
+print(f"\n{cpu}, {machine['nproc']} CPUs, kernel {machine['kernel']}; droce {commit} (droced built {built}), {mode} mode")
+busy = float(load.split()[0]) > 0.75 * os.cpu_count()
+print(f"load average before the run: {load}" + (" (others were using the CPUs: expect skewed figures)" if busy else ""))
+w = max([30] + [len(s) + len(n) + 2 for s, rows in res.items() for n in rows])
+print(f"\n{'latency, us (half round trip)':{w}} {'typical':>8} {'p99':>8} {'min':>8}")
+for s, rows in res.items():
+    for n, r in rows.items():
+        if r["kind"] == "lat":
+            print(f"{s + ': ' + n:{w}} {f(r, 'typical'):>8} {f(r, 'p99'):>8} {f(r, 'min'):>8}")
+print(f"\n{'throughput':{w}} {'Mmsg/s':>8} {'Gbit/s':>8}   CPU us/msg: droced A + B + perftest server + client = total")
+for s, rows in res.items():
+    for n, r in rows.items():
+        if r["kind"] == "bw":
+            c = [r.get("cpu_us_per_msg_" + k) for k in who]
+            cs = "" if None in c or "failed" in r else " + ".join(f"{x:.3f}" for x in c) + f" = {sum(c):.3f}"
+            print(f"{s + ': ' + n:{w}} {f(r, 'mpps', '{:.3f}'):>8} {f(r, 'gbps'):>8}   {cs}")
+for s, rows in res.items():
+    for n, r in rows.items():
+        if r["kind"] == "idle":
+            print(f"idle {n} ({s}): {f(r, 'cpu_percent', '{:.2f}')} % of one CPU")
 
-import matplotlib
+print(f"\nJSON: {base}.json")
+try:
+    import matplotlib
+except ImportError:
+    print("PNG:  not drawn: no matplotlib in /usr/bin/python3 (apt-get install python3-matplotlib)")
+    sys.exit(0)
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 5))
-lat = [(n, r) for n, r in rows.items() if r["kind"] == "lat" and "typical" in r]
-xs = range(len(lat))
-a1.bar([x - 0.2 for x in xs], [r["typical"] for _, r in lat], 0.4, label="typical (median)")
-a1.bar([x + 0.2 for x in xs], [r.get("p99") or 0 for _, r in lat], 0.4, label="99th percentile")
-a1.set_xticks(list(xs))
-a1.set_xticklabels([n.replace(" B", "B").replace(" KiB", "K") for n, _ in lat], rotation=35, ha="right", fontsize=8)
-a1.set_ylabel("microseconds (half round trip)")
-a1.set_title("latency: droce (perftest) beside the kernel (sockperf)")
-a1.legend()
-bws = [(n, r) for n, r in rows.items() if r["kind"] == "bw" and r.get("gbps") is not None]
-a2.barh([n for n, _ in bws], [r["gbps"] for _, r in bws], color=["tab:gray" if n.startswith("kernel") else "tab:blue" for n, _ in bws])
-for i, (n, r) in enumerate(bws):
-    if r.get("mpps"):
-        a2.text(r["gbps"], i, f" {r['mpps']:.2f} M msg/s", va="center", fontsize=8)
-a2.set_xlabel("Gbit/s")
-a2.set_title("throughput: droce (ib_write/read_bw) beside iperf3")
-fig.suptitle(f"droce {commit} over {link} vs the kernel: {cpu}, {machine['cpus']} CPUs, {machine['kernel']}", fontsize=9)
+import matplotlib.pyplot as plt, matplotlib.ticker
+from matplotlib.patches import Patch
+fig = plt.figure(figsize=(15, 6))
+ax, aq, ab = (fig.add_subplot(g) for g in fig.add_gridspec(1, 3, width_ratios=[2.4, 1, 1]))
+colour = lambda s: "tab:gray" if s.startswith("kernel loop") else "silver" if s.startswith("kernel") else \
+    "tab:blue" if "netns" not in s else "tab:orange"
+short = lambda s, n: ("kernel " if s.startswith("kernel") else "droce ") + ("veth " if "netns" in s else "") + \
+    n.replace(" (sockperf)", "").replace(" (a whole READ)", "*").replace("ping-pong ", "")
+lat = [(s, n, r) for s, rows in res.items() for n, r in rows.items() if r["kind"] == "lat" and r.get("typical")]
+x = range(len(lat))
+ax.bar(x, [r["typical"] for *_, r in lat], 0.7, color=[colour(s) for s, *_ in lat])
+ax.scatter(x, [r.get("p99") or 0 for *_, r in lat], marker="_", s=250, color="black", zorder=3)
+for i, (*_, r) in enumerate(lat):
+    ax.text(i, r["typical"], f"{r['typical']:.0f}", ha="center", va="bottom", fontsize=7)
+ax.set_xticks(list(x), [short(s, n) for s, n, _ in lat], rotation=40, ha="right", fontsize=8)
+ax.set_yscale("log")  # a p99 can be a hundred times the typical
+# Bars start at 1 us, so their heights compare; the room above the tallest p99 is the legend's.
+ax.set_ylim(1, 8 * max([r.get("p99") or 0 for *_, r in lat] + [r["typical"] for *_, r in lat] + [10]))
+ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+ax.set_ylabel("microseconds (log), half round trip (* ib_read_lat: whole READ)")
+ax.set_title("latency: bar typical (median), black line p99")
+ax.legend(handles=[Patch(color=colour(s), label=s) for s in res if any(r.get("typical") for r in res[s].values())], fontsize=8, ncol=2, loc="upper left")
+for s, rows in res.items():
+    pts = [(int(n.split(", ")[1].split()[0]), r["mpps"]) for n, r in rows.items() if n.startswith("ib_write_bw 64 B") and r.get("mpps")]
+    if pts:
+        aq.plot(*zip(*pts), marker="o", color=colour(s), label=s)
+        for q, m in pts:
+            aq.annotate(f"{m:.2f}", (q, m), textcoords="offset points", xytext=(0, 5), ha="center", fontsize=7)
+aq.set_xscale("log", base=2); aq.set_xticks([1, 8, 64], ["1", "8", "64"]); aq.set_ylim(bottom=0)
+aq.set_xlabel("QPs"); aq.set_ylabel("million messages/s"); aq.set_title("ib_write_bw 64 B: message rate")
+aq.legend(fontsize=7) if aq.lines else None
+bw = [(s, n, r) for s, rows in res.items() for n, r in rows.items() if r["kind"] == "bw" and "64 B" not in n and r.get("gbps")]
+ab.barh(range(len(bw)), [r["gbps"] for *_, r in bw], color=[colour(s) for s, *_ in bw])
+ab.set_yticks(range(len(bw)), [short(s, n).replace(" (iperf3)", "\n(iperf3)") for s, n, _ in bw], fontsize=8)
+for i, (*_, r) in enumerate(bw):
+    ab.text(r["gbps"], i, f" {r['gbps']:.1f}", va="center", fontsize=7)
+ab.invert_yaxis(); ab.set_xlabel("Gbit/s"); ab.set_title("64 KiB bandwidth vs iperf3")
+fig.suptitle(f"droce {commit} over {link} vs the Linux kernel: {cpu}, {machine['nproc']} CPUs, kernel {machine['kernel']}", fontsize=9)
 fig.tight_layout()
-fig.savefig(base + ".png", dpi=110)
-print(f"\nJSON: {base}.json\nPNG:  {base}.png")
+fig.savefig(base + ".png", dpi=100)
+print(f"PNG:  {base}.png")
 PY
