@@ -110,20 +110,11 @@ ibv_cq_ex* droce_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   CqUnion* u = create_cq_common(context, static_cast<int>(attr->cqe), attr->channel,
                                 static_cast<int>(attr->comp_vector), true);
   if (u == nullptr) return nullptr;
-  // What libibverbs' verbs_init_cq() does for ibv_create_cq(); the extended
-  // path leaves it to the provider.
-  ibv_cq& cq = u->cq;
-  cq.channel = attr->channel;
-  if (cq.channel != nullptr) {
-    pthread_mutex_lock(&context->mutex);
-    ++cq.channel->refcnt;
-    pthread_mutex_unlock(&context->mutex);
-  }
-  cq.cq_context = attr->cq_context;
-  cq.comp_events_completed = 0;
-  cq.async_events_completed = 0;
-  pthread_mutex_init(&cq.mutex, nullptr);
-  pthread_cond_init(&cq.cond, nullptr);
+  // libibverbs' ibv_create_cq_ex() wrapper (__lib_ibv_create_cq_ex) runs
+  // verbs_init_cq() on what this returns, as ibv_create_cq() does: it sets
+  // the context, channel and cq_context and takes the channel's reference.
+  // Taking it here too counted the channel twice, and ibv_destroy_comp_channel()
+  // failed with EBUSY after every CQ was gone (UCX warned at each teardown).
   fill_cq_ex_ops(&u->cq_ex);
   return &u->cq_ex;
 }

@@ -596,6 +596,17 @@ void channels_and_events(Dev& a, Dev& b) {
   ibv_destroy_qp(aq);
   ibv_destroy_qp(bq);
   check(ibv_destroy_cq(bcq) == 0, "destroy_cq once its events are acknowledged");
+  // An extended CQ holds the channel once, as ibv_create_cq's does (UCX makes
+  // its CQs this way and destroys the channel after them).
+  ibv_cq_init_attr_ex xa{};
+  xa.cqe = 8;
+  xa.channel = ch;
+  xa.cq_context = &tag;
+  ibv_cq_ex* xcq = ibv_create_cq_ex(b.ctx, &xa);
+  check(xcq != nullptr && ch->refcnt == 1 && ibv_cq_ex_to_cq(xcq)->cq_context == &tag,
+        "create_cq_ex with the channel: one reference, the CQ's context");
+  check(xcq != nullptr && ibv_destroy_cq(ibv_cq_ex_to_cq(xcq)) == 0 && ch->refcnt == 0,
+        "destroy_cq of the extended CQ gives the reference back");
   check(ibv_destroy_comp_channel(ch) == 0, "destroy_comp_channel: 0");
   ibv_destroy_cq(acq);
 
