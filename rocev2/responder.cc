@@ -554,6 +554,7 @@ void Engine::responder_ud_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m) {
   c.qp_num = q->qpn;
   c.src_qp = p.hdr.ext.deth.src_qp;
   c.wc_flags = kWcGrh;
+  c.sl = roce_rx_packet_type(p.hdr.l3.version == 6);
   if (p.info->immediate()) {
     c.wc_flags |= kWcWithImm;
     c.imm_data = p.hdr.ext.imm.imm;

@@ -238,6 +238,14 @@ struct RecvWr {
   Sge sg_list[kMaxSge];
 };
 
+/// A UD receive's ibv_wc.sl on RoCE. The frame carries no SL, so the field is
+/// free, and droce fills it as mlx5 NICs do (their CQE's 4 bits there): bit 3
+/// says the frame had a UDP header (RoCE v2), bits 2:0 the L3 header (1 IPv6,
+/// 2 IPv4). UCX's ud_verbs reads it to know where the destination address sits
+/// in the 40-byte GRH area, and drops every datagram when it reads 0 (taken as
+/// IPv6) for an IPv4 frame; the kernel's rxe leaves 0 there.
+constexpr uint8_t roce_rx_packet_type(bool ipv6) { return 0x8 | (ipv6 ? 0x1 : 0x2); }
+
 /// ibv_wc: every field verbs programs read.
 struct Completion {
   uint64_t wr_id = 0;

@@ -1453,6 +1453,9 @@ TEST_F(UdTest, ReceiveStartsWithTheGrhArea) {
     ASSERT_EQ(wc.size(), 1u);
     EXPECT_EQ(wc[0].byte_len, 40u + 64);
     EXPECT_TRUE(wc[0].wc_flags & kWcGrh);
+    // And sl says which (as mlx5 NICs report it, which UCX's ud_verbs reads):
+    // RoCE v2 (bit 3) over IPv6 (1) or IPv4 (2).
+    EXPECT_EQ(wc[0].sl, v6 ? 0x9 : 0xA);
     EXPECT_EQ(slice(rbuf->bytes, 40 - ip_len, ip_len), ip);
     EXPECT_EQ(slice(rbuf->bytes, 40, 64), data);
   }
