@@ -37,10 +37,25 @@ const char* usage() {
          "  --log-level LEVEL    droce log level (error, warning, info, debug)\n"
          "  --sysfs-root DIR     the device tree for libibverbs (<run-dir>/sys; none: no tree)\n"
          "  --dev-node yes|no    as root, make /dev/infiniband/uverbs_<name> if missing (yes)\n"
+         "  --drop-rate PERCENT  discard this share of received frames, as a lossy link\n"
+         "                       would (tests, labs): 1 or 1% is one frame in a hundred (0)\n"
+         "  --drop-seed N        seed of the --drop-rate draw, for a repeatable run (1)\n"
          "  --config FILE        read the same keys from FILE (key = value)\n";
 }
 
 namespace {
+
+// "1", "0.5", "1%": a percentage 0..100 as parts per million.
+bool parse_percent_ppm(const std::string& v, uint32_t* out) {
+  char* end = nullptr;
+  errno = 0;
+  const double x = std::strtod(v.c_str(), &end);
+  if (errno != 0 || end == v.c_str() || !(x >= 0.0 && x <= 100.0)) return false;
+  if (*end == '%') ++end;
+  if (*end != '\0') return false;
+  *out = static_cast<uint32_t>(x * 10000.0 + 0.5);
+  return true;
+}
 
 bool to_uint(const std::string& v, uint64_t max, uint64_t* out) {
   char* end = nullptr;
@@ -124,6 +139,13 @@ int apply(const std::string& key, const std::string& value, DaemonConfig* c, std
     }
     c->dev_node = value == "yes";
   }
+  else if (key == "drop-rate") {
+    if (!parse_percent_ppm(value, &c->drop_ppm)) {
+      *err = "--drop-rate is a percentage from 0 to 100 (e.g. 1 or 0.5%): " + value;
+      return -EINVAL;
+    }
+  }
+  else if (key == "drop-seed") { if (!num(UINT64_MAX)) return -EINVAL; c->drop_seed = n; }
   else {
     *err = "unknown option --" + key;
     return -EINVAL;

@@ -157,6 +157,9 @@ int Daemon::start(const DaemonConfig& cfg) {
                 r == -EADDRINUSE ? " (rdma_rxe, or another program, has it; then the kernel is quiet anyway)" : "");
   }
   gids_ = std::make_unique<net::GidTable>(port_->mac(), port_->kernel_netdev() ? port_->ifname() : std::string());
+  if (cfg.drop_ppm != 0)
+    DROCE_LOG(WARNING, app, "%s: --drop-rate: discarding %.4g %% of received frames on purpose (seed %llu)",
+              cfg.name.c_str(), cfg.drop_ppm / 10000.0, static_cast<unsigned long long>(cfg.drop_seed));
   DeviceCoreConfig dc;
   dc.port = port_.get();
   dc.vlan = cfg.vlan;
@@ -194,6 +197,7 @@ int Daemon::start(const DaemonConfig& cfg) {
   shared_.render_arg = this;
   for (unsigned k = 0; k < cores; ++k) {
     dc.index = k;
+    dc.loss = net::FrameLoss(cfg.drop_ppm, cfg.drop_seed + k);
     auto core = std::make_unique<DeviceCore>(dc, &rc);
     if (rc != 0) return rc;
     workers_.push_back(std::make_unique<Worker>(this, k, cfg.lcores[k], std::move(core), shared_, &rc));
@@ -368,6 +372,7 @@ void add_counters(const DeviceCoreCounters& c, DeviceCoreCounters* sum) {
   sum->handed_out += c.handed_out;
   sum->handed_in += c.handed_in;
   sum->hand_off_dropped += c.hand_off_dropped;
+  sum->loss_dropped += c.loss_dropped;
 }
 
 void add_counters(const WorkerCounters& c, WorkerCounters* sum) {
@@ -480,6 +485,7 @@ std::string Daemon::render_locked() const {
       .num("handed_out", dc.handed_out)
       .num("handed_in", dc.handed_in)
       .num("hand_off_dropped", dc.hand_off_dropped)
+      .num("loss_dropped", dc.loss_dropped)
       .num("loops", wc.loops)
       .num("sleeps", wc.sleeps)
       .num("wakeups_by_client", wc.wakeups_by_client)

@@ -205,12 +205,26 @@ void DeviceCore::route(rte_mbuf** frames, uint16_t n, std::vector<rte_mbuf*>* lo
   }
 }
 
+size_t DeviceCore::apply_loss(rte_mbuf** frames, size_t n) {
+  size_t kept = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (cfg_.loss.drop()) {
+      rte_pktmbuf_free(frames[i]);
+      ++counters_.loss_dropped;
+    } else {
+      frames[kept++] = frames[i];
+    }
+  }
+  return kept;
+}
+
 void DeviceCore::run_once(uint64_t now_ns) {
   rte_mbuf* rx[32];
   rte_mbuf* roce[32];
   local_.clear();
   woken_ = 0;
-  const uint16_t n = rx_queue_ < 0 ? 0 : cfg_.port->rx_burst(uint16_t(rx_queue_), rx, 32);
+  uint16_t n = rx_queue_ < 0 ? 0 : cfg_.port->rx_burst(uint16_t(rx_queue_), rx, 32);
+  if (cfg_.loss.enabled()) n = static_cast<uint16_t>(apply_loss(rx, n));
   uint16_t k = 0;
   bool neighbor_work = false;
   for (uint16_t i = 0; i < n; ++i) {
@@ -241,6 +255,8 @@ void DeviceCore::run_once(uint64_t now_ns) {
   if (link_->has_loopback()) {
     link_->take_loopback(&loopback_rx_);
     counters_.loopback_frames += loopback_rx_.size();
+    if (cfg_.loss.enabled())
+      loopback_rx_.resize(apply_loss(loopback_rx_.data(), loopback_rx_.size()));
     for (size_t i = 0; i < loopback_rx_.size(); i += 32)
       route(loopback_rx_.data() + i, static_cast<uint16_t>(std::min<size_t>(32, loopback_rx_.size() - i)), &local_);
   }

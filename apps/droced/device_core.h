@@ -37,6 +37,7 @@
 #include <mutex>
 #include <vector>
 
+#include "net/frame_loss.h"
 #include "net/neighbor.h"
 #include "net/port.h"
 #include "rocev2/engine.h"
@@ -111,6 +112,8 @@ struct DeviceCoreConfig {
   uint16_t vlan = net::kNoVlan;
   net::NeighborConfig neighbor;
   rocev2::EngineConfig engine;  ///< pool, port, MAC, IP and offloads are filled in from the above
+  /// Received frames this core discards as lost (droced --drop-rate).
+  net::FrameLoss loss;
 };
 
 struct DeviceCoreCounters {
@@ -122,6 +125,7 @@ struct DeviceCoreCounters {
   uint64_t handed_out = 0;           ///< frames handed to the core owning their QP
   uint64_t handed_in = 0;            ///< frames other cores handed here
   uint64_t hand_off_dropped = 0;     ///< the owner's inbound ring was full (or no copy for multicast)
+  uint64_t loss_dropped = 0;         ///< received frames discarded by --drop-rate
 };
 
 class DeviceCore {
@@ -167,6 +171,9 @@ class DeviceCore {
   std::vector<std::vector<uint8_t>> neighbor_tx_;
   std::vector<rte_mbuf*> loopback_rx_;
   std::vector<rte_mbuf*> local_;
+  /// Frees the frames cfg_.loss picks and closes the gap; the survivors' count.
+  size_t apply_loss(rte_mbuf** frames, size_t n);
+
   uint32_t woken_ = 0;  ///< cores handed frames this run_once (bit k), woken once each
   DeviceCoreCounters counters_;
 };

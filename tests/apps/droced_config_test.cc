@@ -72,5 +72,24 @@ TEST(DrocedConfig, LcoresAreAListOfDistinctCoresInTheOrderGiven) {
   }
 }
 
+TEST(DrocedConfig, DropRateIsAPercentage) {
+  DaemonConfig c;
+  std::string err;
+  EXPECT_EQ(c.drop_ppm, 0u);  // no loss unless asked
+  ASSERT_EQ(parse({"--port", "x", "--address", "1.2.3.4", "--drop-rate", "1", "--drop-seed", "9"}, &c, &err), 0)
+      << err;
+  EXPECT_EQ(c.drop_ppm, 10000u);
+  EXPECT_EQ(c.drop_seed, 9u);
+  ASSERT_EQ(parse({"--port", "x", "--address", "1.2.3.4", "--drop-rate", "0.5%"}, &c, &err), 0) << err;
+  EXPECT_EQ(c.drop_ppm, 5000u);
+  ASSERT_EQ(parse({"--port", "x", "--address", "1.2.3.4", "--drop-rate", "100"}, &c, &err), 0) << err;
+  EXPECT_EQ(c.drop_ppm, 1000000u);
+  for (const char* bad : {"", "-1", "101", "1%%", "one", "1 %"}) {
+    err.clear();
+    EXPECT_EQ(parse({"--port", "x", "--address", "1.2.3.4", "--drop-rate", bad}, &c, &err), -EINVAL) << bad;
+    EXPECT_NE(err.find("--drop-rate"), std::string::npos) << bad << ": " << err;
+  }
+}
+
 }  // namespace
 }  // namespace droce::droced

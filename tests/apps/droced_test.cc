@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -206,6 +207,32 @@ TEST_F(TwoDaemons, TwoClientsOfOneDaemonTalkThroughItsLoopback) {
   // Nothing of it crossed the link.
   EXPECT_EQ(stat_of(d_[1].sock, "rx_frames"), 0);
   EXPECT_EQ(stat_of(d_[0].sock, "rx_frames"), stat_of(d_[0].sock, "loopback_frames"));
+}
+
+// --drop-rate makes the link lossy on purpose: received frames are discarded and counted, and
+// RC's retransmission carries 64 QP pairs' SENDs and WRITEs through it, data intact. (The
+// selftest's UD cases may lose their datagram, as UD does; they are not asserted.)
+TEST_F(TwoDaemons, DropRateLosesFramesAndRcRetransmitsThroughIt) {
+  start({"--drop-rate", "5", "--drop-seed", "3"});
+  std::string out;
+  const int rc = selftest({"--qps", "64", "--size", "65536"}, &out);
+  EXPECT_TRUE(rc == 0 || rc == 1) << out;
+  // --quiet prints the failed cases only. Those a lossy link may fail: a UD datagram lost, and
+  // a bad-R_Key WRITE whose NAK was lost (the responder's QP is in error by then, so the
+  // requester's retries go unanswered: RETRY_EXC_ERR, as on any lossy fabric).
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("FAIL  ", 0) != 0) continue;
+    EXPECT_TRUE(line.find("UD SEND") != std::string::npos || line.find("bad R_Key") != std::string::npos)
+        << line;
+  }
+  const long long lost = stat_of(d_[0].sock, "loss_dropped") + stat_of(d_[1].sock, "loss_dropped");
+  const long long rx = stat_of(d_[0].sock, "rx_frames") + stat_of(d_[1].sock, "rx_frames");
+  EXPECT_GT(lost, 0);
+  // About 5 % of what arrived (rx_frames counts the survivors).
+  EXPECT_GT(lost * 100, (rx + lost) * 2) << lost << " of " << rx + lost;
+  EXPECT_LT(lost * 100, (rx + lost) * 10) << lost << " of " << rx + lost;
+  EXPECT_TRUE(alive(d_[0]) && alive(d_[1]));
 }
 
 // Waking up (docs/droced.md): on droce_shm a blocked droced is woken by the frame itself.
