@@ -1,11 +1,15 @@
 #include "core/shm_region.h"
 
 #include <sys/mman.h>
+#include <sys/shm.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <utility>
 
 namespace droce::core {
@@ -159,6 +163,73 @@ int check_peer_memfd(int fd, uint64_t min_size) {
   if ((seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) != 0) return -EPERM;
   if (st.st_size < 0 || static_cast<uint64_t>(st.st_size) < min_size) return -EINVAL;
   return 0;
+}
+
+namespace {
+
+// The device of the kernel's internal shm mount, found from a SysV segment
+// of our own (its line in /proc/self/maps); 0 when SysV IPC is unavailable.
+dev_t sysv_shm_dev() {
+  static const dev_t dev = [] {
+    const int id = ::shmget(IPC_PRIVATE, page_size(), IPC_CREAT | 0600);
+    if (id < 0) return dev_t{0};
+    void* at = ::shmat(id, nullptr, SHM_RDONLY);
+    ::shmctl(id, IPC_RMID, nullptr);
+    if (at == reinterpret_cast<void*>(-1)) return dev_t{0};
+    dev_t found = 0;
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/self/map_files/%lx-%lx", reinterpret_cast<unsigned long>(at),
+                  reinterpret_cast<unsigned long>(at) + page_size());
+    struct stat st;
+    // The mapping's own file, where map_files may be read (stat follows the
+    // link only with CAP_SYS_ADMIN); else the maps line's major:minor.
+    if (::stat(path, &st) == 0) {
+      found = st.st_dev;
+    } else if (FILE* maps = std::fopen("/proc/self/maps", "r")) {
+      unsigned long lo = 0, hi = 0, off = 0, ino = 0;
+      unsigned maj = 0, min = 0;
+      char perms[8];
+      char line[512];
+      while (std::fgets(line, sizeof line, maps) != nullptr) {
+        if (std::sscanf(line, "%lx-%lx %7s %lx %x:%x %lu", &lo, &hi, perms, &off, &maj, &min, &ino) == 7 &&
+            lo == reinterpret_cast<unsigned long>(at)) {
+          found = makedev(maj, min);
+          break;
+        }
+      }
+      std::fclose(maps);
+    }
+    ::shmdt(at);
+    return found;
+  }();
+  return dev;
+}
+
+}  // namespace
+
+int check_peer_sysv_shm(int fd, uint64_t min_size) {
+  if (fd < 0) return -EBADF;
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return -errno;
+  if (!S_ISREG(st.st_mode)) return -ENODEV;
+  const dev_t shm_dev = sysv_shm_dev();
+  if (shm_dev == 0 || st.st_dev != shm_dev) return -ENODEV;
+  char link[64];
+  char name[256];
+  std::snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+  const ssize_t n = ::readlink(link, name, sizeof name - 1);
+  if (n < 0) return -errno;
+  name[n] = '\0';
+  if (std::strncmp(name, "/SYSV", 5) != 0) return -ENODEV;
+  if (st.st_size < 0 || static_cast<uint64_t>(st.st_size) < min_size) return -EINVAL;
+  return 0;
+}
+
+int check_peer_memory(int fd, uint64_t min_size) {
+  const int rc = check_peer_memfd(fd, min_size);
+  if (rc != -EPERM && rc != -ENODEV) return rc;
+  const int sysv = check_peer_sysv_shm(fd, min_size);
+  return sysv == -ENODEV ? rc : sysv;
 }
 
 int ShmRegion::map_peer(int fd, size_t size, const ShmMapOptions& options, ShmRegion* out) {

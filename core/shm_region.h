@@ -114,4 +114,22 @@ size_t page_size();
 /// 0, or -EBADF, -ENODEV, -EPERM, -EINVAL as map_peer documents.
 int check_peer_memfd(int fd, uint64_t min_size);
 
+/// For registered memory that is already shared: whether `fd` is a System V
+/// shared memory segment (the file behind a shmat() mapping, which a client
+/// opens through /proc/self/map_files) of at least `min_size` bytes. A
+/// segment's size is fixed at shmget(), and only a process with
+/// CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE can get a descriptor to truncate
+/// it by, so mapping it cannot raise SIGBUS in droced the way an unsealed
+/// file could. Recognized by the kernel's internal shm mount (its device,
+/// learned from a segment of droced's own) and the name the kernel gives
+/// segments there ("/SYSV<key> (deleted)"); memfds share the mount but are
+/// named "/memfd:...", and a user's tmpfs has another device.
+/// 0, -ENODEV (not a SysV segment), -EINVAL (smaller than min_size), or -errno.
+int check_peer_sysv_shm(int fd, uint64_t min_size);
+
+/// check_peer_memfd, or else check_peer_sysv_shm: what droced maps of a
+/// client's registered memory. A SysV segment's -ENODEV becomes the memfd
+/// check's own error.
+int check_peer_memory(int fd, uint64_t min_size);
+
 }  // namespace droce::core

@@ -37,7 +37,7 @@ int PeerMemory::map(std::span<const core::ctl::MrSegment> segments, std::span<co
     total += s.length;
   }
   for (size_t i = 0; i < segments.size(); ++i)
-    if (int rc = core::check_peer_memfd(fds[i], segments[i].fd_offset + segments[i].length); rc != 0) return rc;
+    if (int rc = core::check_peer_memory(fds[i], segments[i].fd_offset + segments[i].length); rc != 0) return rc;
 
   // Reserve the whole range first so the segments land side by side and
   // nothing else can be mapped between them.

@@ -5,7 +5,7 @@
 // the application uses and atomics act on the same memory.
 //
 // Each descriptor is checked before it is mapped (a sealed memfd large
-// enough for its segment, core::check_peer_memfd): a client can hand droced
+// enough for its segment, or a SysV segment: core::check_peer_memory): a client can hand droced
 // only memory it cannot shrink afterwards, so no access here can SIGBUS.
 // Control path only.
 

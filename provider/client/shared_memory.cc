@@ -5,13 +5,42 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstring>
 
 #include "core/shm_region.h"
 
 namespace droce::client {
 
 namespace {
+
+// A System V shared memory mapping (shmat) overlapping the range asked about.
+struct SysvMapping {
+  uintptr_t start = 0, end = 0;
+  uint64_t offset = 0;  ///< of `start` in the segment
+};
+
+// The SysV mappings in /proc/self/maps that overlap [start, end), in address order.
+std::vector<SysvMapping> sysv_mappings(uintptr_t start, uintptr_t end) {
+  std::vector<SysvMapping> out;
+  FILE* maps = std::fopen("/proc/self/maps", "re");
+  if (maps == nullptr) return out;
+  char line[4096];
+  while (std::fgets(line, sizeof line, maps) != nullptr) {
+    unsigned long lo = 0, hi = 0, off = 0;
+    char perms[8] = {};
+    int name_at = 0;
+    if (std::sscanf(line, "%lx-%lx %7s %lx %*x:%*x %*u %n", &lo, &hi, perms, &off, &name_at) < 4) continue;
+    if (hi <= start) continue;
+    if (lo >= end) break;
+    if (perms[3] == 's' && name_at > 0 && std::strncmp(line + name_at, "/SYSV", 5) == 0)
+      out.push_back(SysvMapping{lo, hi, off});
+  }
+  std::fclose(maps);
+  return out;
+}
 
 void page_bounds(const void* addr, size_t length, uintptr_t* start, uintptr_t* end) {
   const uintptr_t page = core::page_size();
@@ -50,6 +79,17 @@ int SharedMemory::convert(uintptr_t start, uintptr_t end) {
   return 0;
 }
 
+int SharedMemory::adopt_sysv(uintptr_t start, uintptr_t end, uintptr_t map_start, uintptr_t map_end,
+                             uint64_t map_offset) {
+  char path[80];
+  std::snprintf(path, sizeof path, "/proc/self/map_files/%lx-%lx", static_cast<unsigned long>(map_start),
+                static_cast<unsigned long>(map_end));
+  const int raw = ::open(path, O_RDWR | O_CLOEXEC);
+  if (raw < 0) return -errno;
+  runs_[start] = Run{end, std::make_shared<core::Fd>(raw), map_offset + (start - map_start), 0};
+  return 0;
+}
+
 int SharedMemory::share(const void* addr, size_t length, uintptr_t* page_start, std::vector<Piece>* pieces) {
   if (length == 0) return -EINVAL;
   uintptr_t start, end;
@@ -67,7 +107,30 @@ int SharedMemory::share(const void* addr, size_t length, uintptr_t* page_start, 
       }
     }
     const uintptr_t gap_end = (it != runs_.end() && it->first < end) ? it->first : end;
-    if (int rc = convert(at, gap_end); rc != 0) return rc;
+    // SysV segments stay what they are: droced maps the segment itself, so
+    // the processes attached to it keep sharing it with this one (UCX's
+    // and MPI's intra-node memory, registered for RDMA too). The rest of
+    // the gap is converted.
+    for (const SysvMapping& m : sysv_mappings(at, gap_end)) {
+      const uintptr_t a = std::max(at, m.start), b = std::min(gap_end, m.end);
+      if (a > at)
+        if (int rc = convert(at, a); rc != 0) return rc;
+      if (adopt_sysv(a, b, m.start, m.end, m.offset) != 0) {
+        // Opening map_files takes CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE.
+        if (!warned_private_sysv_) {
+          std::fprintf(stderr,
+                       "droce: SysV shared memory at %#lx registered as a private copy (opening "
+                       "/proc/self/map_files needs CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE): other "
+                       "processes attached to it no longer share those pages with this one\n",
+                       static_cast<unsigned long>(a));
+          warned_private_sysv_ = true;
+        }
+        if (int rc = convert(a, b); rc != 0) return rc;
+      }
+      at = b;
+    }
+    if (at < gap_end)
+      if (int rc = convert(at, gap_end); rc != 0) return rc;
     at = gap_end;
   }
   // The pieces, in order.

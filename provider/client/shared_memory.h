@@ -16,8 +16,11 @@
 // converted can be lost; converted pages are MADV_DONTFORK (a fork()ed child
 // has no mapping there, as with rdma-core's fork support); a file mapping
 // that is registered becomes a private copy (its writes stop reaching the
-// file); memory that is unmapped and mapped again while registered is not
-// the registered memory any more (as with any HCA's pinned pages).
+// file), except a System V shared memory segment, which droced maps itself
+// when the process may open /proc/self/map_files (CAP_SYS_ADMIN or
+// CAP_CHECKPOINT_RESTORE; else it too becomes a private copy, with a warning
+// on stderr); memory that is unmapped and mapped again while registered is
+// not the registered memory any more (as with any HCA's pinned pages).
 //
 // Threading: callers serialize (the client Context's control lock).
 
@@ -63,6 +66,11 @@ class SharedMemory {
     uint32_t refs = 0;
   };
   int convert(uintptr_t start, uintptr_t end);
+  /// Records [start, end) of the SysV mapping [map_start, map_end) (its
+  /// segment from map_offset) as a run backed by the segment itself.
+  int adopt_sysv(uintptr_t start, uintptr_t end, uintptr_t map_start, uintptr_t map_end, uint64_t map_offset);
+
+  bool warned_private_sysv_ = false;
 
   std::map<uintptr_t, Run> runs_;  ///< by start; never overlapping
 };

@@ -2,11 +2,15 @@
 // the same pages shared by overlapping registrations, unreadable memory
 // refused without a crash.
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/shm.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
+#include <string>
 
 #include "core/shm_region.h"
 #include "provider/client/shared_memory.h"
@@ -80,6 +84,78 @@ TEST(SharedMemory, RefusesUnreadableMemoryWithEfault) {
   EXPECT_EQ(sm.share(mem, 64, &start, &p), -EFAULT);
   EXPECT_EQ(sm.share(mem, 0, &start, &p), -EINVAL);
   munmap(mem, page);
+}
+
+// A SysV segment (what UCX's and MPI's intra-node memory is) stays shared when registered:
+// the piece is the segment itself, droced's check accepts it, and writes through droced's
+// mapping reach every attachment, where a converted copy would have cut this process off
+// from them (MPI_Win_allocate over UCX failed so: the peer's shmat found the segment gone).
+TEST(SharedMemory, ASysvSegmentStaysSharedAndDrocedAcceptsIt) {
+  const size_t page = core::page_size();
+  const int id = shmget(IPC_PRIVATE, 4 * page, IPC_CREAT | 0600);
+  ASSERT_GE(id, 0) << std::strerror(errno);
+  auto* mine = static_cast<uint8_t*>(shmat(id, nullptr, 0));
+  auto* other = static_cast<uint8_t*>(shmat(id, nullptr, 0));  // as another process would see it
+  shmctl(id, IPC_RMID, nullptr);  // as UCX does: gone when the last one detaches
+  ASSERT_NE(mine, reinterpret_cast<uint8_t*>(-1));
+  ASSERT_NE(other, reinterpret_cast<uint8_t*>(-1));
+  for (size_t i = 0; i < 4 * page; ++i) mine[i] = static_cast<uint8_t>(i * 3);
+  SharedMemory sm;
+  uintptr_t start = 0;
+  std::vector<SharedMemory::Piece> p;
+  // Pages 1 and 2 of the segment.
+  ASSERT_EQ(sm.share(mine + page + 10, page + 100, &start, &p), 0);
+  char path[80];
+  std::snprintf(path, sizeof path, "/proc/self/map_files/%lx-%lx", reinterpret_cast<unsigned long>(mine),
+                reinterpret_cast<unsigned long>(mine) + 4 * page);
+  const int probe = open(path, O_RDONLY);
+  if (probe < 0) GTEST_SKIP() << "cannot open " << path << " (" << std::strerror(errno)
+                              << "): needs CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE; the segment is copied then";
+  close(probe);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].start, reinterpret_cast<uintptr_t>(mine) + page);
+  EXPECT_EQ(p[0].segment.length, 2 * page);
+  EXPECT_EQ(p[0].segment.fd_offset, page);  // where in the segment
+  EXPECT_EQ(core::check_peer_memory(p[0].fd, p[0].segment.fd_offset + p[0].segment.length), 0);
+  EXPECT_EQ(core::check_peer_sysv_shm(p[0].fd, 4 * page), 0);
+  EXPECT_EQ(core::check_peer_sysv_shm(p[0].fd, 5 * page), -EINVAL);  // more than the segment holds
+  // droced's view: a write through it reaches both attachments, and theirs reach it.
+  auto* view = static_cast<uint8_t*>(mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_SHARED, p[0].fd,
+                                          static_cast<off_t>(p[0].segment.fd_offset)));
+  ASSERT_NE(view, MAP_FAILED);
+  EXPECT_EQ(view[5], static_cast<uint8_t>((page + 5) * 3));
+  view[7] = 0xab;
+  EXPECT_EQ(mine[page + 7], 0xab);
+  EXPECT_EQ(other[page + 7], 0xab);
+  other[page + 9] = 0xcd;
+  EXPECT_EQ(view[9], 0xcd);
+  EXPECT_EQ(mine[page + 9], 0xcd);
+  munmap(view, 2 * page);
+  sm.release(mine + page + 10, page + 100);
+  EXPECT_EQ(sm.runs(), 0u);
+  shmdt(mine);
+  shmdt(other);
+}
+
+// What droced maps must not shrink under it: a memfd without the seals and a tmpfs file, even
+// one named like a SysV segment, are refused; only the kernel's own segments pass unsealed.
+TEST(SharedMemory, DrocedRefusesUnsealedFilesThatMerelyLookShared) {
+  const size_t page = core::page_size();
+  const int mfd = memfd_create("SYSV00000000", MFD_CLOEXEC);
+  ASSERT_GE(mfd, 0);
+  ASSERT_EQ(ftruncate(mfd, static_cast<off_t>(page)), 0);
+  EXPECT_EQ(core::check_peer_memory(mfd, page), -EPERM);
+  EXPECT_EQ(core::check_peer_sysv_shm(mfd, page), -ENODEV);
+  close(mfd);
+  const std::string name = "/dev/shm/SYSV-droce-test-" + std::to_string(getpid());
+  const int tfd = open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (tfd >= 0) {
+    unlink(name.c_str());
+    ASSERT_EQ(ftruncate(tfd, static_cast<off_t>(page)), 0);
+    EXPECT_NE(core::check_peer_memory(tfd, page), 0);
+    EXPECT_EQ(core::check_peer_sysv_shm(tfd, page), -ENODEV);
+    close(tfd);
+  }
 }
 
 }  // namespace
