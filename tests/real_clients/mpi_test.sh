@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# OpenMPI 4.1 over droce with pml ucx and osc ucx: two ranks, one on each of two droce hosts (two
+# droced on droce's same-host link), each rank started through `droce exec` of its host, UCX
+# limited to droce's verbs transports (so no shared-memory path can carry the data):
+#   1. UCX_TLS=rc_verbs,ud_verbs,self: NetPIPE (NPopenmpi) from 1 byte to 8 MiB, and mpi_check
+#      (point-to-point, collectives, one-sided; every result checked), also with both ranks on
+#      host A (one droced's loopback);
+#   2. UCX_TLS=ud_verbs,self (UD's reliability is UCX's own) with both droced discarding 1 % of
+#      the frames they receive (--drop-rate 1): mpi_check again, and NetPIPE up to 1 MiB.
+#
+#   mpi_test.sh DROCE DROCED PAIR_LIB MPI_CHECK
+#
+# Asserts each run's exit status, mpi_check's "0 failures", NetPIPE's last size, that the frames
+# crossed droce (droced B's rx_frames grew; with loss, loss_dropped > 0), and no UCX error or
+# warning line. Skips (77) without mpirun (openmpi-bin), NPopenmpi (netpipe-openmpi) or a built
+# MPI_CHECK (libopenmpi-dev at build time).
+set -uo pipefail
+
+if [ $# -ne 4 ]; then
+  echo "usage: $0 DROCE DROCED PAIR_LIB MPI_CHECK" >&2
+  exit 2
+fi
+droce=$(realpath "$1")
+droced=$(realpath "$2")
+pair_lib=$(realpath "$3")
+mpi_check=$4
+
+skip() { echo "SKIP: $*"; exit 77; }
+command -v mpirun >/dev/null || skip "mpirun not installed (Debian package openmpi-bin)"
+command -v NPopenmpi >/dev/null || skip "NPopenmpi not installed (Debian package netpipe-openmpi)"
+[ -x "$mpi_check" ] || skip "mpi_check was not built (Debian package libopenmpi-dev when meson configured)"
+mpi_check=$(realpath "$mpi_check")
+
+tmp=$(mktemp -d /tmp/droce-mpi-test.XXXXXX)
+cd "$tmp" || exit 1  # NetPIPE writes np.out where it runs
+fail=0
+. "$pair_lib"
+cleanup() {
+  jobs -p | xargs -r kill -TERM 2>/dev/null || true
+  droced_pair_stop
+  cd /
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# mpirun as root needs these; harmless otherwise.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Keep OpenMPI to UCX (no TCP/shared-memory BTLs, no hcoll).
+mca=(--mca pml ucx --mca osc ucx --mca btl self --mca coll '^hcoll')
+
+stat_of() { "$droce" counters --json --socket "$1" | tr ',{}' '\n\n\n' | sed -n "s/^\"$2\":\([0-9]*\)$/\1/p"; }
+
+# mpi2 NAME TLS TIMEOUT PROGRAM ARGS...: rank 0 on host a, rank 1 on host b (both on a, through
+# droced A's loopback, when RANK1_HOST=a).
+mpi2() {
+  local name=$1 tls=$2 limit=$3 h1=${RANK1_HOST:-b}
+  shift 3
+  local env=(-x "UCX_TLS=$tls" -x UCX_NET_DEVICES=droce0:1 -x UCX_WARN_UNUSED_ENV_VARS=n)
+  local log=$tmp/$name.log rc=0
+  local before
+  local sock=$DROCE_B_SOCK counter=rx_frames
+  [ "$h1" = b ] || { sock=$DROCE_A_SOCK; counter=loopback_frames; }
+  before=$(stat_of "$sock" "$counter")
+  timeout "$limit" mpirun --oversubscribe "${mca[@]}" \
+    -np 1 "${env[@]}" "$droce" exec --run-dir "$tmp/hosts/a" -- "$@" : \
+    -np 1 "${env[@]}" "$droce" exec --run-dir "$tmp/hosts/$h1" -- "$@" >"$log" 2>&1 || rc=$?
+  local after
+  after=$(stat_of "$sock" "$counter")
+  local why=""
+  [ "$rc" -eq 0 ] || why+=" exit $rc;"
+  [ "${after:-0}" -gt "${before:-0}" ] || why+=" no frame crossed droce ($counter $before -> $after);"
+  if grep -qE 'UCX +(ERROR|WARN)' "$log"; then why+=" UCX complained;"; fi
+  RESULT_LOG=$log
+  if [ -n "$why" ]; then
+    echo "FAIL: $name:$why"
+    tail -25 "$log"
+    fail=1
+    return 1
+  fi
+  return 0
+}
+
+expect_line() {  # expect_line NAME REGEX: the last run's log has a line matching REGEX
+  if grep -qE "$2" "$RESULT_LOG"; then
+    echo "ok: $1: $(grep -E "$2" "$RESULT_LOG" | tail -1 | tr -s ' ')"
+  else
+    echo "FAIL: $1: no line matching '$2'"
+    tail -25 "$RESULT_LOG"
+    fail=1
+  fi
+}
+
+# ---- 1. rc_verbs + ud_verbs ---------------------------------------------------------------
+droced_pair_start "$(dirname "$droced")" "$tmp/hosts" --mtu 9000 || exit 1
+if mpi2 netpipe.rc rc_verbs,ud_verbs,self 600 NPopenmpi -u 8388608; then
+  expect_line "NetPIPE over rc_verbs, 1 B to 8 MiB" '^ *[0-9]+: +8388611 bytes'
+fi
+if mpi2 mpi_check.rc rc_verbs,ud_verbs,self 300 "$mpi_check"; then
+  expect_line "mpi_check over rc_verbs" '^mpi_check: [0-9]+ checks, 0 failures$'
+fi
+if RANK1_HOST=a mpi2 mpi_check.rc.loopback rc_verbs,ud_verbs,self 300 "$mpi_check"; then
+  expect_line "mpi_check over rc_verbs, both ranks on host A (its loopback)" '^mpi_check: [0-9]+ checks, 0 failures$'
+fi
+droced_pair_stop
+
+# ---- 2. ud_verbs alone, 1 % of frames lost ----------------------------------------------------
+droced_pair_start "$(dirname "$droced")" "$tmp/hosts" --mtu 9000 --drop-rate 1 || exit 1
+if mpi2 mpi_check.ud.loss ud_verbs,self 600 "$mpi_check"; then
+  expect_line "mpi_check over ud_verbs with 1 % loss" '^mpi_check: [0-9]+ checks, 0 failures$'
+fi
+if mpi2 netpipe.ud.loss ud_verbs,self 600 NPopenmpi -u 1048576; then
+  expect_line "NetPIPE over ud_verbs with 1 % loss, to 1 MiB" '^ *[0-9]+: +1048579 bytes'
+fi
+lost=$(( $(stat_of "$DROCE_A_SOCK" loss_dropped) + $(stat_of "$DROCE_B_SOCK" loss_dropped) ))
+if [ "$lost" -gt 0 ]; then
+  echo "ok: the link lost $lost frames on the way"
+else
+  echo "FAIL: --drop-rate 1 lost no frame"
+  fail=1
+fi
+droced_pair_stop
+
+exit "$fail"
