@@ -57,7 +57,7 @@ if [ "$build" = 1 ] || [ ! -x build/release/apps/droced ]; then
   pabi=$(scripts/fetch-rdma-core-headers.sh --pabi-only 2>/dev/null | tail -1)
   [ -f build/release/build.ninja ] || meson setup build/release -Dbuildtype=release -Dprovider=enabled >/dev/null
   ninja -C build/release apps/droce apps/droced "provider/verbs/libdroce-rdmav$pabi.so" \
-    provider/preload/libdroce-preload.so >/dev/null
+    provider/preload/libdroce-preload.so bench/droce_engine_bench >/dev/null
 fi
 
 load=$(cut -d' ' -f1-3 /proc/loadavg)  # before this script adds its own: others' work skews figures
@@ -196,6 +196,26 @@ kernel_section() {
 }
 section="kernel loopback"
 kernel_section
+
+# ---- the engine alone: what one core does with no daemon, no client, no link ------------------
+# droce_engine_bench's WRITE (two engines in one process, frames handed over in memory): the
+# ceiling the two-host figures are measured against (issue #13's goals).
+echo "== droce_engine_bench: WRITE 64 B and 64 KiB on one core"
+section="engine alone"
+if eb=$(build/release/bench/droce_engine_bench --benchmark_filter='BM_EngineWrite/(64|65536)/' \
+          --benchmark_min_time="$([ "$quick" = 1 ] && echo 0.2 || echo 1)" --benchmark_format=json 2>/dev/null); then
+  while IFS=$'\t' read -r name mpps gbps; do
+    put eng "$name" mpps "$mpps"
+    put eng "$name" gbps "$gbps"
+  done < <($py -c '
+import json, sys
+for b in json.load(sys.stdin)["benchmarks"]:
+    name = "WRITE 64 B" if b["name"].split("/")[1] == "64" else "WRITE 64 KiB"
+    print(name, round(b["items_per_second"] / 1e6, 4), round(b["bytes_per_second"] * 8 / 1e9, 2), sep="\t")
+' <<<"$eb")
+else
+  put eng "WRITE 64 B" failed 1
+fi
 
 # ---- droce: perftest between two droced -------------------------------------------------------
 # exec_a / exec_b run a verbs program on host A / B; dpid_a / dpid_b are the two droced.
@@ -355,8 +375,37 @@ for s, rows in res.items():
             print(f"{s + ': ' + n:{w}} {f(r, 'mpps', '{:.3f}'):>8} {f(r, 'gbps'):>8}   {cs}")
 for s, rows in res.items():
     for n, r in rows.items():
+        if r["kind"] == "eng":
+            print(f"{s + ': ' + n:{w}} {f(r, 'mpps', '{:.3f}'):>8} {f(r, 'gbps'):>8}   (droce_engine_bench, one core)")
+for s, rows in res.items():
+    for n, r in rows.items():
         if r["kind"] == "idle":
             print(f"idle {n} ({s}): {f(r, 'cpu_percent', '{:.2f}')} % of one CPU")
+
+# Issue #13's goals, from the figures of this run.
+def val(sec, name, key):
+    r = res.get(sec, {}).get(name, {})
+    return None if "failed" in r else r.get(key)
+dsec = f"droce {link}"
+goals = []
+lat, tcp = val(dsec, "ib_write_lat 64 B", "typical"), val("kernel loopback", "TCP ping-pong 64 B (sockperf)", "typical")
+p99 = val(dsec, "ib_write_lat 64 B", "p99")
+rate, erate = val(dsec, "ib_write_bw 64 B, 1 QP", "mpps"), val("engine alone", "WRITE 64 B", "mpps")
+big, ebig = val(dsec, "ib_write_bw 64 KiB", "gbps"), val("engine alone", "WRITE 64 KiB", "gbps")
+idle = [val(dsec, d, "cpu_percent") for d in ("droced A", "droced B")]
+def goal(text, x, limit, higher_is_better):
+    if x is None:
+        goals.append(f"  {text}: not measured")
+    else:
+        ok = x >= limit if higher_is_better else x <= limit
+        goals.append(f"  {text}: {x:.2f} ({'met' if ok else 'NOT met'}; goal {'>=' if higher_is_better else '<='} {limit})")
+goal("ib_write_lat 64 B typical / TCP ping-pong typical", lat / tcp if lat and tcp else None, 2, False)
+goal("ib_write_lat 64 B p99 / typical", p99 / lat if p99 and lat else None, 5, False)
+goal("ib_write_bw 64 B 1 QP / engine WRITE 64 B rate", rate / erate if rate and erate else None, 0.5, True)
+goal("ib_write_bw 64 KiB / engine WRITE 64 KiB bandwidth", big / ebig if big and ebig else None, 0.8, True)
+goal("idle droced, % of a CPU (the busier of the two)", max(idle) if None not in idle else None, 0.5, False)
+print("\nissue #13's goals, from this run:")
+print("\n".join(goals))
 
 print(f"\nJSON: {base}.json")
 try:
