@@ -1,0 +1,134 @@
+#pragma once
+// A host's CM agent: every connection and listener of one device, and the MADs of its QP1, I/O-free
+// (issue #15). It decodes what arrives (counting what it must drop, by reason), finds the
+// connection a MAD is for by the comm IDs in it, answers REQs for services nobody listens on with
+// REJ 8 and SIDR_REQs with status 1 as the kernel does, refuses a REQ from a QP it is still
+// connected to (REJ 10, stale connection), bounds each listener's backlog, hands out comm IDs that
+// do not come back soon, and drives each connection's timers. The host (droced) turns Outgoing
+// into UD SENDs on QP1 to `peer` and events into rdma_cm events for its clients.
+//
+// Identity: a connection is known here by its local comm ID (what the peer echoes as "remote comm
+// ID" in REP, RTU, REJ, MRA, DREQ, DREP) and, for a REQ that arrives again, by (the peer's comm ID,
+// the peer's CA GUID), as ib_cm keys it.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "cm/connection.h"
+#include "cm/mad.h"
+#include "net/addr.h"
+
+namespace droce::cm {
+
+/// Where a MAD came from or goes to: the peer's GID (its IP, IPv4-mapped). The host resolves the
+/// rest (MAC, source GID index) as for any UD destination.
+struct Peer {
+  net::IpAddr gid{};
+  friend bool operator==(const Peer&, const Peer&) = default;
+};
+
+struct AgentOutgoing {
+  Peer peer;
+  Mad mad;
+};
+
+/// What the agent tells the host (and through it the consumers: rdma_cm ids).
+struct AgentEvent {
+  uint32_t conn = 0;        ///< the connection's local comm ID (0 for listener-only events)
+  uint32_t listener = 0;    ///< connect_request / sidr_request: the listener it came to
+  CmEvent event;            ///< connection events; for a SIDR_REQ, connect_request with the SidrReq
+  Peer peer;
+  uint64_t tid = 0;         ///< a SIDR_REQ's TID, for sidr_reply()
+};
+
+struct AgentCounters {
+  uint64_t mads_in = 0;
+  uint64_t mads_out = 0;
+  uint64_t dropped[8] = {};         ///< by MadError (index), what decode refused
+  uint64_t unmatched = 0;           ///< a MAD for no connection we have (or not expected in its state)
+  uint64_t rej_no_listener = 0;     ///< REJ 8 sent: nobody listens on the service ID
+  uint64_t rej_stale = 0;           ///< REJ 10 sent: a REQ from a QP still connected here
+  uint64_t rej_backlog = 0;         ///< REJ 3 sent: the listener's backlog was full
+  uint64_t sidr_no_listener = 0;    ///< SIDR_REP status 1 sent
+};
+
+class Agent {
+ public:
+  /// `ca_guid`: this device's node GUID (REQ/REP Local CA GUID). `id_seed` scrambles the comm
+  /// IDs handed out (the kernel XORs a random value in), so two runs do not reuse each other's.
+  Agent(uint64_t ca_guid, uint32_t id_seed);
+
+  // ---- listeners ---------------------------------------------------------------------------
+  /// Listens on `service_id` (exact; an IP CM service ID names port space and port). At most
+  /// `backlog` connect requests may wait for accept/reject at once. A listener ID > 0, or
+  /// -EADDRINUSE when someone listens there already.
+  int64_t listen(uint64_t service_id, uint32_t backlog);
+  void stop_listening(uint32_t listener);
+
+  // ---- connections ------------------------------------------------------------------------
+  /// Active side: a new comm ID for the REQ (filled into p.req.local_comm_id, the CA GUID too),
+  /// the REQ sent to `peer`. Returns the comm ID.
+  uint32_t connect(ConnectParams p, const Peer& peer, uint64_t now_ms);
+  /// The consumer's calls on connection `conn` (its local comm ID): as Connection's, -ENOENT for
+  /// an unknown one.
+  int accept(uint32_t conn, AcceptParams p, uint64_t now_ms);
+  int ready_to_use(uint32_t conn, uint64_t now_ms);
+  int reject(uint32_t conn, uint16_t reason, const std::array<uint8_t, kRejPrivate>& private_data,
+             uint64_t now_ms);
+  int disconnect(uint32_t conn, uint64_t now_ms);
+  /// The connection's state, or nullopt once it is gone.
+  std::optional<ConnState> state(uint32_t conn) const;
+
+  // ---- SIDR (UD) ---------------------------------------------------------------------------
+  /// Passive: answer a SIDR_REQ (raised as a sidr_request event) from `peer` with `rep`.
+  void sidr_reply(const Peer& peer, uint64_t tid, const SidrRep& rep);
+
+  // ---- the wire and the clock --------------------------------------------------------------
+  /// A MAD that arrived on QP1 from `from` (its GRH source).
+  void on_mad(std::span<const uint8_t> bytes, const Peer& from, uint64_t now_ms);
+  void on_timer(uint64_t now_ms);
+  std::optional<uint64_t> deadline_ms() const;
+
+  std::vector<AgentOutgoing> take_outgoing() { return std::exchange(out_, {}); }
+  std::vector<AgentEvent> take_events() { return std::exchange(events_, {}); }
+  const AgentCounters& counters() const { return counters_; }
+  size_t connections() const { return conns_.size(); }
+
+ private:
+  struct Entry {
+    Connection conn;
+    Peer peer;
+    uint32_t listener = 0;        ///< passive: the listener, while its request waits in the backlog
+    uint64_t remote_guid = 0;
+    uint32_t remote_qpn = 0;
+  };
+  struct Listener {
+    uint64_t service_id = 0;
+    uint32_t backlog = 0;
+    uint32_t waiting = 0;         ///< connect requests not yet accepted or rejected
+  };
+
+  uint32_t new_comm_id();
+  void send(const Peer& peer, const MadHeader& hdr, const Message& msg);
+  /// Moves what connection `id` emitted to the outbox and events, and drops it once closed.
+  void collect(uint32_t id);
+  void on_req(const MadHeader& hdr, const Req& req, const Peer& from, uint64_t now_ms);
+  void reject_req(const Peer& to, const MadHeader& hdr, const Req& req, RejReason reason);
+  Entry* find(uint32_t id);
+
+  uint64_t ca_guid_;
+  uint32_t id_seed_;
+  uint32_t next_id_ = 1;
+  uint32_t next_listener_ = 1;
+  std::map<uint32_t, Entry> conns_;                          ///< by local comm ID
+  std::map<std::pair<uint64_t, uint32_t>, uint32_t> by_remote_;  ///< (peer GUID, peer comm ID) -> local
+  std::map<uint32_t, Listener> listeners_;
+  std::vector<AgentOutgoing> out_;
+  std::vector<AgentEvent> events_;
+  AgentCounters counters_;
+};
+
+}  // namespace droce::cm
