@@ -33,6 +33,9 @@ const char* usage() {
          "  --max-sleep-us N     longest sleep on a port that cannot wake droced (1000)\n"
          "  --event-nice N       event mode: the workers' nice value, -20..19 (-10): a woken\n"
          "                       worker preempts a program spinning on its CPU at once\n"
+         "  --event-affinity A   event mode: lcore (run on the lcore's CPU), any (where the\n"
+         "                       scheduler puts it), auto (lcore while mostly idle, any while\n"
+         "                       busy) (auto)\n"
          "  --eal ARG            pass ARG to DPDK's EAL (repeatable)\n"
          "  --log-level LEVEL    droce log level (error, warning, info, debug)\n"
          "  --sysfs-root DIR     the device tree for libibverbs (<run-dir>/sys; none: no tree)\n"
@@ -126,6 +129,13 @@ int apply(const std::string& key, const std::string& value, DaemonConfig* c, std
       return -EINVAL;
     }
     c->event_nice = int(v);
+  }
+  else if (key == "event-affinity") {
+    if (value != "lcore" && value != "any" && value != "auto") {
+      *err = "--event-affinity is lcore, any or auto";
+      return -EINVAL;
+    }
+    c->event_affinity = value;
   }
   else if (key == "idle-spin-us") { if (!num(60'000'000)) return -EINVAL; c->idle_spin_us = n; }
   else if (key == "max-sleep-us") { if (!num(1'000'000) || n == 0) return -EINVAL; c->max_sleep_us = n; }

@@ -41,6 +41,18 @@ struct DaemonConfig {
   /// slice, as an interrupt handler would; it blocks when idle, so it takes
   /// nothing from others then.
   int event_nice = -10;
+  /// Event mode: where a worker's thread runs. "lcore": on its lcore's CPU, as
+  /// EAL pins it (both droced of one machine then share CPU 0 with their default
+  /// --lcores, and the programs they serve get the other CPUs, as a NIC's
+  /// interrupts are steered to one CPU); "any": wherever the scheduler puts it;
+  /// "auto": on the lcore's CPU while the worker is mostly idle, anywhere while
+  /// it is busy most of the time (it then needs a CPU of its own more than it
+  /// needs to stay out of its programs' way). Measured on 2 vCPUs (issue #13,
+  /// docs/droced.md "Waking up"): pinned, ib_write_lat 64 B is 13 us typical
+  /// against 18-21 us and 1 QP of 64 B WRITEs 1.7-1.8 M msg/s against 1.0-1.3;
+  /// but 64 QPs, which keep the daemons busy, make 1.3 M msg/s pinned against
+  /// 3.4 anywhere.
+  std::string event_affinity = "auto";
   std::vector<std::string> eal_args;  ///< passed through to EAL
   std::string log_level;             ///< EAL --log-level for droce.* (e.g. "debug")
   /// Where the sysfs-shaped tree libibverbs reads goes (programs run with

@@ -383,6 +383,7 @@ void add_counters(const WorkerCounters& c, WorkerCounters* sum) {
   sum->clients_closed += c.clients_closed;
   sum->clients_faulted += c.clients_faulted;
   sum->events_unrouted += c.events_unrouted;
+  sum->affinity_changes += c.affinity_changes;
 }
 
 }  // namespace
@@ -527,6 +528,8 @@ std::string Daemon::render_locked() const {
         .num("qps", qps)
         .str("mode", w->polling() ? "poll" : "event")
         .str("mode_reason", w->mode_reason())
+        .str("cpus", w->cpus())
+        .num("affinity_changes", w->counters().affinity_changes)
         .num("spin_us", w->polling() ? 0 : w->spin_us())
         .num("loops", w->counters().loops)
         .num("sleeps", w->counters().sleeps)

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -92,6 +93,53 @@ Worker::Worker(Daemon* daemon, unsigned index, unsigned lcore, std::unique_ptr<D
 }
 
 Worker::~Worker() { shutdown(); }
+
+std::string Worker::describe_affinity() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (pthread_getaffinity_np(pthread_self(), sizeof set, &set) != 0) return "?";
+  // "0", "0-3", "0,2,5-7".
+  std::string out;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &set)) continue;
+    int end = c;
+    while (end + 1 < CPU_SETSIZE && CPU_ISSET(end + 1, &set)) ++end;
+    if (!out.empty()) out += ',';
+    out += std::to_string(c);
+    if (end > c) out += '-' + std::to_string(end);
+    c = end;
+  }
+  return out;
+}
+
+void Worker::adapt_affinity(uint64_t now) {
+  const uint64_t window = now - window_start_ns_;
+  const uint64_t busy = window > blocked_ns_ ? window - blocked_ns_ : 0;
+  window_start_ns_ = now;
+  blocked_ns_ = 0;
+  // Busy (not blocked) 70 % of the window: this worker needs a CPU of its own more than it needs
+  // to stay out of its programs' way; back on its lcore's CPU below 40 % (hysteresis: a load
+  // near one edge does not flap). Tried and dropped: leaving when the kernel kept the pinned
+  // thread waiting for its CPU a fifth of the time (/proc/thread-self/schedstat): the two
+  // droced of one machine then left CPU 0 even for 1 QP, and lost what pinning gains.
+  bool want_pinned = pinned_;
+  if (pinned_ && busy * 10 > window * 7) want_pinned = false;
+  if (!pinned_ && busy * 10 < window * 4) want_pinned = true;
+  if (want_pinned == pinned_) return;
+  cpu_set_t set;
+  if (want_pinned) {
+    CPU_ZERO(&set);
+    const int cpu = int(rte_lcore_to_cpu_id(int(lcore_)));
+    if (cpu < 0) return;
+    CPU_SET(cpu, &set);
+  } else {
+    set = startup_cpus;
+  }
+  if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0) return;
+  pinned_ = want_pinned;
+  ++counters_.affinity_changes;
+  cpus_ = describe_affinity();
+}
 
 void Worker::remember_startup_affinity() {
   CPU_ZERO(&startup_cpus);
@@ -295,7 +343,9 @@ void Worker::sleep(uint64_t now_ns) {
     if (deadline != UINT64_MAX) us = deadline <= now_ns ? 0 : std::min<uint64_t>(us, (deadline - now_ns) / 1000);
     if (us > 0) {
       ++counters_.sleeps;
+      const uint64_t blocked_from = core::monotonic_ns();
       const int events = control(static_cast<int>(us));
+      blocked_ns_ += core::monotonic_ns() - blocked_from;
       if (events <= 0) ++counters_.wakeups_by_timer;
       adapt_spin(core::monotonic_ns() - now_ns, events > 0);
     }
@@ -321,6 +371,7 @@ void Worker::iterate(uint64_t now, uint64_t* idle_since) {
   push_port_events();
   if (index_ == 0) daemon_->check_link(now);
   if ((++counters_.loops & 63) == 0) control(0);
+  if (adaptive_affinity_ && now - window_start_ns_ >= kAffinityWindowNs) adapt_affinity(now);
   if (work != 0 || core_->engine().has_tx_work()) {
     *idle_since = now;
     sleep_us_ = kFirstSleepUs;
@@ -334,11 +385,12 @@ void Worker::run() {
   choose_mode();
   // Sleeps end when asked, not up to 50 us later (the default timer slack).
   prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-  if (!polling_ && startup_cpus_known) {
-    // EAL pinned this thread to its lcore's CPU; on a shared machine the
-    // scheduler should place it (two droced on one machine both got CPU 0).
+  if (!polling_ && startup_cpus_known && daemon_->config().event_affinity == "any") {
+    // EAL pinned this thread to its lcore's CPU; let the scheduler place it.
     pthread_setaffinity_np(pthread_self(), sizeof startup_cpus, &startup_cpus);
   }
+  adaptive_affinity_ = !polling_ && startup_cpus_known && daemon_->config().event_affinity == "auto";
+  std::string cpus = describe_affinity();
   if (!polling_ && setpriority(PRIO_PROCESS, pid_t(syscall(SYS_gettid)), daemon_->config().event_nice) != 0)
     DROCE_LOG(INFO, app, "worker %u: nice %d refused (%s); wake-ups may wait for a scheduler slice", index_,
               daemon_->config().event_nice, std::strerror(errno));
@@ -346,7 +398,9 @@ void Worker::run() {
             mode_reason_.c_str());
   link_generation_ = daemon_->link_generation();
   uint64_t idle_since = core::monotonic_ns();
+  window_start_ns_ = idle_since;
   std::unique_lock lock(state_);
+  cpus_ = std::move(cpus);  // under the state lock: `stats` reads it from other threads
   while (!daemon_->stopping()) {
     take_inbox();
     iterate(core::monotonic_ns(), &idle_since);

@@ -64,6 +64,7 @@ struct WorkerCounters {
   uint64_t clients_closed = 0;
   uint64_t clients_faulted = 0;  ///< disconnected for breaking the protocol
   uint64_t events_unrouted = 0;  ///< engine events for objects no client owns
+  uint64_t affinity_changes = 0; ///< --event-affinity auto: moves between the lcore's CPU and any
 };
 
 class Worker {
@@ -106,6 +107,8 @@ class Worker {
   /// The mode this worker waits in, and why (see the header).
   bool polling() const { return polling_; }
   const std::string& mode_reason() const { return mode_reason_; }
+  /// The CPUs this worker's thread may run on ("0", "0-1"), set when it starts.
+  const std::string& cpus() const { return cpus_; }
   /// Event mode: the current spin before blocking, in microseconds.
   uint64_t spin_us() const { return spin_ns_ / 1000; }
   /// Call once in main() before EAL starts: the CPUs an event-mode worker may
@@ -144,6 +147,16 @@ class Worker {
   uint64_t sleep_us_ = 16;  ///< the next unarmed sleep (grows while idle)
   bool polling_ = false;
   std::string mode_reason_;
+  std::string cpus_;
+  // --event-affinity auto: on the lcore's CPU (pinned_) while the last window was mostly
+  // blocked, on any CPU while it was mostly busy.
+  static constexpr uint64_t kAffinityWindowNs = 50'000'000;
+  void adapt_affinity(uint64_t now);
+  bool adaptive_affinity_ = false;
+  bool pinned_ = true;
+  uint64_t window_start_ns_ = 0;
+  uint64_t blocked_ns_ = 0;  ///< time blocked in the window (in control(), sleeping)
+  static std::string describe_affinity();
   uint64_t spin_ns_ = 0;
   bool spin_fixed_ = false;  ///< --idle-spin-us given: no adapting
   WorkerCounters counters_;

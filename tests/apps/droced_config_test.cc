@@ -72,6 +72,18 @@ TEST(DrocedConfig, LcoresAreAListOfDistinctCoresInTheOrderGiven) {
   }
 }
 
+TEST(DrocedConfig, EventAffinityIsLcoreAnyOrAuto) {
+  DaemonConfig c;
+  std::string err;
+  EXPECT_EQ(c.event_affinity, "auto");
+  for (const char* ok : {"lcore", "any", "auto"}) {
+    ASSERT_EQ(parse({"--port", "x", "--address", "1.2.3.4", "--event-affinity", ok}, &c, &err), 0) << err;
+    EXPECT_EQ(c.event_affinity, ok);
+  }
+  EXPECT_EQ(parse({"--port", "x", "--address", "1.2.3.4", "--event-affinity", "0"}, &c, &err), -EINVAL);
+  EXPECT_NE(err.find("--event-affinity"), std::string::npos) << err;
+}
+
 TEST(DrocedConfig, DropRateIsAPercentage) {
   DaemonConfig c;
   std::string err;

@@ -8,6 +8,7 @@
 // DROCED_BIN and SELFTEST_BIN name the binaries (meson sets them).
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mman.h>
@@ -286,6 +287,20 @@ TEST_F(TwoDaemons, EachWorkerSaysWhetherItPollsOrWaitsForEvents) {
   ASSERT_EQ(client::query_stats(d_[1].sock, &json), 0);
   if (isolated.empty()) EXPECT_NE(json.find("\"mode\":\"event\""), std::string::npos) << json;
   EXPECT_NE(json.find("\"mode_reason\":\"auto: CPU"), std::string::npos) << json;
+  // An event-mode worker stays on its lcore's CPU (lcore 0: CPU 0) unless told to go anywhere.
+  EXPECT_NE(json.find("\"cpus\":\"0\""), std::string::npos) << json;
+  EXPECT_EQ(stop(d_[0]), 0);
+  EXPECT_EQ(stop(d_[1]), 0);
+  start({"--event-affinity", "any"});
+  ASSERT_EQ(client::query_stats(d_[0].sock, &json), 0);
+  // Then it may run wherever droced may (as this test, which started it): more than CPU 0 here.
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  ASSERT_EQ(sched_getaffinity(0, sizeof mine, &mine), 0);
+  if (isolated.empty() && CPU_COUNT(&mine) > 1) {
+    EXPECT_EQ(json.find("\"cpus\":\"0\""), std::string::npos) << json;
+    EXPECT_NE(json.find("\"cpus\":\""), std::string::npos) << json;
+  }
 }
 
 // Several lcores (docs/droced.md): each context goes to the worker with the fewest, and frames
