@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -29,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/capabilities.h"
 #include "core/clock.h"
 #include "provider/client/client.h"
 #include "rocev2/format.h"
@@ -397,6 +399,22 @@ void ud_checks() {
   }
   g_side[0].ctx->destroy_qp(q[0]);
   g_side[1].ctx->destroy_qp(q[1]);
+
+  // A controlled Q_Key (top bit set; QP1's 0x80010000 is one) is for privileged programs only
+  // (IBA 10.2.5; Linux asks CAP_NET_RAW): refused with EPERM otherwise, taken when privileged.
+  client::Qp* u = make_qp(0, QpType::ud);
+  if (u == nullptr) return;
+  QpAttr a;
+  a.qp_state = QpState::init;
+  a.port_num = 1;
+  a.qkey = 0x80010000;
+  const int rc = g_side[0].ctx->modify_qp(u, a, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrQkey);
+  const bool privileged = core::process_has_capability(::getpid(), core::kCapNetRaw);
+  report(privileged ? rc == 0 : rc == -EPERM,
+         privileged ? "UD QP with a controlled Q_Key, as a privileged program: taken"
+                    : "UD QP with a controlled Q_Key, as an unprivileged program: EPERM",
+         rc == 0 ? "taken" : std::strerror(-rc));
+  g_side[0].ctx->destroy_qp(u);
 }
 
 // Many RC pairs at once: every QP sends one message to its peer and writes

@@ -10,6 +10,7 @@
 #include <bit>
 #include <cstring>
 
+#include "core/capabilities.h"
 #include "core/log.h"
 #include "rocev2/ctl_attr.h"
 
@@ -122,7 +123,11 @@ struct Session::MrEntry {
 
 Session::Session(Device* dev, core::Fd socket, uint32_t id) : dev_(dev), sock_(std::move(socket)), id_(id) {
   core::PeerCredentials cred;
-  if (core::peer_credentials(sock_.get(), &cred) == 0) pid_ = cred.pid;
+  if (core::peer_credentials(sock_.get(), &cred) == 0) {
+    pid_ = cred.pid;
+    // As Linux (6.4 on) asks of ibv_modify_qp: CAP_NET_RAW for a controlled Q_Key.
+    privileged_ = core::process_has_capability(cred.pid, core::kCapNetRaw);
+  }
 }
 
 Session::~Session() { teardown(); }
@@ -930,6 +935,9 @@ int Session::on_modify_qp(const ModifyQpRequest& r, uint64_t now_ns) {
   if (it == qps_.end()) return -EINVAL;
   rocev2::QpAttr a;
   if (!rocev2::from_wire(r.attr, &a)) return -EINVAL;
+  // A Q_Key with its top bit set is controlled (IBA 10.2.5): QP1's 0x80010000 is one. With it an
+  // unprivileged program could send MADs to every host's connection manager.
+  if ((r.mask & rocev2::kAttrQkey) && (a.qkey & 0x80000000u) && !privileged_) return -EPERM;
   if (r.mask & rocev2::kAttrAv) {
     if (int rc = build_av(r.attr.ah_attr, &a.ah_attr); rc != 0) return rc;
     switch (dev_->core->resolve(&a.ah_attr, now_ns)) {

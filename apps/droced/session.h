@@ -189,6 +189,7 @@ class Session {
   core::Fd sock_;
   uint32_t id_;
   pid_t pid_ = -1;
+  bool privileged_ = false;  ///< the client held CAP_NET_RAW when it connected
   std::string program_;
   bool hello_done_ = false;
   bool closed_ = false;

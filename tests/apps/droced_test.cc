@@ -264,6 +264,39 @@ TEST_F(TwoDaemons, AFrameWakesABlockedDaemonOnTheSameHostLinkButNotOnMemif) {
   }
 }
 
+// A controlled Q_Key (IBA 10.2.5; QP1's 0x80010000) is refused to a client without CAP_NET_RAW,
+// as Linux refuses it, and taken from one that holds it: the selftest checks whichever it is,
+// run here as root and again as nobody (setpriv), and says which.
+TEST_F(TwoDaemons, AControlledQkeyIsForPrivilegedClientsOnly) {
+  if (geteuid() != 0 || !fs::exists("/usr/bin/setpriv")) GTEST_SKIP() << "needs root and setpriv (util-linux)";
+  start();
+  // nobody may not reach the build tree (scripts/test.sh --fresh builds in a 0700 folder): a copy
+  // in this test's own folder (0755, like the daemons' run directories).
+  const std::string selftest_bin = dir_ + "/droce-selftest";
+  fs::copy_file(env_or("SELFTEST_BIN", "apps/droce-selftest"), selftest_bin);
+  fs::permissions(selftest_bin, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                    fs::perms::others_read | fs::perms::others_exec);
+  fs::permissions(dir_, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                            fs::perms::others_read | fs::perms::others_exec);
+  for (const bool privileged : {true, false}) {
+    SCOPED_TRACE(privileged ? "root" : "nobody");
+    const std::string log = dir_ + "/qkey.log";
+    std::vector<std::string> args;
+    if (!privileged)
+      args = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--"};
+    args.insert(args.end(), {selftest_bin, "--a", d_[0].sock, "--b", d_[1].sock, "--qps", "1"});
+    const pid_t pid = spawn(args, log);
+    ASSERT_GT(pid, 0);
+    const int st = wait_for(pid, 120);
+    const std::string out = slurp(log);
+    EXPECT_TRUE(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0) << out;
+    EXPECT_NE(out.find(privileged ? "PASS  UD QP with a controlled Q_Key, as a privileged program: taken"
+                                  : "PASS  UD QP with a controlled Q_Key, as an unprivileged program: EPERM"),
+              std::string::npos)
+        << out;
+  }
+}
+
 // The mode each worker waits in, and why, as `droce cores` shows it. Polling daemons never
 // sleep, and (both on one CPU here, as --poll-mode poll asks) still carry every selftest case:
 // a UD receive posted just before the datagram arrives is found (Session::refill_recv), where
