@@ -18,27 +18,27 @@ using core::store_be32;
 using core::store_be64;
 
 // A message's bytes: the 232 after the MAD header, numbered as the IBTA
-// tables number them (byte 0 = the first after the header).
+// tables number them (byte 0 = the first after the header). Reader and Writer
+// offer the same calls, so each message's layout is written once (fields()
+// below) and serves both directions: what is read is what is written.
 class Reader {
  public:
   explicit Reader(const uint8_t* mad) : p_(mad + kMadHeaderSize) {}
-  uint8_t u8(size_t at) const { return p_[at]; }
-  uint16_t u16(size_t at) const { return load_be16(p_ + at); }
-  uint32_t u24(size_t at) const { return load_be24(p_ + at); }
-  uint32_t u32(size_t at) const { return load_be32(p_ + at); }
-  uint64_t u64(size_t at) const { return load_be64(p_ + at); }
-  /// `width` bits of byte `at` starting at IBTA bit `bit` (0 = the most significant).
-  uint8_t bits(size_t at, unsigned bit, unsigned width) const {
-    return static_cast<uint8_t>((p_[at] >> (8 - bit - width)) & ((1u << width) - 1));
+  void u8(size_t at, uint8_t& v) const { v = p_[at]; }
+  void u16(size_t at, uint16_t& v) const { v = load_be16(p_ + at); }
+  void u24(size_t at, uint32_t& v) const { v = load_be24(p_ + at); }
+  void u32(size_t at, uint32_t& v) const { v = load_be32(p_ + at); }
+  void u64(size_t at, uint64_t& v) const { v = load_be64(p_ + at); }
+  /// `width` bits of byte `at` from IBTA bit `bit` (0 = the most significant), into an
+  /// integer, bool or enum.
+  template <typename T>
+  void bits(size_t at, unsigned bit, unsigned width, T& v) const {
+    v = static_cast<T>((p_[at] >> (8 - bit - width)) & ((1u << width) - 1));
   }
-  net::IpAddr gid(size_t at) const {
-    net::IpAddr g;
-    std::memcpy(g.data(), p_ + at, 16);
-    return g;
-  }
+  void gid(size_t at, net::IpAddr& g) const { std::memcpy(g.data(), p_ + at, 16); }
   template <size_t N>
-  void bytes(size_t at, std::array<uint8_t, N>* out) const {
-    std::memcpy(out->data(), p_ + at, N);
+  void bytes(size_t at, std::array<uint8_t, N>& out) const {
+    std::memcpy(out.data(), p_ + at, N);
   }
 
  private:
@@ -48,8 +48,8 @@ class Reader {
 class Writer {
  public:
   explicit Writer(uint8_t* mad) : p_(mad + kMadHeaderSize) {}
-  void u8(size_t at, uint32_t v) { p_[at] = static_cast<uint8_t>(v); }
-  void u16(size_t at, uint32_t v) { store_be16(p_ + at, static_cast<uint16_t>(v)); }
+  void u8(size_t at, uint8_t v) { p_[at] = v; }
+  void u16(size_t at, uint16_t v) { store_be16(p_ + at, v); }
   void u24(size_t at, uint32_t v) {
     p_[at] = static_cast<uint8_t>(v >> 16);
     p_[at + 1] = static_cast<uint8_t>(v >> 8);
@@ -57,9 +57,11 @@ class Writer {
   }
   void u32(size_t at, uint32_t v) { store_be32(p_ + at, v); }
   void u64(size_t at, uint64_t v) { store_be64(p_ + at, v); }
-  /// ORs `width` bits of v into byte `at` at IBTA bit `bit` (the byte starts zero).
-  void bits(size_t at, unsigned bit, unsigned width, uint32_t v) {
-    p_[at] = static_cast<uint8_t>(p_[at] | ((v & ((1u << width) - 1)) << (8 - bit - width)));
+  /// ORs the low `width` bits of v into byte `at` at IBTA bit `bit` (the byte starts zero).
+  template <typename T>
+  void bits(size_t at, unsigned bit, unsigned width, T v) {
+    const auto x = static_cast<uint32_t>(v) & ((1u << width) - 1);
+    p_[at] = static_cast<uint8_t>(p_[at] | (x << (8 - bit - width)));
   }
   void gid(size_t at, const net::IpAddr& g) { std::memcpy(p_ + at, g.data(), 16); }
   template <size_t N>
@@ -71,256 +73,198 @@ class Writer {
   uint8_t* p_;
 };
 
-// A REQ path: 44 bytes at `at` (56 for the primary, 100 for the alternate
-// with its LIDs 4 bytes before: 52 and 96).
-void read_path(const Reader& r, size_t lids, ReqPath* p) {
-  p->local_lid = r.u16(lids);
-  p->remote_lid = r.u16(lids + 2);
-  p->local_gid = r.gid(lids + 4);
-  p->remote_gid = r.gid(lids + 20);
-  const uint32_t w = r.u32(lids + 36);
-  p->flow_label = w >> 12;
-  p->packet_rate = static_cast<uint8_t>(w & 0x3F);
-  p->traffic_class = r.u8(lids + 40);
-  p->hop_limit = r.u8(lids + 41);
-  p->sl = r.bits(lids + 42, 0, 4);
-  p->subnet_local = r.bits(lids + 42, 4, 1) != 0;
-  p->local_ack_timeout = r.bits(lids + 43, 0, 5);
+// Each layout, for Reader (M non-const) and Writer (M const). Offsets and bit
+// positions: IBTA Vol. 1 tables 106-120 (../shared/notes/rdma-cm.md 3.4).
+
+// A REQ path: the LIDs at `lids` (52 primary, 96 alternate), then GIDs, flow
+// label (20 bits) and packet rate (6) in one word, traffic class, hop limit,
+// SL and subnet-local, local ACK timeout.
+template <typename IO, typename P>
+void path_fields(IO& io, size_t lids, P& p) {
+  io.u16(lids, p.local_lid);
+  io.u16(lids + 2, p.remote_lid);
+  io.gid(lids + 4, p.local_gid);
+  io.gid(lids + 20, p.remote_gid);
+  io.u8(lids + 40, p.traffic_class);
+  io.u8(lids + 41, p.hop_limit);
+  io.bits(lids + 42, 0, 4, p.sl);
+  io.bits(lids + 42, 4, 1, p.subnet_local);
+  io.bits(lids + 43, 0, 5, p.local_ack_timeout);
 }
 
-void write_path(Writer& w, size_t lids, const ReqPath& p) {
-  w.u16(lids, p.local_lid);
-  w.u16(lids + 2, p.remote_lid);
-  w.gid(lids + 4, p.local_gid);
-  w.gid(lids + 20, p.remote_gid);
-  w.u32(lids + 36, ((p.flow_label & 0xFFFFF) << 12) | (p.packet_rate & 0x3F));
-  w.u8(lids + 40, p.traffic_class);
-  w.u8(lids + 41, p.hop_limit);
-  w.bits(lids + 42, 0, 4, p.sl);
-  w.bits(lids + 42, 4, 1, p.subnet_local);
-  w.bits(lids + 43, 0, 5, p.local_ack_timeout);
+template <typename IO, typename M>
+void req_fields(IO& io, M& m) {
+  io.u32(0, m.local_comm_id);
+  io.u24(5, m.vendor_id);
+  io.u64(8, m.service_id);
+  io.u64(16, m.local_ca_guid);
+  io.u32(28, m.local_qkey);
+  io.u24(32, m.local_qpn);
+  io.u8(35, m.responder_resources);
+  io.u24(36, m.local_eecn);
+  io.u8(39, m.initiator_depth);
+  io.u24(40, m.remote_eecn);
+  io.bits(43, 0, 5, m.remote_cm_response_timeout);
+  io.bits(43, 5, 2, m.transport);
+  io.bits(43, 7, 1, m.end_to_end_flow_control);
+  io.u24(44, m.starting_psn);
+  io.bits(47, 0, 5, m.local_cm_response_timeout);
+  io.bits(47, 5, 3, m.retry_count);
+  io.u16(48, m.pkey);
+  io.bits(50, 0, 4, m.path_mtu);
+  io.bits(50, 4, 1, m.rdc_exists);
+  io.bits(50, 5, 3, m.rnr_retry_count);
+  io.bits(51, 0, 4, m.max_cm_retries);
+  io.bits(51, 4, 1, m.srq);
+  io.bits(51, 5, 3, m.extended_transport);
+  path_fields(io, 52, m.primary);
+  path_fields(io, 96, m.alternate);
+  io.bits(139, 5, 1, m.sap_supported);
+  io.bytes(140, m.private_data);
 }
 
-MadError read_req(const Reader& r, Req* m) {
-  m->local_comm_id = r.u32(0);
-  m->vendor_id = r.u24(5);
-  m->service_id = r.u64(8);
-  m->local_ca_guid = r.u64(16);
-  m->local_qkey = r.u32(28);
-  m->local_qpn = r.u24(32);
-  m->responder_resources = r.u8(35);
-  m->local_eecn = r.u24(36);
-  m->initiator_depth = r.u8(39);
-  m->remote_eecn = r.u24(40);
-  m->remote_cm_response_timeout = r.bits(43, 0, 5);
-  m->transport = static_cast<TransportType>(r.bits(43, 5, 2));
-  m->end_to_end_flow_control = r.bits(43, 7, 1) != 0;
-  m->starting_psn = r.u24(44);
-  m->local_cm_response_timeout = r.bits(47, 0, 5);
-  m->retry_count = r.bits(47, 5, 3);
-  m->pkey = r.u16(48);
-  m->path_mtu = r.bits(50, 0, 4);
-  m->rdc_exists = r.bits(50, 4, 1) != 0;
-  m->rnr_retry_count = r.bits(50, 5, 3);
-  m->max_cm_retries = r.bits(51, 0, 4);
-  m->srq = r.bits(51, 4, 1) != 0;
-  m->extended_transport = r.bits(51, 5, 3);
-  read_path(r, 52, &m->primary);
-  read_path(r, 96, &m->alternate);
-  m->sap_supported = r.bits(139, 5, 1) != 0;
-  r.bytes(140, &m->private_data);
-  return MadError::ok;
+template <typename IO, typename M>
+void mra_fields(IO& io, M& m) {
+  io.u32(0, m.local_comm_id);
+  io.u32(4, m.remote_comm_id);
+  io.bits(8, 0, 2, m.message_mraed);
+  io.bits(9, 0, 5, m.service_timeout);
+  io.bytes(10, m.private_data);
 }
 
-void write_req(Writer& w, const Req& m) {
-  w.u32(0, m.local_comm_id);
-  w.u24(5, m.vendor_id);
-  w.u64(8, m.service_id);
-  w.u64(16, m.local_ca_guid);
-  w.u32(28, m.local_qkey);
-  w.u24(32, m.local_qpn);
-  w.u8(35, m.responder_resources);
-  w.u24(36, m.local_eecn);
-  w.u8(39, m.initiator_depth);
-  w.u24(40, m.remote_eecn);
-  w.bits(43, 0, 5, m.remote_cm_response_timeout);
-  w.bits(43, 5, 2, static_cast<uint8_t>(m.transport));
-  w.bits(43, 7, 1, m.end_to_end_flow_control);
-  w.u24(44, m.starting_psn);
-  w.bits(47, 0, 5, m.local_cm_response_timeout);
-  w.bits(47, 5, 3, m.retry_count);
-  w.u16(48, m.pkey);
-  w.bits(50, 0, 4, m.path_mtu);
-  w.bits(50, 4, 1, m.rdc_exists);
-  w.bits(50, 5, 3, m.rnr_retry_count);
-  w.bits(51, 0, 4, m.max_cm_retries);
-  w.bits(51, 4, 1, m.srq);
-  w.bits(51, 5, 3, m.extended_transport);
-  write_path(w, 52, m.primary);
-  write_path(w, 96, m.alternate);
-  w.bits(139, 5, 1, m.sap_supported);
-  w.bytes(140, m.private_data);
+template <typename IO, typename M>
+void rej_fields(IO& io, M& m) {
+  io.u32(0, m.local_comm_id);
+  io.u32(4, m.remote_comm_id);
+  io.bits(8, 0, 2, m.message_rejected);
+  io.bits(9, 0, 7, m.ari_length);
+  io.u16(10, m.reason);
+  io.bytes(12, m.ari);
+  io.bytes(84, m.private_data);
 }
 
-MadError read_mra(const Reader& r, Mra* m) {
-  m->local_comm_id = r.u32(0);
-  m->remote_comm_id = r.u32(4);
-  const uint8_t which = r.bits(8, 0, 2);
-  if (which > uint8_t(MsgRef::other)) return MadError::bad_field;
-  m->message_mraed = static_cast<MsgRef>(which);
-  m->service_timeout = r.bits(9, 0, 5);
-  r.bytes(10, &m->private_data);
-  return MadError::ok;
+template <typename IO, typename M>
+void rep_fields(IO& io, M& m) {
+  io.u32(0, m.local_comm_id);
+  io.u32(4, m.remote_comm_id);
+  io.u32(8, m.local_qkey);
+  io.u24(12, m.local_qpn);
+  io.u24(16, m.local_eecn);
+  io.u24(20, m.starting_psn);
+  io.u8(24, m.responder_resources);
+  io.u8(25, m.initiator_depth);
+  io.bits(26, 0, 5, m.target_ack_delay);
+  io.bits(26, 5, 2, m.failover_accepted);
+  io.bits(26, 7, 1, m.end_to_end_flow_control);
+  io.bits(27, 0, 3, m.rnr_retry_count);
+  io.bits(27, 3, 1, m.srq);
+  io.u64(28, m.local_ca_guid);
+  io.bytes(36, m.private_data);
 }
 
-void write_mra(Writer& w, const Mra& m) {
-  w.u32(0, m.local_comm_id);
-  w.u32(4, m.remote_comm_id);
-  w.bits(8, 0, 2, static_cast<uint8_t>(m.message_mraed));
-  w.bits(9, 0, 5, m.service_timeout);
-  w.bytes(10, m.private_data);
-}
-
-MadError read_rej(const Reader& r, Rej* m) {
-  m->local_comm_id = r.u32(0);
-  m->remote_comm_id = r.u32(4);
-  const uint8_t which = r.bits(8, 0, 2);
-  m->ari_length = r.bits(9, 0, 7);
-  if (which > uint8_t(MsgRef::other) || m->ari_length > kRejAriMax) return MadError::bad_field;
-  m->message_rejected = static_cast<MsgRef>(which);
-  m->reason = r.u16(10);
-  r.bytes(12, &m->ari);
-  r.bytes(84, &m->private_data);
-  return MadError::ok;
-}
-
-void write_rej(Writer& w, const Rej& m) {
-  w.u32(0, m.local_comm_id);
-  w.u32(4, m.remote_comm_id);
-  w.bits(8, 0, 2, static_cast<uint8_t>(m.message_rejected));
-  w.bits(9, 0, 7, std::min<uint8_t>(m.ari_length, kRejAriMax));
-  w.u16(10, m.reason);
-  w.bytes(12, m.ari);
-  w.bytes(84, m.private_data);
-}
-
-MadError read_rep(const Reader& r, Rep* m) {
-  m->local_comm_id = r.u32(0);
-  m->remote_comm_id = r.u32(4);
-  m->local_qkey = r.u32(8);
-  m->local_qpn = r.u24(12);
-  m->vendor_id = (uint32_t{r.u8(15)} << 16) | (uint32_t{r.u8(19)} << 8) | r.u8(23);
-  m->local_eecn = r.u24(16);
-  m->starting_psn = r.u24(20);
-  m->responder_resources = r.u8(24);
-  m->initiator_depth = r.u8(25);
-  m->target_ack_delay = r.bits(26, 0, 5);
-  m->failover_accepted = r.bits(26, 5, 2);
-  m->end_to_end_flow_control = r.bits(26, 7, 1) != 0;
-  m->rnr_retry_count = r.bits(27, 0, 3);
-  m->srq = r.bits(27, 3, 1) != 0;
-  m->local_ca_guid = r.u64(28);
-  r.bytes(36, &m->private_data);
-  return MadError::ok;
-}
-
-void write_rep(Writer& w, const Rep& m) {
-  w.u32(0, m.local_comm_id);
-  w.u32(4, m.remote_comm_id);
-  w.u32(8, m.local_qkey);
-  w.u24(12, m.local_qpn);
-  w.u8(15, m.vendor_id >> 16);
-  w.u24(16, m.local_eecn);
-  w.u8(19, m.vendor_id >> 8);
-  w.u24(20, m.starting_psn);
-  w.u8(23, m.vendor_id);
-  w.u8(24, m.responder_resources);
-  w.u8(25, m.initiator_depth);
-  w.bits(26, 0, 5, m.target_ack_delay);
-  w.bits(26, 5, 2, m.failover_accepted);
-  w.bits(26, 7, 1, m.end_to_end_flow_control);
-  w.bits(27, 0, 3, m.rnr_retry_count);
-  w.bits(27, 3, 1, m.srq);
-  w.u64(28, m.local_ca_guid);
-  w.bytes(36, m.private_data);
-}
-
-MadError read_dreq(const Reader& r, Dreq* m) {
-  m->local_comm_id = r.u32(0);
-  m->remote_comm_id = r.u32(4);
-  m->remote_qpn = r.u24(8);
-  r.bytes(12, &m->private_data);
-  return MadError::ok;
-}
-
-void write_dreq(Writer& w, const Dreq& m) {
-  w.u32(0, m.local_comm_id);
-  w.u32(4, m.remote_comm_id);
-  w.u24(8, m.remote_qpn);
-  w.bytes(12, m.private_data);
+template <typename IO, typename M>
+void dreq_fields(IO& io, M& m) {
+  io.u32(0, m.local_comm_id);
+  io.u32(4, m.remote_comm_id);
+  io.u24(8, m.remote_qpn);
+  io.bytes(12, m.private_data);
 }
 
 // RTU and DREP: the two comm IDs and 224 bytes of private data.
+template <typename IO, typename M>
+void ids_and_data_fields(IO& io, M& m) {
+  io.u32(0, m.local_comm_id);
+  io.u32(4, m.remote_comm_id);
+  io.bytes(8, m.private_data);
+}
+
+template <typename IO, typename M>
+void sidr_req_fields(IO& io, M& m) {
+  io.u32(0, m.request_id);
+  io.u16(4, m.pkey);
+  io.u64(8, m.service_id);
+  io.bytes(16, m.private_data);
+}
+
+template <typename IO, typename M>
+void sidr_rep_fields(IO& io, M& m) {
+  io.u32(0, m.request_id);
+  io.u8(4, m.status);
+  io.u8(5, m.info_length);
+  io.u24(8, m.qpn);
+  io.u64(12, m.service_id);
+  io.u32(20, m.qkey);
+  io.bytes(24, m.info);
+  io.bytes(96, m.private_data);
+}
+
+template <typename IO, typename M>
+void fields(IO& io, M& m) {
+  using T = std::remove_const_t<M>;
+  if constexpr (std::is_same_v<T, Req>) req_fields(io, m);
+  else if constexpr (std::is_same_v<T, Mra>) mra_fields(io, m);
+  else if constexpr (std::is_same_v<T, Rej>) rej_fields(io, m);
+  else if constexpr (std::is_same_v<T, Rep>) rep_fields(io, m);
+  else if constexpr (std::is_same_v<T, Dreq>) dreq_fields(io, m);
+  else if constexpr (std::is_same_v<T, SidrReq>) sidr_req_fields(io, m);
+  else if constexpr (std::is_same_v<T, SidrRep>) sidr_rep_fields(io, m);
+  else ids_and_data_fields(io, m);  // Rtu, Drep
+}
+
+// What fields() cannot say: words split across fields (the REQ paths' flow
+// label and packet rate; the REP's vendor ID over bytes 15, 19 and 23) and
+// the ranges a receiver must check.
+void read_extras(const uint8_t* mad, Req* m) {
+  for (auto [lids, p] : {std::pair{size_t{52}, &m->primary}, std::pair{size_t{96}, &m->alternate}}) {
+    const uint32_t w = load_be32(mad + kMadHeaderSize + lids + 36);
+    p->flow_label = w >> 12;
+    p->packet_rate = static_cast<uint8_t>(w & 0x3F);
+  }
+}
+void write_extras(uint8_t* mad, const Req& m) {
+  for (auto [lids, p] : {std::pair{size_t{52}, &m.primary}, std::pair{size_t{96}, &m.alternate}})
+    store_be32(mad + kMadHeaderSize + lids + 36, ((p->flow_label & 0xFFFFF) << 12) | (p->packet_rate & 0x3F));
+}
+void read_extras(const uint8_t* mad, Rep* m) {
+  const uint8_t* r = mad + kMadHeaderSize;
+  m->vendor_id = (uint32_t{r[15]} << 16) | (uint32_t{r[19]} << 8) | r[23];
+}
+void write_extras(uint8_t* mad, const Rep& m) {
+  uint8_t* r = mad + kMadHeaderSize;
+  r[15] = static_cast<uint8_t>(m.vendor_id >> 16);
+  r[19] = static_cast<uint8_t>(m.vendor_id >> 8);
+  r[23] = static_cast<uint8_t>(m.vendor_id);
+}
 template <typename M>
-MadError read_ids_and_data(const Reader& r, M* m) {
-  m->local_comm_id = r.u32(0);
-  m->remote_comm_id = r.u32(4);
-  r.bytes(8, &m->private_data);
-  return MadError::ok;
+void read_extras(const uint8_t*, M*) {}
+template <typename M>
+void write_extras(uint8_t*, const M&) {}
+
+bool in_range(const Mra& m) { return m.message_mraed <= MsgRef::other; }
+bool in_range(const Rej& m) { return m.message_rejected <= MsgRef::other && m.ari_length <= kRejAriMax; }
+bool in_range(const SidrRep& m) { return m.info_length <= kSidrRepInfoMax; }
+template <typename M>
+bool in_range(const M&) {
+  return true;
 }
 
 template <typename M>
-void write_ids_and_data(Writer& w, const M& m) {
-  w.u32(0, m.local_comm_id);
-  w.u32(4, m.remote_comm_id);
-  w.bytes(8, m.private_data);
-}
-
-MadError read_sidr_req(const Reader& r, SidrReq* m) {
-  m->request_id = r.u32(0);
-  m->pkey = r.u16(4);
-  m->service_id = r.u64(8);
-  r.bytes(16, &m->private_data);
-  return MadError::ok;
-}
-
-void write_sidr_req(Writer& w, const SidrReq& m) {
-  w.u32(0, m.request_id);
-  w.u16(4, m.pkey);
-  w.u64(8, m.service_id);
-  w.bytes(16, m.private_data);
-}
-
-MadError read_sidr_rep(const Reader& r, SidrRep* m) {
-  m->request_id = r.u32(0);
-  m->status = r.u8(4);
-  m->info_length = r.u8(5);
-  if (m->info_length > kSidrRepInfoMax) return MadError::bad_field;
-  m->qpn = r.u24(8);
-  m->service_id = r.u64(12);
-  m->qkey = r.u32(20);
-  r.bytes(24, &m->info);
-  r.bytes(96, &m->private_data);
-  return MadError::ok;
-}
-
-void write_sidr_rep(Writer& w, const SidrRep& m) {
-  w.u32(0, m.request_id);
-  w.u8(4, m.status);
-  w.u8(5, std::min<uint8_t>(m.info_length, kSidrRepInfoMax));
-  w.u24(8, m.qpn);
-  w.u64(12, m.service_id);
-  w.u32(20, m.qkey);
-  w.bytes(24, m.info);
-  w.bytes(96, m.private_data);
-}
-
-template <typename M, MadError (*Read)(const Reader&, M*)>
-MadError read_into(const Reader& r, Message* out) {
+MadError read_into(const uint8_t* mad, Message* out) {
   M m;
-  const MadError e = Read(r, &m);
-  if (e == MadError::ok) *out = std::move(m);
-  return e;
+  Reader r(mad);
+  fields(r, m);
+  read_extras(mad, &m);
+  if (!in_range(m)) return MadError::bad_field;
+  *out = std::move(m);
+  return MadError::ok;
+}
+
+// Lengths past their field are cut to it on the way out.
+template <typename M>
+M clamped(M m) {
+  if constexpr (std::is_same_v<M, Rej>) m.ari_length = std::min<uint8_t>(m.ari_length, kRejAriMax);
+  if constexpr (std::is_same_v<M, SidrRep>) m.info_length = std::min<uint8_t>(m.info_length, kSidrRepInfoMax);
+  return m;
 }
 
 }  // namespace
@@ -386,17 +330,17 @@ MadError decode(std::span<const uint8_t> mad, MadHeader* hdr, Message* out) {
   if (hdr->mgmt_class != kClassCm) return MadError::not_cm;
   if (hdr->class_version != kCmClassVersion) return MadError::bad_class_version;
   if (hdr->method != kMethodSend) return MadError::bad_method;
-  const Reader r(mad.data());
+  const uint8_t* p = mad.data();
   switch (hdr->attr_id) {
-    case AttrId::req: return read_into<Req, read_req>(r, out);
-    case AttrId::mra: return read_into<Mra, read_mra>(r, out);
-    case AttrId::rej: return read_into<Rej, read_rej>(r, out);
-    case AttrId::rep: return read_into<Rep, read_rep>(r, out);
-    case AttrId::rtu: return read_into<Rtu, read_ids_and_data<Rtu>>(r, out);
-    case AttrId::dreq: return read_into<Dreq, read_dreq>(r, out);
-    case AttrId::drep: return read_into<Drep, read_ids_and_data<Drep>>(r, out);
-    case AttrId::sidr_req: return read_into<SidrReq, read_sidr_req>(r, out);
-    case AttrId::sidr_rep: return read_into<SidrRep, read_sidr_rep>(r, out);
+    case AttrId::req: return read_into<Req>(p, out);
+    case AttrId::mra: return read_into<Mra>(p, out);
+    case AttrId::rej: return read_into<Rej>(p, out);
+    case AttrId::rep: return read_into<Rep>(p, out);
+    case AttrId::rtu: return read_into<Rtu>(p, out);
+    case AttrId::dreq: return read_into<Dreq>(p, out);
+    case AttrId::drep: return read_into<Drep>(p, out);
+    case AttrId::sidr_req: return read_into<SidrReq>(p, out);
+    case AttrId::sidr_rep: return read_into<SidrRep>(p, out);
     case AttrId::lap:
     case AttrId::apr: break;  // alternate paths: not on RoCE
   }
@@ -415,18 +359,12 @@ void encode(const MadHeader& hdr, const Message& msg, Mad* out) {
   store_be64(p + 8, hdr.tid);
   store_be16(p + 16, static_cast<uint16_t>(attr_of(msg)));
   store_be32(p + 20, hdr.attr_mod);
-  Writer w(p);
   std::visit(
-      [&w](const auto& m) {
-        using M = std::decay_t<decltype(m)>;
-        if constexpr (std::is_same_v<M, Req>) write_req(w, m);
-        else if constexpr (std::is_same_v<M, Mra>) write_mra(w, m);
-        else if constexpr (std::is_same_v<M, Rej>) write_rej(w, m);
-        else if constexpr (std::is_same_v<M, Rep>) write_rep(w, m);
-        else if constexpr (std::is_same_v<M, Dreq>) write_dreq(w, m);
-        else if constexpr (std::is_same_v<M, SidrReq>) write_sidr_req(w, m);
-        else if constexpr (std::is_same_v<M, SidrRep>) write_sidr_rep(w, m);
-        else write_ids_and_data(w, m);  // Rtu, Drep
+      [p](const auto& m) {
+        const auto c = clamped(m);
+        Writer w(p);
+        fields(w, c);
+        write_extras(p, c);
       },
       msg);
 }

@@ -71,6 +71,23 @@ struct Wire {
     }
     return n;
   }
+
+  // A connects from `qpn` to B's listener, B accepts, A is ready: both established, every event
+  // taken. Returns {A's comm ID, B's}.
+  std::pair<uint32_t, uint32_t> establish(uint32_t qpn = 0x11) {
+    const uint32_t ca = a.connect(req_to_b(qpn), kB, now);
+    flush();
+    const uint32_t cb = b.take_events().at(0).conn;
+    EXPECT_EQ(b.accept(cb, rep(), now), 0);
+    flush();
+    EXPECT_EQ(a.ready_to_use(ca, now), 0);
+    flush();
+    a.take_events();
+    b.take_events();
+    EXPECT_EQ(a.state(ca), ConnState::established);
+    EXPECT_EQ(b.state(cb), ConnState::established);
+    return {ca, cb};
+  }
 };
 
 std::vector<CmEventType> types(const std::vector<AgentEvent>& ev) {
@@ -168,14 +185,7 @@ TEST(CmAgent, ARetransmittedReqIsTheSameConnectionAndGetsAnMra) {
 TEST(CmAgent, AReqFromAQpStillConnectedHereIsStale) {
   Wire w;
   w.b.listen(kService, 8);
-  const uint32_t ca = w.a.connect(req_to_b(0x11), kB, w.now);
-  w.flush();
-  const uint32_t cb = w.b.take_events().at(0).conn;
-  w.b.accept(cb, rep(), w.now);
-  w.flush();
-  w.a.ready_to_use(ca, w.now);
-  w.flush();
-  EXPECT_EQ(types(w.b.take_events()), std::vector<CmEventType>{CmEventType::established});
+  const auto [ca, cb] = w.establish(0x11);
   // A (rebooted, same GUID, new comm IDs) asks again from QP 0x11 while B still holds it.
   Agent a2(0xaaaa, 0x7777);
   a2.connect(req_to_b(0x11), kB, w.now);
@@ -218,15 +228,7 @@ TEST(CmAgent, AListenersBacklogIsBounded) {
 TEST(CmAgent, MalformedAndForeignMadsAreCountedAndDisturbNoConnection) {
   Wire w;
   w.b.listen(kService, 8);
-  const uint32_t ca = w.a.connect(req_to_b(), kB, w.now);
-  w.flush();
-  const uint32_t cb = w.b.take_events().at(0).conn;
-  w.b.accept(cb, rep(), w.now);
-  w.flush();
-  w.a.ready_to_use(ca, w.now);
-  w.flush();
-  w.a.take_events();
-  w.b.take_events();
+  const auto [ca, cb] = w.establish();
   // Garbage: too short, not CM, a bad class version.
   Mad junk{};
   w.b.on_mad(std::span<const uint8_t>(junk.data(), 100), kMallory, w.now);
