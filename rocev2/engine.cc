@@ -97,6 +97,7 @@ Engine::~Engine() {
   for (rte_mbuf* m : tx_) rte_pktmbuf_free(m);
   for (auto& q : qps_)
     if (q) drop_held(q.get());
+  if (gsi_) drop_held(gsi_.get());
 }
 
 // ---- Resources -----------------------------------------------------------------
@@ -176,6 +177,7 @@ int Engine::create_cq(uint32_t depth, Cq** out, CqSink* sink) {
 int Engine::destroy_cq(Cq* cq) {
   for (auto& q : qps_)
     if (q && (q->send_cq == cq || q->recv_cq == cq)) return -EBUSY;
+  if (gsi_ && (gsi_->send_cq == cq || gsi_->recv_cq == cq)) return -EBUSY;
   for (auto& c : cqs_) {
     if (c.get() == cq) {
       c.reset();
@@ -199,6 +201,7 @@ int Engine::create_srq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, Srq** out
 int Engine::destroy_srq(Srq* srq) {
   for (auto& q : qps_)
     if (q && q->srq == srq) return -EBUSY;
+  if (gsi_ && gsi_->srq == srq) return -EBUSY;
   for (auto& s : srqs_) {
     if (s.get() == srq) {
       --pd_refs_[srq->pd()];
@@ -233,7 +236,7 @@ int Engine::destroy_ah(uint32_t ah) {
   return 0;
 }
 
-int Engine::create_qp(const QpInit& init, uint32_t* qpn) {
+int Engine::check_qp_init(const QpInit& init) const {
   const DeviceLimits& lim = cfg_.limits;
   if (init.pd == 0 || init.pd >= pd_used_.size() || !pd_used_[init.pd]) return -EINVAL;
   if (init.send_cq == nullptr || init.recv_cq == nullptr) return -EINVAL;
@@ -242,13 +245,12 @@ int Engine::create_qp(const QpInit& init, uint32_t* qpn) {
     return -EINVAL;
   if (init.srq == nullptr && (init.cap.max_recv_wr > lim.max_qp_wr || init.cap.max_recv_sge > lim.max_sge))
     return -EINVAL;
-  if (free_qp_slots_.empty()) return -ENOMEM;
-  // Oldest free slot first: a QPN comes back only after every other free one,
-  // so late packets for a destroyed QP do not land on a new one (as rxe does).
-  const uint32_t slot = free_qp_slots_.front();
-  free_qp_slots_.pop_front();
+  return 0;
+}
+
+std::unique_ptr<Qp> Engine::make_qp(const QpInit& init, uint32_t qpn) {
   auto q = std::make_unique<Qp>();
-  q->qpn = cfg_.first_qpn + slot;
+  q->qpn = qpn;
   q->incarnation = ++incarnations_;
   q->type = init.type;
   q->pd = init.pd;
@@ -272,12 +274,32 @@ int Engine::create_qp(const QpInit& init, uint32_t* qpn) {
   q->resp.resources.resize(1);
   q->resp.held.reserve(kMaxHeldRequests);
   ++pd_refs_[init.pd];
+  return q;
+}
+
+int Engine::create_qp(const QpInit& init, uint32_t* qpn) {
+  if (int rc = check_qp_init(init); rc != 0) return rc;
+  if (free_qp_slots_.empty()) return -ENOMEM;
+  // Oldest free slot first: a QPN comes back only after every other free one,
+  // so late packets for a destroyed QP do not land on a new one (as rxe does).
+  const uint32_t slot = free_qp_slots_.front();
+  free_qp_slots_.pop_front();
+  auto q = make_qp(init, cfg_.first_qpn + slot);
   *qpn = q->qpn;
   qps_[slot] = std::move(q);
   return 0;
 }
 
+int Engine::create_gsi_qp(const QpInit& init) {
+  if (init.type != QpType::ud || gsi_ != nullptr) return -EINVAL;
+  if (int rc = check_qp_init(init); rc != 0) return rc;
+  gsi_ = make_qp(init, kGsiQpn);
+  gsi_->attr.qkey = kGsiQkey;  // fixed (IBA 13.4.6.1 / A17: 0x80010000)
+  return 0;
+}
+
 Qp* Engine::lookup(uint32_t qpn) {
+  if (qpn == kGsiQpn) return gsi_.get();
   const uint32_t slot = qpn - cfg_.first_qpn;  // wraps for qpn < first_qpn
   return slot < qps_.size() ? qps_[slot].get() : nullptr;
 }
@@ -287,6 +309,7 @@ Qp* Engine::qp(uint32_t qpn) { return lookup(qpn); }
 int Engine::modify_qp(uint32_t qpn, const QpAttr& a, uint32_t mask) {
   Qp* q = lookup(qpn);
   if (q == nullptr) return -EINVAL;
+  if (qpn == kGsiQpn && (mask & kAttrQkey) && a.qkey != kGsiQkey) return -EINVAL;  // QP1's is fixed
   const char* why = nullptr;
   if (int rc = check_modify_qp({q->type, q->state}, a, mask, cfg_.limits, &why); rc != 0) return rc;
   const QpState to = (mask & kAttrState) ? a.qp_state : q->state;
@@ -380,8 +403,9 @@ int Engine::modify_qp(uint32_t qpn, const QpAttr& a, uint32_t mask) {
 
 int Engine::query_qp(uint32_t qpn, QpAttr* attr, QpState* state) const {
   const uint32_t slot = qpn - cfg_.first_qpn;
-  if (slot >= qps_.size() || !qps_[slot]) return -EINVAL;
-  const Qp& q = *qps_[slot];
+  const Qp* found = qpn == kGsiQpn ? gsi_.get() : slot < qps_.size() ? qps_[slot].get() : nullptr;
+  if (found == nullptr) return -EINVAL;
+  const Qp& q = *found;
   *attr = q.attr;
   attr->qp_state = attr->cur_qp_state = q.state;
   attr->sq_psn = q.req.next_psn;
@@ -397,6 +421,10 @@ int Engine::destroy_qp(uint32_t qpn) {
   cancel_retry_timer(q);
   drop_held(q);
   --pd_refs_[q->pd];
+  if (qpn == kGsiQpn) {
+    gsi_.reset();
+    return 0;
+  }
   const uint32_t slot = qpn - cfg_.first_qpn;
   qps_[slot].reset();
   free_qp_slots_.push_back(slot);

@@ -154,6 +154,13 @@ class Engine {
   int create_ah(uint32_t pd, const AddressVector& av, uint32_t* ah);
   int destroy_ah(uint32_t ah);
   int create_qp(const QpInit& init, uint32_t* qpn);
+  /// The GSI QP (QP1): a UD QP with QPN 1 and the fixed Q_Key 0x80010000, on
+  /// which connection management's MADs come and go (issue #15). Only the host
+  /// makes it (droced for its CM, never a client); one per engine. Then as any
+  /// UD QP: modify to RTS, post, destroy_qp(1). -EINVAL when not UD or made.
+  int create_gsi_qp(const QpInit& init);
+  static constexpr uint32_t kGsiQpn = 1;
+  static constexpr uint32_t kGsiQkey = 0x80010000;
   int modify_qp(uint32_t qpn, const QpAttr& attr, uint32_t mask);
   int query_qp(uint32_t qpn, QpAttr* attr, QpState* state) const;
   int destroy_qp(uint32_t qpn);
@@ -192,6 +199,8 @@ class Engine {
 
   // engine.cc
   Qp* lookup(uint32_t qpn);
+  int check_qp_init(const QpInit& init) const;
+  std::unique_ptr<Qp> make_qp(const QpInit& init, uint32_t qpn);
   void mark_ready(Qp* qp);
   void enter_error(Qp* qp);
   void flush_qp(Qp* qp);
@@ -255,6 +264,7 @@ class Engine {
   EngineConfig cfg_;
   MrTable mrs_;
   std::vector<std::unique_ptr<Qp>> qps_;   ///< index = qpn - first_qpn
+  std::unique_ptr<Qp> gsi_;                ///< QP1, when the host made it
   std::deque<uint32_t> free_qp_slots_;  ///< control path only
   std::vector<std::unique_ptr<Cq>> cqs_;
   std::vector<std::unique_ptr<Srq>> srqs_;

@@ -1425,6 +1425,76 @@ TEST_F(UdTest, ADatagramForAnotherHostIsDropped) {
   EXPECT_EQ(drain(rcq_).size(), 1u);
 }
 
+// The GSI QP (QP1), which droced makes for connection management: number 1, its Q_Key fixed at
+// 0x80010000 (a datagram with another is dropped, a modify to another refused), and what it sends
+// says so (source QP 1 in the DETH, the GSI Q_Key), as the kernel's CM MADs do.
+TEST_F(UdTest, TheGsiQpIsQp1WithItsFixedQkey) {
+  QpInit init;
+  init.type = QpType::ud;
+  init.pd = pd_;
+  init.send_cq = scq_;
+  init.recv_cq = rcq_;
+  init.cap = {16, 16, 1, 1, 0};
+  ASSERT_EQ(engine().create_gsi_qp(init), 0);
+  EXPECT_EQ(engine().create_gsi_qp(init), -EINVAL);  // one per engine
+  QpAttr qa;
+  qa.qp_state = QpState::init;
+  qa.port_num = 1;
+  qa.qkey = 0x11111111;
+  EXPECT_EQ(engine().modify_qp(1, qa, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrQkey), -EINVAL);
+  qa.qkey = Engine::kGsiQkey;
+  ASSERT_EQ(engine().modify_qp(1, qa, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrQkey), 0);
+  qa = QpAttr{};
+  qa.qp_state = QpState::rtr;
+  ASSERT_EQ(engine().modify_qp(1, qa, kAttrState), 0);
+  qa.qp_state = QpState::rts;
+  ASSERT_EQ(engine().modify_qp(1, qa, kAttrState | kAttrSqPsn), 0);
+  // A regular QP never gets number 1.
+  EXPECT_GT(make_qp(ud_options()), 1u);
+
+  // Step: a MAD-sized datagram to QP 1 with the GSI Q_Key, then one with another Q_Key.
+  auto rbuf = reg(4096);
+  ASSERT_EQ(engine().post_recv(1, recv_wr(7, rbuf->sge(0, 40 + 256))), 0);
+  qpn_ = 1;
+  deliver(ud_send(0x11111111, 1), pattern(256, 5));
+  EXPECT_TRUE(drain(rcq_).empty());
+  EXPECT_EQ(engine().counters().rx_bad_qkey, 1u);
+  deliver(ud_send(Engine::kGsiQkey, 1), pattern(256, 5));
+  // Expect: the second is received, GRH first, from source QP 1.
+  auto wc = drain(rcq_);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].wr_id, 7u);
+  EXPECT_EQ(wc[0].qp_num, 1u);
+  EXPECT_EQ(wc[0].src_qp, 1u);
+  EXPECT_EQ(wc[0].byte_len, 40u + 256);
+  EXPECT_EQ(slice(rbuf->bytes, 40, 256), pattern(256, 5));
+
+  // Step: QP 1 answers the peer's QP 1 (a controlled remote Q_Key: the QP's own is used).
+  auto sbuf = reg(256);
+  uint32_t ah = 0;
+  ASSERT_EQ(engine().create_ah(pd_, peer_av(), &ah), 0);
+  SendWr w = send_wr(WrOpcode::send, 9, sbuf->sge(0, 256));
+  w.ah = ah;
+  w.remote_qpn = 1;
+  w.remote_qkey = 0x80000000;
+  ASSERT_EQ(engine().post_send(1, w), 0);
+  at(now_ + 1);
+  const auto out = sent();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].bth().dest_qp, 1u);
+  EXPECT_EQ(out[0].ext().deth.src_qp, 1u);
+  EXPECT_EQ(out[0].ext().deth.qkey, Engine::kGsiQkey);
+  EXPECT_EQ(out[0].bth().pkey, 0xffff);
+  EXPECT_EQ(out[0].payload().size(), 256u);
+
+  // Step: QP 1 destroyed. Expect: datagrams to it are unknown-QP drops, and it can be made again.
+  ASSERT_EQ(engine().destroy_qp(1), 0);
+  const uint64_t unknown = engine().counters().rx_unknown_qp;
+  deliver(ud_send(Engine::kGsiQkey, 1), pattern(256, 5));
+  EXPECT_EQ(engine().counters().rx_unknown_qp, unknown + 1);
+  EXPECT_EQ(engine().create_gsi_qp(init), 0);
+}
+
 TEST_F(UdTest, ReceiveStartsWithTheGrhArea) {
   for (bool v6 : {false, true}) {
     SCOPED_TRACE(v6 ? "IPv6" : "IPv4");
