@@ -384,7 +384,7 @@ TEST_F(TwoDaemons, SeveralLcoresShareTheClientsAndHandFramesToTheOwningCore) {
   const int st = wait_for(spawn({env_or("DROCE_BIN", "apps/droce"), "cores", "--socket", d_[0].sock}, cli_log), 30);
   EXPECT_TRUE(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
   const std::string text = slurp(cli_log);
-  EXPECT_EQ(text.rfind("core  lcore  mode   rx_queue  tx_queue  clients", 0), 0u) << text;
+  EXPECT_EQ(text.rfind("core  lcore  mode   cpus  rx_queue  tx_queue  clients", 0), 0u) << text;
   EXPECT_NE(text.find("handed_in"), std::string::npos) << text;
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 3) << text;  // the header and two cores
   EXPECT_EQ(stop(d_[0]), 0);
