@@ -495,6 +495,21 @@ std::string Daemon::render_locked() const {
       .num("clients_closed", wc.clients_closed)
       .num("clients_faulted", wc.clients_faulted)
       .num("events_unrouted", wc.events_unrouted);
+  if (const CmHost* cm = workers_.empty() ? nullptr : workers_[0]->cm()) {
+    // The connection manager on QP1 (worker 0): MADs in and out, and what it refused.
+    const cm::AgentCounters& ac = cm->agent_counters();
+    uint64_t dropped = 0;
+    for (uint64_t d : ac.dropped) dropped += d;
+    j.num("cm_mads_in", cm->counters().rx_mads)
+        .num("cm_mads_out", cm->counters().tx_mads)
+        .num("cm_mads_malformed", dropped)
+        .num("cm_mads_unmatched", ac.unmatched)
+        .num("cm_rej_no_listener", ac.rej_no_listener)
+        .num("cm_rej_stale", ac.rej_stale)
+        .num("cm_sidr_no_listener", ac.sidr_no_listener)
+        .num("cm_tx_unresolved", cm->counters().tx_unresolved)
+        .num("cm_rx_errors", cm->counters().rx_errors);
+  }
   j.open("parse", '{');
   for (size_t i = 0; i < rocev2::kParseStatusCount; ++i)
     if (ec.parse.by_status[i] != 0) j.num(rocev2::to_string(static_cast<rocev2::ParseStatus>(i)), ec.parse.by_status[i]);

@@ -106,7 +106,10 @@ std::string Worker::describe_affinity() {
     while (end + 1 < CPU_SETSIZE && CPU_ISSET(end + 1, &set)) ++end;
     if (!out.empty()) out += ',';
     out += std::to_string(c);
-    if (end > c) out += '-' + std::to_string(end);
+    if (end > c) {
+      out += '-';
+      out += std::to_string(end);
+    }
     c = end;
   }
   return out;
@@ -332,7 +335,8 @@ void Worker::sleep(uint64_t now_ns) {
     if (!core_->engine().events().empty()) route_events();
   }
   if (!work) {
-    const uint64_t deadline = core_->next_deadline();
+    uint64_t deadline = core_->next_deadline();
+    if (cm_ != nullptr) deadline = std::min(deadline, cm_->next_deadline_ns());
     // Armed, the port wakes us; only timers and the link check bound the sleep.
     // Unarmed, frames are seen when the sleep ends: sleeps grow from 16 us to
     // --max-sleep-us, doubling while nothing happens, so a short pause costs
@@ -370,6 +374,7 @@ void Worker::iterate(uint64_t now, uint64_t* idle_since) {
   if (!core_->engine().events().empty()) route_events();
   push_port_events();
   if (index_ == 0) daemon_->check_link(now);
+  if (cm_ != nullptr && (cm_->has_completions() || now >= cm_->next_deadline_ns())) work += cm_->poll(now);
   if ((++counters_.loops & 63) == 0) control(0);
   if (adaptive_affinity_ && now - window_start_ns_ >= kAffinityWindowNs) adapt_affinity(now);
   if (work != 0 || core_->engine().has_tx_work()) {
@@ -401,6 +406,12 @@ void Worker::run() {
   window_start_ns_ = idle_since;
   std::unique_lock lock(state_);
   cpus_ = std::move(cpus);  // under the state lock: `stats` reads it from other threads
+  if (index_ == 0) {
+    // QP1 and the connection manager live on worker 0 (frames for QPN 1 are routed here).
+    if (int rc = CmHost::create(core_.get(), device_.gids, device_.node_guid, uint32_t(core::monotonic_ns()), &cm_);
+        rc != 0)
+      DROCE_LOG(WARNING, app, "worker 0: no connection manager (QP1): %s", std::strerror(-rc));
+  }
   while (!daemon_->stopping()) {
     take_inbox();
     iterate(core::monotonic_ns(), &idle_since);

@@ -47,6 +47,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/droced/cm_host.h"
 #include "apps/droced/device_core.h"
 #include "apps/droced/session.h"
 #include "core/unix_socket.h"
@@ -109,6 +110,8 @@ class Worker {
   const std::string& mode_reason() const { return mode_reason_; }
   /// The CPUs this worker's thread may run on ("0", "0-1"), set when it starts.
   const std::string& cpus() const { return cpus_; }
+  /// Worker 0's connection manager (QP1), once its thread runs; nullptr elsewhere.
+  const CmHost* cm() const { return cm_.get(); }
   /// Event mode: the current spin before blocking, in microseconds.
   uint64_t spin_us() const { return spin_ns_ / 1000; }
   /// Call once in main() before EAL starts: the CPUs an event-mode worker may
@@ -148,6 +151,7 @@ class Worker {
   bool polling_ = false;
   std::string mode_reason_;
   std::string cpus_;
+  std::unique_ptr<CmHost> cm_;
   // --event-affinity auto: on the lcore's CPU (pinned_) while the last window was mostly
   // blocked, on any CPU while it was mostly busy.
   static constexpr uint64_t kAffinityWindowNs = 50'000'000;

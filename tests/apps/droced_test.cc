@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "cm/mad.h"
 #include "core/clock.h"
 #include "core/ctl_protocol.h"
 #include "core/unix_socket.h"
@@ -522,6 +523,94 @@ void make_rc(Context* ctx, uint32_t* pd, client::Cq** cq, client::Qp** qp) {
   ASSERT_EQ(ctx->alloc_pd(pd), 0);
   ASSERT_EQ(ctx->create_cq(256, cq), 0);
   ASSERT_EQ(ctx->create_qp(rc_create(*pd, *cq), qp), 0);
+}
+
+// QP1, droced's connection manager (docs/cm.md). A privileged client of daemon A sends CM MADs
+// from its own UD QP (the GSI Q_Key is controlled) to daemon B's QP1: a REQ for a service nobody
+// listens on is answered with REJ 8, which goes to daemon A's QP1 (the address the REQ came from),
+// where no connection knows it; a MAD of another class is dropped and counted.
+TEST_F(TwoDaemons, Qp1AnswersAReqNobodyListensForWithReject8) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (CAP_NET_RAW): the GSI Q_Key 0x80010000 is controlled";
+  start();
+  std::unique_ptr<Context> a;
+  ASSERT_EQ(Context::open(d_[0].sock, &a), 0);
+  uint32_t pd = 0;
+  client::Cq* cq = nullptr;
+  ASSERT_EQ(a->alloc_pd(&pd), 0);
+  ASSERT_EQ(a->create_cq(64, &cq), 0);
+  client::QpCreate c = rc_create(pd, cq);
+  c.type = QpType::ud;
+  client::Qp* qp = nullptr;
+  ASSERT_EQ(a->create_qp(c, &qp), 0);
+  QpAttr at;
+  at.qp_state = QpState::init;
+  at.port_num = 1;
+  at.qkey = cm::kGsiQkey;
+  ASSERT_EQ(a->modify_qp(qp, at, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrQkey), 0);
+  at = QpAttr{};
+  at.qp_state = QpState::rtr;
+  ASSERT_EQ(a->modify_qp(qp, at, kAttrState), 0);
+  at.qp_state = QpState::rts;
+  ASSERT_EQ(a->modify_qp(qp, at, kAttrState | kAttrSqPsn), 0);
+  auto* mem = static_cast<uint8_t*>(std::aligned_alloc(4096, 4096));
+  std::memset(mem, 0, 4096);
+  uint32_t lkey = 0, rkey = 0;
+  ASSERT_EQ(a->reg_mr(pd, mem, 4096, kAccessLocalWrite, &lkey, &rkey), 0);
+  AddressVector av;
+  av.dgid = v4(0x0a4d0002);
+  av.sgid_index = 1;
+  uint32_t ah = 0;
+  ASSERT_EQ(a->create_ah(pd, av, &ah), 0);
+  auto send_mad = [&](const cm::Mad& mad) {
+    std::memcpy(mem, mad.data(), mad.size());
+    SendWr w;
+    w.opcode = WrOpcode::send;
+    w.send_flags = kSendSignaled;
+    w.num_sge = 1;
+    w.sg_list[0] = {reinterpret_cast<uint64_t>(mem), uint32_t(mad.size()), lkey};
+    w.ah = ah;
+    w.remote_qpn = cm::kGsiQpn;
+    w.remote_qkey = cm::kGsiQkey;
+    ASSERT_EQ(qp->post_send(w), 0);
+    Completion done;
+    const uint64_t end = core::monotonic_ns() + 10'000'000'000ull;
+    int n = 0;
+    while ((n = cq->poll(&done, 1)) == 0 && core::monotonic_ns() < end) {
+    }
+    ASSERT_EQ(n, 1);
+    EXPECT_EQ(done.status, WcStatus::success);
+  };
+  cm::Req req;
+  req.local_comm_id = 0x1234;
+  req.service_id = cm::ip_service_id(cm::PortSpace::tcp, 7174);
+  req.local_qpn = qp->qpn();
+  req.max_cm_retries = 15;
+  req.primary.local_gid = v4(0x0a4d0001);
+  req.primary.remote_gid = v4(0x0a4d0002);
+  cm::MadHeader h;
+  h.tid = 0x77;
+  cm::Mad mad{};
+  cm::encode(h, cm::Message{req}, &mad);
+  send_mad(mad);
+  cm::Mad junk = mad;
+  junk[1] = 0x04;  // the SA's class, not CM's
+  send_mad(junk);
+  auto wait_stat = [&](const std::string& sock, const std::string& name, long long at_least) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (stat_of(sock, name) < at_least && std::chrono::steady_clock::now() < end)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return stat_of(sock, name);
+  };
+  EXPECT_EQ(wait_stat(d_[1].sock, "cm_mads_malformed", 1), 1);
+  EXPECT_EQ(wait_stat(d_[1].sock, "cm_rej_no_listener", 1), 1);
+  EXPECT_EQ(stat_of(d_[1].sock, "cm_mads_in"), 2);
+  EXPECT_GE(wait_stat(d_[1].sock, "cm_mads_out", 1), 1);
+  // The REJ reached daemon A's QP1, which has no connection with comm ID 0x1234.
+  EXPECT_GE(wait_stat(d_[0].sock, "cm_mads_in", 1), 1);
+  EXPECT_GE(wait_stat(d_[0].sock, "cm_mads_unmatched", 1), 1);
+  EXPECT_TRUE(alive(d_[0]) && alive(d_[1]));
+  a.reset();
+  std::free(mem);
 }
 
 TEST_F(TwoDaemons, AKilledClientsPeerSeesRetryExceededAndDaemonsServeOn) {

@@ -1,0 +1,213 @@
+#include "apps/droced/cm_host.h"
+
+#include <cerrno>
+#include <cstring>
+
+#include "rocev2/engine.h"
+
+namespace droce::droced {
+
+namespace {
+
+// The peer's and our address in a received datagram's 40-byte GRH area: the IPv6 header, or
+// (Annex A17.4.5.1) 20 bytes left undefined and the IPv4 header.
+void addresses_of(const uint8_t* grh, net::IpAddr* src, net::IpAddr* dst) {
+  if ((grh[0] >> 4) == 6) {
+    std::memcpy(src->data(), grh + 8, 16);
+    std::memcpy(dst->data(), grh + 24, 16);
+  } else {
+    uint32_t s, d;
+    std::memcpy(&s, grh + 20 + 12, 4);
+    std::memcpy(&d, grh + 20 + 16, 4);
+    *src = net::ipv4_mapped(__builtin_bswap32(s));
+    *dst = net::ipv4_mapped(__builtin_bswap32(d));
+  }
+}
+
+}  // namespace
+
+CmHost::CmHost(DeviceCore* core, const net::GidTable* gids, uint64_t node_guid, uint32_t seed)
+    : core_(core), gids_(gids), agent_(node_guid, seed) {}
+
+int CmHost::create(DeviceCore* core, const net::GidTable* gids, uint64_t node_guid, uint32_t seed,
+                   std::unique_ptr<CmHost>* out) {
+  std::unique_ptr<CmHost> h(new CmHost(core, gids, node_guid, seed));
+  if (int rc = h->start(); rc != 0) return rc;
+  *out = std::move(h);
+  return 0;
+}
+
+int CmHost::start() {
+  rocev2::Engine& e = core_->engine();
+  if (int rc = e.alloc_pd(&pd_); rc != 0) return rc;
+  if (int rc = e.create_cq(kRecvSlots, &recv_cq_); rc != 0) return rc;
+  if (int rc = e.create_cq(kSendSlots, &send_cq_); rc != 0) return rc;
+  buffers_.assign(size_t{kRecvSlots} * kRecvBytes + size_t{kSendSlots} * cm::kMadSize, 0);
+  // The buffers' own address as their virtual address: droced is the only user.
+  const auto va = reinterpret_cast<uint64_t>(buffers_.data());
+  if (int rc = e.reg_mr(pd_, va, buffers_.size(), buffers_.data(), rocev2::kAccessLocalWrite, &mr_); rc != 0)
+    return rc;
+  rocev2::QpInit init;
+  init.type = rocev2::QpType::ud;
+  init.pd = pd_;
+  init.send_cq = send_cq_;
+  init.recv_cq = recv_cq_;
+  init.cap = {kSendSlots, kRecvSlots, 1, 1, 0};
+  if (int rc = e.create_gsi_qp(init); rc != 0) return rc;
+  qp_made_ = true;
+  rocev2::QpAttr a;
+  a.qp_state = rocev2::QpState::init;
+  a.port_num = 1;
+  a.qkey = rocev2::Engine::kGsiQkey;
+  if (int rc = e.modify_qp(rocev2::Engine::kGsiQpn, a,
+                           rocev2::kAttrState | rocev2::kAttrPkeyIndex | rocev2::kAttrPort | rocev2::kAttrQkey);
+      rc != 0)
+    return rc;
+  a = rocev2::QpAttr{};
+  a.qp_state = rocev2::QpState::rtr;
+  if (int rc = e.modify_qp(rocev2::Engine::kGsiQpn, a, rocev2::kAttrState); rc != 0) return rc;
+  a.qp_state = rocev2::QpState::rts;
+  if (int rc = e.modify_qp(rocev2::Engine::kGsiQpn, a, rocev2::kAttrState | rocev2::kAttrSqPsn); rc != 0)
+    return rc;
+  for (uint32_t i = 0; i < kRecvSlots; ++i) post_recv(i);
+  for (uint32_t i = 0; i < kSendSlots; ++i) free_send_.push_back(i);
+  return 0;
+}
+
+CmHost::~CmHost() {
+  rocev2::Engine& e = core_->engine();
+  for (const auto& [peer, ah] : ahs_) e.destroy_ah(ah);
+  if (qp_made_) e.destroy_qp(rocev2::Engine::kGsiQpn);
+  if (mr_ != nullptr) e.dereg_mr(mr_->lkey);
+  if (send_cq_ != nullptr) e.destroy_cq(send_cq_);
+  if (recv_cq_ != nullptr) e.destroy_cq(recv_cq_);
+  if (pd_ != 0) e.dealloc_pd(pd_);
+}
+
+void CmHost::post_recv(uint32_t slot) {
+  rocev2::RecvWr r;
+  r.wr_id = slot;
+  r.num_sge = 1;
+  r.sg_list[0] = {reinterpret_cast<uint64_t>(buffers_.data()) + uint64_t{slot} * kRecvBytes, kRecvBytes, mr_->lkey};
+  (void)core_->engine().post_recv(rocev2::Engine::kGsiQpn, r);
+}
+
+uint32_t CmHost::poll(uint64_t now_ns) {
+  const uint64_t now_ms = now_ns / 1'000'000;
+  uint32_t did = 0;
+  rocev2::Completion wc[16];
+  while (uint32_t n = recv_cq_->poll(wc, 16)) {
+    for (uint32_t i = 0; i < n; ++i) {
+      const auto slot = static_cast<uint32_t>(wc[i].wr_id);
+      if (slot >= kRecvSlots) continue;
+      const uint8_t* at = buffers_.data() + size_t{slot} * kRecvBytes;
+      if (wc[i].status != rocev2::WcStatus::success || wc[i].byte_len < kRecvBytes) {
+        ++counters_.rx_errors;
+      } else {
+        net::IpAddr from, to;
+        addresses_of(at, &from, &to);
+        if (local_.size() >= kMaxPeers && local_.find(from) == local_.end()) local_.clear();  // bounded
+        local_[from] = to;
+        ++counters_.rx_mads;
+        agent_.on_mad(std::span<const uint8_t>(at + 40, cm::kMadSize), cm::Peer{from}, now_ms);
+      }
+      post_recv(slot);
+      ++did;
+    }
+  }
+  while (uint32_t n = send_cq_->poll(wc, 16))
+    for (uint32_t i = 0; i < n; ++i) free_send_.push_back(static_cast<uint32_t>(wc[i].wr_id));
+  agent_.on_timer(now_ms);
+  counters_.events_unconsumed += agent_.take_events().size();
+  // MADs waiting for a MAC first, in order, then the new ones.
+  std::deque<Waiting> waiting = std::move(waiting_);
+  waiting_.clear();
+  for (Waiting& w : waiting) {
+    if (now_ns - w.since_ns > kResolveWaitNs) {
+      ++counters_.tx_unresolved;
+      continue;
+    }
+    waiting_.push_back(w);
+  }
+  for (const cm::AgentOutgoing& o : agent_.take_outgoing()) waiting_.push_back(Waiting{o, now_ns});
+  std::deque<Waiting> still;
+  for (Waiting& w : waiting_) {
+    const auto local = local_.find(w.mad.peer.gid);
+    const net::IpAddr src = local != local_.end() ? local->second : net::IpAddr{};
+    const int64_t ah = ah_for(w.mad.peer.gid, src, now_ns);
+    if (ah == 0) {
+      still.push_back(w);
+      continue;
+    }
+    if (ah < 0) {
+      ++counters_.tx_unresolved;
+      continue;
+    }
+    if (free_send_.empty()) {
+      ++counters_.tx_no_slot;
+      continue;
+    }
+    const uint32_t slot = free_send_.back();
+    free_send_.pop_back();
+    uint8_t* buf = buffers_.data() + size_t{kRecvSlots} * kRecvBytes + size_t{slot} * cm::kMadSize;
+    std::memcpy(buf, w.mad.mad.data(), cm::kMadSize);
+    rocev2::SendWr s;
+    s.wr_id = slot;
+    s.opcode = rocev2::WrOpcode::send;
+    s.send_flags = rocev2::kSendSignaled;
+    s.num_sge = 1;
+    s.sg_list[0] = {reinterpret_cast<uint64_t>(buf), cm::kMadSize, mr_->lkey};
+    s.ah = static_cast<uint32_t>(ah);
+    s.remote_qpn = cm::kGsiQpn;
+    s.remote_qkey = cm::kGsiQkey;
+    if (core_->engine().post_send(rocev2::Engine::kGsiQpn, s) == 0) {
+      ++counters_.tx_mads;
+      ++did;
+    } else {
+      free_send_.push_back(slot);
+      ++counters_.tx_no_slot;
+    }
+  }
+  waiting_ = std::move(still);
+  return did;
+}
+
+int64_t CmHost::ah_for(const net::IpAddr& peer, const net::IpAddr& local, uint64_t now_ns) {
+  if (auto it = ahs_.find(peer); it != ahs_.end()) return it->second;
+  rocev2::AddressVector av;
+  av.dgid = peer;
+  av.sgid = local;
+  if (local == net::IpAddr{}) {
+    const int idx = gids_->find_for_destination(peer);
+    if (idx < 0) return -1;
+    av.sgid = gids_->at(uint32_t(idx))->gid;
+  }
+  const int idx = gids_->find(av.sgid);
+  if (idx >= 0) {
+    const net::GidEntry* g = gids_->at(uint32_t(idx));
+    av.sgid_index = uint8_t(idx);
+    av.vlan_id = g->vlan == net::kNoVlan ? 0xffff : g->vlan;
+  }
+  switch (core_->resolve(&av, now_ns)) {
+    case net::ResolveStatus::pending: return 0;
+    case net::ResolveStatus::failed: return -1;
+    case net::ResolveStatus::resolved: break;
+  }
+  if (ahs_.size() >= kMaxPeers) {  // bounded: start over rather than grow without end
+    for (const auto& [p, a] : ahs_) core_->engine().destroy_ah(a);
+    ahs_.clear();
+  }
+  uint32_t ah = 0;
+  if (core_->engine().create_ah(pd_, av, &ah) != 0) return -1;
+  ahs_[peer] = ah;
+  return ah;
+}
+
+uint64_t CmHost::next_deadline_ns() const {
+  uint64_t d = UINT64_MAX;
+  if (auto a = agent_.deadline_ms()) d = *a * 1'000'000;
+  if (!waiting_.empty()) d = std::min(d, waiting_.front().since_ns + 1'000'000);  // look again soon
+  return d;
+}
+
+}  // namespace droce::droced
