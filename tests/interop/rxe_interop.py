@@ -397,6 +397,31 @@ TOOL_WAIT = 120               # seconds either program may take (timeout(1) on b
 TOOL_PORT0 = 18600            # their TCP exchange ports (one per case), over the rig's bridge
 
 
+def cm_no_listener_cases(runner, rig, a, droced):
+    """rdma_cm in the guest (the kernel's ib_cm over rxe) toward droce, where nobody listens:
+    droced's connection manager on QP1 (issue #15, docs/cm.md) answers the REQ with REJ 8 and the
+    SIDR_REQ with status 1, so ucmatose sees REJECTED (8) and udaddy UNREACHABLE (1) at once,
+    where without a CM on droce's side the kernel retries for about 74 s (15 retries of 4.6 s)."""
+    def counter(name):
+        out = subprocess.run([a.droce, "counters", "--json", "--socket", droced.sock], capture_output=True,
+                             text=True).stdout
+        return json.loads(out).get(name, -1) if out else -1
+    for tag, tool, want, name in [
+            ("cm_rc_no_listener", "ucmatose", "RDMA_CM_EVENT_REJECTED, error: 8", "cm_rej_no_listener"),
+            ("cm_ud_no_listener", "udaddy", "RDMA_CM_EVENT_UNREACHABLE, error: 1", "cm_sidr_no_listener")]:
+        before = counter(name)
+        t0 = time.monotonic()
+        p = rig.sh("run", rig.guest, f"timeout 60 {tool} -s {DROCE_IP} -c 1 2>&1", check=False, timeout=120)
+        took = time.monotonic() - t0
+        out = p.stdout + p.stderr
+        after = counter(name)
+        if want in out and after == before + 1:
+            log(f"PASS {tag}: the kernel's {tool} to droce, nobody listening: '{want}' in {took:.1f} s")
+        else:
+            runner.fail(tag, f"wanted '{want}' and {name} {before} -> {before + 1}; got {name} {after} and:\n"
+                             f"{out[-800:]}\n{droced.tail()}")
+
+
 def tool_cases():
     """Each program of issue #6's list, droce as server (the guest connects) and as client.
     Stock binaries on both sides: the host's run through `droce exec` on droced, the guest's on
@@ -920,6 +945,8 @@ def main():
                 if only and case["name"] not in only:
                     continue
                 runner.run_with_restart(case, mtu_link)
+            if mtu_link == min(tool_mtus or {1500}) and (not only or only & {"cm_rc_no_listener", "cm_ud_no_listener"}):
+                cm_no_listener_cases(runner, rig, a, droced)
             tools = [c for c in tool_cases() if not only or c["name"] in only]
             if a.no_tools and tools and mtu_link in tool_mtus:
                 log(f"SKIP (part): the perftest/pingpong cases: {a.no_tools}")
