@@ -1,5 +1,6 @@
 #include "apps/droced/cm_host.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -169,6 +170,11 @@ uint32_t CmHost::poll(uint64_t now_ns) {
     }
   }
   waiting_ = std::move(still);
+  // The agent's earliest timer (a walk over its connections: once here, not on every loop pass),
+  // or soon while MADs wait for a MAC.
+  deadline_ns_ = UINT64_MAX;
+  if (auto a = agent_.deadline_ms()) deadline_ns_ = *a * 1'000'000;
+  if (!waiting_.empty()) deadline_ns_ = std::min(deadline_ns_, now_ns + 1'000'000);
   return did;
 }
 
@@ -201,13 +207,6 @@ int64_t CmHost::ah_for(const net::IpAddr& peer, const net::IpAddr& local, uint64
   if (core_->engine().create_ah(pd_, av, &ah) != 0) return -1;
   ahs_[peer] = ah;
   return ah;
-}
-
-uint64_t CmHost::next_deadline_ns() const {
-  uint64_t d = UINT64_MAX;
-  if (auto a = agent_.deadline_ms()) d = *a * 1'000'000;
-  if (!waiting_.empty()) d = std::min(d, waiting_.front().since_ns + 1'000'000);  // look again soon
-  return d;
 }
 
 }  // namespace droce::droced

@@ -46,12 +46,12 @@ class CmHost {
 
   /// Takes QP1's completions, runs the agent's timers, sends what it has. Returns how much it did.
   uint32_t poll(uint64_t now_ns);
-  /// When poll() next has something to do (UINT64_MAX: nothing).
-  uint64_t next_deadline_ns() const;
+  /// When poll() next has something to do (UINT64_MAX: nothing). Computed at the end of each
+  /// poll() (only poll() changes the agent), so the worker loop may ask on every pass.
+  uint64_t next_deadline_ns() const { return deadline_ns_; }
 
   const CmHostCounters& counters() const { return counters_; }
   const cm::AgentCounters& agent_counters() const { return agent_.counters(); }
-  cm::Agent& agent() { return agent_; }
   /// Completions waiting on QP1's CQs (the loop calls poll() when there are, or a deadline passed).
   bool has_completions() const { return recv_cq_->size() != 0 || send_cq_->size() != 0; }
 
@@ -86,6 +86,7 @@ class CmHost {
     uint64_t since_ns;
   };
   std::deque<Waiting> waiting_;  ///< MADs for peers whose MAC is being resolved
+  uint64_t deadline_ns_ = UINT64_MAX;
   CmHostCounters counters_;
 };
 
