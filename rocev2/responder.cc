@@ -559,13 +559,11 @@ void Engine::responder_ud_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m) {
     c.wc_flags |= kWcWithImm;
     c.imm_data = p.hdr.ext.imm.imm;
   }
-  // The first 40 bytes receive the GRH area: for IPv6 the IP header; for IPv4
-  // (Annex A17.4.5.1) 20 undefined bytes (droce writes zeros) then the IPv4 header.
-  uint8_t grh[40] = {};
-  const size_t ip_len = p.hdr.l3.version == 6 ? 40 : 20;
+  // The first 40 bytes receive the GRH area (write_grh_area: the IP header, at its end).
+  uint8_t grh[40];
+  const bool v6 = p.hdr.l3.version == 6;
   uint8_t scratch[40];
-  const uint8_t* ip = net::FrameBytes(m).read(p.layout.l3_off, ip_len, scratch);
-  std::memcpy(grh + (40 - ip_len), ip, ip_len);
+  write_grh_area(net::FrameBytes(m).read(p.layout.l3_off, v6 ? 40 : 20, scratch), v6, grh);
   WcStatus err = WcStatus::success;
   bool ok = true;
   // Scatter the GRH area, then the payload after it.

@@ -8,25 +8,6 @@
 
 namespace droce::droced {
 
-namespace {
-
-// The peer's and our address in a received datagram's 40-byte GRH area: the IPv6 header, or
-// (Annex A17.4.5.1) 20 bytes left undefined and the IPv4 header.
-void addresses_of(const uint8_t* grh, net::IpAddr* src, net::IpAddr* dst) {
-  if ((grh[0] >> 4) == 6) {
-    std::memcpy(src->data(), grh + 8, 16);
-    std::memcpy(dst->data(), grh + 24, 16);
-  } else {
-    uint32_t s, d;
-    std::memcpy(&s, grh + 20 + 12, 4);
-    std::memcpy(&d, grh + 20 + 16, 4);
-    *src = net::ipv4_mapped(__builtin_bswap32(s));
-    *dst = net::ipv4_mapped(__builtin_bswap32(d));
-  }
-}
-
-}  // namespace
-
 CmHost::CmHost(DeviceCore* core, const net::GidTable* gids, uint64_t node_guid, uint32_t seed)
     : core_(core), gids_(gids), agent_(node_guid, seed) {}
 
@@ -106,7 +87,7 @@ uint32_t CmHost::poll(uint64_t now_ns) {
         ++counters_.rx_errors;
       } else {
         net::IpAddr from, to;
-        addresses_of(at, &from, &to);
+        rocev2::grh_area_addresses(at, &from, &to);
         if (local_.size() >= kMaxPeers && local_.find(from) == local_.end()) local_.clear();  // bounded
         local_[from] = to;
         ++counters_.rx_mads;

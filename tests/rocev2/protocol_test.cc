@@ -1528,6 +1528,11 @@ TEST_F(UdTest, ReceiveStartsWithTheGrhArea) {
     EXPECT_EQ(wc[0].sl, v6 ? 0x9 : 0xA);
     EXPECT_EQ(slice(rbuf->bytes, 40 - ip_len, ip_len), ip);
     EXPECT_EQ(slice(rbuf->bytes, 40, 64), data);
+    // And read back by grh_area_addresses (droced's QP1 answers the address it finds there).
+    IpAddr src{}, dst{};
+    grh_area_addresses(rbuf->bytes.data(), &src, &dst);
+    EXPECT_EQ(src, v6 ? peer_ip6() : peer_ip());
+    EXPECT_EQ(dst, v6 ? local_ip6() : local_ip());
   }
 }
 
