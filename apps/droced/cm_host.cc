@@ -164,16 +164,13 @@ int64_t CmHost::ah_for(const net::IpAddr& peer, const net::IpAddr& local, uint64
   rocev2::AddressVector av;
   av.dgid = peer;
   av.sgid = local;
-  if (local == net::IpAddr{}) {
-    const int idx = gids_->find_for_destination(peer);
-    if (idx < 0) return -1;
-    av.sgid = gids_->at(uint32_t(idx))->gid;
-  }
-  const int idx = gids_->find(av.sgid);
+  // The GID the peer's MADs came to, or (none yet) the one a UD QP would send to it from.
+  const bool known = local != net::IpAddr{};
+  const int idx = known ? gids_->find(local) : gids_->find_for_destination(peer);
+  if (!known && idx < 0) return -1;
   if (idx >= 0) {
-    const net::GidEntry* g = gids_->at(uint32_t(idx));
     av.sgid_index = uint8_t(idx);
-    av.vlan_id = g->vlan == net::kNoVlan ? 0xffff : g->vlan;
+    set_av_source(*gids_->at(uint32_t(idx)), &av);
   }
   switch (core_->resolve(&av, now_ns)) {
     case net::ResolveStatus::pending: return 0;

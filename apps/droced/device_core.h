@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "net/frame_loss.h"
+#include "net/gid_table.h"
 #include "net/neighbor.h"
 #include "net/port.h"
 #include "rocev2/engine.h"
@@ -100,6 +101,14 @@ class CoreGroup {
   std::mutex neighbor_mutex_;
   net::NeighborTable neighbors_;
 };
+
+/// An address vector's source from a GID table entry: its GID, VLAN and MAC (what a client's
+/// sgid_index names, and what droced's own QP1 sends from).
+inline void set_av_source(const net::GidEntry& g, rocev2::AddressVector* av) {
+  av->sgid = g.gid;
+  av->vlan_id = g.vlan;  // kNoVlan is the AV's "untagged" too
+  av->smac = g.mac;
+}
 
 struct DeviceCoreConfig {
   net::Port* port = nullptr;

@@ -924,9 +924,7 @@ int Session::build_av(const WireAv& w, rocev2::AddressVector* av) const {
   rocev2::from_wire(w, av);
   const net::GidEntry* g = dev_->gids->at(w.sgid_index);
   if (g == nullptr) return -EINVAL;
-  av->sgid = g->gid;
-  av->vlan_id = g->vlan;
-  av->smac = g->mac;
+  set_av_source(*g, av);
   return 0;
 }
 
