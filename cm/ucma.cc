@@ -1,0 +1,1053 @@
+#include "cm/ucma.h"
+
+#include <endian.h>
+#include <netinet/in.h>
+#include <rdma/ib_user_sa.h>
+#include <rdma/ib_user_verbs.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace droce::cm {
+namespace {
+
+// rdma_cma.h's event numbers and port spaces (librdmacm's, which the ABI carries as integers).
+enum : uint32_t {
+  kAddrResolved = 0,
+  kAddrError = 1,
+  kRouteResolved = 2,
+  kRouteError = 3,
+  kConnectRequest = 4,
+  kConnectResponse = 5,
+  kConnectError = 6,
+  kUnreachable = 7,
+  kRejected = 8,
+  kEstablished = 9,
+  kDisconnected = 10,
+  kDeviceRemoval = 11,
+  kMulticastJoin = 12,
+  kMulticastError = 13,
+  kAddrChange = 14,
+  kTimewaitExit = 15,
+};
+constexpr uint16_t kPsIpoib = 0x0002, kPsIb = 0x013F, kPsTcp = 0x0106, kPsUdp = 0x0111;
+constexpr uint8_t kQptRc = 2, kQptUd = 4;
+constexpr uint32_t kUdpQkey = 0x01234567;  // RDMA_UDP_QKEY
+constexpr uint8_t kCmResponseTimeout = 20;  // CMA_CM_RESPONSE_TIMEOUT
+constexpr uint8_t kMaxCmRetries = 15;       // CMA_MAX_CM_RETRIES
+constexpr uint8_t kPacketLifeTime = 16;     // CMA_IBOE_PACKET_LIFETIME
+constexpr uint8_t kHopLimit = 64;
+constexpr uint32_t kMaxBacklog = 1024;      // net.rdma_ucm.max_backlog
+constexpr uint16_t kPortLow = 32768, kPortHigh = 60999;  // ip_local_port_range
+constexpr uint64_t kResolvePollMs = 10;
+// The smallest GET_EVENT answer the kernel accepts (the event without `reserved` and `ece`).
+constexpr size_t kMinEventOut = sizeof(rdma_ucm_event_resp) - sizeof(uint32_t) - sizeof(rdma_ucm_ece);
+
+// ib_verbs.h's QP states and attribute mask bits (as ibv_modify_qp takes them).
+enum : uint32_t { kQpsInit = 1, kQpsRtr = 2, kQpsRts = 3 };
+enum : uint32_t {
+  kMaskState = 1u << 0,
+  kMaskAccess = 1u << 3,
+  kMaskPkeyIndex = 1u << 4,
+  kMaskPort = 1u << 5,
+  kMaskQkey = 1u << 6,
+  kMaskAv = 1u << 7,
+  kMaskPathMtu = 1u << 8,
+  kMaskTimeout = 1u << 9,
+  kMaskRetryCnt = 1u << 10,
+  kMaskRnrRetry = 1u << 11,
+  kMaskRqPsn = 1u << 12,
+  kMaskMaxQpRdAtomic = 1u << 13,
+  kMaskMinRnrTimer = 1u << 15,
+  kMaskSqPsn = 1u << 16,
+  kMaskMaxDestRdAtomic = 1u << 17,
+  kMaskDestQpn = 1u << 20,
+};
+enum : uint32_t { kAccessRemoteWrite = 2, kAccessRemoteRead = 4, kAccessRemoteAtomic = 8 };
+
+// The body of a command: the bytes after the header, zero-filled to the struct's size (the
+// kernel reads a struct from user memory whatever `in` says; CONNECT and ACCEPT from old
+// librdmacm lack the trailing ECE).
+template <typename T>
+T body_as(std::span<const uint8_t> body) {
+  T t{};
+  std::memcpy(&t, body.data(), std::min(body.size(), sizeof t));
+  return t;
+}
+
+template <typename T>
+void respond(const T& t, std::vector<uint8_t>* resp) {
+  resp->resize(sizeof t);
+  std::memcpy(resp->data(), &t, sizeof t);
+}
+
+bool is_wildcard(const net::IpAddr& a) {
+  static const net::IpAddr v4_any = net::ipv4_mapped(0);
+  return a == net::IpAddr{} || a == v4_any;
+}
+
+// A sockaddr in a sockaddr_in6-sized (or larger) field: AF_INET or AF_INET6.
+bool parse_sockaddr(const void* raw, net::IpAddr* ip, uint16_t* port, uint16_t* family) {
+  sockaddr_in6 sa{};
+  std::memcpy(&sa, raw, sizeof sa);
+  if (sa.sin6_family == AF_INET) {
+    sockaddr_in s4{};
+    std::memcpy(&s4, raw, sizeof s4);
+    *ip = net::ipv4_mapped(be32toh(s4.sin_addr.s_addr));
+    *port = be16toh(s4.sin_port);
+    *family = AF_INET;
+    return true;
+  }
+  if (sa.sin6_family == AF_INET6) {
+    std::memcpy(ip->data(), &sa.sin6_addr, 16);
+    *port = be16toh(sa.sin6_port);
+    *family = AF_INET6;
+    return true;
+  }
+  return false;
+}
+
+void put_sockaddr(const net::IpAddr& ip, uint16_t port, uint16_t family, void* out) {
+  if (family == AF_INET) {
+    sockaddr_in s4{};
+    s4.sin_family = AF_INET;
+    s4.sin_port = htobe16(port);
+    s4.sin_addr.s_addr = htobe32(net::ipv4_of(ip));
+    std::memcpy(out, &s4, sizeof s4);
+    return;
+  }
+  sockaddr_in6 s6{};
+  s6.sin6_family = AF_INET6;
+  s6.sin6_port = htobe16(port);
+  std::memcpy(&s6.sin6_addr, ip.data(), 16);
+  std::memcpy(out, &s6, sizeof s6);
+}
+
+uint16_t service_ps(uint16_t ps) { return ps & 0xff; }
+
+// ib_cm's cm_ack_timeout(): the QP's local ACK timeout from the peer's ACK delay and the path.
+uint8_t ack_timeout(uint8_t ca_ack_delay, uint8_t packet_life_time) {
+  int t = packet_life_time + 1;
+  if (t >= ca_ack_delay)
+    t += (ca_ack_delay >= t - 1);
+  else
+    t = ca_ack_delay + (t >= ca_ack_delay - 1);
+  return static_cast<uint8_t>(std::min(t, 31));
+}
+
+}  // namespace
+
+const char* ucma_event_name(uint32_t event) {
+  static const char* const names[] = {
+      "RDMA_CM_EVENT_ADDR_RESOLVED",    "RDMA_CM_EVENT_ADDR_ERROR",      "RDMA_CM_EVENT_ROUTE_RESOLVED",
+      "RDMA_CM_EVENT_ROUTE_ERROR",      "RDMA_CM_EVENT_CONNECT_REQUEST", "RDMA_CM_EVENT_CONNECT_RESPONSE",
+      "RDMA_CM_EVENT_CONNECT_ERROR",    "RDMA_CM_EVENT_UNREACHABLE",     "RDMA_CM_EVENT_REJECTED",
+      "RDMA_CM_EVENT_ESTABLISHED",      "RDMA_CM_EVENT_DISCONNECTED",    "RDMA_CM_EVENT_DEVICE_REMOVAL",
+      "RDMA_CM_EVENT_MULTICAST_JOIN",   "RDMA_CM_EVENT_MULTICAST_ERROR", "RDMA_CM_EVENT_ADDR_CHANGE",
+      "RDMA_CM_EVENT_TIMEWAIT_EXIT"};
+  return event < std::size(names) ? names[event] : "UNKNOWN EVENT";
+}
+
+Ucma::Ucma(Agent* agent, UcmaNetwork* net, UcmaConfig cfg)
+    : agent_(agent), net_(net), cfg_(cfg), rng_(0x9e3779b97f4a7c15ULL ^ cfg.seed) {}
+
+uint32_t Ucma::new_psn() {
+  rng_ ^= rng_ << 13;
+  rng_ ^= rng_ >> 7;
+  rng_ ^= rng_ << 17;
+  return static_cast<uint32_t>(rng_ >> 20) & 0xFFFFFF;
+}
+
+uint32_t Ucma::open_channel() {
+  const uint32_t ch = next_channel_++;
+  channels_[ch] = Channel{};
+  return ch;
+}
+
+void Ucma::close_channel(uint32_t channel, uint64_t now_ms) {
+  std::vector<uint32_t> mine;
+  for (const auto& [h, id] : ids_)
+    if (id.channel == channel) mine.push_back(h);
+  for (uint32_t h : mine)
+    if (Id* id = find(h)) destroy(id, now_ms);
+  channels_.erase(channel);
+  signals_.erase(channel);
+}
+
+size_t Ucma::queued(uint32_t channel) const {
+  auto it = channels_.find(channel);
+  return it == channels_.end() ? 0 : it->second.events.size();
+}
+
+std::vector<std::pair<uint32_t, int>> Ucma::take_signals() {
+  std::vector<std::pair<uint32_t, int>> out;
+  for (const auto& [ch, n] : signals_)
+    if (n != 0) out.emplace_back(ch, n);
+  signals_.clear();
+  return out;
+}
+
+Ucma::Id* Ucma::find(uint32_t handle) {
+  auto it = ids_.find(handle);
+  return it == ids_.end() ? nullptr : &it->second;
+}
+
+Ucma::Id* Ucma::find(uint32_t channel, uint32_t handle) {
+  Id* id = find(handle);
+  return id != nullptr && id->channel == channel ? id : nullptr;
+}
+
+Ucma::Id* Ucma::by_conn(uint32_t conn) {
+  auto it = conn_to_id_.find(conn);
+  return it == conn_to_id_.end() ? nullptr : find(it->second);
+}
+
+int Ucma::command(uint32_t channel, std::span<const uint8_t> cmd, std::span<const uint8_t> optval,
+                  std::vector<uint8_t>* resp, uint64_t now_ms) {
+  static constexpr Handler kHandlers[] = {
+      &Ucma::create_id,     &Ucma::destroy_id,    &Ucma::bind_ip,       &Ucma::resolve_ip,
+      &Ucma::resolve_route, &Ucma::query_route,   &Ucma::connect,       &Ucma::listen,
+      &Ucma::accept,        &Ucma::reject,        &Ucma::disconnect,    &Ucma::init_qp_attr,
+      &Ucma::get_event,     &Ucma::not_supported, &Ucma::set_option,    &Ucma::notify,
+      &Ucma::not_supported, &Ucma::not_supported, &Ucma::migrate_id,    &Ucma::not_supported,
+      &Ucma::bind_af_ib,    &Ucma::not_supported, &Ucma::not_supported,
+  };
+  ++counters_.commands;
+  resp->clear();
+  rdma_ucm_cmd_hdr hdr{};
+  int rc = -EINVAL;
+  if (channels_.count(channel) != 0 && cmd.size() >= sizeof hdr) {
+    std::memcpy(&hdr, cmd.data(), sizeof hdr);
+    if (hdr.cmd < std::size(kHandlers) && size_t{hdr.in} + sizeof hdr <= cmd.size())
+      rc = (this->*kHandlers[hdr.cmd])(channel, cmd.subspan(sizeof hdr, hdr.in), optval, resp, now_ms);
+  }
+  if (rc == 0 && !resp->empty()) {
+    if (hdr.out < resp->size() && !(hdr.cmd == RDMA_USER_CM_CMD_GET_EVENT && hdr.out >= kMinEventOut))
+      rc = -ENOSPC;  // checked after the fact only for answers that change nothing
+    else
+      resp->resize(std::min<size_t>(resp->size(), hdr.out));
+  }
+  if (rc != 0) {
+    resp->clear();
+    if (rc != -EAGAIN) ++counters_.errors;
+  }
+  return rc;
+}
+
+// ---- ids ----------------------------------------------------------------------------------------
+
+int Ucma::create_id(uint32_t channel, std::span<const uint8_t> body, std::span<const uint8_t>,
+                    std::vector<uint8_t>* resp, uint64_t) {
+  const auto c = body_as<rdma_ucm_create_id>(body);
+  uint8_t qp_type = 0;
+  switch (c.ps) {
+    case kPsTcp: qp_type = kQptRc; break;
+    case kPsUdp:
+    case kPsIpoib: qp_type = kQptUd; break;
+    case kPsIb: qp_type = c.qp_type; break;
+    default: return -EINVAL;
+  }
+  if (qp_type != kQptRc && qp_type != kQptUd) return -EINVAL;
+  Channel& ch = channels_[channel];
+  if (ch.ids >= cfg_.max_ids) return -ENOMEM;
+  Id id;
+  id.handle = next_handle_++;
+  id.channel = channel;
+  id.uid = c.uid;
+  id.ps = c.ps;
+  id.qp_type = qp_type;
+  id.qkey = qp_type == kQptUd ? kUdpQkey : 0;
+  id.psn = new_psn();
+  id.path_mtu = cfg_.path_mtu;
+  ++ch.ids;
+  ids_[id.handle] = id;
+  respond(rdma_ucm_create_id_resp{id.handle}, resp);
+  return 0;
+}
+
+int Ucma::destroy_id(uint32_t channel, std::span<const uint8_t> body, std::span<const uint8_t>,
+                     std::vector<uint8_t>* resp, uint64_t now_ms) {
+  const auto c = body_as<rdma_ucm_destroy_id>(body);
+  Id* id = find(channel, c.id);
+  if (id == nullptr) return -EINVAL;
+  respond(rdma_ucm_destroy_id_resp{destroy(id, now_ms)}, resp);
+  return 0;
+}
+
+uint32_t Ucma::destroy(Id* id, uint64_t now_ms) {
+  const uint32_t handle = id->handle;
+  const uint32_t reported = id->events_reported;
+  if (id->listener != 0) agent_->stop_listening(id->listener);
+  if (id->conn != 0) {
+    const uint32_t conn = id->conn;
+    conn_to_id_.erase(conn);
+    id->conn = 0;
+    switch (agent_->state(conn).value_or(ConnState::closed)) {
+      case ConnState::req_sent:
+        agent_->reject(conn, uint16_t(RejReason::timeout), {}, now_ms);
+        break;
+      case ConnState::req_rcvd:
+      case ConnState::rep_sent:
+      case ConnState::rep_rcvd:
+        agent_->reject(conn, uint16_t(RejReason::consumer_defined), {}, now_ms);
+        break;
+      case ConnState::established:
+      case ConnState::dreq_rcvd:
+        agent_->disconnect(conn, now_ms);
+        break;
+      default:
+        break;
+    }
+  }
+  // A listener's connect requests still queued die with it (their ids were never the app's).
+  std::vector<uint32_t> orphans;
+  if (auto ch = channels_.find(id->channel); ch != channels_.end()) {
+    for (const Queued& q : ch->second.events)
+      if (q.owner == handle && q.child != 0) orphans.push_back(q.child);
+    withdraw(id->channel, handle);
+    --ch->second.ids;
+  }
+  ids_.erase(handle);
+  for (uint32_t o : orphans)
+    if (Id* c = find(o)) destroy(c, now_ms);
+  return reported;
+}
+
+void Ucma::withdraw(uint32_t channel, uint32_t owner) {
+  auto ch = channels_.find(channel);
+  if (ch == channels_.end()) return;
+  auto& q = ch->second.events;
+  const size_t before = q.size();
+  q.erase(std::remove_if(q.begin(), q.end(), [&](const Queued& e) { return e.owner == owner; }), q.end());
+  signals_[channel] -= static_cast<int>(before - q.size());
+}
+
+bool Ucma::port_taken(const Id& id, const net::IpAddr& addr, uint16_t port) const {
+  for (const auto& [h, o] : ids_) {
+    if (h == id.handle || !o.bound || o.ps != id.ps || o.sport != port) continue;
+    const bool overlap = is_wildcard(o.src) || is_wildcard(addr) || o.src == addr;
+    if (!overlap) continue;
+    if (!id.reuseaddr || !o.reuseaddr || o.state == State::listen) return true;
+  }
+  return false;
+}
+
+int Ucma::bind(Id* id, const net::IpAddr& addr, uint16_t port) {
+  if (!is_wildcard(addr) && net_->gid_index(addr) < 0) return -EADDRNOTAVAIL;
+  if (port == 0) {
+    const uint32_t span = kPortHigh - kPortLow + 1;
+    const uint32_t start = static_cast<uint32_t>(new_psn()) % span;
+    for (uint32_t i = 0; i < span && port == 0; ++i) {
+      const uint16_t p = static_cast<uint16_t>(kPortLow + (start + i) % span);
+      if (!port_taken(*id, addr, p)) port = p;
+    }
+    if (port == 0) return -EADDRNOTAVAIL;
+  } else if (port_taken(*id, addr, port)) {
+    return -EADDRINUSE;
+  }
+  id->src = addr;
+  id->sport = port;
+  id->bound = true;
+  if (!is_wildcard(addr)) id->gid_index = static_cast<uint32_t>(net_->gid_index(addr));
+  return 0;
+}
+
+int Ucma::bind_ip(uint32_t channel, std::span<const uint8_t> body, std::span<const uint8_t>,
+                  std::vector<uint8_t>*, uint64_t) {
+  const auto c = body_as<rdma_ucm_bind_ip>(body);
+  Id* id = find(channel, c.id);
+  if (id == nullptr) return -EINVAL;
+  if (id->state != State::idle || id->bound) return -EINVAL;
+  net::IpAddr ip;
+  uint16_t port = 0, family = 0;
+  if (!parse_sockaddr(&c.addr, &ip, &port, &family)) return -EAFNOSUPPORT;
+  id->family = family;
+  return bind(id, ip, port);
+}
+
+int Ucma::bind_af_ib(uint32_t channel, std::span<const uint8_t> body, std::span<const uint8_t>,
+                     std::vector<uint8_t>*, uint64_t) {
+  // librdmacm's AF_IB probe: refused, so it speaks the legacy (IP) command set.
+  const auto c = body_as<rdma_ucm_bind>(body);
+  return find(channel, c.id) == nullptr ? -EINVAL : -EAFNOSUPPORT;
+}
+
+int Ucma::not_supported(uint32_t, std::span<const uint8_t>, std::span<const uint8_t>, std::vector<uint8_t>*,
+                        uint64_t) {
+  return -ENOSYS;
+}
+
+// ---- address and route ----------------------------------------------------------------------
+
+int Ucma::resolve_ip(uint32_t channel, std::span<const uint8_t> body, std::span<const uint8_t>,
+                     std::vector<uint8_t>*, uint64_t now_ms) {
+  const auto c = body_as<rdma_ucm_resolve_ip>(body);
+  Id* id = find(channel, c.id);
+  if (id == nullptr) return -EINVAL;
+  if (id->state != State::idle && id->state != State::addr_resolved) return -EINVAL;
+  net::IpAddr dst, src{};
+  uint16_t dport = 0, sport = 0, family = 0, src_family = 0;
+  if (!parse_sockaddr(&c.dst_addr, &dst, &dport, &family)) return -EAFNOSUPPORT;
+  const bool have_src = parse_sockaddr(&c.src_addr, &src, &sport, &src_family) && !is_wildcard(src);
+  if (!id->bound) {
+    id->family = family;
+    if (int rc = bind(id, have_src ? src : net::IpAddr{}, sport); rc != 0) return rc;
+  }
+  id->dst = dst;
+  id->dport = dport;
+  // The source: what the id is bound to, else the address the host's routes pick.
+  if (is_wildcard(id->src)) {
+    if (net_->gid_index(dst) >= 0) {
+      id->src = dst;  // a local destination: loopback
+    } else if (auto s = net_->source_for(dst)) {
+      id->src = s->first;
+    } else {
+      ++counters_.addr_errors;
+      id->state = State::addr_query;
+      queue(*id, kAddrError, -EHOSTUNREACH);
+      id->state = State::idle;
+      return 0;
+    }
+  }
+  id->gid_index = static_cast<uint32_t>(std::max(net_->gid_index(id->src), 0));
+  id->state = State::addr_query;
+  id->resolve_deadline_ms = now_ms + std::max<uint32_t>(c.timeout_ms, 1);
+  on_timer(now_ms);  // answers at once when the neighbour is known
+  return 0;
+}
+
+void Ucma::on_timer(uint64_t now_ms) {
+  for (auto& [h, id] : ids_) {
+    if (id.state != State::addr_query) continue;
+    const bool local = net_->gid_index(id.dst) >= 0;
+    const auto r = local ? UcmaNetwork::Resolve::resolved : net_->resolve(id.src, id.dst, now_ms);
+    if (r == UcmaNetwork::Resolve::resolved) {
+      id.state = State::addr_resolved;
+      queue(id, kAddrResolved, 0);
+    } else if (r == UcmaNetwork::Resolve::failed || now_ms >= id.resolve_deadline_ms) {
+      ++counters_.addr_errors;
+      queue(id, kAddrError, r == UcmaNetwork::Resolve::failed ? -EHOSTUNREACH : -ETIMEDOUT);
+      id.state = State::idle;
+    }
+  }
+}
+
+std::optional<uint64_t> Ucma::deadline_ms() const {
+  for (const auto& [h, id] : ids_)
+    if (id.state == State::addr_query) return uint64_t{0};  // polled, kResolvePollMs apart by the host
+  return std::nullopt;
+}
+
+int Ucma::resolve_route(uint32_t channel, std::span<const uint8_t> body, std::span<const uint8_t>,
+                        std::vector<uint8_t>*, uint64_t) {
+  const auto c = body_as<rdma_ucm_resolve_route>(body);
+  Id* id = find(channel, c.id);
+  if (id == nullptr) return -EINVAL;
+  if (id->state != State::addr_resolved && id->state != State::route_resolved) return -EINVAL;
+  // RoCE: the path record is made here (cma_resolve_iboe_route), no SA.
+  id->has_path = true;
+  id->path_mtu = cfg_.path_mtu;
+  id->flow_label = (uint32_t{id->sport} * 31 + id->dport) & 0xFFFFF;
+  id->local_ack_timeout = id->ack_timeout != 0 ? id->ack_timeout : kPacketLifeTime + 1;
+  id->state = State::route_resolved;
+  queue(*id, kRouteResolved, 0);
+  return 0;
+}
+
+int Ucma::query_route(uint32_t channel, std::span<const uint8_t> body, std::span<const uint8_t>,
+                      std::vector<uint8_t>* resp, uint64_t) {
+  const auto c = body_as<rdma_ucm_query>(body);
+  Id* id = find(channel, c.id);
+  if (id == nullptr) return -EINVAL;
+  rdma_ucm_query_route_resp r{};
+  put_sockaddr(id->src, id->sport, id->family, &r.src_addr);
+  put_sockaddr(id->dst, id->dport, id->family, &r.dst_addr);
+  r.ibdev_index = 0xFFFFFFFF;  // libibverbs knows droce0 by its GUID only
+  // An id bound to a wildcard address has no device yet (node_guid 0, as the kernel answers).
+  if (!is_wildcard(id->src)) {
+    r.node_guid = htobe64(cfg_.node_guid);
+    r.port_num = 1;
+    ib_user_path_rec& p = r.ib_route[0];
+    std::memcpy(p.sgid, id->src.data(), 16);
+    std::memcpy(p.dgid, id->dst.data(), 16);
+    p.pkey = htobe16(0xFFFF);
+    if (id->has_path) {
+      r.num_paths = 1;
+      p.flow_label = htobe32(id->flow_label);
+      p.reversible = 1;
+      p.mtu = id->path_mtu;
+      p.hop_limit = kHopLimit;
+      p.traffic_class = id->tos;
+      p.numb_path = 1;
+      p.mtu_selector = 2;  // exactly
+      p.rate_selector = 2;
+      p.packet_life_time_selector = 2;
+      p.packet_life_time = kPacketLifeTime;
+    }
+  }
+  respond(r, resp);
+  return 0;
+}
+
+// ---- connections ----------------------------------------------------------------------------
+
+int Ucma::connect(uint32_t channel, std::span<const uint8_t> body, std::span<const uint8_t>,
+                  std::vector<uint8_t>*, uint64_t now_ms) {
+  const auto c = body_as<rdma_ucm_connect>(body);
+  Id* id = find(channel, c.id);
+  if (id == nullptr) return -EINVAL;
+  if (id->state != State::route_resolved) return -EINVAL;
+  if (id->qp_type != kQptRc) return -ENOSYS;  // SIDR (UD) active side: not yet
+  const rdma_ucm_conn_param& p = c.conn_param;
+  if (p.private_data_len > kReqPrivate - kIpCmHeaderSize) return -EINVAL;
+  ConnectParams cp;
+  Req& q = cp.req;
+  q.service_id = ip_service_id(PortSpace(service_ps(id->ps)), id->dport);
+  q.local_qpn = p.qp_num & 0xFFFFFF;
+  q.responder_resources = p.responder_resources;
+  q.initiator_depth = p.initiator_depth;
+  q.remote_cm_response_timeout = kCmResponseTimeout;
+  q.local_cm_response_timeout = kCmResponseTimeout;
+  q.transport = TransportType::rc;
+  q.end_to_end_flow_control = p.flow_control != 0;
+  q.starting_psn = id->psn;
+  q.retry_count = std::min<uint8_t>(p.retry_count, 7);
+  q.rnr_retry_count = std::min<uint8_t>(p.rnr_retry_count, 7);
+  q.max_cm_retries = kMaxCmRetries;
+  q.srq = p.srq != 0;
+  q.path_mtu = id->path_mtu;
+  q.primary.local_gid = id->src;
+  q.primary.remote_gid = id->dst;
+  q.primary.flow_label = id->flow_label;
+  q.primary.hop_limit = kHopLimit;
+  q.primary.traffic_class = id->tos;
+  q.primary.local_ack_timeout = id->local_ack_timeout;
+  IpCmHeader h;
+  h.ip_version = net::is_ipv4_mapped(id->src) ? 4 : 6;
+  h.src_port = id->sport;
+  h.src = id->src;
+  h.dst = id->dst;
+  encode_ip_cm_header(h, q.private_data);
+  std::memcpy(q.private_data.data() + kIpCmHeaderSize, p.private_data, p.private_data_len);
+  cp.packet_life_time = kPacketLifeTime;
+  id->qp_num = q.local_qpn;
+  id->retry_count = q.retry_count;
+  id->rnr_retry_count = q.rnr_retry_count;
+  id->state = State::connect;
+  id->conn = agent_->connect(cp, Peer{id->dst}, now_ms);
+  conn_to_id_[id->conn] = id->handle;
+  return 0;
+}
+
+int Ucma::listen(uint32_t channel, std::span<const uint8_t> body, std::span<const uint8_t>,
+                 std::vector<uint8_t>*, uint64_t) {
+  const auto c = body_as<rdma_ucm_listen>(body);
+  Id* id = find(channel, c.id);
+  if (id == nullptr) return -EINVAL;
+  if (id->state == State::listen) return 0;  // a new backlog only, as rdma_listen allows
+  if (id->state != State::idle) return -EINVAL;
+  if (!id->bound)
+    if (int rc = bind(id, net::IpAddr{}, 0); rc != 0) return rc;
+  // Nobody else may listen here, reuseaddr or not.
+  for (const auto& [h, o] : ids_)
+    if (h != id->handle && o.state == State::listen && o.ps == id->ps && o.sport == id->sport &&
+        (is_wildcard(o.src) || is_wildcard(id->src) || o.src == id->src))
+      return -EADDRINUSE;
+  const uint32_t backlog = c.backlog > 0 && c.backlog <= kMaxBacklog ? c.backlog : kMaxBacklog;
+  const int64_t l = agent_->listen(ip_service_id(PortSpace(service_ps(id->ps)), id->sport), backlog);
+  if (l < 0) return static_cast<int>(l);
+  id->listener = static_cast<uint32_t>(l);
+  id->state = State::listen;
+  return 0;
+}
+
+void Ucma::on_connect_request(const AgentEvent& e, uint64_t now_ms) {
+  const Req& req = std::get<Req>(e.event.msg);
+  Id* l = nullptr;
+  for (auto& [h, id] : ids_)
+    if (id.state == State::listen && id.listener == e.listener) l = &id;
+  IpCmHeader h;
+  const bool header_ok = decode_ip_cm_header(req.private_data, &h);
+  // The listener must be bound to the address the REQ is for (or to any).
+  if (l == nullptr || !header_ok || (!is_wildcard(l->src) && l->src != h.dst) ||
+      channels_[l->channel].events.size() >= cfg_.max_events || channels_[l->channel].ids >= cfg_.max_ids) {
+    ++counters_.events_orphaned;
+    agent_->reject(e.conn, uint16_t(l == nullptr || !header_ok ? RejReason::invalid_service_id
+                                                                : RejReason::consumer_defined),
+                   {}, now_ms);
+    return;
+  }
+  Id c;
+  c.handle = next_handle_++;
+  c.channel = l->channel;
+  c.ps = l->ps;
+  c.qp_type = l->qp_type;
+  c.family = l->family;
+  c.child = true;
+  c.parent = l->handle;
+  c.state = State::connect;
+  c.src = h.dst;
+  c.sport = l->sport;
+  c.dst = h.src;
+  c.dport = h.src_port;
+  c.gid_index = static_cast<uint32_t>(std::max(net_->gid_index(c.src), 0));
+  c.tos = req.primary.traffic_class;
+  c.psn = new_psn();
+  c.conn = e.conn;
+  c.remote_qpn = req.local_qpn;
+  c.remote_psn = req.starting_psn;
+  c.responder_resources = req.initiator_depth;
+  c.initiator_depth = req.responder_resources;
+  c.retry_count = req.retry_count;
+  c.rnr_retry_count = req.rnr_retry_count;
+  c.path_mtu = std::min(req.path_mtu, cfg_.path_mtu);
+  c.flow_label = req.primary.flow_label;
+  c.local_ack_timeout = req.primary.local_ack_timeout;
+  c.has_path = true;
+  ++channels_[c.channel].ids;
+  ids_[c.handle] = c;
+  conn_to_id_[e.conn] = c.handle;
+
+  rdma_ucm_conn_param p{};
+  p.qp_num = req.local_qpn;
+  p.private_data_len = static_cast<uint8_t>(kReqPrivate - kIpCmHeaderSize);
+  std::memcpy(p.private_data, req.private_data.data() + kIpCmHeaderSize, p.private_data_len);
+  p.responder_resources = req.initiator_depth;
+  p.initiator_depth = req.responder_resources;
+  p.flow_control = req.end_to_end_flow_control;
+  p.retry_count = req.retry_count;
+  p.rnr_retry_count = req.rnr_retry_count;
+  p.srq = req.srq;
+  // The event is the listener's (its uid, counted on it) and names the new id.
+  Id ev = *l;
+  ev.handle = c.handle;
+  queue(ev, kConnectRequest, 0, l->handle, c.handle, &p);
+}
+
+void Ucma::on_sidr_request(const AgentEvent& e, uint64_t now_ms) {
+  const SidrReq& sreq = std::get<SidrReq>(e.event.msg);
+  Id* l = nullptr;
+  for (auto& [h, id] : ids_)
+    if (id.state == State::listen && id.listener == e.listener) l = &id;
+  IpCmHeader h;
+  if (l == nullptr || !decode_ip_cm_header(sreq.private_data, &h) || (!is_wildcard(l->src) && l->src != h.dst) ||
+      channels_[l->channel].events.size() >= cfg_.max_events || channels_[l->channel].ids >= cfg_.max_ids) {
+    ++counters_.events_orphaned;
+    SidrRep rep;
+    rep.request_id = sreq.request_id;
+    rep.status = uint8_t(SidrStatus::reject);
+    rep.service_id = sreq.service_id;
+    agent_->sidr_reply(e.peer, e.tid, rep);
+    return;
+  }
+  (void)now_ms;
+  Id c;
+  c.handle = next_handle_++;
+  c.channel = l->channel;
+  c.ps = l->ps;
+  c.qp_type = l->qp_type;
+  c.family = l->family;
+  c.child = true;
+  c.parent = l->handle;
+  c.state = State::connect;
+  c.src = h.dst;
+  c.sport = l->sport;
+  c.dst = h.src;
+  c.dport = h.src_port;
+  c.gid_index = static_cast<uint32_t>(std::max(net_->gid_index(c.src), 0));
+  c.qkey = l->qkey;
+  c.sidr_tid = e.tid;
+  c.sidr_request_id = sreq.request_id;
+  c.service_id = sreq.service_id;
+  c.sidr_peer = e.peer.gid;
+  c.has_path = true;
+  ++channels_[c.channel].ids;
+  ids_[c.handle] = c;
+
+  Queued q;
+  q.owner = l->handle;
+  q.child = c.handle;
+  q.resp.uid = l->uid;
+  q.resp.id = c.handle;
+  q.resp.event = kConnectRequest;
+  rdma_ucm_ud_param& ud = q.resp.param.ud;
+  ud.private_data_len = static_cast<uint8_t>(kSidrReqPrivate - kIpCmHeaderSize);
+  std::memcpy(ud.private_data, sreq.private_data.data() + kIpCmHeaderSize,
+              std::min<size_t>(ud.private_data_len, sizeof ud.private_data));
+  push(l->channel, q);
+}
+
+int Ucma::accept(uint32_t channel, std::span<const uint8_t> body, std::span<const uint8_t>,
+                 std::vector<uint8_t>*, uint64_t now_ms) {
+  const auto c = body_as<rdma_ucm_accept>(body);
+  Id* id = find(channel, c.id);
+  if (id == nullptr) return -EINVAL;
+  const rdma_ucm_conn_param& p = c.conn_param;
+  if (!id->child) {
+    // The active side's "accept" (valid = 0): librdmacm moved its QP to RTS, send the RTU.
+    if (id->conn == 0 || id->state != State::connect) return -EINVAL;
+    return agent_->ready_to_use(id->conn, now_ms);
+  }
+  if (id->state != State::connect) return -EINVAL;
+  if (c.uid != 0) id->uid = c.uid;
+  if (id->qp_type == kQptUd) {
+    if (p.private_data_len > kSidrRepPrivate) return -EINVAL;
+    SidrRep rep;
+    rep.request_id = id->sidr_request_id;
+    rep.status = uint8_t(SidrStatus::success);
+    rep.qpn = p.qp_num & 0xFFFFFF;
+    rep.service_id = id->service_id;
+    rep.qkey = p.qkey != 0 ? p.qkey : id->qkey;
+    std::memcpy(rep.private_data.data(), p.private_data, p.private_data_len);
+    agent_->sidr_reply(Peer{id->sidr_peer}, id->sidr_tid, rep);
+    id->qp_num = rep.qpn;
+    id->state = State::established;  // nothing more comes for a SIDR id
+    return 0;
+  }
+  if (id->conn == 0) return -EINVAL;
+  if (p.private_data_len > kRepPrivate) return -EINVAL;
+  AcceptParams ap;
+  Rep& r = ap.rep;
+  r.local_qpn = p.qp_num & 0xFFFFFF;
+  r.starting_psn = id->psn;
+  r.responder_resources = p.responder_resources;
+  r.initiator_depth = p.initiator_depth;
+  r.target_ack_delay = cfg_.ca_ack_delay;
+  r.end_to_end_flow_control = p.flow_control != 0;
+  r.rnr_retry_count = std::min<uint8_t>(p.rnr_retry_count, 7);
+  r.srq = p.srq != 0;
+  std::memcpy(r.private_data.data(), p.private_data, p.private_data_len);
+  id->qp_num = r.local_qpn;
+  id->responder_resources = p.responder_resources;
+  id->initiator_depth = p.initiator_depth;
+  return agent_->accept(id->conn, ap, now_ms);
+}
+
+int Ucma::reject(uint32_t channel, std::span<const uint8_t> body, std::span<const uint8_t>,
+                 std::vector<uint8_t>*, uint64_t now_ms) {
+  const auto c = body_as<rdma_ucm_reject>(body);
+  Id* id = find(channel, c.id);
+  if (id == nullptr) return -EINVAL;
+  if (id->child && id->qp_type == kQptUd && id->state == State::connect) {
+    SidrRep rep;
+    rep.request_id = id->sidr_request_id;
+    rep.status = uint8_t(SidrStatus::reject);
+    rep.service_id = id->service_id;
+    std::memcpy(rep.private_data.data(), c.private_data, std::min<size_t>(c.private_data_len, kSidrRepPrivate));
+    agent_->sidr_reply(Peer{id->sidr_peer}, id->sidr_tid, rep);
+    id->state = State::idle;
+    return 0;
+  }
+  if (id->conn == 0 || id->state != State::connect) return -EINVAL;
+  if (c.private_data_len > kRejPrivate) return -EINVAL;
+  std::array<uint8_t, kRejPrivate> pd{};
+  std::memcpy(pd.data(), c.private_data, c.private_data_len);
+  const uint16_t reason = c.reason != 0 ? c.reason : uint16_t(RejReason::consumer_defined);
+  const int rc = agent_->reject(id->conn, reason, pd, now_ms);
+  if (rc == 0) {
+    conn_to_id_.erase(id->conn);
+    id->conn = 0;
+    id->state = State::idle;
+  }
+  return rc;
+}
+
+int Ucma::disconnect(uint32_t channel, std::span<const uint8_t> body, std::span<const uint8_t>,
+                     std::vector<uint8_t>*, uint64_t now_ms) {
+  const auto c = body_as<rdma_ucm_disconnect>(body);
+  Id* id = find(channel, c.id);
+  if (id == nullptr) return -EINVAL;
+  if (id->conn == 0) return -EINVAL;
+  // DREQ from established, the DREP when the peer asked first; in other states the kernel's
+  // rdma_disconnect fails quietly too (nothing to tear down on the wire yet).
+  (void)agent_->disconnect(id->conn, now_ms);
+  return 0;
+}
+
+int Ucma::init_qp_attr(uint32_t channel, std::span<const uint8_t> body, std::span<const uint8_t>,
+                       std::vector<uint8_t>* resp, uint64_t) {
+  const auto c = body_as<rdma_ucm_init_qp_attr>(body);
+  Id* id = find(channel, c.id);
+  if (id == nullptr) return -EINVAL;
+  ib_uverbs_qp_attr a{};
+  a.qp_state = c.qp_state;
+  a.pkey_index = 0;
+  a.port_num = 1;
+  const bool connected = id->conn != 0 && id->remote_qpn != 0;
+  if (id->qp_type == kQptUd) {
+    switch (c.qp_state) {
+      case kQpsInit:
+        a.qp_attr_mask = kMaskState | kMaskPkeyIndex | kMaskPort | kMaskQkey;
+        a.qkey = id->qkey;
+        break;
+      case kQpsRtr: a.qp_attr_mask = kMaskState; break;
+      case kQpsRts:
+        a.qp_attr_mask = kMaskState | kMaskSqPsn;
+        a.sq_psn = id->psn;
+        break;
+      default: return -EINVAL;
+    }
+  } else {
+    switch (c.qp_state) {
+      case kQpsInit:
+        a.qp_attr_mask = kMaskState | kMaskAccess | kMaskPkeyIndex | kMaskPort;
+        // Before a connection no remote access; then what ib_cm grants (cm_init_qp_init_attr).
+        if (connected)
+          a.qp_access_flags =
+              kAccessRemoteWrite | (id->responder_resources != 0 ? kAccessRemoteRead | kAccessRemoteAtomic : 0);
+        break;
+      case kQpsRtr:
+        if (!connected) return -EINVAL;
+        a.qp_attr_mask = kMaskState | kMaskAv | kMaskPathMtu | kMaskDestQpn | kMaskRqPsn | kMaskMaxDestRdAtomic |
+                         kMaskMinRnrTimer;
+        std::memcpy(a.ah_attr.grh.dgid, id->dst.data(), 16);
+        a.ah_attr.grh.flow_label = id->flow_label;
+        a.ah_attr.grh.sgid_index = static_cast<uint8_t>(id->gid_index);
+        a.ah_attr.grh.hop_limit = kHopLimit;
+        a.ah_attr.grh.traffic_class = id->tos;
+        a.ah_attr.is_global = 1;
+        a.ah_attr.port_num = 1;
+        a.path_mtu = id->path_mtu;
+        a.dest_qp_num = id->remote_qpn;
+        a.rq_psn = id->psn;
+        a.max_dest_rd_atomic = id->responder_resources;
+        a.min_rnr_timer = 0;
+        break;
+      case kQpsRts:
+        if (!connected) return -EINVAL;
+        a.qp_attr_mask =
+            kMaskState | kMaskSqPsn | kMaskTimeout | kMaskRetryCnt | kMaskRnrRetry | kMaskMaxQpRdAtomic;
+        a.sq_psn = id->remote_psn;
+        a.timeout = id->local_ack_timeout;
+        a.retry_cnt = id->retry_count;
+        a.rnr_retry = id->rnr_retry_count;
+        a.max_rd_atomic = id->initiator_depth;
+        break;
+      default: return -EINVAL;
+    }
+  }
+  respond(a, resp);
+  return 0;
+}
+
+int Ucma::notify(uint32_t channel, std::span<const uint8_t> body, std::span<const uint8_t>, std::vector<uint8_t>*,
+                 uint64_t) {
+  // rdma_notify(COMM_EST): the first data packet came before the RTU. The RTU (or its
+  // retransmission through the REP's timer) establishes the connection here anyway.
+  const auto c = body_as<rdma_ucm_notify>(body);
+  return find(channel, c.id) == nullptr ? -EINVAL : 0;
+}
+
+int Ucma::set_option(uint32_t channel, std::span<const uint8_t> body, std::span<const uint8_t> optval,
+                     std::vector<uint8_t>*, uint64_t) {
+  const auto c = body_as<rdma_ucm_set_option>(body);
+  Id* id = find(channel, c.id);
+  if (id == nullptr) return -EINVAL;
+  if (optval.size() != c.optlen) return -EINVAL;
+  auto as_int = [&](int* v) {
+    if (optval.size() != sizeof(int)) return false;
+    std::memcpy(v, optval.data(), sizeof(int));
+    return true;
+  };
+  int v = 0;
+  if (c.level == RDMA_OPTION_ID) {
+    switch (c.optname) {
+      case RDMA_OPTION_ID_TOS:
+        if (optval.size() != 1) return -EINVAL;
+        id->tos = optval[0];
+        return 0;
+      case RDMA_OPTION_ID_REUSEADDR:
+        if (!as_int(&v)) return -EINVAL;
+        if (id->state != State::idle) return -EINVAL;
+        id->reuseaddr = v != 0;
+        return 0;
+      case RDMA_OPTION_ID_AFONLY:
+        if (!as_int(&v)) return -EINVAL;
+        return 0;  // IPv4 and IPv6 listens never share a port here
+      case RDMA_OPTION_ID_ACK_TIMEOUT:
+        if (optval.size() != 1) return -EINVAL;
+        id->ack_timeout = std::min<uint8_t>(optval[0], 31);
+        return 0;
+      default: return -ENOSYS;
+    }
+  }
+  if (c.level == RDMA_OPTION_IB && c.optname == RDMA_OPTION_IB_PATH) {
+    // A path record from ibacm: RoCE builds its own, as the kernel does for iWARP/RoCE ids.
+    return optval.size() % sizeof(ib_path_rec_data) == 0 && !optval.empty() ? 0 : -EINVAL;
+  }
+  return -ENOSYS;
+}
+
+int Ucma::migrate_id(uint32_t channel, std::span<const uint8_t> body, std::span<const uint8_t>,
+                     std::vector<uint8_t>* resp, uint64_t) {
+  const auto c = body_as<rdma_ucm_migrate_id>(body);
+  // `fd` names the old channel (the preload turned the app's fd into droced's channel number).
+  Id* id = find(c.fd, c.id);
+  if (id == nullptr) return -EINVAL;
+  auto from = channels_.find(c.fd);
+  auto to = channels_.find(channel);
+  if (from == channels_.end() || to == channels_.end()) return -EINVAL;
+  if (c.fd != channel) {
+    auto& q = from->second.events;
+    int moved = 0;
+    for (auto it = q.begin(); it != q.end();) {
+      if (it->owner == id->handle) {
+        to->second.events.push_back(*it);
+        it = q.erase(it);
+        ++moved;
+      } else {
+        ++it;
+      }
+    }
+    signals_[c.fd] -= moved;
+    signals_[channel] += moved;
+    --from->second.ids;
+    ++to->second.ids;
+    id->channel = channel;
+  }
+  respond(rdma_ucm_migrate_resp{id->events_reported}, resp);
+  return 0;
+}
+
+// ---- events ---------------------------------------------------------------------------------
+
+void Ucma::push(uint32_t channel, const Queued& q) {
+  auto ch = channels_.find(channel);
+  if (ch == channels_.end()) return;
+  if (ch->second.events.size() >= cfg_.max_events) {
+    ++counters_.events_dropped;
+    return;
+  }
+  ch->second.events.push_back(q);
+  ++signals_[channel];
+  ++counters_.events;
+}
+
+void Ucma::queue(const Id& id, uint32_t event, int32_t status, uint32_t owner, uint32_t child,
+                 const rdma_ucm_conn_param* conn) {
+  Queued q;
+  q.owner = owner != 0 ? owner : id.handle;
+  q.child = child;
+  q.resp.uid = id.uid;
+  q.resp.id = id.handle;
+  q.resp.event = event;
+  q.resp.status = static_cast<uint32_t>(status);
+  if (conn != nullptr) q.resp.param.conn = *conn;
+  push(id.channel, q);
+}
+
+int Ucma::get_event(uint32_t channel, std::span<const uint8_t>, std::span<const uint8_t>,
+                    std::vector<uint8_t>* resp, uint64_t) {
+  auto& q = channels_[channel].events;
+  if (q.empty()) return -EAGAIN;
+  const Queued e = q.front();
+  q.pop_front();
+  --signals_[channel];
+  if (Id* owner = find(e.owner)) ++owner->events_reported;
+  respond(e.resp, resp);
+  return 0;
+}
+
+void Ucma::on_agent_event(const AgentEvent& e, uint64_t now_ms) {
+  const CmEvent& ev = e.event;
+  if (ev.type == CmEventType::connect_request) {
+    if (std::holds_alternative<SidrReq>(ev.msg))
+      on_sidr_request(e, now_ms);
+    else
+      on_connect_request(e, now_ms);
+    return;
+  }
+  Id* id = by_conn(e.conn);
+  // Events for an id the app destroyed, or for a child it never accepted, go nowhere (ucma:
+  // `if (!ctx->uid)`), as do the active side's ESTABLISHED (librdmacm makes that event itself).
+  if (id == nullptr || (id->child && id->uid == 0)) {
+    ++counters_.events_orphaned;
+    if (id != nullptr && ev.type != CmEventType::established && ev.type != CmEventType::disconnected) {
+      conn_to_id_.erase(e.conn);
+      id->conn = 0;
+    }
+    return;
+  }
+  rdma_ucm_conn_param p{};
+  switch (ev.type) {
+    case CmEventType::connect_response: {
+      const Rep& r = std::get<Rep>(ev.msg);
+      id->remote_qpn = r.local_qpn;
+      id->remote_psn = r.starting_psn;
+      id->responder_resources = r.initiator_depth;
+      id->initiator_depth = r.responder_resources;
+      id->rnr_retry_count = r.rnr_retry_count;
+      if (id->ack_timeout == 0) id->local_ack_timeout = ack_timeout(r.target_ack_delay, kPacketLifeTime);
+      p.qp_num = r.local_qpn;
+      p.private_data_len = static_cast<uint8_t>(kRepPrivate);
+      std::memcpy(p.private_data, r.private_data.data(), kRepPrivate);
+      p.responder_resources = r.initiator_depth;
+      p.initiator_depth = r.responder_resources;
+      p.flow_control = r.end_to_end_flow_control;
+      p.rnr_retry_count = r.rnr_retry_count;
+      p.srq = r.srq;
+      queue(*id, kConnectResponse, 0, 0, 0, &p);
+      return;
+    }
+    case CmEventType::established:
+      id->state = State::established;
+      if (id->child) queue(*id, kEstablished, 0);
+      return;
+    case CmEventType::rejected: {
+      const Rej* r = std::get_if<Rej>(&ev.msg);
+      if (r != nullptr) {
+        p.private_data_len = static_cast<uint8_t>(kRejPrivate);
+        std::memcpy(p.private_data, r->private_data.data(), kRejPrivate);
+      }
+      conn_to_id_.erase(e.conn);
+      id->conn = 0;
+      id->state = State::idle;
+      queue(*id, kRejected, ev.reason, 0, 0, &p);
+      return;
+    }
+    case CmEventType::unreachable:
+      conn_to_id_.erase(e.conn);
+      id->conn = 0;
+      id->state = State::idle;
+      queue(*id, kUnreachable, -ETIMEDOUT);
+      return;
+    case CmEventType::disconnected:
+      id->state = State::disconnect;
+      queue(*id, kDisconnected, 0);
+      return;
+    case CmEventType::timewait_exit:
+      conn_to_id_.erase(e.conn);
+      id->conn = 0;
+      if (id->state == State::disconnect) queue(*id, kTimewaitExit, 0);
+      return;
+    case CmEventType::connect_request:
+      return;
+  }
+}
+
+std::vector<UcmaIdInfo> Ucma::ids() const {
+  static const char* const names[] = {"idle",    "addr_query",  "addr_resolved", "route_resolved",
+                                      "listen",  "connect",     "established",   "disconnect"};
+  std::vector<UcmaIdInfo> out;
+  for (const auto& [h, id] : ids_) {
+    UcmaIdInfo i;
+    i.channel = id.channel;
+    i.handle = h;
+    i.state = names[static_cast<int>(id.state)];
+    i.ps = id.ps;
+    i.src = id.src;
+    i.dst = id.dst;
+    i.sport = id.sport;
+    i.dport = id.dport;
+    i.conn = id.conn;
+    i.qp_num = id.qp_num;
+    i.remote_qpn = id.remote_qpn;
+    i.events_reported = id.events_reported;
+    out.push_back(i);
+  }
+  return out;
+}
+
+}  // namespace droce::cm
