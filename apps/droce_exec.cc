@@ -9,7 +9,8 @@
 //   - RDMAV_DRIVERS: droce's provider module, unless it is installed (/etc/libibverbs.d/
 //     droce.driver); found next to this program in a build tree.
 //   - LD_PRELOAD: droce's completion-channel library, when one is found (stock
-//     ibv_create_comp_channel issues a kernel command; see provider/preload).
+//     ibv_create_comp_channel issues a kernel command; see provider/preload), and its rdma_cm
+//     library (librdmacm's /dev/infiniband/rdma_cm, served by droced; see provider/rdmacm).
 //   - /dev/infiniband/<uverbs>: libibverbs opens this compiled-in path. droced makes it when it
 //     runs as root; otherwise, as root, this command makes it (and leaves it: an alias of
 //     /dev/full that other programs may be using); as a user, the program runs in a user and mount namespace whose /dev is a copy of the real one
@@ -274,9 +275,13 @@ int exec_command(int argc, char** argv) {
     }
     prepend_env("RDMAV_DRIVERS", module.substr(0, module.find("-rdmav")), ':');
   }
-  std::string preload = find_so(build / "provider/preload", "libdroce");
-  if (preload.empty()) preload = find_so("/usr/lib/x86_64-linux-gnu/droce", "libdroce");
+  std::string preload = find_so(build / "provider/preload", "libdroce-preload");
+  if (preload.empty()) preload = find_so("/usr/lib/x86_64-linux-gnu/droce", "libdroce-preload");
   if (!preload.empty()) prepend_env("LD_PRELOAD", preload, ':');
+  // librdmacm's /dev/infiniband/rdma_cm, served by droced's CM.
+  std::string rdmacm = find_so(build / "provider/rdmacm", "libdroce-rdmacm");
+  if (rdmacm.empty()) rdmacm = find_so("/usr/lib/x86_64-linux-gnu/droce", "libdroce-rdmacm");
+  if (!rdmacm.empty()) prepend_env("LD_PRELOAD", rdmacm, ':');
 
   // The tree: droced's own, or a private merge with the kernel's devices.
   fs::path tree = root;

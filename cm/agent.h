@@ -93,6 +93,7 @@ class Agent {
   std::optional<uint64_t> deadline_ms() const;
 
   std::vector<AgentOutgoing> take_outgoing() { return std::exchange(out_, {}); }
+  bool has_outgoing() const { return !out_.empty(); }
   std::vector<AgentEvent> take_events() { return std::exchange(events_, {}); }
   const AgentCounters& counters() const { return counters_; }
   size_t connections() const { return conns_.size(); }

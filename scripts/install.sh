@@ -4,6 +4,7 @@
 #   /usr/lib/x86_64-linux-gnu/libibverbs/libdroce-rdmav<PABI>.so   the provider module
 #   /etc/libibverbs.d/droce.driver                                  "driver droce"
 #   /usr/lib/x86_64-linux-gnu/droce/libdroce-preload.so             completion channels
+#   /usr/lib/x86_64-linux-gnu/droce/libdroce-rdmacm.so              librdmacm's rdma_cm device
 # Then any verbs program finds droce0 with `droce exec -- PROGRAM` (which still supplies
 # SYSFS_PATH and, if droced does not run as root, /dev/infiniband), or with SYSFS_PATH set to
 # droced's tree and /dev/infiniband/uverbs_droce0 present.
@@ -37,7 +38,7 @@ libdir=$root/usr/lib/x86_64-linux-gnu/droce
 
 if [ $uninstall -eq 1 ]; then
   rm -f "$bindir/droced" "$bindir/droce" "$bindir/droce-selftest" "$verbsdir"/libdroce-rdmav*.so \
-        "$confdir/droce.driver" "$libdir/libdroce-preload.so"
+        "$confdir/droce.driver" "$libdir/libdroce-preload.so" "$libdir/libdroce-rdmacm.so"
   rmdir "$libdir" 2>/dev/null || true
   echo "droce uninstalled${root:+ from $root}"
   exit 0
@@ -60,7 +61,7 @@ install -d "$bindir" "$verbsdir" "$confdir" "$libdir"
 install -m 0755 "$build/apps/droced" "$build/apps/droce" "$build/apps/droce-selftest" "$bindir/"
 install -m 0644 "$module" "$verbsdir/"
 echo "driver droce" >"$confdir/droce.driver"
-if [ -f "$build/provider/preload/libdroce-preload.so" ]; then
-  install -m 0644 "$build/provider/preload/libdroce-preload.so" "$libdir/"
-fi
+for lib in "$build/provider/preload/libdroce-preload.so" "$build/provider/rdmacm/libdroce-rdmacm.so"; do
+  if [ -f "$lib" ]; then install -m 0644 "$lib" "$libdir/"; fi
+done
 echo "droce installed${root:+ under $root}: $bindir/{droced,droce,droce-selftest}, $verbsdir/$(basename "$module"), $confdir/droce.driver"

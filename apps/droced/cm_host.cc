@@ -1,25 +1,56 @@
 #include "apps/droced/cm_host.h"
 
+#include <sys/epoll.h>
+#include <fcntl.h>
+#include <sys/eventfd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 
+#include "core/clock.h"
+#include "provider/rdmacm/channel_abi.h"
 #include "rocev2/engine.h"
 
 namespace droce::droced {
 
-CmHost::CmHost(DeviceCore* core, const net::GidTable* gids, uint64_t node_guid, uint32_t seed)
-    : core_(core), gids_(gids), agent_(node_guid, seed) {}
+namespace {
+
+cm::UcmaConfig ucma_config(uint64_t node_guid, uint32_t seed, uint8_t path_mtu) {
+  cm::UcmaConfig c;
+  c.node_guid = node_guid;
+  c.seed = seed;
+  c.path_mtu = path_mtu;
+  return c;
+}
+
+}  // namespace
+
+CmHost::CmHost(DeviceCore* core, const net::GidTable* gids, uint64_t node_guid, uint32_t seed, uint8_t path_mtu)
+    : core_(core),
+      gids_(gids),
+      agent_(node_guid, seed),
+      net_(core, gids),
+      ucma_(&agent_, &net_, ucma_config(node_guid, seed, path_mtu)) {}
 
 int CmHost::create(DeviceCore* core, const net::GidTable* gids, uint64_t node_guid, uint32_t seed,
-                   std::unique_ptr<CmHost>* out) {
-  std::unique_ptr<CmHost> h(new CmHost(core, gids, node_guid, seed));
-  if (int rc = h->start(); rc != 0) return rc;
+                   uint8_t path_mtu, int listen_fd, std::unique_ptr<CmHost>* out) {
+  std::unique_ptr<CmHost> h(new CmHost(core, gids, node_guid, seed, path_mtu));
+  if (int rc = h->start(listen_fd); rc != 0) return rc;
   *out = std::move(h);
   return 0;
 }
 
-int CmHost::start() {
+int CmHost::start(int listen_fd) {
+  epoll_ = core::Fd(::epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_.valid()) return -errno;
+  if (listen_fd >= 0) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kListenKey;
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listen_fd, &ev) != 0) return -errno;
+    listen_fd_ = listen_fd;
+  }
   rocev2::Engine& e = core_->engine();
   if (int rc = e.alloc_pd(&pd_); rc != 0) return rc;
   if (int rc = e.create_cq(kRecvSlots, &recv_cq_); rc != 0) return rc;
@@ -57,6 +88,9 @@ int CmHost::start() {
 }
 
 CmHost::~CmHost() {
+  // Programs still connected see their channels end (EOF); their peers get REJ/DREQ first.
+  const uint64_t now = core::monotonic_ns();
+  while (!channels_.empty()) close_channel(channels_.begin()->first, now);
   rocev2::Engine& e = core_->engine();
   for (const auto& [peer, ah] : ahs_) e.destroy_ah(ah);
   if (qp_made_) e.destroy_qp(rocev2::Engine::kGsiQpn);
@@ -100,7 +134,8 @@ uint32_t CmHost::poll(uint64_t now_ns) {
   while (uint32_t n = send_cq_->poll(wc, 16))
     for (uint32_t i = 0; i < n; ++i) free_send_.push_back(static_cast<uint32_t>(wc[i].wr_id));
   agent_.on_timer(now_ms);
-  counters_.events_unconsumed += agent_.take_events().size();
+  ucma_.on_timer(now_ms);
+  pump(now_ns);
   // MADs waiting for a MAC first, in order, then the new ones.
   std::deque<Waiting> waiting = std::move(waiting_);
   waiting_.clear();
@@ -151,12 +186,161 @@ uint32_t CmHost::poll(uint64_t now_ns) {
     }
   }
   waiting_ = std::move(still);
-  // The agent's earliest timer (a walk over its connections: once here, not on every loop pass),
-  // or soon while MADs wait for a MAC.
+  update_deadline(now_ns);
+  return did;
+}
+
+void CmHost::update_deadline(uint64_t now_ns) {
+  // The agent's earliest timer (a walk over its connections: once per poll, not on every loop
+  // pass), soon while MADs wait for a MAC, every 10 ms while an address is being resolved.
   deadline_ns_ = UINT64_MAX;
   if (auto a = agent_.deadline_ms()) deadline_ns_ = *a * 1'000'000;
   if (!waiting_.empty()) deadline_ns_ = std::min(deadline_ns_, now_ns + 1'000'000);
-  return did;
+  if (ucma_.deadline_ms()) deadline_ns_ = std::min(deadline_ns_, now_ns + kResolvePollNs);
+}
+
+// ---- the rdma_cm channels -------------------------------------------------------------------
+
+void CmHost::on_control(uint64_t now_ns) {
+  epoll_event evs[16];
+  const int n = ::epoll_wait(epoll_.get(), evs, 16, 0);
+  for (int i = 0; i < n; ++i) {
+    if (evs[i].data.u64 == kListenKey) {
+      accept_channels();
+      continue;
+    }
+    const auto ch = static_cast<uint32_t>(evs[i].data.u64);
+    auto it = channels_.find(ch);
+    if (it != channels_.end() && !serve(ch, it->second, now_ns)) close_channel(ch, now_ns);
+  }
+  pump(now_ns);
+  // What the commands sent goes out, and the timers they set (address resolution, the CM's
+  // retransmissions) are counted, on the next pass of the loop.
+  if (n > 0) deadline_ns_ = now_ns;
+}
+
+void CmHost::accept_channels() {
+  for (;;) {
+    core::Fd fd;
+    if (core::seqpacket_accept(listen_fd_, &fd) != 0) return;
+    ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) | O_NONBLOCK);
+    Channel c;
+    c.sock = std::move(fd);
+    c.eventfd = core::Fd(::eventfd(0, EFD_SEMAPHORE | EFD_NONBLOCK | EFD_CLOEXEC));
+    if (!c.eventfd.valid()) return;
+    const uint32_t ch = ucma_.open_channel();
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.u64 = ch;
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, c.sock.get(), &ev) != 0) {
+      ucma_.close_channel(ch, 0);
+      continue;
+    }
+    channels_.emplace(ch, std::move(c));
+    ++counters_.channels_opened;
+  }
+}
+
+bool CmHost::serve(uint32_t ch, Channel& c, uint64_t now_ns) {
+  std::vector<uint8_t> msg;
+  std::vector<core::Fd> fds;
+  for (;;) {
+    const ssize_t n = core::receive_message(c.sock.get(), &msg,
+                                            sizeof(droce_cm_request) + DROCE_CM_MAX_CMD + DROCE_CM_MAX_OPTVAL, &fds);
+    if (n == -EAGAIN) return true;
+    if (n <= 0) return false;  // EOF: the program closed the channel or died
+    droce_cm_request req{};
+    bool ok = msg.size() >= sizeof req && fds.empty();
+    if (ok) std::memcpy(&req, msg.data(), sizeof req);
+    ok = ok && req.magic == DROCE_CM_MAGIC && req.cmd_len <= DROCE_CM_MAX_CMD &&
+         req.optval_len <= DROCE_CM_MAX_OPTVAL && sizeof req + req.cmd_len + req.optval_len == msg.size();
+    if (!ok || (req.op != DROCE_CM_HELLO && req.op != DROCE_CM_COMMAND)) {
+      ++counters_.channels_faulted;
+      return false;
+    }
+    droce_cm_reply reply{};
+    reply.channel = ch;
+    std::vector<uint8_t> resp;
+    int fd_out = -1;
+    if (req.op == DROCE_CM_HELLO) {
+      fd_out = c.eventfd.get();
+    } else {
+      const std::span<const uint8_t> body(msg.data() + sizeof req, req.cmd_len);
+      const std::span<const uint8_t> optval(msg.data() + sizeof req + req.cmd_len, req.optval_len);
+      reply.status = ucma_.command(ch, body, optval, &resp, now_ns / 1'000'000);
+      resp.resize(std::min<size_t>(resp.size(), DROCE_CM_MAX_RESPONSE));
+      reply.len = static_cast<uint32_t>(resp.size());
+    }
+    std::vector<uint8_t> out(sizeof reply + resp.size());
+    std::memcpy(out.data(), &reply, sizeof reply);
+    if (!resp.empty()) std::memcpy(out.data() + sizeof reply, resp.data(), resp.size());
+    const int fdv[1] = {fd_out};
+    if (core::send_message(c.sock.get(), out, fd_out >= 0 ? std::span<const int>(fdv) : std::span<const int>{}) != 0)
+      return false;
+    pump(now_ns);
+  }
+}
+
+void CmHost::close_channel(uint32_t ch, uint64_t now_ns) {
+  auto it = channels_.find(ch);
+  if (it == channels_.end()) return;
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, it->second.sock.get(), nullptr);
+  channels_.erase(it);
+  ucma_.close_channel(ch, now_ns / 1'000'000);
+  pump(now_ns);
+}
+
+void CmHost::pump(uint64_t now_ns) {
+  const uint64_t now_ms = now_ns / 1'000'000;
+  for (;;) {
+    auto events = agent_.take_events();
+    if (events.empty()) break;
+    for (const cm::AgentEvent& e : events) ucma_.on_agent_event(e, now_ms);
+  }
+  for (auto [ch, delta] : ucma_.take_signals()) {
+    auto it = channels_.find(ch);
+    if (it == channels_.end()) continue;
+    const int fd = it->second.eventfd.get();
+    if (delta > 0) {
+      const uint64_t v = static_cast<uint64_t>(delta);
+      [[maybe_unused]] ssize_t w = ::write(fd, &v, sizeof v);  // non-blocking: never stalls droced
+    } else {
+      // Withdrawn events: take their counts back (the program may have taken some already).
+      for (int i = 0; i < -delta; ++i) {
+        uint64_t v;
+        if (::read(fd, &v, sizeof v) != sizeof v) break;
+      }
+    }
+  }
+}
+
+// ---- the ucma layer's network -----------------------------------------------------------------
+
+std::optional<std::pair<net::IpAddr, uint32_t>> CmHost::Network::source_for(const net::IpAddr& dst) const {
+  const int idx = gids_->find_for_destination(dst);
+  if (idx < 0) return std::nullopt;
+  return std::make_pair(gids_->at(uint32_t(idx))->gid, uint32_t(idx));
+}
+
+int CmHost::Network::gid_index(const net::IpAddr& ip) const {
+  const int idx = gids_->find(ip);
+  return idx < 0 ? -1 : idx;
+}
+
+cm::UcmaNetwork::Resolve CmHost::Network::resolve(const net::IpAddr& src, const net::IpAddr& dst, uint64_t now_ms) {
+  rocev2::AddressVector av;
+  av.dgid = dst;
+  av.sgid = src;
+  const int idx = gids_->find(src);
+  if (idx < 0) return Resolve::failed;
+  av.sgid_index = uint8_t(idx);
+  set_av_source(*gids_->at(uint32_t(idx)), &av);
+  switch (core_->resolve(&av, now_ms * 1'000'000)) {
+    case net::ResolveStatus::pending: return Resolve::pending;
+    case net::ResolveStatus::failed: return Resolve::failed;
+    case net::ResolveStatus::resolved: break;
+  }
+  return Resolve::resolved;
 }
 
 int64_t CmHost::ah_for(const net::IpAddr& peer, const net::IpAddr& local, uint64_t now_ns) {

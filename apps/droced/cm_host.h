@@ -6,9 +6,13 @@
 // wait, a second at most: the CM retransmits anyway). The agent's timers run from the worker
 // loop (poll(), next_deadline_ns()).
 //
-// No consumer is attached yet (the ucma layer is next): the agent answers REQs with REJ 8 (no
-// listener) and SIDR_REQs with status 1, which is already what a peer needs to hear instead of
-// silence.
+// The agent's consumer is a cm::Ucma: the rdma_cm device librdmacm programs reach through
+// libdroce-rdmacm.so (provider/rdmacm). Each event channel is a SOCK_SEQPACKET connection to
+// <run_dir>/<name>.cm.sock (the listening socket is the daemon's, made before the control
+// socket), carrying one ucma command per message (provider/rdmacm/channel_abi.h). droced makes
+// each channel's eventfd (non-blocking, so no program can block droced on it) and counts the
+// channel's queued events in it. The channels' sockets are watched by an epoll of their own,
+// which worker 0's epoll watches (control_fd()).
 //
 // Threading: worker 0's thread only (its state lock held), like the engine it uses.
 
@@ -21,6 +25,8 @@
 
 #include "apps/droced/device_core.h"
 #include "cm/agent.h"
+#include "cm/ucma.h"
+#include "core/unix_socket.h"
 #include "net/gid_table.h"
 
 namespace droce::droced {
@@ -31,15 +37,18 @@ struct CmHostCounters {
   uint64_t tx_mads = 0;            ///< MADs posted
   uint64_t tx_unresolved = 0;      ///< MADs dropped: the peer's MAC was not found in time
   uint64_t tx_no_slot = 0;         ///< MADs dropped: every send buffer in use
-  uint64_t events_unconsumed = 0;  ///< agent events with no consumer yet
+  uint64_t channels_opened = 0;    ///< rdma_cm event channels (librdmacm programs)
+  uint64_t channels_faulted = 0;   ///< closed for breaking the channel protocol
 };
 
 class CmHost {
  public:
   /// Makes QP1 on `core`'s engine and posts its receives. `node_guid`: the device's (REQ/REP
-  /// Local CA GUID); `seed` scrambles comm IDs. -errno from the engine.
+  /// Local CA GUID); `seed` scrambles comm IDs and PSNs; `path_mtu` the port's (IB enum);
+  /// `listen_fd` (borrowed, non-blocking; -1: none) the rdma_cm channels' listening socket.
+  /// -errno from the engine.
   static int create(DeviceCore* core, const net::GidTable* gids, uint64_t node_guid, uint32_t seed,
-                    std::unique_ptr<CmHost>* out);
+                    uint8_t path_mtu, int listen_fd, std::unique_ptr<CmHost>* out);
   ~CmHost();
   CmHost(const CmHost&) = delete;
   CmHost& operator=(const CmHost&) = delete;
@@ -52,6 +61,13 @@ class CmHost {
 
   const CmHostCounters& counters() const { return counters_; }
   const cm::AgentCounters& agent_counters() const { return agent_.counters(); }
+  const cm::Ucma& ucma() const { return ucma_; }
+
+  /// The epoll of the channels' sockets (and their listening socket): worker 0 calls
+  /// on_control() when it is readable.
+  int control_fd() const { return epoll_.get(); }
+  /// Accepts channels and serves their commands (non-blocking).
+  void on_control(uint64_t now_ns);
   /// Completions waiting on QP1's CQs (the loop calls poll() when there are, or a deadline passed).
   bool has_completions() const { return recv_cq_->size() != 0 || send_cq_->size() != 0; }
 
@@ -62,8 +78,34 @@ class CmHost {
   static constexpr uint64_t kResolveWaitNs = 1'000'000'000;
   static constexpr size_t kMaxPeers = 1024;  ///< AHs and local addresses remembered
 
-  CmHost(DeviceCore* core, const net::GidTable* gids, uint64_t node_guid, uint32_t seed);
-  int start();
+  /// The ucma layer's view of droced's addresses: the GID table and the neighbour table.
+  class Network : public cm::UcmaNetwork {
+   public:
+    Network(DeviceCore* core, const net::GidTable* gids) : core_(core), gids_(gids) {}
+    std::optional<std::pair<net::IpAddr, uint32_t>> source_for(const net::IpAddr& dst) const override;
+    int gid_index(const net::IpAddr& ip) const override;
+    Resolve resolve(const net::IpAddr& src, const net::IpAddr& dst, uint64_t now_ms) override;
+
+   private:
+    DeviceCore* core_;
+    const net::GidTable* gids_;
+  };
+  struct Channel {
+    core::Fd sock;
+    core::Fd eventfd;
+  };
+  static constexpr uint64_t kListenKey = 0;
+  static constexpr uint64_t kResolvePollNs = 10'000'000;
+
+  CmHost(DeviceCore* core, const net::GidTable* gids, uint64_t node_guid, uint32_t seed, uint8_t path_mtu);
+  int start(int listen_fd);
+  void accept_channels();
+  /// Serves what channel `ch` sent; false when it must close (EOF or a protocol violation).
+  bool serve(uint32_t ch, Channel& c, uint64_t now_ns);
+  void close_channel(uint32_t ch, uint64_t now_ns);
+  /// The agent's events to the ucma layer, the channels' eventfds to their queues' lengths.
+  void pump(uint64_t now_ns);
+  void update_deadline(uint64_t now_ns);
   void post_recv(uint32_t slot);
   void send(const cm::AgentOutgoing& o, uint64_t now_ns);
   /// The AH to `peer` from `local`, made once the MAC is known; 0 while resolving, -1 failed.
@@ -72,6 +114,11 @@ class CmHost {
   DeviceCore* core_;
   const net::GidTable* gids_;
   cm::Agent agent_;
+  Network net_;
+  cm::Ucma ucma_;
+  core::Fd epoll_;
+  int listen_fd_ = -1;
+  std::map<uint32_t, Channel> channels_;  ///< by the ucma's channel number (their epoll key)
   uint32_t pd_ = 0;
   rocev2::Cq* send_cq_ = nullptr;
   rocev2::Cq* recv_cq_ = nullptr;

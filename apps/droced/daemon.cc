@@ -210,6 +210,16 @@ int Daemon::start(const DaemonConfig& cfg) {
   // The tree first: whoever sees the socket may look for the device at once.
   link_up_ = port_->link().up;
   publish_device();
+  // The rdma_cm channels' socket before the control socket: a program that found droced finds
+  // its CM too. Without it droced still serves verbs.
+  cm_socket_path_ = cfg.run_dir + "/" + cfg.name + ".cm.sock";
+  if (int r = core::seqpacket_listen(cm_socket_path_, &cm_listen_); r != 0) {
+    DROCE_LOG(WARNING, app, "no rdma_cm: cannot listen on %s: %s", cm_socket_path_.c_str(), std::strerror(-r));
+    cm_socket_path_.clear();
+  } else {
+    ::chmod(cm_socket_path_.c_str(), 0666);
+    ::fcntl(cm_listen_.get(), F_SETFL, ::fcntl(cm_listen_.get(), F_GETFL) | O_NONBLOCK);
+  }
   if (int r = core::seqpacket_listen(socket_path_, &listen_); r != 0) {
     DROCE_LOG(ERR, app, "cannot listen on %s: %s", socket_path_.c_str(), std::strerror(-r));
     return r;
@@ -336,10 +346,15 @@ void Daemon::shutdown() {
     ::unlink(socket_path_.c_str());
     socket_path_.clear();
   }
+  if (!cm_socket_path_.empty()) {
+    ::unlink(cm_socket_path_.c_str());
+    cm_socket_path_.clear();
+  }
   sysfs_.reset();  // the device leaves libibverbs' view before the socket is gone for good
   // The node stays: it is an alias of /dev/full, other droced (of the same name, another run
   // dir) or programs may be using it, and devtmpfs forgets it at the next boot.
   listen_.reset();
+  cm_listen_.reset();
   group_.reset();
   port_.reset();
 }

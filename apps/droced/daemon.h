@@ -38,7 +38,7 @@ namespace droce::droced {
 
 /// epoll keys: the daemon's descriptors (in worker 0's epoll) and each
 /// worker's own; sessions count up from kFirstSessionKey.
-inline constexpr uint64_t kListenKey = 1, kSignalKey = 2, kWakeKey = 3, kRxInterruptKey = 4;
+inline constexpr uint64_t kListenKey = 1, kSignalKey = 2, kWakeKey = 3, kRxInterruptKey = 4, kCmKey = 5;
 inline constexpr uint64_t kFirstSessionKey = 16;
 
 class Daemon {
@@ -61,6 +61,9 @@ class Daemon {
 
   // ---- for the workers ----
   const DaemonConfig& config() const { return cfg_; }
+  /// The rdma_cm channels' listening socket (<run_dir>/<name>.cm.sock, non-blocking), which
+  /// worker 0's CmHost serves; -1 when it could not be made.
+  int cm_listen_fd() const { return cm_listen_.get(); }
   bool stopping() const { return stopping_.load(std::memory_order_relaxed); }
   /// Link changes so far, and whether the link is up now (worker 0 writes
   /// both; each worker tells its clients when the count moves).
@@ -85,6 +88,8 @@ class Daemon {
   Device shared_;  ///< what every worker's Device starts from
   std::string socket_path_;
   core::Fd listen_;
+  std::string cm_socket_path_;
+  core::Fd cm_listen_;
   core::Fd signal_;
   core::Fd udp_sink_;  ///< net::open_udp_sink on a netdev the kernel shares
   std::unique_ptr<provider::SysfsTree> sysfs_;

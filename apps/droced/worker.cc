@@ -256,6 +256,8 @@ int Worker::control(int timeout_us) {
       uint64_t v;
       [[maybe_unused]] ssize_t r = ::read(wake_.get(), &v, sizeof v);
       ++counters_.wakeups_by_client;
+    } else if (key == kCmKey) {
+      if (cm_ != nullptr) cm_->on_control(now);
     } else if (key < kFirstSessionKey) {
       daemon_->on_daemon_key(key);
     } else {
@@ -408,9 +410,18 @@ void Worker::run() {
   cpus_ = std::move(cpus);  // under the state lock: `stats` reads it from other threads
   if (index_ == 0) {
     // QP1 and the connection manager live on worker 0 (frames for QPN 1 are routed here).
-    if (int rc = CmHost::create(core_.get(), device_.gids, device_.node_guid, uint32_t(core::monotonic_ns()), &cm_);
-        rc != 0)
+    const auto mtu = static_cast<uint8_t>(device_.limits.max_mtu);
+    if (int rc = CmHost::create(core_.get(), device_.gids, device_.node_guid, uint32_t(core::monotonic_ns()), mtu,
+                                daemon_->cm_listen_fd(), &cm_);
+        rc != 0) {
       DROCE_LOG(WARNING, app, "worker 0: no connection manager (QP1): %s", std::strerror(-rc));
+    } else {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u64 = kCmKey;
+      if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, cm_->control_fd(), &ev) != 0)
+        DROCE_LOG(WARNING, app, "worker 0: rdma_cm channels not served: %s", std::strerror(errno));
+    }
   }
   while (!daemon_->stopping()) {
     take_inbox();

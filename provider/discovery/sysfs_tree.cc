@@ -267,6 +267,12 @@ int SysfsTree::create(const std::string& root, const DeviceDescription& desc,
   if (!fs::exists(verbs_class + "/abi_version", ec))
     if (int rc = write_file_atomic(verbs_class + "/abi_version", std::to_string(kUverbsAbiVersion)))
       return rc;
+  // librdmacm reads this when RDMA netlink does not answer (droce exec makes sure it does not).
+  const std::string ucma_class = clean_root + "/class/misc/rdma_cm";
+  fs::create_directories(ucma_class, ec);
+  if (ec) return errno_of(ec);
+  if (!fs::exists(ucma_class + "/abi_version", ec))
+    if (int rc = write_file_atomic(ucma_class + "/abi_version", std::to_string(kUcmaAbiVersion))) return rc;
 
   // The device directory before the uverbs directory that names it: a reader that finds
   // uverbsN finds its ibdev complete.
@@ -293,6 +299,9 @@ SysfsTree::~SysfsTree() {
   if (!others) {
     unlink((verbs_class + "/abi_version").c_str());
     rmdir(verbs_class.c_str());
+    unlink((root_ + "/class/misc/rdma_cm/abi_version").c_str());
+    rmdir((root_ + "/class/misc/rdma_cm").c_str());
+    rmdir((root_ + "/class/misc").c_str());
   }
   rmdir((root_ + "/class/infiniband").c_str());
   rmdir((root_ + "/class").c_str());

@@ -92,6 +92,9 @@ struct DeviceDescription {
 
 /// The kernel's uverbs ABI number libibverbs checks in class/infiniband_verbs/abi_version.
 inline constexpr int kUverbsAbiVersion = 6;
+/// class/misc/rdma_cm/abi_version: the ucma ABI droced's CM serves (librdmacm accepts 3..4;
+/// 3 would make it skip INIT_QP_ATTR).
+inline constexpr int kUcmaAbiVersion = 4;
 
 class SysfsTree {
  public:

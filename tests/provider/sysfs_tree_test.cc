@@ -123,6 +123,8 @@ TEST_F(SysfsTreeTest, WritesWhatLibibverbsReadsForEnumeration) {
   const fs::path verbs = root_ / "class/infiniband_verbs";
   // check_abi_version(): 3..6.
   EXPECT_EQ(read_file(verbs / "abi_version"), "6\n");
+  // librdmacm's check_abi_version_sysfs(): 3..4, and 4 for INIT_QP_ATTR.
+  EXPECT_EQ(read_file(root_ / "class/misc/rdma_cm/abi_version"), "4\n");
   // setup_sysfs_dev() / setup_sysfs_uverbs().
   EXPECT_EQ(read_file(verbs / "uverbs0/ibdev"), "droce0\n");
   EXPECT_EQ(read_file(verbs / "uverbs0/dev"), "1:7\n");
