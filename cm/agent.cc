@@ -52,7 +52,7 @@ uint32_t Agent::new_comm_id() {
   // earlier run of this host (another seed) used.
   for (;;) {
     const uint32_t id = next_id_++ ^ id_seed_;
-    if (id != 0 && conns_.find(id) == conns_.end()) return id;
+    if (id != 0 && conns_.find(id) == conns_.end() && sidr_.find(id) == sidr_.end()) return id;
   }
 }
 
@@ -112,6 +112,22 @@ int Agent::disconnect(uint32_t conn, uint64_t now_ms) {
 }
 
 void Agent::sidr_reply(const Peer& peer, uint64_t tid, const SidrRep& rep) { send(peer, header(tid), Message{rep}); }
+
+uint32_t Agent::sidr_request(SidrReq req, const Peer& peer, uint64_t now_ms, uint64_t timeout_ms, uint32_t retries) {
+  const uint32_t id = new_comm_id();
+  req.request_id = id;
+  SidrPending p;
+  p.peer = peer;
+  p.hdr = header((uint64_t{id_seed_} << 32) | id);
+  p.hdr.attr_id = AttrId::sidr_req;
+  p.req = req;
+  p.timeout_ms = timeout_ms;
+  p.deadline_ms = now_ms + timeout_ms;
+  p.retries_left = retries;
+  send(peer, p.hdr, Message{req});
+  sidr_.emplace(id, p);
+  return id;
+}
 
 void Agent::send(const Peer& peer, const MadHeader& hdr, const Message& msg) {
   AgentOutgoing o;
@@ -212,6 +228,17 @@ void Agent::on_mad(std::span<const uint8_t> bytes, const Peer& from, uint64_t no
     events_.push_back(AgentEvent{0, l->first, CmEvent{CmEventType::connect_request, 0, msg}, from, hdr.tid});
     return;
   }
+  if (const auto* srep = std::get_if<SidrRep>(&msg)) {
+    // The answer to our SIDR_REQ, from the host we asked only.
+    auto it = sidr_.find(srep->request_id);
+    if (it == sidr_.end() || !(it->second.peer == from)) {
+      ++counters_.unmatched;
+      return;
+    }
+    events_.push_back(AgentEvent{srep->request_id, 0, CmEvent{CmEventType::connect_response, 0, msg}, from, hdr.tid});
+    sidr_.erase(it);
+    return;
+  }
   const auto ids = ids_of(msg);
   Entry* e = ids ? find(ids->ours) : nullptr;
   // Only the connection's own peer may speak for it, under the comm ID it gave (a REJ of an
@@ -232,6 +259,20 @@ void Agent::on_mad(std::span<const uint8_t> bytes, const Peer& from, uint64_t no
 }
 
 void Agent::on_timer(uint64_t now_ms) {
+  for (auto it = sidr_.begin(); it != sidr_.end();) {
+    SidrPending& p = it->second;
+    if (p.deadline_ms > now_ms) {
+      ++it;
+    } else if (p.retries_left == 0) {
+      events_.push_back(AgentEvent{it->first, 0, CmEvent{CmEventType::unreachable, 0, Message{}}, p.peer, 0});
+      it = sidr_.erase(it);
+    } else {
+      --p.retries_left;
+      p.deadline_ms = now_ms + p.timeout_ms;
+      send(p.peer, p.hdr, Message{p.req});  // the same TID: a retransmission
+      ++it;
+    }
+  }
   std::vector<uint32_t> due;
   for (const auto& [id, e] : conns_)
     if (auto d = e.conn.deadline_ms(); d && *d <= now_ms) due.push_back(id);
@@ -245,6 +286,8 @@ void Agent::on_timer(uint64_t now_ms) {
 
 std::optional<uint64_t> Agent::deadline_ms() const {
   std::optional<uint64_t> best;
+  for (const auto& [id, p] : sidr_)
+    if (!best || p.deadline_ms < *best) best = p.deadline_ms;
   for (const auto& [id, e] : conns_)
     if (auto d = e.conn.deadline_ms(); d && (!best || *d < *best)) best = d;
   return best;

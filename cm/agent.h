@@ -85,6 +85,14 @@ class Agent {
   // ---- SIDR (UD) ---------------------------------------------------------------------------
   /// Passive: answer a SIDR_REQ (raised as a sidr_request event) from `peer` with `rep`.
   void sidr_reply(const Peer& peer, uint64_t tid, const SidrRep& rep);
+  /// Active: sends `req` (its Request ID chosen here, from the comm IDs) to `peer`, again every
+  /// `timeout_ms` up to `retries` times, as ib_cm does (rdma_cm: 4096 ms, 15). The SIDR_REP from
+  /// that peer comes back as a connect_response event (conn = the Request ID, msg = the SidrRep);
+  /// no answer at all as unreachable. Returns the Request ID.
+  uint32_t sidr_request(SidrReq req, const Peer& peer, uint64_t now_ms, uint64_t timeout_ms = 4096,
+                        uint32_t retries = 15);
+  /// Forgets a SIDR request (its consumer is gone): a late answer is unmatched.
+  void cancel_sidr(uint32_t request_id) { sidr_.erase(request_id); }
 
   // ---- the wire and the clock --------------------------------------------------------------
   /// A MAD that arrived on QP1 from `from` (its GRH source).
@@ -105,6 +113,14 @@ class Agent {
     uint32_t listener = 0;        ///< passive: the listener, while its request waits in the backlog
     uint64_t remote_guid = 0;
     uint32_t remote_qpn = 0;
+  };
+  struct SidrPending {
+    Peer peer;
+    MadHeader hdr;
+    SidrReq req;
+    uint64_t timeout_ms = 0;
+    uint64_t deadline_ms = 0;
+    uint32_t retries_left = 0;
   };
   struct Listener {
     uint64_t service_id = 0;
@@ -127,6 +143,7 @@ class Agent {
   std::map<uint32_t, Entry> conns_;                          ///< by local comm ID
   std::map<std::pair<uint64_t, uint32_t>, uint32_t> by_remote_;  ///< (peer GUID, peer comm ID) -> local
   std::map<uint32_t, Listener> listeners_;
+  std::map<uint32_t, SidrPending> sidr_;                     ///< active SIDR requests by Request ID
   std::vector<AgentOutgoing> out_;
   std::vector<AgentEvent> events_;
   AgentCounters counters_;

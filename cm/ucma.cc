@@ -284,6 +284,7 @@ uint32_t Ucma::destroy(Id* id, uint64_t now_ms) {
     const uint32_t conn = id->conn;
     conn_to_id_.erase(conn);
     id->conn = 0;
+    if (id->qp_type == kQptUd) agent_->cancel_sidr(conn);
     switch (agent_->state(conn).value_or(ConnState::closed)) {
       case ConnState::req_sent:
         agent_->reject(conn, uint16_t(RejReason::timeout), {}, now_ms);
@@ -499,8 +500,25 @@ int Ucma::connect(uint32_t channel, std::span<const uint8_t> body, std::span<con
   Id* id = find(channel, c.id);
   if (id == nullptr) return -EINVAL;
   if (id->state != State::route_resolved) return -EINVAL;
-  if (id->qp_type != kQptRc) return -ENOSYS;  // SIDR (UD) active side: not yet
   const rdma_ucm_conn_param& p = c.conn_param;
+  IpCmHeader h;
+  h.ip_version = net::is_ipv4_mapped(id->src) ? 4 : 6;
+  h.src_port = id->sport;
+  h.src = id->src;
+  h.dst = id->dst;
+  if (id->qp_type == kQptUd) {
+    // SIDR: the peer answers with its QPN and Q_Key; ESTABLISHED carries them and the AH.
+    if (p.private_data_len > kSidrReqPrivate - kIpCmHeaderSize) return -EINVAL;
+    SidrReq q;
+    q.service_id = ip_service_id(PortSpace(service_ps(id->ps)), id->dport);
+    encode_ip_cm_header(h, q.private_data);
+    std::memcpy(q.private_data.data() + kIpCmHeaderSize, p.private_data, p.private_data_len);
+    id->qp_num = p.qp_num & 0xFFFFFF;
+    id->state = State::connect;
+    id->conn = agent_->sidr_request(q, Peer{id->dst}, now_ms, cm_timeout_ms(kCmResponseTimeout), kMaxCmRetries);
+    conn_to_id_[id->conn] = id->handle;
+    return 0;
+  }
   if (p.private_data_len > kReqPrivate - kIpCmHeaderSize) return -EINVAL;
   ConnectParams cp;
   Req& q = cp.req;
@@ -524,11 +542,6 @@ int Ucma::connect(uint32_t channel, std::span<const uint8_t> body, std::span<con
   q.primary.hop_limit = kHopLimit;
   q.primary.traffic_class = id->tos;
   q.primary.local_ack_timeout = id->local_ack_timeout;
-  IpCmHeader h;
-  h.ip_version = net::is_ipv4_mapped(id->src) ? 4 : 6;
-  h.src_port = id->sport;
-  h.src = id->src;
-  h.dst = id->dst;
   encode_ip_cm_header(h, q.private_data);
   std::memcpy(q.private_data.data() + kIpCmHeaderSize, p.private_data, p.private_data_len);
   cp.packet_life_time = kPacketLifeTime;
@@ -942,9 +955,9 @@ int Ucma::get_event(uint32_t channel, std::span<const uint8_t>, std::span<const 
                     std::vector<uint8_t>* resp, uint64_t) {
   auto& q = channels_[channel].events;
   if (q.empty()) return -EAGAIN;
+  // No signal: the reader took this event's count off the eventfd before asking.
   const Queued e = q.front();
   q.pop_front();
-  --signals_[channel];
   if (Id* owner = find(e.owner)) ++owner->events_reported;
   respond(e.resp, resp);
   return 0;
@@ -968,6 +981,10 @@ void Ucma::on_agent_event(const AgentEvent& e, uint64_t now_ms) {
       conn_to_id_.erase(e.conn);
       id->conn = 0;
     }
+    return;
+  }
+  if (const auto* srep = std::get_if<SidrRep>(&ev.msg); srep != nullptr && ev.type == CmEventType::connect_response) {
+    on_sidr_reply(id, *srep);
     return;
   }
   rdma_ucm_conn_param p{};
@@ -1025,6 +1042,39 @@ void Ucma::on_agent_event(const AgentEvent& e, uint64_t now_ms) {
     case CmEventType::connect_request:
       return;
   }
+}
+
+void Ucma::on_sidr_reply(Id* id, const SidrRep& rep) {
+  conn_to_id_.erase(id->conn);
+  id->conn = 0;
+  Queued q;
+  q.owner = id->handle;
+  q.resp.uid = id->uid;
+  q.resp.id = id->handle;
+  rdma_ucm_ud_param& ud = q.resp.param.ud;
+  ud.private_data_len = static_cast<uint8_t>(kSidrRepPrivate);
+  std::memcpy(ud.private_data, rep.private_data.data(), kSidrRepPrivate);
+  if (rep.status != uint8_t(SidrStatus::success)) {
+    id->state = State::idle;
+    q.resp.event = kUnreachable;
+    q.resp.status = rep.status;
+    push(id->channel, q);
+    return;
+  }
+  // The AH toward the peer's QP, as ib_init_ah_attr_from_path makes it for RoCE.
+  id->state = State::established;
+  id->remote_qpn = rep.qpn;
+  q.resp.event = kEstablished;
+  ud.qp_num = rep.qpn;
+  ud.qkey = rep.qkey;
+  std::memcpy(ud.ah_attr.grh.dgid, id->dst.data(), 16);
+  ud.ah_attr.grh.flow_label = id->flow_label;
+  ud.ah_attr.grh.sgid_index = static_cast<uint8_t>(id->gid_index);
+  ud.ah_attr.grh.hop_limit = kHopLimit;
+  ud.ah_attr.grh.traffic_class = id->tos;
+  ud.ah_attr.is_global = 1;
+  ud.ah_attr.port_num = 1;
+  push(id->channel, q);
 }
 
 std::vector<UcmaIdInfo> Ucma::ids() const {

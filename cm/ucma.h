@@ -12,12 +12,14 @@
 //
 // The command set is the legacy one (BIND_IP, RESOLVE_IP, QUERY_ROUTE): the AF_IB probe librdmacm
 // makes at start (a BIND of an AF_IB address) is refused, so it never takes the AF_IB path.
-// Connected (RC, PS_TCP) and, for the passive side, SIDR (UD, PS_UDP) are served; multicast is not
+// Connected (RC, PS_TCP) and SIDR (UD, PS_UDP) ids are served, both sides; multicast is not
 // (JOIN_* answer ENOSYS).
 //
 // Readiness: every channel's queue length is what its eventfd counts. The host learns how it moved
 // from take_signals() after each call, and writes (or reads) the eventfd that many times, so
-// poll/epoll/O_NONBLOCK on the app's fd behave as on the kernel's.
+// poll/epoll/O_NONBLOCK on the app's fd behave as on the kernel's. GET_EVENT moves nothing: the
+// reader takes one count off the eventfd before it asks (and asks again when the event it counted
+// was withdrawn meanwhile: -EAGAIN).
 //
 // Threading: one thread (droced's worker 0, with the agent).
 
@@ -210,6 +212,7 @@ class Ucma {
   void withdraw(uint32_t channel, uint32_t owner);
   void on_connect_request(const AgentEvent& e, uint64_t now_ms);
   void on_sidr_request(const AgentEvent& e, uint64_t now_ms);
+  void on_sidr_reply(Id* id, const SidrRep& rep);
   uint32_t new_psn();
 
   Agent* agent_;

@@ -131,6 +131,9 @@ struct Test2 : ::testing::Test {
     std::vector<uint8_t> r;
     rdma_ucm_event_resp e{};
     e.event = 0xffff;
+    // As the preload does: one count off the eventfd, then the event.
+    EXPECT_GT(h.ready[ch], 0) << "GET_EVENT would block";
+    --h.ready[ch];
     EXPECT_EQ(call(h, ch, command(RDMA_USER_CM_CMD_GET_EVENT, g, sizeof(rdma_ucm_event_resp)), &r), 0);
     if (r.size() == sizeof e) std::memcpy(&e, r.data(), sizeof e);
     return e;
@@ -522,6 +525,106 @@ TEST_F(Test2, AUdListenerAnswersASidrRequestWithTheAcceptedQp) {
   EXPECT_EQ(rep.status, 0);
   EXPECT_EQ(rep.qpn, 0x33u);
   EXPECT_EQ(rep.qkey, 0x01234567u);
+}
+
+}  // namespace
+}  // namespace droce::cm
+
+namespace droce::cm {
+namespace {
+
+TEST_F(Test2, TwoConnectionsFromOneChannelToOneListenerBothComeUp) {
+  const uint32_t cb = b.ucma.open_channel(), ca = a.ucma.open_channel();
+  const uint32_t listener = create(b, cb, 0xb1);
+  listen(b, cb, listener, kIpB, 7174, 0);
+  const uint32_t id1 = create(a, ca, 0xa1), id2 = create(a, ca, 0xa2);
+  resolve(a, ca, id1, kIpB, 7174);
+  resolve(a, ca, id2, kIpB, 7174);
+  ASSERT_EQ(connect(a, ca, id1, 0x11, ""), 0);
+  ASSERT_EQ(connect(a, ca, id2, 0x12, ""), 0);
+  const rdma_ucm_event_resp r1 = event(b, cb), r2 = event(b, cb);
+  ASSERT_EQ(r1.event, 4u);
+  ASSERT_EQ(r2.event, 4u);
+  EXPECT_NE(r1.id, r2.id);
+  ASSERT_EQ(accept(b, cb, r1.id, 0xb2, 0x21), 0);
+  ASSERT_EQ(accept(b, cb, r2.id, 0xb3, 0x22), 0);
+  const rdma_ucm_event_resp c1 = event(a, ca), c2 = event(a, ca);
+  EXPECT_EQ(c1.event, 5u);
+  EXPECT_EQ(c2.event, 5u);
+  EXPECT_EQ(c1.uid, 0xa1u);
+  EXPECT_EQ(c2.uid, 0xa2u);
+  EXPECT_EQ(c1.param.conn.qp_num, 0x21u);
+  EXPECT_EQ(c2.param.conn.qp_num, 0x22u);
+}
+
+}  // namespace
+}  // namespace droce::cm
+
+namespace droce::cm {
+namespace {
+
+TEST_F(Test2, AUdIdResolvesItsPeersQpThroughSidr) {
+  const uint32_t cb = b.ucma.open_channel(), ca = a.ucma.open_channel();
+  const uint32_t listener = create(b, cb, 0xb1, kPsUdp);
+  listen(b, cb, listener, kIpB, 7174);
+  const uint32_t id = create(a, ca, 0xa1, kPsUdp);
+  resolve(a, ca, id, kIpB, 7174);
+  ASSERT_EQ(connect(a, ca, id, 0x11, "ud"), 0);
+  const rdma_ucm_event_resp req = event(b, cb);
+  ASSERT_EQ(req.event, 4u);
+  EXPECT_EQ(std::memcmp(req.param.ud.private_data, "ud", 2), 0);
+  rdma_ucm_accept acc{};
+  acc.uid = 0xb2;
+  acc.id = req.id;
+  acc.conn_param.qp_num = 0x33;
+  acc.conn_param.qkey = 0x01234567;
+  ASSERT_EQ(call(b, cb, command(RDMA_USER_CM_CMD_ACCEPT, acc, 0)), 0);
+  // A: ESTABLISHED with B's QP, Q_Key and the AH toward it (udaddy makes its AH from this).
+  const rdma_ucm_event_resp e = event(a, ca);
+  EXPECT_EQ(e.event, 9u);
+  EXPECT_EQ(e.uid, 0xa1u);
+  EXPECT_EQ(e.param.ud.qp_num, 0x33u);
+  EXPECT_EQ(e.param.ud.qkey, 0x01234567u);
+  EXPECT_EQ(e.param.ud.ah_attr.is_global, 1);
+  EXPECT_EQ(std::memcmp(e.param.ud.ah_attr.grh.dgid, kIpB.data(), 16), 0);
+  EXPECT_EQ(e.param.ud.ah_attr.grh.sgid_index, 1);
+  EXPECT_EQ(e.param.ud.ah_attr.port_num, 1);
+}
+
+TEST_F(Test2, ASidrNobodyListensForIsUnreachableWithTheSidrStatus) {
+  const uint32_t ca = a.ucma.open_channel();
+  const uint32_t id = create(a, ca, 0xa1, kPsUdp);
+  resolve(a, ca, id, kIpB, 9);
+  ASSERT_EQ(connect(a, ca, id, 0x11, ""), 0);
+  const rdma_ucm_event_resp e = event(a, ca);
+  EXPECT_EQ(e.event, 7u);   // UNREACHABLE
+  EXPECT_EQ(e.status, 1u);  // the SIDR_REP's status: no such service
+}
+
+TEST_F(Test2, ASidrNobodyAnswersIsResentThenUnreachableWithTimedOut) {
+  const uint32_t ca = a.ucma.open_channel();
+  const uint32_t id = create(a, ca, 0xa1, kPsUdp);
+  resolve(a, ca, id, kIpB, 9);
+  std::vector<uint8_t> r;
+  rdma_ucm_connect c{};
+  c.id = id;
+  ASSERT_EQ(a.ucma.command(ca, command(RDMA_USER_CM_CMD_CONNECT, c, 0), {}, &r, now), 0);
+  int sent = static_cast<int>(a.agent.take_outgoing().size());
+  for (int i = 0; i < 15; ++i) {
+    now += 4096;
+    a.agent.on_timer(now);
+    sent += static_cast<int>(a.agent.take_outgoing().size());
+    for (auto& ev : a.agent.take_events()) a.ucma.on_agent_event(ev, now);
+  }
+  EXPECT_EQ(sent, 16);  // the first and 15 retries, as ib_cm
+  EXPECT_EQ(a.ucma.queued(ca), 0u);
+  now += 4096;
+  a.agent.on_timer(now);
+  for (auto& ev : a.agent.take_events()) a.ucma.on_agent_event(ev, now);
+  a.signals();
+  const rdma_ucm_event_resp e = event(a, ca);
+  EXPECT_EQ(e.event, 7u);
+  EXPECT_EQ(static_cast<int>(e.status), -ETIMEDOUT);
 }
 
 }  // namespace
