@@ -1,4 +1,4 @@
-// `droce devices|ports|gids|qps|clients|cores|counters|status [--json]`: droced's
+// `droce devices|ports|gids|qps|clients|cores|cm|counters|status [--json]`: droced's
 // state, read with the control protocol's read-only `stats` message (no
 // verbs context is opened). droced renders JSON; the tables here are read
 // from it with a small JSON reader.
@@ -206,7 +206,7 @@ int status_command(std::string_view cmd, const std::vector<std::string_view>& ar
   }
   const std::map<std::string_view, std::string_view> section = {
       {"devices", "device"}, {"ports", "ports"}, {"gids", "gids"}, {"qps", "qps"},
-      {"clients", "clients"}, {"counters", "counters"}, {"cores", "cores"}};
+      {"clients", "clients"}, {"counters", "counters"}, {"cores", "cores"}, {"cm", "cm"}};
   const Value* v = cmd == "status" ? &all : (section.count(cmd) ? all.get(section.at(cmd)) : nullptr);
   if (v == nullptr) return 1;
   if (json) {
@@ -235,6 +235,9 @@ int status_command(std::string_view cmd, const std::vector<std::string_view>& ar
   if (cmd == "qps" || cmd == "status")
     table(all.get("qps"), {"qpn", "client", "type", "state", "dest_qpn", "dest", "tx_packets", "rx_packets",
                            "retransmits", "timeouts", "rnr_naks_received"});
+  if ((cmd == "cm" || cmd == "status") && all.get("cm") != nullptr)
+    table(all.get("cm"), {"id", "channel", "port_space", "state", "local", "remote", "comm_id", "cm_state", "qpn",
+                          "remote_qpn", "events_reported"});
   if (cmd == "counters") flat(*v, "");
   return 0;
 }

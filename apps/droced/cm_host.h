@@ -62,6 +62,7 @@ class CmHost {
   const CmHostCounters& counters() const { return counters_; }
   const cm::AgentCounters& agent_counters() const { return agent_.counters(); }
   const cm::Ucma& ucma() const { return ucma_; }
+  std::optional<cm::ConnState> agent_state(uint32_t conn) const { return agent_.state(conn); }
 
   /// The epoll of the channels' sockets (and their listening socket): worker 0 calls
   /// on_control() when it is readable.

@@ -523,7 +523,16 @@ std::string Daemon::render_locked() const {
         .num("cm_rej_stale", ac.rej_stale)
         .num("cm_sidr_no_listener", ac.sidr_no_listener)
         .num("cm_tx_unresolved", cm->counters().tx_unresolved)
-        .num("cm_rx_errors", cm->counters().rx_errors);
+        .num("cm_tx_no_slot", cm->counters().tx_no_slot)
+        .num("cm_rx_errors", cm->counters().rx_errors)
+        .num("cm_channels_opened", cm->counters().channels_opened)
+        .num("cm_channels_faulted", cm->counters().channels_faulted)
+        .num("cm_commands", cm->ucma().counters().commands)
+        .num("cm_command_errors", cm->ucma().counters().errors)
+        .num("cm_events", cm->ucma().counters().events)
+        .num("cm_events_dropped", cm->ucma().counters().events_dropped)
+        .num("cm_events_orphaned", cm->ucma().counters().events_orphaned)
+        .num("cm_addr_errors", cm->ucma().counters().addr_errors);
   }
   j.open("parse", '{');
   for (size_t i = 0; i < rocev2::kParseStatusCount; ++i)
@@ -646,6 +655,31 @@ std::string Daemon::render_locked() const {
             .boolean("ack_pending", q->resp.ack_pending)
             .close('}');
       }
+    }
+  }
+  j.close(']');
+  // rdma_cm ids (worker 0's CM): what librdmacm programs bound, listen on and are connected to.
+  j.open("cm", '[');
+  if (const CmHost* cm = workers_.empty() ? nullptr : workers_[0]->cm()) {
+    for (const cm::UcmaIdInfo& i : cm->ucma().ids()) {
+      const auto endpoint = [](const net::IpAddr& ip, uint16_t port) {
+        return (net::is_ipv4_mapped(ip) ? rocev2::format_ip(ip) : "[" + rocev2::format_ip(ip) + "]") + ":" +
+               std::to_string(port);
+      };
+      const auto st = i.conn != 0 ? cm->agent_state(i.conn) : std::nullopt;
+      j.open(nullptr, '{')
+          .num("id", i.handle)
+          .num("channel", i.channel)
+          .str("port_space", i.ps == 0x0106 ? "tcp" : i.ps == 0x0111 ? "udp" : i.ps == 0x013F ? "ib" : "ipoib")
+          .str("state", i.state)
+          .str("local", endpoint(i.src, i.sport))
+          .str("remote", i.dport != 0 ? endpoint(i.dst, i.dport) : "-")
+          .num("comm_id", i.conn)
+          .str("cm_state", st ? cm::to_string(*st) : "-")
+          .num("qpn", i.qp_num)
+          .num("remote_qpn", i.remote_qpn)
+          .num("events_reported", i.events_reported)
+          .close('}');
     }
   }
   j.close(']');
