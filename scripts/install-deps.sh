@@ -17,8 +17,9 @@ packages=(
   # that test it, and what scripts/fetch-rdma-core-headers.sh uses (objdump, apt-get source)
   libibverbs-dev ibverbs-utils perftest binutils dpkg-dev
   qemu-system-x86 qemu-utils debootstrap busybox-static e2fsprogs cpio  # the rxe rig (docs/interop.md)
-  # middleware the real_clients suite runs over droce: UCX's perftest, OpenMPI (pml ucx), NetPIPE
-  ucx-utils openmpi-bin libopenmpi-dev netpipe-openmpi
+  # middleware the real_clients suite runs over droce: UCX's perftest, OpenMPI (pml ucx), NetPIPE,
+  # the rdma_cm programs (rping, ucmatose, udaddy, rstream, ...) and qperf
+  ucx-utils openmpi-bin libopenmpi-dev netpipe-openmpi rdmacm-utils qperf
 )
 
 missing=()

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# rdma_cm programs over droce (issue #15): Debian's unmodified rdmacm-utils (rping, ucmatose,
+# udaddy, rdma_server/rdma_client, rstream, riostream) and perftest's -R (connection through
+# rdma_cm) for every tool, between two droce hosts (two droced on droce's same-host link) and
+# over one droced's loopback, each program started through `droce exec` of its host as a user
+# would. Then the errors a user meets, as the kernel gives them: a port nobody listens on
+# (REJECTED 8), a UD service nobody offers (UNREACHABLE 1), an address nobody owns (ADDR_ERROR
+# after the program's timeout), a peer killed mid-connection (DISCONNECTED on the survivor).
+#
+#   rdmacm_test.sh DROCE DROCED PAIR_LIB
+#
+# Each case asserts both programs' exit status and what they print (the last verified rping
+# payload, "return status 0", perftest's result line). A server is started first and the client
+# only once `droce cm` shows the server's listener. Skips (77) when rdmacm-utils or perftest are
+# missing. DROCE_RDMACM_CASES=REGEX runs only the cases whose name matches.
+set -uo pipefail
+
+if [ $# -ne 3 ]; then
+  echo "usage: $0 DROCE DROCED PAIR_LIB" >&2
+  exit 2
+fi
+droce=$(realpath "$1")
+droced=$(realpath "$2")
+pair_lib=$(realpath "$3")
+
+skip() { echo "SKIP: $*"; exit 77; }
+command -v rping >/dev/null || skip "rping not installed (Debian package rdmacm-utils)"
+command -v ib_send_bw >/dev/null || skip "ib_send_bw not installed (Debian package perftest)"
+
+tmp=$(mktemp -d /tmp/droce-rdmacm-test.XXXXXX)
+fail=0
+. "$pair_lib"
+cleanup() {
+  jobs -p | xargs -r kill -KILL 2>/dev/null || true
+  droced_pair_stop
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+droced_pair_start "$(dirname "$droced")" "$tmp/hosts" --mtu 9000 || exit 1
+declare -A ip=([a]=10.77.0.1 [b]=10.77.0.2)
+on() {  # on HOST COMMAND...: run COMMAND on droce host a or b
+  local host=$1
+  shift
+  "$droce" exec --run-dir "$tmp/hosts/$host" -- "$@"
+}
+
+# Waits (10 s at most) until droced of HOST has a listening rdma_cm id on PORT.
+wait_listener() {
+  local host=$1 port=$2
+  for _ in $(seq 200); do
+    "$droce" cm --json --socket "$tmp/hosts/$host/droce0.sock" 2>/dev/null |
+      grep -q "\"state\":\"listen\",\"local\":\"[^\"]*:$port\"" && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
+selected() { [ -z "${DROCE_RDMACM_CASES:-}" ] || [[ $1 =~ $DROCE_RDMACM_CASES ]]; }
+
+report() {  # report NAME WHY CLIENT_LOG SERVER_LOG
+  if [ -z "$2" ]; then
+    echo "ok: $1"
+  else
+    echo "FAIL: $1:$2"
+    echo "--- client"; tail -15 "$3"
+    echo "--- server"; tail -15 "$4"
+    fail=1
+  fi
+}
+
+port=18500
+# pair NAME SERVER_HOST CLIENT_HOST 'SERVER ARGS' 'CLIENT ARGS' CLIENT_PATTERN [SERVER_PATTERN]
+# The server's arguments may say @PORT and @SERVER (its address); the client's too.
+pair() {
+  local name=$1 s=$2 c=$3 sargs=$4 cargs=$5 cpat=$6 spat=${7:-}
+  selected "$name" || return 0
+  port=$((port + 1))
+  sargs=${sargs//@PORT/$port}; sargs=${sargs//@SERVER/${ip[$s]}}
+  cargs=${cargs//@PORT/$port}; cargs=${cargs//@SERVER/${ip[$s]}}
+  local slog=$tmp/$name.server clog=$tmp/$name.client lport=$port
+  # udaddy has no port option: it listens on rping's 7174.
+  [[ $sargs == udaddy* ]] && lport=7174
+  # shellcheck disable=SC2086
+  on "$s" timeout 120 stdbuf -o0 $sargs >"$slog" 2>&1 &
+  local server=$! why="" crc=0 src=0
+  wait_listener "$s" "$lport" || why+=" the server never listened;"
+  # shellcheck disable=SC2086
+  on "$c" timeout 100 stdbuf -o0 $cargs >"$clog" 2>&1 || crc=$?
+  wait "$server" || src=$?
+  [ "$crc" -eq 0 ] || why+=" client exit $crc;"
+  [ "$src" -eq 0 ] || why+=" server exit $src;"
+  grep -Eq -- "$cpat" "$clog" || why+=" client output lacks /$cpat/;"
+  [ -z "$spat" ] || grep -Eq -- "$spat" "$slog" || why+=" server output lacks /$spat/;"
+  report "$name" "$why" "$clog" "$slog"
+}
+
+done_ok='return status 0'
+for where in "b a" "a a"; do
+  read -r s c <<<"$where"
+  tag=$([ "$s" = "$c" ] && echo loopback || echo two-hosts)
+  # rping verifies every payload (-V) both ways; the client prints the last one.
+  pair "$tag.rping" "$s" "$c" "rping -s -a @SERVER -p @PORT -V -C 1000" "rping -c -a @SERVER -p @PORT -V -C 1000 -v" \
+    'ping data: rdma-ping-999: '
+  pair "$tag.ucmatose" "$s" "$c" "ucmatose -p @PORT -c 8 -C 50" "ucmatose -s @SERVER -p @PORT -c 8 -C 50" \
+    "$done_ok" "$done_ok"
+  pair "$tag.udaddy" "$s" "$c" "udaddy -c 4 -C 50" "udaddy -s @SERVER -c 4 -C 50" "$done_ok" "$done_ok"
+  pair "$tag.rdma_server" "$s" "$c" "rdma_server -s @SERVER -p @PORT" "rdma_client -s @SERVER -p @PORT" \
+    'rdma_client: end 0' 'rdma_server: end 0'
+  pair "$tag.rstream" "$s" "$c" "rstream -b @SERVER -p @PORT -S 4096 -C 200" \
+    "rstream -s @SERVER -p @PORT -S 4096 -C 200" '^custom +4k +200 '
+  pair "$tag.riostream" "$s" "$c" "riostream -b @SERVER -p @PORT -S 65536 -C 100" \
+    "riostream -s @SERVER -p @PORT -S 65536 -C 100" '^custom +64k +100 '
+  # perftest through rdma_cm (-R): every tool, RC and UD.
+  result='^ +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+'
+  for t in ib_send_bw ib_send_lat ib_write_bw ib_write_lat ib_read_bw ib_read_lat ib_atomic_bw ib_atomic_lat; do
+    pair "$tag.$t" "$s" "$c" "$t -R -p @PORT -n 200" "$t -R -p @PORT -n 200 @SERVER" "$result"
+  done
+  pair "$tag.ib_send_bw.ud" "$s" "$c" "ib_send_bw -c UD -R -p @PORT -n 200" \
+    "ib_send_bw -c UD -R -p @PORT -n 200 @SERVER" "$result"
+  pair "$tag.ib_send_lat.ud" "$s" "$c" "ib_send_lat -c UD -R -p @PORT -n 200" \
+    "ib_send_lat -c UD -R -p @PORT -n 200 @SERVER" "$result"
+done
+
+# expect NAME CLIENT_HOST EXPECTED_STATUS PATTERN CLIENT ARGS...: a client alone, failing as the
+# kernel makes it fail.
+expect() {
+  local name=$1 c=$2 status=$3 pat=$4
+  shift 4
+  selected "$name" || return 0
+  local clog=$tmp/$name.client rc=0 why=""
+  on "$c" timeout 60 stdbuf -o0 "$@" >"$clog" 2>&1 || rc=$?
+  [ "$rc" -eq "$status" ] || why+=" exit $rc, expected $status;"
+  grep -Eq -- "$pat" "$clog" || why+=" output lacks /$pat/;"
+  report "$name" "$why" "$clog" /dev/null
+}
+expect error.no_listener a 8 'RDMA_CM_EVENT_REJECTED, error: 8' ucmatose -s 10.77.0.2 -p 18999
+expect error.no_ud_service a 1 'RDMA_CM_EVENT_UNREACHABLE, error: 1' udaddy -s 10.77.0.2
+# udaddy resolves with a 2000 ms timeout; nobody owns .99, so ARP stays unanswered.
+expect error.no_such_address a 146 'RDMA_CM_EVENT_ADDR_ERROR, error: -110' udaddy -s 10.77.0.99
+
+# A peer that dies mid-connection: the survivor gets DISCONNECTED (the dying channel's close
+# makes droced send a DREQ for it).
+if selected error.peer_killed; then
+  port=$((port + 1))
+  slog=$tmp/killed.server clog=$tmp/killed.client
+  on b timeout 120 stdbuf -o0 rping -s -a 10.77.0.2 -p "$port" -C 100000000 >"$slog" 2>&1 &
+  server=$!
+  why=""
+  wait_listener b "$port" || why+=" the server never listened;"
+  on a timeout 60 stdbuf -o0 rping -c -a 10.77.0.2 -p "$port" -C 100000000 -d >"$clog" 2>&1 &
+  client=$!
+  for _ in $(seq 200); do grep -q ESTABLISHED "$clog" && break; sleep 0.05; done
+  sleep 0.5
+  pkill -KILL -f "rping -s -a 10.77.0.2 -p $port" || why+=" no server to kill;"
+  wait "$client" 2>/dev/null
+  wait "$server" 2>/dev/null
+  grep -q 'RDMA_CM_EVENT_DISCONNECTED' "$clog" || why+=" the client saw no DISCONNECTED;"
+  report error.peer_killed "$why" "$clog" "$slog"
+fi
+
+exit "$fail"
