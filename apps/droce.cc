@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "net/pcap_file.h"
+#include "cm/mad.h"
 #include "rocev2/builder.h"
 #include "rocev2/format.h"
 #include "rocev2/parser.h"
@@ -101,12 +102,24 @@ int cmd_decode(const std::vector<std::string_view>& args) {
     bool icrc_ok = status == rocev2::ParseStatus::ok;
     const bool shown = !quiet || (status != rocev2::ParseStatus::ok && !rocev2::is_foreign(status));
     if (!shown) continue;
+    // A MAD on QP1 (the CM, issue #15): named and its identifiers shown.
+    std::string mad;
+    if (status == rocev2::ParseStatus::ok && pkt.hdr.bth.dest_qp == cm::kGsiQpn &&
+        pkt.layout.payload_len == cm::kMadSize && pkt.hdr.bth.opcode == 0x64)
+      mad = cm::describe_mad(std::span<const uint8_t>(frame.bytes).subspan(pkt.layout.payload_off, cm::kMadSize));
     if (json) {
-      std::printf("%s\n", rocev2::format_json(n, pkt, status, icrc_ok).c_str());
+      std::string line = rocev2::format_json(n, pkt, status, icrc_ok);
+      if (!mad.empty() && !line.empty() && line.back() == '}') {
+        std::string quoted;
+        for (char ch : mad) quoted += (ch == '"' || ch == '\\') ? std::string("\\") + ch : std::string(1, ch);
+        line.insert(line.size() - 1, ",\"mad\":\"" + quoted + "\"");
+      }
+      std::printf("%s\n", line.c_str());
     } else {
       std::printf("frame %zu: %zu bytes%s\n%s", n, frame.bytes.size(),
                   frame.bytes.size() < frame.wire_len ? " (capture cut short)" : "",
                   rocev2::format_text(pkt, status, icrc_ok).c_str());
+      if (!mad.empty()) std::printf("  MAD    %s\n", mad.c_str());
     }
   }
   if (!reader.error().empty()) {

@@ -1,6 +1,8 @@
 #include "cm/mad.h"
 
 #include <algorithm>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
 
 #include "core/endian.h"
@@ -424,6 +426,68 @@ bool decode_ip_cm_header(std::span<const uint8_t> in, IpCmHeader* out) {
   out->src = get_ip(p + 4, ipv == 4);
   out->dst = get_ip(p + 20, ipv == 4);
   return true;
+}
+
+namespace {
+
+std::string hex(uint64_t v) {
+  char b[24];
+  std::snprintf(b, sizeof b, "0x%" PRIx64, v);
+  return b;
+}
+
+std::string service(uint64_t sid) {
+  PortSpace ps;
+  uint16_t port = 0;
+  std::string s = " service_id=" + hex(sid);
+  if (parse_ip_service_id(sid, &ps, &port)) {
+    const char* name = ps == PortSpace::tcp ? "TCP" : ps == PortSpace::udp ? "UDP" : ps == PortSpace::ib ? "IB" : "IPoIB";
+    s += " (" + std::string(name) + " port " + std::to_string(port) + ")";
+  }
+  return s;
+}
+
+std::string ids(uint32_t local, uint32_t remote) {
+  return " local_comm_id=" + hex(local) + " remote_comm_id=" + hex(remote);
+}
+
+}  // namespace
+
+std::string describe_mad(std::span<const uint8_t> mad) {
+  MadHeader h;
+  Message msg;
+  const MadError err = decode(mad, &h, &msg);
+  if (err != MadError::ok) {
+    const MadHeader raw = decode_header(mad);
+    return std::string("malformed CM MAD: ") + to_string(err) + " (attribute " + hex(uint16_t(raw.attr_id)) + " " +
+           attr_name(uint16_t(raw.attr_id)) + ")";
+  }
+  std::string s = std::string(attr_name(uint16_t(h.attr_id))) + " tid=" + hex(h.tid);
+  std::visit(
+      [&](const auto& m) {
+        using M = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<M, Req>) {
+          s += " local_comm_id=" + hex(m.local_comm_id) + service(m.service_id) + " qpn=" + hex(m.local_qpn) +
+               " psn=" + hex(m.starting_psn) + " mtu=" + std::to_string(128u << m.path_mtu);
+        } else if constexpr (std::is_same_v<M, Rep>) {
+          s += ids(m.local_comm_id, m.remote_comm_id) + " qpn=" + hex(m.local_qpn) + " psn=" + hex(m.starting_psn);
+        } else if constexpr (std::is_same_v<M, Rej>) {
+          s += ids(m.local_comm_id, m.remote_comm_id) + " reason=" + std::to_string(m.reason);
+        } else if constexpr (std::is_same_v<M, Mra>) {
+          s += ids(m.local_comm_id, m.remote_comm_id) + " service_timeout=" + std::to_string(m.service_timeout);
+        } else if constexpr (std::is_same_v<M, Dreq>) {
+          s += ids(m.local_comm_id, m.remote_comm_id) + " remote_qpn=" + hex(m.remote_qpn);
+        } else if constexpr (std::is_same_v<M, Rtu> || std::is_same_v<M, Drep>) {
+          s += ids(m.local_comm_id, m.remote_comm_id);
+        } else if constexpr (std::is_same_v<M, SidrReq>) {
+          s += " request_id=" + hex(m.request_id) + service(m.service_id);
+        } else if constexpr (std::is_same_v<M, SidrRep>) {
+          s += " request_id=" + hex(m.request_id) + " status=" + std::to_string(m.status) + " qpn=" + hex(m.qpn) +
+               " qkey=" + hex(m.qkey);
+        }
+      },
+      msg);
+  return s;
 }
 
 }  // namespace droce::cm

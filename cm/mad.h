@@ -17,6 +17,7 @@
 #include <array>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <variant>
 
 #include "net/addr.h"
@@ -276,6 +277,11 @@ void encode(const MadHeader& hdr, const Message& msg, Mad* out);
 
 AttrId attr_of(const Message& msg);
 const char* attr_name(uint16_t attr_id);  ///< "ConnectRequest", ... ("unknown")
+
+/// One line naming a MAD and what identifies it, for `droce decode`: "ConnectRequest
+/// tid=0x... local_comm_id=0x... service_id=0x... (TCP port 7174) qpn=0x11 psn=0x...", or why
+/// it is refused ("malformed CM MAD: bad_field ...").
+std::string describe_mad(std::span<const uint8_t> mad);
 
 // ---- IP CM (IBTA Annex A11, what rdma_cm puts in the service ID and private data) ----
 

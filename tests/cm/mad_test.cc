@@ -548,3 +548,27 @@ TEST(CmMad, TimeoutsAsTheKernelComputesThem) {
 
 }  // namespace
 }  // namespace droce::cm
+
+namespace droce::cm {
+namespace {
+
+TEST(CmMad, DescribeNamesTheMessageAndWhatIdentifiesIt) {
+  const Mad req = kernel_req();
+  EXPECT_EQ(describe_mad(req),
+            "ConnectRequest tid=0x21c2d3e4f local_comm_id=0x1c2d3e4f service_id=0x1061c06 (TCP port 7174) "
+            "qpn=0x11 psn=0xabcdef mtu=1024");
+  Rej rej;
+  rej.local_comm_id = 0;
+  rej.remote_comm_id = 0x1c2d3e4f;
+  rej.reason = 8;
+  MadHeader h;
+  h.tid = 0x21c2d3e4f;
+  Mad m;
+  encode(h, Message{rej}, &m);
+  EXPECT_EQ(describe_mad(m), "ConnectReject tid=0x21c2d3e4f local_comm_id=0x0 remote_comm_id=0x1c2d3e4f reason=8");
+  m[2] = 9;  // class version
+  EXPECT_EQ(describe_mad(m).rfind("malformed CM MAD: ", 0), 0u);
+}
+
+}  // namespace
+}  // namespace droce::cm

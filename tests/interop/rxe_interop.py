@@ -458,10 +458,57 @@ def tool_cases():
     return cases
 
 
+def cm_tool_cases():
+    """rdma_cm programs (issue #15) both ways: droce's CM and the kernel's ib_cm/rdma_cm speak IB
+    CM over QP1 to each other. No TCP: the client starts once the server's listener shows (droce
+    cm on droced, `rdma resource show cm_id` in the guest). Each case: (name, server command,
+    client command, what the client must print, what the server must print); {ip} is the
+    server's address, {port} the case's port."""
+    n = TOOL_ITERS
+    row = rf"^ +[0-9]+ +{n} +[0-9]"
+    done = r"return status 0"
+    progs = [
+        ("rping", f"rping -s -a {{ip}} -p {{port}} -V -C {n}", f"rping -c -a {{ip}} -p {{port}} -V -C {n} -v",
+         rf"ping data: rdma-ping-{n - 1}: ", ""),
+        ("ucmatose", f"ucmatose -p {{port}} -c 2 -C {n}", f"ucmatose -s {{ip}} -p {{port}} -c 2 -C {n}", done, done),
+        # udaddy has no port option: rping's 7174.
+        ("udaddy", f"udaddy -c 2 -C {n}", f"udaddy -s {{ip}} -c 2 -C {n}", done, done),
+        ("ib_send_bw_R", f"ib_send_bw -R -F -n {n} -p {{port}}", f"ib_send_bw -R -F -n {n} -p {{port}} {{ip}}", row, row),
+        ("ib_write_lat_R", f"ib_write_lat -R -F -n {n} -p {{port}}", f"ib_write_lat -R -F -n {n} -p {{port}} {{ip}}",
+         row, row),
+        ("ib_read_bw_R", f"ib_read_bw -R -F -o 16 -n {n} -p {{port}}",
+         f"ib_read_bw -R -F -o 16 -n {n} -p {{port}} {{ip}}", row, row),
+        ("ib_send_bw_ud_R", f"ib_send_bw -c UD -R -F -n {n} -p {{port}}",
+         f"ib_send_bw -c UD -R -F -n {n} -p {{port}} {{ip}}", row, row),
+    ]
+    cases = []
+    for name, server_cmd, client_cmd, client_wants, server_wants in progs:
+        # perftest -R connects twice (its parameter exchange, then the test's QPs), and its server
+        # listens anew for the second: a guest emulated at ~1/100 speed listens again only after
+        # droce's client has already sent the second REQ, which the kernel then rejects (8) as
+        # it must. So perftest runs with droce as the server only; the rdmacm-utils cover the
+        # kernel as the passive side.
+        for server in ("droce",) if name.startswith("ib_") else ("droce", "rxe"):
+            cases.append(dict(name=f"cm_{name}_{server}_server", tool=name.split("_R")[0], cm=True, server=server,
+                              server_cmd=server_cmd, client_cmd=client_cmd, client_wants=client_wants,
+                              server_wants=server_wants,
+                              listen_port=7174 if name == "udaddy" else None,
+                              what=f"{client_cmd.split()[0]} through rdma_cm, {server} the server"))
+    return cases
+
+
 def tool_output_ok(case, side, out):
     """What a program must have printed: the pingpongs their iteration line and no data
-    error (-c compares every received buffer), perftest its result row of TOOL_ITERS."""
+    error (-c compares every received buffer), perftest its result row of TOOL_ITERS; an
+    rdma_cm case what it names for its client and server."""
     n = TOOL_ITERS
+    if case.get("cm"):
+        want = case["client_wants"] if side != case["server"] else case["server_wants"]
+        if want and not re.search(want, out, re.M):
+            return f"{side}: no /{want}/ in its output"
+        if re.search(r"RDMA_CM_EVENT_(REJECTED|UNREACHABLE|ADDR_ERROR|CONNECT_ERROR)", out):
+            return f"{side}: an rdma_cm error event"
+        return ""
     if case["tool"].startswith("ibv_"):
         if not re.search(rf"^{n} iters in", out, re.M):
             return f"{side}: no '{n} iters in' line"
@@ -710,10 +757,20 @@ class Runner:
         self.tool_port = getattr(self, "tool_port", TOOL_PORT0) + 1
         port = self.tool_port
         tool = case["tool"]
-        guest_cmd = f"timeout {TOOL_WAIT} {tool} -d rxe0 {case['args']} -p {port}"
-        droce_cmd = ["ip", "netns", "exec", self.rig.netns, self.a.droce, "exec", "--run-dir",
-                     self.droced.run_dir, "--", "timeout", str(TOOL_WAIT), tool, "-d", "droce0",
-                     *shlex.split(case["args"]), "-p", str(port)]
+        exec_droce = ["ip", "netns", "exec", self.rig.netns, self.a.droce, "exec", "--run-dir",
+                      self.droced.run_dir, "--", "timeout", str(TOOL_WAIT)]
+        if case.get("cm"):
+            # Each side runs its role's command; the address is the server's.
+            server_ip = DROCE_IP if case["server"] == "droce" else GUEST_IP
+            role = {"droce": "server_cmd" if case["server"] == "droce" else "client_cmd",
+                    "rxe": "server_cmd" if case["server"] == "rxe" else "client_cmd"}
+            form = {side: case[role[side]].format(ip=server_ip, port=port) for side in role}
+            guest_cmd = f"timeout {TOOL_WAIT} stdbuf -o0 {form['rxe']}"
+            droce_cmd = exec_droce + ["stdbuf", "-o0", *shlex.split(form["droce"])]
+            listen_port = case["listen_port"] or port
+        else:
+            guest_cmd = f"timeout {TOOL_WAIT} {tool} -d rxe0 {case['args']} -p {port}"
+            droce_cmd = exec_droce + [tool, "-d", "droce0", *shlex.split(case["args"]), "-p", str(port)]
         droce_log = base + ".droce.log"
         problems = []
         self.rig.sh("cap-start", pcap)
@@ -722,17 +779,25 @@ class Runner:
             if case["server"] == "droce":
                 with open(droce_log, "w") as f:
                     proc = subprocess.Popen(droce_cmd, stdout=f, stderr=subprocess.STDOUT)
-                # /proc/PID/net/tcp is the namespace of PID: the rig's, where the server listens.
+                # /proc/PID/net/tcp is the namespace of PID: the rig's, where the server listens
+                # (rdma_cm servers: droced's CM shows the listener).
                 for _ in range(400):
-                    try:
-                        text = open(f"/proc/{proc.pid}/net/tcp").read() + open(f"/proc/{proc.pid}/net/tcp6").read()
-                    except OSError:
-                        text = ""
-                    if listening(text, port) or proc.poll() is not None:
+                    if case.get("cm"):
+                        text = subprocess.run([self.a.droce, "cm", "--json", "--socket", self.droced.sock],
+                                              capture_output=True, text=True).stdout
+                        up = re.search(rf'"state":"listen","local":"[^"]*:{listen_port}"', text) is not None
+                    else:
+                        try:
+                            text = (open(f"/proc/{proc.pid}/net/tcp").read() +
+                                    open(f"/proc/{proc.pid}/net/tcp6").read())
+                        except OSError:
+                            text = ""
+                        up = listening(text, port)
+                    if up or proc.poll() is not None:
                         break
                     time.sleep(0.05)
                 if proc.poll() is None:
-                    job = self.rig.start(f"{guest_cmd} {DROCE_IP}")
+                    job = self.rig.start(guest_cmd if case.get("cm") else f"{guest_cmd} {DROCE_IP}")
                     guest_rc, guest_out = self.rig.wait(job, TOOL_WAIT + 30)
                 else:
                     guest_rc, guest_out = 255, "(not run: the droce server ended before it listened)"
@@ -744,12 +809,17 @@ class Runner:
                 droce_out = open(droce_log, errors="replace").read()
             else:
                 job = self.rig.start(guest_cmd)
-                probe = (f"for i in $(seq 100); do grep -Eq ':{port:04X} [0-9A-F]+:0000 0A' "
-                         f"/proc/net/tcp /proc/net/tcp6 && exit 0; sleep 0.2; done; exit 1")
+                if case.get("cm"):
+                    probe = (f"for i in $(seq 100); do rdma resource show cm_id | grep -Eq "
+                             f"'state LISTEN .* src-addr [^ ]*:{listen_port}( |$)' && exit 0; sleep 0.2; done; exit 1")
+                else:
+                    probe = (f"for i in $(seq 100); do grep -Eq ':{port:04X} [0-9A-F]+:0000 0A' "
+                             f"/proc/net/tcp /proc/net/tcp6 && exit 0; sleep 0.2; done; exit 1")
                 if self.rig.sh("run", self.rig.guest, probe, "60", check=False, timeout=90).returncode == 0:
                     with open(droce_log, "w") as f:
                         try:
-                            droce_rc = subprocess.run(droce_cmd + [GUEST_IP], stdout=f, stderr=subprocess.STDOUT,
+                            client = droce_cmd if case.get("cm") else droce_cmd + [GUEST_IP]
+                            droce_rc = subprocess.run(client, stdout=f, stderr=subprocess.STDOUT,
                                                       timeout=TOOL_WAIT + 30).returncode
                         except subprocess.TimeoutExpired:
                             droce_rc = 124
@@ -947,6 +1017,12 @@ def main():
                 runner.run_with_restart(case, mtu_link)
             if mtu_link == min(tool_mtus or {1500}) and (not only or only & {"cm_rc_no_listener", "cm_ud_no_listener"}):
                 cm_no_listener_cases(runner, rig, a, droced)
+            cm_tools = [c for c in cm_tool_cases() if not only or c["name"] in only]
+            if cm_tools and mtu_link == min(tool_mtus or {1500}) and not a.no_tools:
+                log(f"-- rdma_cm programs both ways (droce's CM and the kernel's), {TOOL_ITERS} iterations each")
+                runner.droced_mac = json.loads(rig.ns("ip", "-j", "link", "show", PORT).stdout)[0]["address"]
+                for case in cm_tools:
+                    runner.run_with_restart(case, mtu_link)
             tools = [c for c in tool_cases() if not only or c["name"] in only]
             if a.no_tools and tools and mtu_link in tool_mtus:
                 log(f"SKIP (part): the perftest/pingpong cases: {a.no_tools}")
