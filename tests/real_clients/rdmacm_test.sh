@@ -6,6 +6,11 @@
 # would. Then the errors a user meets, as the kernel gives them: a port nobody listens on
 # (REJECTED 8), a UD service nobody offers (UNREACHABLE 1), an address nobody owns (ADDR_ERROR
 # after the program's timeout), a peer killed mid-connection (DISCONNECTED on the survivor).
+# Last, as root, two hosts in two network namespaces over net_af_packet on a veth pair whose
+# kernel interfaces own the same addresses (so programs with a TCP side channel have one that
+# stays inside the namespaces): the rdmacm-utils again, qperf -cm1 (its RC and RDMA tests; its UD
+# tests build address handles without a GRH, which no RoCE device takes, and ignore -cm1) and
+# rcopy (a file over rsockets, compared byte for byte).
 #
 #   rdmacm_test.sh DROCE DROCED PAIR_LIB
 #
@@ -39,17 +44,23 @@ trap cleanup EXIT
 
 droced_pair_start "$(dirname "$droced")" "$tmp/hosts" --mtu 9000 || exit 1
 declare -A ip=([a]=10.77.0.1 [b]=10.77.0.2)
-on() {  # on HOST COMMAND...: run COMMAND on droce host a or b
+declare -A netns=([a]="" [b]="")
+hosts=$tmp/hosts
+on() {  # on HOST COMMAND...: run COMMAND on droce host a or b (in its namespace, if any)
   local host=$1
   shift
-  "$droce" exec --run-dir "$tmp/hosts/$host" -- "$@"
+  if [ -n "${netns[$host]}" ]; then
+    ip netns exec "${netns[$host]}" "$droce" exec --run-dir "$hosts/$host" -- "$@"
+  else
+    "$droce" exec --run-dir "$hosts/$host" -- "$@"
+  fi
 }
 
 # Waits (10 s at most) until droced of HOST has a listening rdma_cm id on PORT.
 wait_listener() {
   local host=$1 port=$2
   for _ in $(seq 200); do
-    "$droce" cm --json --socket "$tmp/hosts/$host/droce0.sock" 2>/dev/null |
+    "$droce" cm --json --socket "$hosts/$host/droce0.sock" 2>/dev/null |
       grep -q "\"state\":\"listen\",\"local\":\"[^\"]*:$port\"" && return 0
     sleep 0.05
   done
@@ -70,10 +81,12 @@ report() {  # report NAME WHY CLIENT_LOG SERVER_LOG
 }
 
 port=18500
-# pair NAME SERVER_HOST CLIENT_HOST 'SERVER ARGS' 'CLIENT ARGS' CLIENT_PATTERN [SERVER_PATTERN]
-# The server's arguments may say @PORT and @SERVER (its address); the client's too.
+# pair NAME SERVER_HOST CLIENT_HOST 'SERVER ARGS' 'CLIENT ARGS' CLIENT_PATTERN [SERVER_PATTERN [LISTEN]]
+# The server's arguments may say @PORT and @SERVER (its address); the client's too. LISTEN says
+# what shows the server is ready: rdma_cm (default: its listener in `droce cm`), tcp (a TCP
+# listener in its namespace) or rsocket (an rdma_cm listener on the port, made by rsockets).
 pair() {
-  local name=$1 s=$2 c=$3 sargs=$4 cargs=$5 cpat=$6 spat=${7:-}
+  local name=$1 s=$2 c=$3 sargs=$4 cargs=$5 cpat=$6 spat=${7:-} listen=${8:-rdma_cm}
   selected "$name" || return 0
   port=$((port + 1))
   sargs=${sargs//@PORT/$port}; sargs=${sargs//@SERVER/${ip[$s]}}
@@ -84,7 +97,11 @@ pair() {
   # shellcheck disable=SC2086
   on "$s" timeout 120 stdbuf -o0 $sargs >"$slog" 2>&1 &
   local server=$! why="" crc=0 src=0
-  wait_listener "$s" "$lport" || why+=" the server never listened;"
+  if [ "$listen" = tcp ]; then
+    for _ in $(seq 200); do ip netns exec "${netns[$s]}" ss -ltn | grep -q ":$lport " && break; sleep 0.05; done
+  else
+    wait_listener "$s" "$lport" || why+=" the server never listened;"
+  fi
   # shellcheck disable=SC2086
   on "$c" timeout 100 stdbuf -o0 $cargs >"$clog" 2>&1 || crc=$?
   wait "$server" || src=$?
@@ -158,5 +175,91 @@ if selected error.peer_killed; then
   grep -q 'RDMA_CM_EVENT_DISCONNECTED' "$clog" || why+=" the client saw no DISCONNECTED;"
   report error.peer_killed "$why" "$clog" "$slog"
 fi
+
+# ---- two namespaces over af_packet -----------------------------------------------------------
+netns_cases() {
+  [ "$(id -u)" -eq 0 ] || { echo "SKIP (part): the namespace cases need root"; return; }
+  local tag=$$ side
+  netns=([a]=droce-cma-$tag [b]=droce-cmb-$tag)
+  ip=([a]=10.79.0.1 [b]=10.79.0.2)
+  hosts=$tmp/ns
+  ip netns add "${netns[a]}" && ip netns add "${netns[b]}" || { echo "SKIP (part): no network namespaces"; return; }
+  ip link add va netns "${netns[a]}" type veth peer name vb netns "${netns[b]}" ||
+    { echo "SKIP (part): no veth pair"; return; }
+  for side in a b; do
+    local dev=v$side
+    ip -n "${netns[$side]}" link set lo up
+    ip -n "${netns[$side]}" link set "$dev" up
+    ip -n "${netns[$side]}" addr add "${ip[$side]}/24" dev "$dev"
+    ip netns exec "${netns[$side]}" "$droced" --run-dir "$hosts/$side" --port "net_af_packet_$side$tag,iface=$dev" \
+      --address "${ip[$side]}" --memory 256 --mbufs 8192 >"$tmp/ns-$side.log" 2>&1 &
+    ns_pids+=($!)
+  done
+  for side in a b; do
+    for _ in $(seq 400); do [ -S "$hosts/$side/droce0.sock" ] && break; sleep 0.05; done
+    [ -S "$hosts/$side/droce0.sock" ] || { echo "FAIL: netns droced $side did not start"; tail "$tmp/ns-$side.log"; fail=1; return; }
+  done
+  pair netns.rping b a "rping -s -a @SERVER -p @PORT -V -C 1000" "rping -c -a @SERVER -p @PORT -V -C 1000 -v" \
+    'ping data: rdma-ping-999: '
+  pair netns.ucmatose b a "ucmatose -p @PORT -c 8 -C 50" "ucmatose -s @SERVER -p @PORT -c 8 -C 50" \
+    "$done_ok" "$done_ok"
+  pair netns.udaddy b a "udaddy -c 4 -C 50" "udaddy -s @SERVER -c 4 -C 50" "$done_ok" "$done_ok"
+  pair netns.ib_write_bw b a "ib_write_bw -R -p @PORT -n 200" "ib_write_bw -R -p @PORT -n 200 @SERVER" "$result"
+  pair netns.ib_send_lat.ud b a "ib_send_lat -c UD -R -p @PORT -n 200" \
+    "ib_send_lat -c UD -R -p @PORT -n 200 @SERVER" "$result"
+  # qperf: its request goes over TCP to the server (the kernel's address in B's namespace), then
+  # -cm1 connects the QPs through rdma_cm. Each test prints its result lines.
+  if command -v qperf >/dev/null; then
+    for t in rc_lat rc_bw rc_rdma_write_lat rc_rdma_read_bw; do
+      qperf_case "netns.qperf.$t" "$t"
+    done
+  else
+    echo "SKIP (part): qperf not installed (Debian package qperf)"
+  fi
+  if selected netns.rcopy; then
+    # rcopy: a file over rsockets (librdmacm's socket layer on rdma_cm), compared byte for byte.
+    local blob=$tmp/blob dest=$tmp/rcopy-dest why=""
+    mkdir -p "$dest"
+    head -c 4000000 /dev/urandom >"$blob"
+    port=$((port + 1))
+    (cd "$dest" && on b timeout 60 rcopy -p "$port" >"$tmp/rcopy.server" 2>&1) &
+    local server=$!
+    wait_listener b "$port" || why+=" the server never listened;"
+    on a timeout 50 rcopy "$blob" "${ip[b]}:$dest/copied" -p "$port" >"$tmp/rcopy.client" 2>&1 || why+=" client exit $?;"
+    kill "$server" 2>/dev/null
+    wait "$server" 2>/dev/null
+    cmp -s "$blob" "$dest/copied" || why+=" the copy differs;"
+    report netns.rcopy "$why" "$tmp/rcopy.client" "$tmp/rcopy.server"
+  fi
+}
+
+# qperf_case NAME TEST: qperf's server in B (a TCP listener), the client in A runs TEST -cm1.
+qperf_case() {
+  local name=$1 test=$2
+  selected "$name" || return 0
+  local slog=$tmp/$name.server clog=$tmp/$name.client why="" crc=0
+  port=$((port + 1))
+  on b timeout 60 qperf -lp "$port" >"$slog" 2>&1 &
+  local server=$!
+  for _ in $(seq 100); do ip netns exec "${netns[b]}" ss -ltn | grep -q ":$port " && break; sleep 0.05; done
+  on a timeout 50 qperf -lp "$port" -cm1 -t 1 "${ip[b]}" "$test" >"$clog" 2>&1 || crc=$?
+  kill "$server" 2>/dev/null
+  wait "$server" 2>/dev/null
+  [ "$crc" -eq 0 ] || why+=" client exit $crc;"
+  grep -Eq 'latency|bw' "$clog" || why+=" no result line;"
+  ! grep -qi 'failed\|unexpected\|error' "$clog" || why+=" an error line;"
+  report "$name" "$why" "$clog" "$slog"
+}
+
+ns_pids=()
+netns_cleanup() {
+  local pid
+  for pid in "${ns_pids[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+  for pid in "${ns_pids[@]}"; do wait "$pid" 2>/dev/null; done
+  [ -n "${netns[a]}" ] && ip netns del "${netns[a]}" 2>/dev/null
+  [ -n "${netns[b]}" ] && ip netns del "${netns[b]}" 2>/dev/null
+}
+trap 'netns_cleanup; cleanup' EXIT
+netns_cases
 
 exit "$fail"
