@@ -1,6 +1,7 @@
 #include "provider/client/shared_memory.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 
 #include "core/shm_region.h"
 
@@ -42,6 +44,59 @@ std::vector<SysvMapping> sysv_mappings(uintptr_t start, uintptr_t end) {
   return out;
 }
 
+// The memfd name of converted pages: the fork handler finds them by it in /proc/self/maps.
+constexpr char kMrMemfd[] = "droce-mr";
+
+// In a fork()ed child: every run of converted pages becomes a private copy of what it held at
+// the fork, as the kernel gives a child its own copy of pinned anonymous pages (Linux 5.13+):
+// the child's heap and stack around a registered buffer stay usable, and what it writes there
+// stays its own. Registered or not any more, the pages are found by their memfd's name. Runs in
+// the child's only thread; no allocation (the parent's other threads may have held malloc's
+// locks): a fixed table of ranges read with plain read(2).
+void privatize_converted_pages() {
+  struct Range {
+    uintptr_t lo, hi;
+  };
+  static Range ranges[4096];
+  size_t n = 0;
+  const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  static char buf[1 << 16];
+  static char line[4096 + 256];
+  size_t len = 0;
+  for (;;) {
+    const ssize_t got = ::read(fd, buf, sizeof buf);
+    if (got <= 0) break;
+    for (ssize_t i = 0; i < got; ++i) {
+      if (buf[i] != '\n') {
+        if (len + 1 < sizeof line) line[len++] = buf[i];
+        continue;
+      }
+      line[len] = '\0';
+      len = 0;
+      unsigned long lo = 0, hi = 0;
+      if (std::strstr(line, "/memfd:") == nullptr || std::strstr(line, kMrMemfd) == nullptr) continue;
+      if (std::sscanf(line, "%lx-%lx", &lo, &hi) == 2 && n < std::size(ranges)) ranges[n++] = Range{lo, hi};
+    }
+  }
+  ::close(fd);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t size = ranges[i].hi - ranges[i].lo;
+    void* copy = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (copy == MAP_FAILED) continue;
+    std::memcpy(copy, reinterpret_cast<void*>(ranges[i].lo), size);
+    // Same protection as before is not known here; converted pages are read-write.
+    if (::mremap(copy, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void*>(ranges[i].lo)) ==
+        MAP_FAILED)
+      ::munmap(copy, size);
+  }
+}
+
+void install_fork_handler() {
+  static std::once_flag once;
+  std::call_once(once, [] { ::pthread_atfork(nullptr, nullptr, privatize_converted_pages); });
+}
+
 void page_bounds(const void* addr, size_t length, uintptr_t* start, uintptr_t* end) {
   const uintptr_t page = core::page_size();
   const auto a = reinterpret_cast<uintptr_t>(addr);
@@ -53,7 +108,8 @@ void page_bounds(const void* addr, size_t length, uintptr_t* start, uintptr_t* e
 
 int SharedMemory::convert(uintptr_t start, uintptr_t end) {
   const size_t len = end - start;
-  int raw = ::memfd_create("droce-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  install_fork_handler();
+  int raw = ::memfd_create(kMrMemfd, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (raw < 0) return -errno;
   auto fd = std::make_shared<core::Fd>(raw);
   if (::ftruncate(raw, static_cast<off_t>(len)) != 0) return -errno;
@@ -74,7 +130,6 @@ int SharedMemory::convert(uintptr_t start, uintptr_t end) {
   void* p = ::mmap(reinterpret_cast<void*>(start), len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, raw, 0);
   ::munmap(tmp, len);
   if (p == MAP_FAILED) return -errno;
-  ::madvise(p, len, MADV_DONTFORK);
   runs_[start] = Run{end, std::move(fd), 0, 0};
   return 0;
 }

@@ -13,8 +13,10 @@
 // (segments), up to core::ctl::kMaxMrSegments.
 //
 // Caveats (README): a write to the pages by another thread while they are
-// converted can be lost; converted pages are MADV_DONTFORK (a fork()ed child
-// has no mapping there, as with rdma-core's fork support); a file mapping
+// converted can be lost; a fork()ed child gets private copies of converted
+// pages (a pthread_atfork handler, as the kernel copies pinned pages for a
+// child since Linux 5.13; a raw clone() without glibc's handlers would share
+// them); a file mapping
 // that is registered becomes a private copy (its writes stop reaching the
 // file), except a System V shared memory segment, which droced maps itself
 // when the process may open /proc/self/map_files (CAP_SYS_ADMIN or

@@ -663,6 +663,9 @@ TEST_F(TwoDaemons, AKilledClientsPeerSeesRetryExceededAndDaemonsServeOn) {
       (void)ccq->poll(x, 16);
     }
   }
+  // Our copies of the child's ends: a child that dies early is an end of file here, not a hang.
+  close(from_child[1]);
+  close(to_child[0]);
   uint32_t child_qpn = 0;
   ASSERT_EQ(read(from_child[0], &child_qpn, 4), 4);
   const uint32_t my_qpn = qp->qpn();

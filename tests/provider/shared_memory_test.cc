@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/shm.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -50,6 +51,40 @@ TEST(SharedMemory, ConvertsInPlaceKeepingContentsAndSharesOverlaps) {
   EXPECT_EQ(sm.runs(), 0u);
   EXPECT_EQ(mem[150], 0xee);  // the memory itself is untouched
   munmap(mem, 4 * page);
+}
+
+// A child forked after a registration has its own copy of the converted pages: its reads see
+// what was there (the objects next to the buffer too), its writes stay its own, and the parent's
+// (and droced's) view of the memory is unchanged.
+TEST(SharedMemory, AForkedChildGetsAPrivateCopyOfConvertedPages) {
+  const size_t page = core::page_size();
+  auto* mem = static_cast<uint8_t*>(mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(mem, MAP_FAILED);
+  std::memset(mem, 0x11, 2 * page);
+  SharedMemory sm;
+  uintptr_t start = 0;
+  std::vector<SharedMemory::Piece> pieces;
+  ASSERT_EQ(sm.share(mem + 64, 128, &start, &pieces), 0);  // page 0 only; byte 0 is a "neighbour"
+  int status = 0;
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Readable (not MADV_DONTFORK), with the parent's contents; then written.
+    if (mem[0] != 0x11 || mem[100] != 0x11) _exit(1);
+    std::memset(mem, 0x22, page);
+    _exit(mem[100] == 0x22 ? 0 : 2);
+  }
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(mem[0], 0x11);    // the child's writes did not reach us
+  EXPECT_EQ(mem[100], 0x11);
+  void* view = mmap(nullptr, page, PROT_READ, MAP_SHARED, pieces[0].fd, 0);  // droced's view
+  ASSERT_NE(view, MAP_FAILED);
+  EXPECT_EQ(static_cast<uint8_t*>(view)[100], 0x11);
+  munmap(view, page);
+  sm.release(mem + 64, 128);
+  munmap(mem, 2 * page);
 }
 
 TEST(SharedMemory, ARefusedShareTakesNoReference) {
