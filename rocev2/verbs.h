@@ -140,7 +140,9 @@ struct DeviceLimits {
   uint32_t max_qp_wr = 16384;
   uint32_t max_sge = 32;
   uint32_t max_inline_data = 256;
-  uint32_t max_cqe = 65536;
+  /// mlx5's: libfabric's rxm sizes its CQs by its universe (256 peers) and asks for more than
+  /// 65536 by default; a CQ's ring is shared memory that grows as it is written (session.cc).
+  uint32_t max_cqe = 4194303;
   uint8_t max_qp_rd_atom = 16;       ///< cap on max_dest_rd_atomic (as responder)
   uint8_t max_qp_init_rd_atom = 16;  ///< cap on max_rd_atomic (as initiator)
   uint16_t max_pkeys = 1;
