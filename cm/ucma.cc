@@ -88,6 +88,15 @@ bool is_wildcard(const net::IpAddr& a) {
   return a == net::IpAddr{} || a == v4_any;
 }
 
+bool is_loopback(const net::IpAddr& a) {
+  static const net::IpAddr v6_loopback = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  return (net::is_ipv4_mapped(a) && a[12] == 127) || a == v6_loopback;
+}
+
+// The kernel's cma_any_addr(): the wildcard and loopback addresses bind no device, listen
+// everywhere and overlap every other bind of their port.
+bool is_any(const net::IpAddr& a) { return is_wildcard(a) || is_loopback(a); }
+
 // A sockaddr in a sockaddr_in6-sized (or larger) field: AF_INET or AF_INET6.
 bool parse_sockaddr(const void* raw, net::IpAddr* ip, uint16_t* port, uint16_t* family) {
   sockaddr_in6 sa{};
@@ -328,7 +337,7 @@ void Ucma::withdraw(uint32_t channel, uint32_t owner) {
 bool Ucma::port_taken(const Id& id, const net::IpAddr& addr, uint16_t port) const {
   for (const auto& [h, o] : ids_) {
     if (h == id.handle || !o.bound || o.ps != id.ps || o.sport != port) continue;
-    const bool overlap = is_wildcard(o.src) || is_wildcard(addr) || o.src == addr;
+    const bool overlap = is_any(o.src) || is_any(addr) || o.src == addr;
     if (!overlap) continue;
     if (!id.reuseaddr || !o.reuseaddr || o.state == State::listen) return true;
   }
@@ -336,7 +345,7 @@ bool Ucma::port_taken(const Id& id, const net::IpAddr& addr, uint16_t port) cons
 }
 
 int Ucma::bind(Id* id, const net::IpAddr& addr, uint16_t port) {
-  if (!is_wildcard(addr) && net_->gid_index(addr) < 0) return -EADDRNOTAVAIL;
+  if (!is_any(addr) && net_->gid_index(addr) < 0) return -EADDRNOTAVAIL;
   if (port == 0) {
     const uint32_t span = kPortHigh - kPortLow + 1;
     const uint32_t start = static_cast<uint32_t>(new_psn()) % span;
@@ -351,7 +360,7 @@ int Ucma::bind(Id* id, const net::IpAddr& addr, uint16_t port) {
   id->src = addr;
   id->sport = port;
   id->bound = true;
-  if (!is_wildcard(addr)) id->gid_index = static_cast<uint32_t>(net_->gid_index(addr));
+  if (!is_any(addr)) id->gid_index = static_cast<uint32_t>(net_->gid_index(addr));
   return 0;
 }
 
@@ -391,15 +400,20 @@ int Ucma::resolve_ip(uint32_t channel, std::span<const uint8_t> body, std::span<
   net::IpAddr dst, src{};
   uint16_t dport = 0, sport = 0, family = 0, src_family = 0;
   if (!parse_sockaddr(&c.dst_addr, &dst, &dport, &family)) return -EAFNOSUPPORT;
-  const bool have_src = parse_sockaddr(&c.src_addr, &src, &sport, &src_family) && !is_wildcard(src);
+  const bool have_src = parse_sockaddr(&c.src_addr, &src, &sport, &src_family) && !is_any(src);
   if (!id->bound) {
     id->family = family;
     if (int rc = bind(id, have_src ? src : net::IpAddr{}, sport); rc != 0) return rc;
   }
+  // A loopback destination is this host (cma_resolve_loopback): its address toward anywhere.
+  if (is_loopback(dst)) {
+    auto s = net_->source_for(net::is_ipv4_mapped(dst) ? net::ipv4_mapped(0x01010101) : net::IpAddr{0x20, 0x01});
+    if (s) dst = s->first;
+  }
   id->dst = dst;
   id->dport = dport;
   // The source: what the id is bound to, else the address the host's routes pick.
-  if (is_wildcard(id->src)) {
+  if (is_any(id->src)) {
     if (net_->gid_index(dst) >= 0) {
       id->src = dst;  // a local destination: loopback
     } else if (auto s = net_->source_for(dst)) {
@@ -451,7 +465,7 @@ int Ucma::resolve_route(uint32_t channel, std::span<const uint8_t> body, std::sp
   id->has_path = true;
   id->path_mtu = cfg_.path_mtu;
   id->flow_label = (uint32_t{id->sport} * 31 + id->dport) & 0xFFFFF;
-  id->local_ack_timeout = id->ack_timeout != 0 ? id->ack_timeout : kPacketLifeTime + 1;
+  id->local_ack_timeout = kPacketLifeTime + 1;
   id->state = State::route_resolved;
   queue(*id, kRouteResolved, 0);
   return 0;
@@ -467,7 +481,7 @@ int Ucma::query_route(uint32_t channel, std::span<const uint8_t> body, std::span
   put_sockaddr(id->dst, id->dport, id->family, &r.dst_addr);
   r.ibdev_index = 0xFFFFFFFF;  // libibverbs knows droce0 by its GUID only
   // An id bound to a wildcard address has no device yet (node_guid 0, as the kernel answers).
-  if (!is_wildcard(id->src)) {
+  if (!is_any(id->src)) {
     r.node_guid = htobe64(cfg_.node_guid);
     r.port_num = 1;
     ib_user_path_rec& p = r.ib_route[0];
@@ -566,7 +580,7 @@ int Ucma::listen(uint32_t channel, std::span<const uint8_t> body, std::span<cons
   // Nobody else may listen here, reuseaddr or not.
   for (const auto& [h, o] : ids_)
     if (h != id->handle && o.state == State::listen && o.ps == id->ps && o.sport == id->sport &&
-        (is_wildcard(o.src) || is_wildcard(id->src) || o.src == id->src))
+        (is_any(o.src) || is_any(id->src) || o.src == id->src))
       return -EADDRINUSE;
   const uint32_t backlog = c.backlog > 0 && c.backlog <= kMaxBacklog ? c.backlog : kMaxBacklog;
   const int64_t l = agent_->listen(ip_service_id(PortSpace(service_ps(id->ps)), id->sport), backlog);
@@ -584,7 +598,7 @@ void Ucma::on_connect_request(const AgentEvent& e, uint64_t now_ms) {
   IpCmHeader h;
   const bool header_ok = decode_ip_cm_header(req.private_data, &h);
   // The listener must be bound to the address the REQ is for (or to any).
-  if (l == nullptr || !header_ok || (!is_wildcard(l->src) && l->src != h.dst) ||
+  if (l == nullptr || !header_ok || (!is_any(l->src) && l->src != h.dst) ||
       channels_[l->channel].events.size() >= cfg_.max_events || channels_[l->channel].ids >= cfg_.max_ids) {
     ++counters_.events_orphaned;
     agent_->reject(e.conn, uint16_t(l == nullptr || !header_ok ? RejReason::invalid_service_id
@@ -645,7 +659,7 @@ void Ucma::on_sidr_request(const AgentEvent& e, uint64_t now_ms) {
   for (auto& [h, id] : ids_)
     if (id.state == State::listen && id.listener == e.listener) l = &id;
   IpCmHeader h;
-  if (l == nullptr || !decode_ip_cm_header(sreq.private_data, &h) || (!is_wildcard(l->src) && l->src != h.dst) ||
+  if (l == nullptr || !decode_ip_cm_header(sreq.private_data, &h) || (!is_any(l->src) && l->src != h.dst) ||
       channels_[l->channel].events.size() >= cfg_.max_events || channels_[l->channel].ids >= cfg_.max_ids) {
     ++counters_.events_orphaned;
     SidrRep rep;
@@ -833,7 +847,8 @@ int Ucma::init_qp_attr(uint32_t channel, std::span<const uint8_t> body, std::spa
         a.qp_attr_mask =
             kMaskState | kMaskSqPsn | kMaskTimeout | kMaskRetryCnt | kMaskRnrRetry | kMaskMaxQpRdAtomic;
         a.sq_psn = id->remote_psn;
-        a.timeout = id->local_ack_timeout;
+        // The app's RDMA_OPTION_ID_ACK_TIMEOUT wins over the path's (rdma_init_qp_attr).
+        a.timeout = id->ack_timeout.value_or(id->local_ack_timeout);
         a.retry_cnt = id->retry_count;
         a.rnr_retry = id->rnr_retry_count;
         a.max_rd_atomic = id->initiator_depth;
@@ -881,7 +896,7 @@ int Ucma::set_option(uint32_t channel, std::span<const uint8_t> body, std::span<
         return 0;  // IPv4 and IPv6 listens never share a port here
       case RDMA_OPTION_ID_ACK_TIMEOUT:
         if (optval.size() != 1) return -EINVAL;
-        id->ack_timeout = std::min<uint8_t>(optval[0], 31);
+        id->ack_timeout = std::min<uint8_t>(optval[0], 31);  // as the kernel: 5 bits
         return 0;
       default: return -ENOSYS;
     }
@@ -996,7 +1011,7 @@ void Ucma::on_agent_event(const AgentEvent& e, uint64_t now_ms) {
       id->responder_resources = r.initiator_depth;
       id->initiator_depth = r.responder_resources;
       id->rnr_retry_count = r.rnr_retry_count;
-      if (id->ack_timeout == 0) id->local_ack_timeout = ack_timeout(r.target_ack_delay, kPacketLifeTime);
+      id->local_ack_timeout = ack_timeout(r.target_ack_delay, kPacketLifeTime);
       p.qp_num = r.local_qpn;
       p.private_data_len = static_cast<uint8_t>(kRepPrivate);
       std::memcpy(p.private_data, r.private_data.data(), kRepPrivate);

@@ -140,7 +140,7 @@ class Ucma {
     uint16_t sport = 0, dport = 0;
     uint32_t gid_index = 0;
     uint8_t tos = 0;
-    uint8_t ack_timeout = 0;      ///< RDMA_OPTION_ID_ACK_TIMEOUT, 0 = not set
+    std::optional<uint8_t> ack_timeout;  ///< RDMA_OPTION_ID_ACK_TIMEOUT: the QP's, whatever the path says
     uint64_t resolve_deadline_ms = 0;
     uint32_t listener = 0;        ///< the agent's listener ID while listening
     uint32_t conn = 0;            ///< the agent's comm ID while connected

@@ -18,8 +18,8 @@ packages=(
   libibverbs-dev ibverbs-utils perftest binutils dpkg-dev
   qemu-system-x86 qemu-utils debootstrap busybox-static e2fsprogs cpio  # the rxe rig (docs/interop.md)
   # middleware the real_clients suite runs over droce: UCX's perftest, OpenMPI (pml ucx), NetPIPE,
-  # the rdma_cm programs (rping, ucmatose, udaddy, rstream, ...) and qperf
-  ucx-utils openmpi-bin libopenmpi-dev netpipe-openmpi rdmacm-utils qperf
+  # the rdma_cm programs (rping, ucmatose, udaddy, rstream, ...), qperf and libfabric's fi_pingpong
+  ucx-utils openmpi-bin libopenmpi-dev netpipe-openmpi rdmacm-utils qperf libfabric-bin
 )
 
 missing=()

@@ -629,3 +629,59 @@ TEST_F(Test2, ASidrNobodyAnswersIsResentThenUnreachableWithTimedOut) {
 
 }  // namespace
 }  // namespace droce::cm
+
+namespace droce::cm {
+namespace {
+
+TEST_F(Test2, TheAppsAckTimeoutOptionIsTheQpsTimeout) {
+  const uint32_t cb = b.ucma.open_channel(), ca = a.ucma.open_channel();
+  const uint32_t listener = create(b, cb, 0xb1);
+  listen(b, cb, listener, kIpB, 7174);
+  const uint32_t id = create(a, ca, 0xa1);
+  resolve(a, ca, id, kIpB, 7174);
+  ASSERT_EQ(connect(a, ca, id, 0x11, ""), 0);
+  const uint32_t child = event(b, cb).id;
+  EXPECT_EQ(qp_attr(b, cb, child, 3).timeout, 17);  // the path's (the REQ's local ACK timeout)
+  rdma_ucm_set_option so{};
+  so.id = child;
+  so.level = RDMA_OPTION_ID;
+  so.optname = RDMA_OPTION_ID_ACK_TIMEOUT;
+  so.optlen = 1;
+  const uint8_t t21[1] = {21};
+  ASSERT_EQ(call(b, cb, command(RDMA_USER_CM_CMD_SET_OPTION, so, 0), nullptr, t21), 0);
+  EXPECT_EQ(qp_attr(b, cb, child, 3).timeout, 21);
+}
+
+}  // namespace
+}  // namespace droce::cm
+
+namespace droce::cm {
+namespace {
+
+// libfabric's verbs provider binds 127.0.0.1 for a passive endpoint with no address, and then
+// looks for the interface addresses: the kernel takes a loopback bind as a wildcard one.
+TEST_F(Test2, ALoopbackBindIsAWildcardBindWithNoDevice) {
+  const uint32_t ca = a.ucma.open_channel();
+  const uint32_t id = create(a, ca, 1), other = create(a, ca, 2);
+  rdma_ucm_bind_ip bi{};
+  bi.addr = sin(net::ipv4_mapped(0x7f000001), 0);
+  bi.id = id;
+  ASSERT_EQ(call(a, ca, command(RDMA_USER_CM_CMD_BIND_IP, bi, 0)), 0);
+  rdma_ucm_query q{};
+  q.id = id;
+  std::vector<uint8_t> r;
+  ASSERT_EQ(call(a, ca, command(RDMA_USER_CM_CMD_QUERY_ROUTE, q, sizeof(rdma_ucm_query_route_resp)), &r), 0);
+  rdma_ucm_query_route_resp route{};
+  std::memcpy(&route, r.data(), sizeof route);
+  EXPECT_EQ(route.node_guid, 0u);
+  sockaddr_in src{};
+  std::memcpy(&src, &route.src_addr, sizeof src);
+  EXPECT_EQ(ntohl(src.sin_addr.s_addr), 0x7f000001u);
+  // Its port is taken on every address.
+  bi.addr = sin(kIpA, ntohs(src.sin_port));
+  bi.id = other;
+  EXPECT_EQ(call(a, ca, command(RDMA_USER_CM_CMD_BIND_IP, bi, 0)), -EADDRINUSE);
+}
+
+}  // namespace
+}  // namespace droce::cm

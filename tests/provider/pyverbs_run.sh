@@ -63,6 +63,10 @@ mknod -m 0666 "$tmp/dev/infiniband/uverbs0" c 1 7
 mount -t tmpfs -o mode=1777 droce-shm "$tmp/dev/shm"
 mount --rbind "$tmp/dev" /dev
 
+# librdmacm's /dev/infiniband/rdma_cm (test_rdmacm, test_cq_events' CM cases): droce's CM library,
+# built next to the completion-channel one.
+rdmacm=$(dirname "$preload")/../rdmacm/libdroce-rdmacm.so
+[ -f "$rdmacm" ] && preload=$(realpath "$rdmacm"):$preload
 export RDMAV_DRIVERS=${module%-rdmav*.so} LD_PRELOAD=$preload SYSFS_PATH=$tmp/sys
 cd "$tmp/tests"
 run() { /usr/bin/python3 run_tests.py --dev droce0 --gid 1 "$@"; }

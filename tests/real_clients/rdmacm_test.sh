@@ -9,8 +9,9 @@
 # Last, as root, two hosts in two network namespaces over net_af_packet on a veth pair whose
 # kernel interfaces own the same addresses (so programs with a TCP side channel have one that
 # stays inside the namespaces): the rdmacm-utils again, qperf -cm1 (its RC and RDMA tests; its UD
-# tests build address handles without a GRH, which no RoCE device takes, and ignore -cm1) and
-# rcopy (a file over rsockets, compared byte for byte).
+# tests build address handles without a GRH, which no RoCE device takes, and ignore -cm1),
+# libfabric's verbs provider (fi_pingpong with data checks: MSG endpoints through rdma_cm, RDM
+# over verbs;ofi_rxm, DGRAM) and rcopy (a file over rsockets, compared byte for byte).
 #
 #   rdmacm_test.sh DROCE DROCED PAIR_LIB
 #
@@ -215,6 +216,17 @@ netns_cases() {
     done
   else
     echo "SKIP (part): qperf not installed (Debian package qperf)"
+  fi
+  if command -v fi_pingpong >/dev/null; then
+    # Its control channel is TCP between the namespaces (-B/-P); -c checks every payload.
+    local ep
+    for ep in "msg verbs" "rdm verbs;ofi_rxm" "dgram verbs"; do
+      read -r e prov <<<"$ep"
+      pair "netns.fi_pingpong.$e" b a "fi_pingpong -p $prov -e $e -I 200 -S 1024 -c -B @PORT" \
+        "fi_pingpong -p $prov -e $e -I 200 -S 1024 -c -P @PORT @SERVER" '^1k +200 +=200 ' '^1k +200 +=200 ' tcp
+    done
+  else
+    echo "SKIP (part): fi_pingpong not installed (Debian package libfabric-bin)"
   fi
   if selected netns.rcopy; then
     # rcopy: a file over rsockets (librdmacm's socket layer on rdma_cm), compared byte for byte.
