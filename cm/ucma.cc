@@ -213,24 +213,48 @@ Ucma::Id* Ucma::by_conn(uint32_t conn) {
   return it == conn_to_id_.end() ? nullptr : find(it->second);
 }
 
+// The handler of command number `cmd` (<rdma/rdma_user_cm.h>), nullptr past the table (EINVAL,
+// as the kernel's). GET_OPTION and the multicast and AF_IB address commands answer ENOSYS.
+Ucma::Handler Ucma::handler(uint32_t cmd) {
+  switch (cmd) {
+    case RDMA_USER_CM_CMD_CREATE_ID: return &Ucma::create_id;
+    case RDMA_USER_CM_CMD_DESTROY_ID: return &Ucma::destroy_id;
+    case RDMA_USER_CM_CMD_BIND_IP: return &Ucma::bind_ip;
+    case RDMA_USER_CM_CMD_RESOLVE_IP: return &Ucma::resolve_ip;
+    case RDMA_USER_CM_CMD_RESOLVE_ROUTE: return &Ucma::resolve_route;
+    case RDMA_USER_CM_CMD_QUERY_ROUTE: return &Ucma::query_route;
+    case RDMA_USER_CM_CMD_CONNECT: return &Ucma::connect;
+    case RDMA_USER_CM_CMD_LISTEN: return &Ucma::listen;
+    case RDMA_USER_CM_CMD_ACCEPT: return &Ucma::accept;
+    case RDMA_USER_CM_CMD_REJECT: return &Ucma::reject;
+    case RDMA_USER_CM_CMD_DISCONNECT: return &Ucma::disconnect;
+    case RDMA_USER_CM_CMD_INIT_QP_ATTR: return &Ucma::init_qp_attr;
+    case RDMA_USER_CM_CMD_GET_EVENT: return &Ucma::get_event;
+    case RDMA_USER_CM_CMD_SET_OPTION: return &Ucma::set_option;
+    case RDMA_USER_CM_CMD_NOTIFY: return &Ucma::notify;
+    case RDMA_USER_CM_CMD_MIGRATE_ID: return &Ucma::migrate_id;
+    case RDMA_USER_CM_CMD_BIND: return &Ucma::bind_af_ib;
+    case RDMA_USER_CM_CMD_GET_OPTION:
+    case RDMA_USER_CM_CMD_JOIN_IP_MCAST:
+    case RDMA_USER_CM_CMD_LEAVE_MCAST:
+    case RDMA_USER_CM_CMD_QUERY:
+    case RDMA_USER_CM_CMD_RESOLVE_ADDR:
+    case RDMA_USER_CM_CMD_JOIN_MCAST: return &Ucma::not_supported;
+    default: return nullptr;
+  }
+}
+
 int Ucma::command(uint32_t channel, std::span<const uint8_t> cmd, std::span<const uint8_t> optval,
                   std::vector<uint8_t>* resp, uint64_t now_ms) {
-  static constexpr Handler kHandlers[] = {
-      &Ucma::create_id,     &Ucma::destroy_id,    &Ucma::bind_ip,       &Ucma::resolve_ip,
-      &Ucma::resolve_route, &Ucma::query_route,   &Ucma::connect,       &Ucma::listen,
-      &Ucma::accept,        &Ucma::reject,        &Ucma::disconnect,    &Ucma::init_qp_attr,
-      &Ucma::get_event,     &Ucma::not_supported, &Ucma::set_option,    &Ucma::notify,
-      &Ucma::not_supported, &Ucma::not_supported, &Ucma::migrate_id,    &Ucma::not_supported,
-      &Ucma::bind_af_ib,    &Ucma::not_supported, &Ucma::not_supported,
-  };
   ++counters_.commands;
   resp->clear();
   rdma_ucm_cmd_hdr hdr{};
   int rc = -EINVAL;
   if (channels_.count(channel) != 0 && cmd.size() >= sizeof hdr) {
     std::memcpy(&hdr, cmd.data(), sizeof hdr);
-    if (hdr.cmd < std::size(kHandlers) && size_t{hdr.in} + sizeof hdr <= cmd.size())
-      rc = (this->*kHandlers[hdr.cmd])(channel, cmd.subspan(sizeof hdr, hdr.in), optval, resp, now_ms);
+    if (size_t{hdr.in} + sizeof hdr <= cmd.size())
+      if (const Handler h = handler(hdr.cmd); h != nullptr)
+        rc = (this->*h)(channel, cmd.subspan(sizeof hdr, hdr.in), optval, resp, now_ms);
   }
   if (rc == 0 && !resp->empty()) {
     if (hdr.out < resp->size() && !(hdr.cmd == RDMA_USER_CM_CMD_GET_EVENT && hdr.out >= kMinEventOut))

@@ -177,6 +177,7 @@ class Ucma {
   using Handler = int (Ucma::*)(uint32_t channel, std::span<const uint8_t> body, std::span<const uint8_t> optval,
                                 std::vector<uint8_t>* resp, uint64_t now_ms);
 
+  static Handler handler(uint32_t cmd);
   int create_id(uint32_t, std::span<const uint8_t>, std::span<const uint8_t>, std::vector<uint8_t>*, uint64_t);
   int destroy_id(uint32_t, std::span<const uint8_t>, std::span<const uint8_t>, std::vector<uint8_t>*, uint64_t);
   int bind_ip(uint32_t, std::span<const uint8_t>, std::span<const uint8_t>, std::vector<uint8_t>*, uint64_t);

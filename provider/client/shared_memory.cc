@@ -84,7 +84,14 @@ void privatize_converted_pages() {
     const size_t size = ranges[i].hi - ranges[i].lo;
     void* copy = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (copy == MAP_FAILED) continue;
-    std::memcpy(copy, reinterpret_cast<void*>(ranges[i].lo), size);
+    // The kernel copies (process_vm_readv): no sanitizer's view of what the program freed in
+    // those pages applies to a copy of whole pages.
+    const iovec to{copy, size};
+    const iovec from{reinterpret_cast<void*>(ranges[i].lo), size};
+    if (::process_vm_readv(::getpid(), &to, 1, &from, 1, 0) != static_cast<ssize_t>(size)) {
+      ::munmap(copy, size);
+      continue;
+    }
     // Same protection as before is not known here; converted pages are read-write.
     if (::mremap(copy, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void*>(ranges[i].lo)) ==
         MAP_FAILED)
