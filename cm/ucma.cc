@@ -614,38 +614,58 @@ int Ucma::listen(uint32_t channel, std::span<const uint8_t> body, std::span<cons
   return 0;
 }
 
-void Ucma::on_connect_request(const AgentEvent& e, uint64_t now_ms) {
-  const Req& req = std::get<Req>(e.event.msg);
+Ucma::Id* Ucma::listener_for(uint32_t agent_listener, std::span<const uint8_t> private_data, IpCmHeader* h,
+                             RejReason* why) {
   Id* l = nullptr;
-  for (auto& [h, id] : ids_)
-    if (id.state == State::listen && id.listener == e.listener) l = &id;
-  IpCmHeader h;
-  const bool header_ok = decode_ip_cm_header(req.private_data, &h);
-  // The listener must be bound to the address the REQ is for (or to any).
-  if (l == nullptr || !header_ok || (!is_any(l->src) && l->src != h.dst) ||
-      channels_[l->channel].events.size() >= cfg_.max_events || channels_[l->channel].ids >= cfg_.max_ids) {
-    ++counters_.events_orphaned;
-    agent_->reject(e.conn, uint16_t(l == nullptr || !header_ok ? RejReason::invalid_service_id
-                                                                : RejReason::consumer_defined),
-                   {}, now_ms);
-    return;
+  for (auto& [handle, id] : ids_)
+    if (id.state == State::listen && id.listener == agent_listener) l = &id;
+  // The listener must be bound to the address the request is for (or to any), and its channel
+  // have room for the request's id and event.
+  if (l == nullptr || !decode_ip_cm_header(private_data, h) || (!is_any(l->src) && l->src != h->dst)) {
+    *why = RejReason::invalid_service_id;
+  } else if (channels_[l->channel].events.size() >= cfg_.max_events ||
+             channels_[l->channel].ids >= cfg_.max_ids) {
+    *why = RejReason::no_resources;
+  } else {
+    return l;
   }
+  ++counters_.events_orphaned;
+  return nullptr;
+}
+
+Ucma::Id& Ucma::add_child(const Id& l, const IpCmHeader& h) {
   Id c;
   c.handle = next_handle_++;
-  c.channel = l->channel;
-  c.ps = l->ps;
-  c.qp_type = l->qp_type;
-  c.family = l->family;
+  c.channel = l.channel;
+  c.ps = l.ps;
+  c.qp_type = l.qp_type;
+  c.family = l.family;
+  c.qkey = l.qkey;
   c.child = true;
-  c.parent = l->handle;
+  c.parent = l.handle;
   c.state = State::connect;
   c.src = h.dst;
-  c.sport = l->sport;
+  c.sport = l.sport;
   c.dst = h.src;
   c.dport = h.src_port;
   c.gid_index = static_cast<uint32_t>(std::max(net_->gid_index(c.src), 0));
-  c.tos = req.primary.traffic_class;
   c.psn = new_psn();
+  c.has_path = true;
+  ++channels_[c.channel].ids;
+  return ids_[c.handle] = c;
+}
+
+void Ucma::on_connect_request(const AgentEvent& e, uint64_t now_ms) {
+  const Req& req = std::get<Req>(e.event.msg);
+  IpCmHeader h;
+  RejReason why{};
+  const Id* l = listener_for(e.listener, req.private_data, &h, &why);
+  if (l == nullptr) {
+    agent_->reject(e.conn, uint16_t(why), {}, now_ms);
+    return;
+  }
+  Id& c = add_child(*l, h);
+  c.tos = req.primary.traffic_class;
   c.conn = e.conn;
   c.remote_qpn = req.local_qpn;
   c.remote_psn = req.starting_psn;
@@ -656,9 +676,6 @@ void Ucma::on_connect_request(const AgentEvent& e, uint64_t now_ms) {
   c.path_mtu = std::min(req.path_mtu, cfg_.path_mtu);
   c.flow_label = req.primary.flow_label;
   c.local_ack_timeout = req.primary.local_ack_timeout;
-  c.has_path = true;
-  ++channels_[c.channel].ids;
-  ids_[c.handle] = c;
   conn_to_id_[e.conn] = c.handle;
 
   rdma_ucm_conn_param p{};
@@ -677,15 +694,12 @@ void Ucma::on_connect_request(const AgentEvent& e, uint64_t now_ms) {
   queue(ev, kConnectRequest, 0, l->handle, c.handle, &p);
 }
 
-void Ucma::on_sidr_request(const AgentEvent& e, uint64_t now_ms) {
+void Ucma::on_sidr_request(const AgentEvent& e, uint64_t) {
   const SidrReq& sreq = std::get<SidrReq>(e.event.msg);
-  Id* l = nullptr;
-  for (auto& [h, id] : ids_)
-    if (id.state == State::listen && id.listener == e.listener) l = &id;
   IpCmHeader h;
-  if (l == nullptr || !decode_ip_cm_header(sreq.private_data, &h) || (!is_any(l->src) && l->src != h.dst) ||
-      channels_[l->channel].events.size() >= cfg_.max_events || channels_[l->channel].ids >= cfg_.max_ids) {
-    ++counters_.events_orphaned;
+  RejReason why{};
+  const Id* l = listener_for(e.listener, sreq.private_data, &h, &why);
+  if (l == nullptr) {
     SidrRep rep;
     rep.request_id = sreq.request_id;
     rep.status = uint8_t(SidrStatus::reject);
@@ -693,29 +707,11 @@ void Ucma::on_sidr_request(const AgentEvent& e, uint64_t now_ms) {
     agent_->sidr_reply(e.peer, e.tid, rep);
     return;
   }
-  (void)now_ms;
-  Id c;
-  c.handle = next_handle_++;
-  c.channel = l->channel;
-  c.ps = l->ps;
-  c.qp_type = l->qp_type;
-  c.family = l->family;
-  c.child = true;
-  c.parent = l->handle;
-  c.state = State::connect;
-  c.src = h.dst;
-  c.sport = l->sport;
-  c.dst = h.src;
-  c.dport = h.src_port;
-  c.gid_index = static_cast<uint32_t>(std::max(net_->gid_index(c.src), 0));
-  c.qkey = l->qkey;
+  Id& c = add_child(*l, h);
   c.sidr_tid = e.tid;
   c.sidr_request_id = sreq.request_id;
   c.service_id = sreq.service_id;
   c.sidr_peer = e.peer.gid;
-  c.has_path = true;
-  ++channels_[c.channel].ids;
-  ids_[c.handle] = c;
 
   Queued q;
   q.owner = l->handle;

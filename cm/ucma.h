@@ -211,6 +211,13 @@ class Ucma {
              const rdma_ucm_conn_param* conn = nullptr);
   void push(uint32_t channel, const Queued& q);
   void withdraw(uint32_t channel, uint32_t owner);
+  /// The listening id agent listener `agent_listener` stands for, if the request's IP CM header
+  /// (decoded into *h) is for its address and its channel has room; else nullptr (counted) and
+  /// the REJ reason: 8 for no such listener or address, 3 for no room.
+  Id* listener_for(uint32_t agent_listener, std::span<const uint8_t> private_data, IpCmHeader* h,
+                   RejReason* why);
+  /// A new id on listener `l`'s channel for a request from h.src to h.dst.
+  Id& add_child(const Id& l, const IpCmHeader& h);
   void on_connect_request(const AgentEvent& e, uint64_t now_ms);
   void on_sidr_request(const AgentEvent& e, uint64_t now_ms);
   void on_sidr_reply(Id* id, const SidrRep& rep);

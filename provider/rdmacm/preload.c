@@ -379,40 +379,42 @@ static int is_node(const char *path)
   return path && strcmp(path, kNode) == 0;
 }
 
-EXPORT int open(const char *path, int flags, ...)
+/* open() and open64(): the node is a channel; anything else goes to `real` with its mode. */
+static int open_or_channel(int (*real)(const char *, int, ...), const char *path, int flags, va_list ap)
 {
   mode_t mode = 0;
 
-  if ((flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE) {
-    va_list ap;
-
-    va_start(ap, flags);
+  if ((flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE)
     mode = va_arg(ap, mode_t);
-    va_end(ap);
-  }
   if (is_node(path))
     return open_channel(flags);
+  return real(path, flags, mode);
+}
+
+EXPORT int open(const char *path, int flags, ...)
+{
+  va_list ap;
+  int fd;
+
   if (!real_open)
     init();
-  return real_open(path, flags, mode);
+  va_start(ap, flags);
+  fd = open_or_channel(real_open, path, flags, ap);
+  va_end(ap);
+  return fd;
 }
 
 EXPORT int open64(const char *path, int flags, ...)
 {
-  mode_t mode = 0;
+  va_list ap;
+  int fd;
 
-  if ((flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE) {
-    va_list ap;
-
-    va_start(ap, flags);
-    mode = va_arg(ap, mode_t);
-    va_end(ap);
-  }
-  if (is_node(path))
-    return open_channel(flags);
   if (!real_open64)
     init();
-  return real_open64(path, flags, mode);
+  va_start(ap, flags);
+  fd = open_or_channel(real_open64, path, flags, ap);
+  va_end(ap);
+  return fd;
 }
 
 /* F_GETFL/F_SETFL on a channel: the program's O_NONBLOCK is kept apart (see the top). */
