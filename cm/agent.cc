@@ -37,15 +37,51 @@ std::optional<Ids> ids_of(const Message& m) {
 
 Agent::Agent(uint64_t ca_guid, uint32_t id_seed) : ca_guid_(ca_guid), id_seed_(id_seed) {}
 
-int64_t Agent::listen(uint64_t service_id, uint32_t backlog) {
+int64_t Agent::listen(uint64_t service_id, uint32_t backlog, uint64_t now_ms) {
   for (const auto& [id, l] : listeners_)
     if (l.service_id == service_id) return -EADDRINUSE;
   const uint32_t id = next_listener_++;
   listeners_[id] = Listener{service_id, std::max<uint32_t>(backlog, 1), 0};
+  closed_.erase(service_id);
+  // The requests held for this service come in now, in the order they came.
+  std::vector<Held> mine;
+  auto keep = std::stable_partition(held_.begin(), held_.end(), [&](const Held& h) { return h.service_id != service_id; });
+  mine.assign(std::make_move_iterator(keep), std::make_move_iterator(held_.end()));
+  held_.erase(keep, held_.end());
+  for (const Held& h : mine) {
+    if (const auto* req = std::get_if<Req>(&h.msg)) on_req(h.hdr, *req, h.peer, now_ms);
+    else if (const auto* sreq = std::get_if<SidrReq>(&h.msg)) on_sidr_req(h.hdr, *sreq, h.peer, now_ms);
+  }
   return id;
 }
 
-void Agent::stop_listening(uint32_t listener) { listeners_.erase(listener); }
+void Agent::stop_listening(uint32_t listener, uint64_t now_ms) {
+  auto it = listeners_.find(listener);
+  if (it == listeners_.end()) return;
+  if (closed_.size() >= kMaxHeld) closed_.clear();  // bounded: at worst a request is refused at once
+  closed_[it->second.service_id] = now_ms;
+  listeners_.erase(it);
+}
+
+bool Agent::hold(uint64_t service_id, const MadHeader& hdr, const Message& msg, const Peer& from, uint64_t now_ms) {
+  auto c = closed_.find(service_id);
+  if (c == closed_.end() || now_ms > c->second + kListenGapMs || held_.size() >= kMaxHeld) return false;
+  // A retransmission of a request already held is the same request.
+  for (const Held& h : held_)
+    if (h.hdr.tid == hdr.tid && h.peer == from) return true;
+  held_.push_back(Held{service_id, hdr, msg, from, now_ms + kHoldMs});
+  ++counters_.held;
+  return true;
+}
+
+void Agent::refuse_sidr(const Peer& to, const MadHeader& hdr, const SidrReq& req) {
+  ++counters_.sidr_no_listener;
+  SidrRep rep;
+  rep.request_id = req.request_id;
+  rep.status = uint8_t(SidrStatus::unsupported);
+  rep.service_id = req.service_id;
+  send(to, header(hdr.tid), Message{rep});
+}
 
 uint32_t Agent::new_comm_id() {
   // A counter scrambled by the seed: unique until 2^32 connections later, and not the IDs an
@@ -184,6 +220,7 @@ void Agent::on_req(const MadHeader& hdr, const Req& req, const Peer& from, uint6
   auto l = std::find_if(listeners_.begin(), listeners_.end(),
                         [&](const auto& kv) { return kv.second.service_id == req.service_id; });
   if (l == listeners_.end()) {
+    if (hold(req.service_id, hdr, Message{req}, from, now_ms)) return;
     ++counters_.rej_no_listener;
     reject_req(from, hdr, req, RejReason::invalid_service_id);
     return;
@@ -201,6 +238,16 @@ void Agent::on_req(const MadHeader& hdr, const Req& req, const Peer& from, uint6
   collect(id);
 }
 
+void Agent::on_sidr_req(const MadHeader& hdr, const SidrReq& sreq, const Peer& from, uint64_t now_ms) {
+  auto l = std::find_if(listeners_.begin(), listeners_.end(),
+                        [&](const auto& kv) { return kv.second.service_id == sreq.service_id; });
+  if (l == listeners_.end()) {
+    if (!hold(sreq.service_id, hdr, Message{sreq}, from, now_ms)) refuse_sidr(from, hdr, sreq);
+    return;
+  }
+  events_.push_back(AgentEvent{0, l->first, CmEvent{CmEventType::connect_request, 0, Message{sreq}}, from, hdr.tid});
+}
+
 void Agent::on_mad(std::span<const uint8_t> bytes, const Peer& from, uint64_t now_ms) {
   ++counters_.mads_in;
   MadHeader hdr;
@@ -214,18 +261,7 @@ void Agent::on_mad(std::span<const uint8_t> bytes, const Peer& from, uint64_t no
     return;
   }
   if (const auto* sreq = std::get_if<SidrReq>(&msg)) {
-    auto l = std::find_if(listeners_.begin(), listeners_.end(),
-                          [&](const auto& kv) { return kv.second.service_id == sreq->service_id; });
-    if (l == listeners_.end()) {
-      ++counters_.sidr_no_listener;
-      SidrRep rep;
-      rep.request_id = sreq->request_id;
-      rep.status = uint8_t(SidrStatus::unsupported);
-      rep.service_id = sreq->service_id;
-      send(from, header(hdr.tid), Message{rep});
-      return;
-    }
-    events_.push_back(AgentEvent{0, l->first, CmEvent{CmEventType::connect_request, 0, msg}, from, hdr.tid});
+    on_sidr_req(hdr, *sreq, from, now_ms);
     return;
   }
   if (const auto* srep = std::get_if<SidrRep>(&msg)) {
@@ -259,6 +295,21 @@ void Agent::on_mad(std::span<const uint8_t> bytes, const Peer& from, uint64_t no
 }
 
 void Agent::on_timer(uint64_t now_ms) {
+  // Held requests whose listener did not come back: refused as with no listener at all.
+  for (auto it = held_.begin(); it != held_.end();) {
+    if (it->deadline_ms > now_ms) {
+      ++it;
+      continue;
+    }
+    const Held h = *it;
+    it = held_.erase(it);
+    if (const auto* req = std::get_if<Req>(&h.msg)) {
+      ++counters_.rej_no_listener;
+      reject_req(h.peer, h.hdr, *req, RejReason::invalid_service_id);
+    } else if (const auto* sreq = std::get_if<SidrReq>(&h.msg)) {
+      refuse_sidr(h.peer, h.hdr, *sreq);
+    }
+  }
   for (auto it = sidr_.begin(); it != sidr_.end();) {
     SidrPending& p = it->second;
     if (p.deadline_ms > now_ms) {
@@ -286,6 +337,8 @@ void Agent::on_timer(uint64_t now_ms) {
 
 std::optional<uint64_t> Agent::deadline_ms() const {
   std::optional<uint64_t> best;
+  for (const Held& h : held_)
+    if (!best || h.deadline_ms < *best) best = h.deadline_ms;
   for (const auto& [id, p] : sidr_)
     if (!best || p.deadline_ms < *best) best = p.deadline_ms;
   for (const auto& [id, e] : conns_)

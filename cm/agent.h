@@ -53,6 +53,7 @@ struct AgentCounters {
   uint64_t rej_stale = 0;           ///< REJ 10 sent: a REQ from a QP still connected here
   uint64_t rej_backlog = 0;         ///< REJ 3 sent: the listener's backlog was full
   uint64_t sidr_no_listener = 0;    ///< SIDR_REP status 1 sent
+  uint64_t held = 0;                ///< REQs and SIDR_REQs held for a listener that had just gone
 };
 
 class Agent {
@@ -64,9 +65,19 @@ class Agent {
   // ---- listeners ---------------------------------------------------------------------------
   /// Listens on `service_id` (exact; an IP CM service ID names port space and port). At most
   /// `backlog` connect requests may wait for accept/reject at once. A listener ID > 0, or
-  /// -EADDRINUSE when someone listens there already.
-  int64_t listen(uint64_t service_id, uint32_t backlog);
-  void stop_listening(uint32_t listener);
+  /// -EADDRINUSE when someone listens there already. Requests held for this service (below)
+  /// come to it now.
+  int64_t listen(uint64_t service_id, uint32_t backlog, uint64_t now_ms = 0);
+  /// A listener gone. For kListenGapMs its service's REQs and SIDR_REQs are held (up to kHoldMs)
+  /// rather than refused at once, in case the consumer listens again: perftest -R destroys its
+  /// listener after its parameter exchange and makes a new one for the test's connection, and a
+  /// client quicker than its server would otherwise get REJECTED 8 (the kernel rejects at once;
+  /// on a fast software stack the race is lost). Held requests that find no listener in time
+  /// are refused as before (REJ 8, SIDR status 1).
+  void stop_listening(uint32_t listener, uint64_t now_ms = 0);
+  static constexpr uint64_t kListenGapMs = 4000;
+  static constexpr uint64_t kHoldMs = 4000;
+  static constexpr size_t kMaxHeld = 256;
 
   // ---- connections ------------------------------------------------------------------------
   /// Active side: a new comm ID for the REQ (filled into p.req.local_comm_id, the CA GUID too),
@@ -133,6 +144,10 @@ class Agent {
   /// Moves what connection `id` emitted to the outbox and events, and drops it once closed.
   void collect(uint32_t id);
   void on_req(const MadHeader& hdr, const Req& req, const Peer& from, uint64_t now_ms);
+  void on_sidr_req(const MadHeader& hdr, const SidrReq& req, const Peer& from, uint64_t now_ms);
+  /// Holds a request for `service_id` if its listener went away moments ago; false if not.
+  bool hold(uint64_t service_id, const MadHeader& hdr, const Message& msg, const Peer& from, uint64_t now_ms);
+  void refuse_sidr(const Peer& to, const MadHeader& hdr, const SidrReq& req);
   void reject_req(const Peer& to, const MadHeader& hdr, const Req& req, RejReason reason);
   Entry* find(uint32_t id);
 
@@ -144,6 +159,15 @@ class Agent {
   std::map<std::pair<uint64_t, uint32_t>, uint32_t> by_remote_;  ///< (peer GUID, peer comm ID) -> local
   std::map<uint32_t, Listener> listeners_;
   std::map<uint32_t, SidrPending> sidr_;                     ///< active SIDR requests by Request ID
+  struct Held {
+    uint64_t service_id = 0;
+    MadHeader hdr;
+    Message msg;
+    Peer peer;
+    uint64_t deadline_ms = 0;
+  };
+  std::vector<Held> held_;                                   ///< requests waiting for a listener
+  std::map<uint64_t, uint64_t> closed_;                      ///< service ID -> when its listener went
   std::vector<AgentOutgoing> out_;
   std::vector<AgentEvent> events_;
   AgentCounters counters_;

@@ -312,7 +312,7 @@ int Ucma::destroy_id(uint32_t channel, std::span<const uint8_t> body, std::span<
 uint32_t Ucma::destroy(Id* id, uint64_t now_ms) {
   const uint32_t handle = id->handle;
   const uint32_t reported = id->events_reported;
-  if (id->listener != 0) agent_->stop_listening(id->listener);
+  if (id->listener != 0) agent_->stop_listening(id->listener, now_ms);
   if (id->conn != 0) {
     const uint32_t conn = id->conn;
     conn_to_id_.erase(conn);
@@ -593,7 +593,7 @@ int Ucma::connect(uint32_t channel, std::span<const uint8_t> body, std::span<con
 }
 
 int Ucma::listen(uint32_t channel, std::span<const uint8_t> body, std::span<const uint8_t>,
-                 std::vector<uint8_t>*, uint64_t) {
+                 std::vector<uint8_t>*, uint64_t now_ms) {
   const auto c = body_as<rdma_ucm_listen>(body);
   Id* id = find(channel, c.id);
   if (id == nullptr) return -EINVAL;
@@ -607,7 +607,8 @@ int Ucma::listen(uint32_t channel, std::span<const uint8_t> body, std::span<cons
         (is_any(o.src) || is_any(id->src) || o.src == id->src))
       return -EADDRINUSE;
   const uint32_t backlog = c.backlog > 0 && c.backlog <= kMaxBacklog ? c.backlog : kMaxBacklog;
-  const int64_t l = agent_->listen(ip_service_id(PortSpace(service_ps(id->ps)), id->sport), backlog);
+  // Requests held for this service (Agent::stop_listening) come as events, after this returns.
+  const int64_t l = agent_->listen(ip_service_id(PortSpace(service_ps(id->ps)), id->sport), backlog, now_ms);
   if (l < 0) return static_cast<int>(l);
   id->listener = static_cast<uint32_t>(l);
   id->state = State::listen;

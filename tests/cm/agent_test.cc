@@ -320,3 +320,53 @@ TEST(CmAgent, CommIdsAreUniqueAndDifferBetweenSeeds) {
 
 }  // namespace
 }  // namespace droce::cm
+
+namespace droce::cm {
+namespace {
+
+// perftest -R's server destroys its listener and listens again on the same port: a REQ that
+// comes in between is held for the new listener instead of refused.
+TEST(CmAgent, AReqForAListenerThatJustWentWaitsForTheNextOne) {
+  Wire w;
+  w.now = 10'000;
+  const int64_t l1 = w.b.listen(kService, 8, w.now);
+  w.b.stop_listening(static_cast<uint32_t>(l1), w.now);
+  w.now += 100;
+  w.a.connect(req_to_b(), kB, w.now);
+  EXPECT_EQ(w.flush(), 1);  // the REQ, no REJ
+  EXPECT_EQ(w.b.counters().held, 1u);
+  EXPECT_TRUE(w.a.take_events().empty());
+  w.now += 50;
+  const int64_t l2 = w.b.listen(kService, 8, w.now);
+  const auto ev = w.b.take_events();
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].event.type, CmEventType::connect_request);
+  EXPECT_EQ(ev[0].listener, static_cast<uint32_t>(l2));
+}
+
+TEST(CmAgent, AHeldReqNobodyListensForIsRejectedWithReason8WhenItsTimeIsUp) {
+  Wire w;
+  w.now = 10'000;
+  const int64_t l1 = w.b.listen(kService, 8, w.now);
+  w.b.stop_listening(static_cast<uint32_t>(l1), w.now);
+  w.a.connect(req_to_b(), kB, w.now);
+  w.flush();
+  w.now += Agent::kHoldMs - 1;
+  w.b.on_timer(w.now);
+  EXPECT_EQ(w.flush(), 0);
+  w.now += 1;
+  w.b.on_timer(w.now);
+  EXPECT_EQ(w.flush(), 1);  // the REJ
+  const auto ev = w.a.take_events();
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].event.type, CmEventType::rejected);
+  EXPECT_EQ(ev[0].event.reason, uint16_t(RejReason::invalid_service_id));
+  // Long after the listener went, a REQ is refused at once, as ever.
+  w.now += Agent::kListenGapMs + 1;
+  w.a.connect(req_to_b(0x12), kB, w.now);
+  EXPECT_EQ(w.flush(), 2);
+  EXPECT_EQ(w.b.counters().rej_no_listener, 2u);
+}
+
+}  // namespace
+}  // namespace droce::cm

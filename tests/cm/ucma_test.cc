@@ -685,3 +685,27 @@ TEST_F(Test2, ALoopbackBindIsAWildcardBindWithNoDevice) {
 
 }  // namespace
 }  // namespace droce::cm
+
+namespace droce::cm {
+namespace {
+
+// perftest -R -c UD: its server destroys its first listener and listens again; a SIDR_REQ in
+// between reaches the new listener (held by the agent) instead of coming back UNREACHABLE 1.
+TEST_F(Test2, ASidrBetweenTwoListensOnAPortReachesTheSecondListener) {
+  const uint32_t cb = b.ucma.open_channel(), ca = a.ucma.open_channel();
+  const uint32_t first = create(b, cb, 0xb1, kPsUdp);
+  listen(b, cb, first, kIpB, 7174);
+  destroy(b, cb, first);
+  const uint32_t id = create(a, ca, 0xa1, kPsUdp);
+  resolve(a, ca, id, kIpB, 7174);
+  ASSERT_EQ(connect(a, ca, id, 0x11, ""), 0);
+  EXPECT_EQ(a.ucma.queued(ca), 0u);  // no UNREACHABLE
+  const uint32_t second = create(b, cb, 0xb2, kPsUdp);
+  listen(b, cb, second, kIpB, 7174);
+  const rdma_ucm_event_resp req = event(b, cb);
+  EXPECT_EQ(req.event, 4u);
+  EXPECT_EQ(req.uid, 0xb2u);
+}
+
+}  // namespace
+}  // namespace droce::cm
