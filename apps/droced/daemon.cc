@@ -522,6 +522,7 @@ std::string Daemon::render_locked() const {
         .num("cm_rej_no_listener", ac.rej_no_listener)
         .num("cm_rej_stale", ac.rej_stale)
         .num("cm_sidr_no_listener", ac.sidr_no_listener)
+        .num("cm_requests_held", ac.held)
         .num("cm_tx_unresolved", cm->counters().tx_unresolved)
         .num("cm_tx_no_slot", cm->counters().tx_no_slot)
         .num("cm_rx_errors", cm->counters().rx_errors)
