@@ -211,6 +211,24 @@ struct Test2 : ::testing::Test {
     return call(h, ch, command(RDMA_USER_CM_CMD_ACCEPT, c, 0));
   }
 
+  // The usual start: a channel on each host, B listening on `listen_ip`:7174 with `ps`, A's id
+  // resolved toward it and connected from QP 0x11 (CONNECT's result in `connected`).
+  struct Started {
+    uint32_t ca = 0, cb = 0, listener = 0, id = 0;
+    int connected = -1;
+  };
+  Started start(uint16_t ps = kPsTcp, net::IpAddr listen_ip = kIpB) {
+    Started st;
+    st.cb = b.ucma.open_channel();
+    st.ca = a.ucma.open_channel();
+    st.listener = create(b, st.cb, 0xb1, ps);
+    listen(b, st.cb, st.listener, listen_ip, 7174);
+    st.id = create(a, st.ca, 0xa1, ps);
+    resolve(a, st.ca, st.id, kIpB, 7174);
+    st.connected = connect(a, st.ca, st.id, 0x11, "");
+    return st;
+  }
+
   int simple(Host& h, uint32_t ch, uint32_t cmd, uint32_t id) {
     rdma_ucm_disconnect d{id};
     return call(h, ch, command(cmd, d, 0));
@@ -423,12 +441,8 @@ TEST_F(Test2, APortIsTakenUntilItsIdIsDestroyedUnlessBothReuseIt) {
 }
 
 TEST_F(Test2, ADestroyedListenerTakesItsUnfetchedRequestsWithItAndThePeerIsRejected) {
-  const uint32_t cb = b.ucma.open_channel(), ca = a.ucma.open_channel();
-  const uint32_t listener = create(b, cb, 0xb1);
-  listen(b, cb, listener, net::ipv4_mapped(0), 7174);
-  const uint32_t id = create(a, ca, 0xa1);
-  resolve(a, ca, id, kIpB, 7174);
-  ASSERT_EQ(connect(a, ca, id, 0x11, ""), 0);
+  [[maybe_unused]] const auto [ca, cb, listener, id, connected] = start(kPsTcp, net::ipv4_mapped(0));
+  ASSERT_EQ(connected, 0);
   ASSERT_EQ(b.ready[cb], 1);
   EXPECT_EQ(destroy(b, cb, listener), 0u);  // the CONNECT_REQUEST was never fetched
   EXPECT_EQ(b.ready[cb], 0);
@@ -439,12 +453,8 @@ TEST_F(Test2, ADestroyedListenerTakesItsUnfetchedRequestsWithItAndThePeerIsRejec
 }
 
 TEST_F(Test2, AClosedChannelDisconnectsItsConnectionsOnTheWire) {
-  const uint32_t cb = b.ucma.open_channel(), ca = a.ucma.open_channel();
-  const uint32_t listener = create(b, cb, 0xb1);
-  listen(b, cb, listener, kIpB, 7174);
-  const uint32_t id = create(a, ca, 0xa1);
-  resolve(a, ca, id, kIpB, 7174);
-  ASSERT_EQ(connect(a, ca, id, 0x11, ""), 0);
+  [[maybe_unused]] const auto [ca, cb, listener, id, connected] = start();
+  ASSERT_EQ(connected, 0);
   const uint32_t child = event(b, cb).id;
   ASSERT_EQ(accept(b, cb, child, 0xb2, 0x22), 0);
   ASSERT_EQ(event(a, ca).event, 5u);
@@ -634,12 +644,8 @@ namespace droce::cm {
 namespace {
 
 TEST_F(Test2, TheAppsAckTimeoutOptionIsTheQpsTimeout) {
-  const uint32_t cb = b.ucma.open_channel(), ca = a.ucma.open_channel();
-  const uint32_t listener = create(b, cb, 0xb1);
-  listen(b, cb, listener, kIpB, 7174);
-  const uint32_t id = create(a, ca, 0xa1);
-  resolve(a, ca, id, kIpB, 7174);
-  ASSERT_EQ(connect(a, ca, id, 0x11, ""), 0);
+  [[maybe_unused]] const auto [ca, cb, listener, id, connected] = start();
+  ASSERT_EQ(connected, 0);
   const uint32_t child = event(b, cb).id;
   EXPECT_EQ(qp_attr(b, cb, child, 3).timeout, 17);  // the path's (the REQ's local ACK timeout)
   rdma_ucm_set_option so{};
