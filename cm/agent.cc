@@ -64,8 +64,18 @@ void Agent::stop_listening(uint32_t listener, uint64_t now_ms) {
 }
 
 bool Agent::hold(uint64_t service_id, const MadHeader& hdr, const Message& msg, const Peer& from, uint64_t now_ms) {
-  auto c = closed_.find(service_id);
-  if (c == closed_.end() || now_ms > c->second + kListenGapMs || held_.size() >= kMaxHeld) return false;
+  // A listener on this service, or on its port in another IP port space (perftest -c UD -R makes
+  // its parameter exchange over TCP and the test's SIDR over UDP, on one port), went moments ago.
+  PortSpace ps;
+  uint16_t port = 0;
+  const bool ip = parse_ip_service_id(service_id, &ps, &port);
+  const bool recent = std::any_of(closed_.begin(), closed_.end(), [&](const auto& c) {
+    PortSpace cps;
+    uint16_t cport = 0;
+    const bool same = c.first == service_id || (ip && parse_ip_service_id(c.first, &cps, &cport) && cport == port);
+    return same && now_ms <= c.second + kListenGapMs;
+  });
+  if (!recent || held_.size() >= kMaxHeld) return false;
   // A retransmission of a request already held is the same request.
   for (const Held& h : held_)
     if (h.hdr.tid == hdr.tid && h.peer == from) return true;

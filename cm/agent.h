@@ -68,7 +68,8 @@ class Agent {
   /// -EADDRINUSE when someone listens there already. Requests held for this service (below)
   /// come to it now.
   int64_t listen(uint64_t service_id, uint32_t backlog, uint64_t now_ms = 0);
-  /// A listener gone. For kListenGapMs its service's REQs and SIDR_REQs are held (up to kHoldMs)
+  /// A listener gone. For kListenGapMs its service's REQs and SIDR_REQs (and those for its port in
+  /// the other IP port spaces) are held (up to kHoldMs)
   /// rather than refused at once, in case the consumer listens again: perftest -R destroys its
   /// listener after its parameter exchange and makes a new one for the test's connection, and a
   /// client quicker than its server would otherwise get REJECTED 8 (the kernel rejects at once;

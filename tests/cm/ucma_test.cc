@@ -715,3 +715,27 @@ TEST_F(Test2, ASidrBetweenTwoListensOnAPortReachesTheSecondListener) {
 
 }  // namespace
 }  // namespace droce::cm
+
+namespace droce::cm {
+namespace {
+
+// perftest -c UD -R: the parameter exchange over an RC (TCP) listener, then the test's SIDR to a
+// UDP listener on the same port that is not there yet.
+TEST_F(Test2, ASidrForThePortOfATcpListenerThatJustWentWaitsForItsUdpListener) {
+  const uint32_t cb = b.ucma.open_channel(), ca = a.ucma.open_channel();
+  const uint32_t tcp = create(b, cb, 0xb1, kPsTcp);
+  listen(b, cb, tcp, kIpB, 7174);
+  destroy(b, cb, tcp);
+  const uint32_t id = create(a, ca, 0xa1, kPsUdp);
+  resolve(a, ca, id, kIpB, 7174);
+  ASSERT_EQ(connect(a, ca, id, 0x11, ""), 0);
+  EXPECT_EQ(a.ucma.queued(ca), 0u);  // no UNREACHABLE
+  const uint32_t udp = create(b, cb, 0xb2, kPsUdp);
+  listen(b, cb, udp, kIpB, 7174);
+  const rdma_ucm_event_resp req = event(b, cb);
+  EXPECT_EQ(req.event, 4u);
+  EXPECT_EQ(req.uid, 0xb2u);
+}
+
+}  // namespace
+}  // namespace droce::cm
