@@ -10,6 +10,11 @@
 # "NAME SKIP reason", "NAME FAIL last error line", "NAME TIMEOUT") and a summary; exits 1 when a
 # test failed or timed out, 77 without root, unshare or pyverbs. PYVERBS_TIMEOUT (default 60) is
 # the limit per test.
+#
+# PYVERBS_NETNS=1: run in a private network namespace instead, droced on net_af_packet over a veth
+# whose kernel end owns droced's address, and a tmpfs over /sys/class naming that netdev under
+# infiniband/droce0/device/net: pyverbs finds an RDMA device's IP only through the kernel's sysfs
+# and `ip addr`, so its rdma_cm tests (test_rdmacm) run only this way.
 set -euo pipefail
 
 if [ $# -lt 5 ]; then
@@ -32,12 +37,15 @@ command -v unshare >/dev/null || skip "unshare not installed"
 
 if [ "${DROCE_PYVERBS_INNER:-}" != 1 ]; then
   export DROCE_PYVERBS_INNER=1
+  if [ "${PYVERBS_NETNS:-}" = 1 ]; then exec unshare --net --mount --propagation private "$0" "$@"; fi
   exec unshare --mount --propagation private "$0" "$@"
 fi
 
 tmp=$(mktemp -d /tmp/droce-pyverbs.XXXXXX)
 . "$pair_lib"
+netns_droced=""
 cleanup() {
+  [ -n "$netns_droced" ] && kill "$netns_droced" 2>/dev/null && wait "$netns_droced" 2>/dev/null
   droced_pair_stop
   umount -R -l /dev 2>/dev/null || true
   umount -R -l "$tmp/dev" 2>/dev/null || true
@@ -45,8 +53,24 @@ cleanup() {
 }
 trap cleanup EXIT
 
-droced_pair_start "$(dirname "$droced")" "$tmp/hosts" --max-sleep-us 100 --dev-node no
-"$droced_tree" --socket "$DROCE_A_SOCK" --root "$tmp/sys"
+if [ "${PYVERBS_NETNS:-}" = 1 ]; then
+  ip link set lo up
+  ip link add pv0 type veth peer name pv1
+  ip link set pv1 up
+  ip link set pv0 up
+  ip addr add 10.81.0.1/24 dev pv0
+  "$droced" --run-dir "$tmp/host" --port net_af_packet_pv,iface=pv0 --address 10.81.0.1 --memory 256 \
+    --mbufs 8192 --dev-node no >"$tmp/droced.log" 2>&1 &
+  netns_droced=$!
+  for _ in $(seq 200); do [ -S "$tmp/host/droce0.sock" ] && break; sleep 0.05; done
+  [ -S "$tmp/host/droce0.sock" ] || { cat "$tmp/droced.log"; exit 1; }
+  "$droced_tree" --socket "$tmp/host/droce0.sock" --root "$tmp/sys"
+  mount -t tmpfs pyverbs-class /sys/class
+  mkdir -p /sys/class/infiniband/droce0/device/net/pv0
+else
+  droced_pair_start "$(dirname "$droced")" "$tmp/hosts" --max-sleep-us 100 --dev-node no
+  "$droced_tree" --socket "$DROCE_A_SOCK" --root "$tmp/sys"
+fi
 
 cp -r /usr/share/doc/rdma-core/tests "$tmp/tests"
 gunzip -q "$tmp"/tests/*.gz
