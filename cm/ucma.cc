@@ -41,7 +41,6 @@ constexpr uint8_t kPacketLifeTime = 16;     // CMA_IBOE_PACKET_LIFETIME
 constexpr uint8_t kHopLimit = 64;
 constexpr uint32_t kMaxBacklog = 1024;      // net.rdma_ucm.max_backlog
 constexpr uint16_t kPortLow = 32768, kPortHigh = 60999;  // ip_local_port_range
-constexpr uint64_t kResolvePollMs = 10;
 // The smallest GET_EVENT answer the kernel accepts (the event without `reserved` and `ece`).
 constexpr size_t kMinEventOut = sizeof(rdma_ucm_event_resp) - sizeof(uint32_t) - sizeof(rdma_ucm_ece);
 
@@ -473,10 +472,8 @@ void Ucma::on_timer(uint64_t now_ms) {
   }
 }
 
-std::optional<uint64_t> Ucma::deadline_ms() const {
-  for (const auto& [h, id] : ids_)
-    if (id.state == State::addr_query) return uint64_t{0};  // polled, kResolvePollMs apart by the host
-  return std::nullopt;
+bool Ucma::resolving() const {
+  return std::any_of(ids_.begin(), ids_.end(), [](const auto& kv) { return kv.second.state == State::addr_query; });
 }
 
 int Ucma::resolve_route(uint32_t channel, std::span<const uint8_t> body, std::span<const uint8_t>,

@@ -103,7 +103,9 @@ class Ucma {
   void on_agent_event(const AgentEvent& e, uint64_t now_ms);
   /// Address resolution retries and timeouts.
   void on_timer(uint64_t now_ms);
-  std::optional<uint64_t> deadline_ms() const;
+  /// An address is being resolved: the host calls on_timer() every few milliseconds meanwhile
+  /// (the neighbour table says nothing when an ARP reply comes).
+  bool resolving() const;
 
   /// Per channel, how its queue length moved since the last take (+queued, -withdrawn).
   std::vector<std::pair<uint32_t, int>> take_signals();

@@ -16,6 +16,19 @@ namespace droce::droced {
 
 namespace {
 
+// An address vector from local GID `idx` (its source MAC, VLAN and GID: set_av_source; none
+// when idx < 0) to `dst`, for the neighbour table to resolve.
+rocev2::AddressVector av_toward(const net::GidTable& gids, int idx, const net::IpAddr& src, const net::IpAddr& dst) {
+  rocev2::AddressVector av;
+  av.dgid = dst;
+  av.sgid = src;
+  if (idx >= 0) {
+    av.sgid_index = uint8_t(idx);
+    set_av_source(*gids.at(uint32_t(idx)), &av);
+  }
+  return av;
+}
+
 cm::UcmaConfig ucma_config(uint64_t node_guid, uint32_t seed, uint8_t path_mtu) {
   cm::UcmaConfig c;
   c.node_guid = node_guid;
@@ -196,7 +209,7 @@ void CmHost::update_deadline(uint64_t now_ns) {
   deadline_ns_ = UINT64_MAX;
   if (auto a = agent_.deadline_ms()) deadline_ns_ = *a * 1'000'000;
   if (!waiting_.empty()) deadline_ns_ = std::min(deadline_ns_, now_ns + 1'000'000);
-  if (ucma_.deadline_ms()) deadline_ns_ = std::min(deadline_ns_, now_ns + kResolvePollNs);
+  if (ucma_.resolving()) deadline_ns_ = std::min(deadline_ns_, now_ns + kResolvePollNs);
 }
 
 // ---- the rdma_cm channels -------------------------------------------------------------------
@@ -328,13 +341,9 @@ int CmHost::Network::gid_index(const net::IpAddr& ip) const {
 }
 
 cm::UcmaNetwork::Resolve CmHost::Network::resolve(const net::IpAddr& src, const net::IpAddr& dst, uint64_t now_ms) {
-  rocev2::AddressVector av;
-  av.dgid = dst;
-  av.sgid = src;
   const int idx = gids_->find(src);
   if (idx < 0) return Resolve::failed;
-  av.sgid_index = uint8_t(idx);
-  set_av_source(*gids_->at(uint32_t(idx)), &av);
+  rocev2::AddressVector av = av_toward(*gids_, idx, src, dst);
   switch (core_->resolve(&av, now_ms * 1'000'000)) {
     case net::ResolveStatus::pending: return Resolve::pending;
     case net::ResolveStatus::failed: return Resolve::failed;
@@ -345,17 +354,11 @@ cm::UcmaNetwork::Resolve CmHost::Network::resolve(const net::IpAddr& src, const 
 
 int64_t CmHost::ah_for(const net::IpAddr& peer, const net::IpAddr& local, uint64_t now_ns) {
   if (auto it = ahs_.find(peer); it != ahs_.end()) return it->second;
-  rocev2::AddressVector av;
-  av.dgid = peer;
-  av.sgid = local;
   // The GID the peer's MADs came to, or (none yet) the one a UD QP would send to it from.
   const bool known = local != net::IpAddr{};
   const int idx = known ? gids_->find(local) : gids_->find_for_destination(peer);
   if (!known && idx < 0) return -1;
-  if (idx >= 0) {
-    av.sgid_index = uint8_t(idx);
-    set_av_source(*gids_->at(uint32_t(idx)), &av);
-  }
+  rocev2::AddressVector av = av_toward(*gids_, idx, local, peer);
   switch (core_->resolve(&av, now_ns)) {
     case net::ResolveStatus::pending: return 0;
     case net::ResolveStatus::failed: return -1;
