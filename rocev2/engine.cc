@@ -5,6 +5,7 @@
 
 #include "rocev2/engine.h"
 
+#include <algorithm>
 #include <cerrno>
 
 #include "core/endian.h"
@@ -420,6 +421,7 @@ int Engine::destroy_qp(uint32_t qpn) {
   if (q == nullptr) return -EINVAL;
   cancel_retry_timer(q);
   drop_held(q);
+  detach_all(qpn);
   --pd_refs_[q->pd];
   if (qpn == kGsiQpn) {
     gsi_.reset();
@@ -429,6 +431,68 @@ int Engine::destroy_qp(uint32_t qpn) {
   qps_[slot].reset();
   free_qp_slots_.push_back(slot);
   return 0;
+}
+
+// ---- Multicast ---------------------------------------------------------------------
+
+int Engine::attach_mcast(uint32_t qpn, const IpAddr& gid) {
+  const Qp* q = lookup(qpn);
+  if (q == nullptr || q->type != QpType::ud || qpn == kGsiQpn || !net::is_multicast(gid)) return -EINVAL;
+  auto g = std::find_if(mcast_.begin(), mcast_.end(), [&](const McastGroup& x) { return x.gid == gid; });
+  if (g != mcast_.end() && std::find(g->qpns.begin(), g->qpns.end(), qpn) != g->qpns.end()) return 0;
+  if (g == mcast_.end() && mcast_.size() >= cfg_.limits.max_mcast_grp) return -ENOMEM;
+  if (g != mcast_.end() && g->qpns.size() >= cfg_.limits.max_mcast_qp_attach) return -ENOMEM;
+  if (mcast_attachments() >= cfg_.limits.max_total_mcast_qp_attach) return -ENOMEM;
+  if (g == mcast_.end()) g = mcast_.insert(mcast_.end(), McastGroup{gid, {}});
+  g->qpns.push_back(qpn);
+  return 0;
+}
+
+int Engine::detach_mcast(uint32_t qpn, const IpAddr& gid) {
+  auto g = std::find_if(mcast_.begin(), mcast_.end(), [&](const McastGroup& x) { return x.gid == gid; });
+  if (g == mcast_.end()) return -EINVAL;
+  auto it = std::find(g->qpns.begin(), g->qpns.end(), qpn);
+  if (it == g->qpns.end()) return -EINVAL;
+  g->qpns.erase(it);
+  if (g->qpns.empty()) mcast_.erase(g);
+  return 0;
+}
+
+void Engine::detach_all(uint32_t qpn) {
+  for (McastGroup& g : mcast_) std::erase(g.qpns, qpn);
+  std::erase_if(mcast_, [](const McastGroup& g) { return g.qpns.empty(); });
+}
+
+size_t Engine::mcast_attachments() const {
+  size_t n = 0;
+  for (const McastGroup& g : mcast_) n += g.qpns.size();
+  return n;
+}
+
+void Engine::rx_multicast(const ParsedPacket& p, const rte_mbuf* m) {
+  // Only UD datagrams to a multicast address go to QPN 0xFFFFFF (IBA 10.5.2.5, C10-?).
+  if (p.info->transport != Transport::ud || !net::is_multicast(p.hdr.l3.dst)) {
+    ++counters_.rx_bad_dest;
+    return;
+  }
+  if ((p.hdr.bth.pkey & 0x7fff) != 0x7fff) {
+    ++counters_.rx_bad_pkey;
+    return;
+  }
+  auto g = std::find_if(mcast_.begin(), mcast_.end(), [&](const McastGroup& x) { return x.gid == p.hdr.l3.dst; });
+  if (g == mcast_.end()) {
+    ++counters_.rx_mcast_unattached;
+    return;
+  }
+  // responder_ud_rx copies out of the frame, so one frame serves every QP (each checks its
+  // own state and Q_Key, and takes its own receive WQE).
+  for (uint32_t qpn : g->qpns) {
+    Qp* q = lookup(qpn);
+    if (q == nullptr) continue;
+    ++q->counters.rx_packets;
+    q->counters.rx_bytes += m->pkt_len;
+    responder_ud_rx(q, p, m);
+  }
 }
 
 // ---- Posting -------------------------------------------------------------------
@@ -771,6 +835,11 @@ void Engine::rx_burst(rte_mbuf** frames, uint16_t n, uint64_t now_ns) {
     const OpcodeInfo& info = *p.info;
     if (info.kind == OpKind::cnp) {
       ++counters_.cnp_received;  // the reaction point (DCQCN) arrives with congestion control
+      rte_pktmbuf_free(m);
+      continue;
+    }
+    if (p.hdr.bth.dest_qp == kMulticastQpn) {
+      rx_multicast(p, m);
       rte_pktmbuf_free(m);
       continue;
     }

@@ -102,6 +102,7 @@ struct EngineCounters {
   uint64_t tx_port_full = 0;          ///< back-pressure: frames the port refused (sent again later)
   uint64_t cq_overflows = 0;
   uint64_t cnp_received = 0;
+  uint64_t rx_mcast_unattached = 0;   ///< multicast datagrams for a group no QP here is attached to
 };
 
 struct QpInit {
@@ -167,6 +168,20 @@ class Engine {
   Qp* qp(uint32_t qpn);
   MrTable& mrs() { return mrs_; }
 
+  // ---- Multicast (UD) --------------------------------------------------------
+  /// The destination QPN of a multicast datagram (IBA 10.5.2.5).
+  static constexpr uint32_t kMulticastQpn = 0xffffff;
+  /// ibv_attach_mcast: UD QP `qpn` receives what is sent to group `gid` (an
+  /// IPv6 multicast address, or an IPv4-mapped one: RoCEv2's MGID for
+  /// 224.0.0.0/4). Attaching twice is not an error (as rxe). -EINVAL for a QP
+  /// that is not UD or a GID that is not multicast; -ENOMEM past the limits.
+  int attach_mcast(uint32_t qpn, const IpAddr& gid);
+  /// ibv_detach_mcast: -EINVAL when the QP is not attached to `gid`.
+  int detach_mcast(uint32_t qpn, const IpAddr& gid);
+  /// Attachments in all groups (a destroyed QP's are gone with it).
+  size_t mcast_attachments() const;
+  size_t mcast_groups() const { return mcast_.size(); }
+
   // ---- Data path -------------------------------------------------------------
   /// ibv_post_send for one WR: -EINVAL (state, opcode, SGE count, inline
   /// size, opcode for the QP type, a message over 2^22 packets), -ENOMEM
@@ -215,6 +230,9 @@ class Engine {
   void send_frame(rte_mbuf* m, Qp* qp);
   void flush_tx();
   bool is_local_dest(const IpAddr& dst, bool ud) const;
+  /// A datagram to QPN 0xFFFFFF: a copy to each QP attached to its group.
+  void rx_multicast(const ParsedPacket& p, const rte_mbuf* m);
+  void detach_all(uint32_t qpn);
   void arm_retry_timer(Qp* qp, uint64_t now_ns);
   void arm_rnr_timer(Qp* qp, uint64_t deadline_ns);
   void cancel_retry_timer(Qp* qp);
@@ -273,6 +291,11 @@ class Engine {
   std::vector<uint32_t> ah_pd_;
   std::vector<uint32_t> pd_refs_;          ///< per PD: MRs, QPs, SRQs, AHs using it
   std::vector<bool> pd_used_;
+  struct McastGroup {
+    IpAddr gid;
+    std::vector<uint32_t> qpns;  ///< attached, in attach order
+  };
+  std::vector<McastGroup> mcast_;  ///< control path changes it; few groups, scanned
   /// QPNs with requester or responder TX work: a fixed ring of max_qps (a QP
   /// is on it at most once, see Qp::on_ready_list), so the loop never allocates.
   class ReadyRing {

@@ -148,6 +148,10 @@ struct DeviceLimits {
   uint16_t max_pkeys = 1;
   uint8_t phys_port_cnt = 1;
   PathMtu max_mtu = PathMtu::mtu4096;
+  /// Multicast (UD): groups, QPs per group, attachments in all (rxe's figures).
+  uint32_t max_mcast_grp = 8192;
+  uint32_t max_mcast_qp_attach = 56;
+  uint32_t max_total_mcast_qp_attach = 0x70000;
 };
 
 /// ibv_wr_opcode.

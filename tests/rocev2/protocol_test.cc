@@ -1425,6 +1425,97 @@ TEST_F(UdTest, ADatagramForAnotherHostIsDropped) {
   EXPECT_EQ(drain(rcq_).size(), 1u);
 }
 
+// Multicast (ibv_attach_mcast): a UD datagram to QPN 0xFFFFFF and a group address goes to every
+// QP attached to that group, each with its own receive WQE and its own Q_Key check, as rxe's
+// rxe_rcv_mcast_pkt; a group nobody here joined, a multicast QPN on a unicast address or on an RC
+// opcode, are dropped and counted.
+TEST_F(UdTest, AMulticastDatagramReachesEveryAttachedQp) {
+  const IpAddr group = ipv4_mapped(0xef010203);  // 239.1.2.3 as RoCEv2's MGID ::ffff:239.1.2.3
+  const uint32_t a = make_qp(ud_options());
+  const uint32_t b = make_qp(ud_options());
+  QpOptions other_qkey = ud_options();
+  other_qkey.qkey = 0x33333333;
+  const uint32_t c = make_qp(other_qkey);
+  auto rbuf = reg(3 * 4096);
+  ASSERT_EQ(engine().post_recv(a, recv_wr(0xa, rbuf->sge(0, 4096))), 0);
+  ASSERT_EQ(engine().post_recv(b, recv_wr(0xb, rbuf->sge(4096, 4096))), 0);
+  ASSERT_EQ(engine().post_recv(c, recv_wr(0xc, rbuf->sge(8192, 4096))), 0);
+  ASSERT_EQ(engine().attach_mcast(a, group), 0);
+  ASSERT_EQ(engine().attach_mcast(b, group), 0);
+  ASSERT_EQ(engine().attach_mcast(b, group), 0);  // twice: still one attachment
+  ASSERT_EQ(engine().attach_mcast(c, group), 0);
+  EXPECT_EQ(engine().mcast_groups(), 1u);
+  EXPECT_EQ(engine().mcast_attachments(), 3u);
+
+  // Step: one datagram to the group (Q_Key 0x11111111, a's and b's).
+  PacketHeaders h = ud_send(0x11111111, 0x999);
+  h.l2.dst = {0x01, 0x00, 0x5e, 0x01, 0x02, 0x03};
+  h.l3.dst = group;
+  h.bth.dest_qp = Engine::kMulticastQpn;
+  deliver(h, pattern(200, 9));
+  // Expect: a and b each complete their own receive with the payload after the GRH; c's Q_Key
+  // differs: dropped and counted, its receive untouched.
+  auto wc = drain(rcq_);
+  ASSERT_EQ(wc.size(), 2u);
+  EXPECT_EQ(wc[0].qp_num, a);
+  EXPECT_EQ(wc[0].wr_id, 0xau);
+  EXPECT_EQ(wc[1].qp_num, b);
+  EXPECT_EQ(wc[1].wr_id, 0xbu);
+  for (const Completion& x : wc) {
+    EXPECT_EQ(x.status, WcStatus::success);
+    EXPECT_EQ(x.byte_len, 240u);
+    EXPECT_EQ(x.src_qp, 0x999u);
+  }
+  EXPECT_EQ(slice(rbuf->bytes, 40, 200), pattern(200, 9));
+  EXPECT_EQ(slice(rbuf->bytes, 4096 + 40, 200), pattern(200, 9));
+  EXPECT_EQ(engine().counters().rx_bad_qkey, 1u);
+  EXPECT_TRUE(sent().empty());
+
+  // Step: a detaches; b is destroyed (its attachment goes with it); the datagram again.
+  ASSERT_EQ(engine().detach_mcast(a, group), 0);
+  EXPECT_EQ(engine().detach_mcast(a, group), -EINVAL);  // no longer attached
+  ASSERT_EQ(engine().destroy_qp(b), 0);
+  EXPECT_EQ(engine().mcast_attachments(), 1u);
+  ASSERT_EQ(engine().post_recv(a, recv_wr(0xa2, rbuf->sge(0, 4096))), 0);
+  ASSERT_EQ(engine().detach_mcast(c, group), 0);
+  EXPECT_EQ(engine().mcast_groups(), 0u);
+  deliver(h, pattern(200, 9));
+  // Expect: nobody is attached: counted, a's receive still posted.
+  EXPECT_TRUE(drain(rcq_).empty());
+  EXPECT_EQ(engine().counters().rx_mcast_unattached, 1u);
+
+  // Step: the multicast QPN on a unicast address, and on an RC opcode to the group.
+  ASSERT_EQ(engine().attach_mcast(a, group), 0);
+  PacketHeaders unicast = h;
+  unicast.l3.dst = local_ip();
+  deliver(unicast, pattern(20, 1));
+  PacketHeaders rc = h;
+  rc.bth.opcode = make_opcode(Transport::rc, op::kSendOnly);
+  rc.ext = {};
+  deliver(rc, pattern(20, 1));
+  // Expect: both dropped as not for us.
+  EXPECT_TRUE(drain(rcq_).empty());
+  EXPECT_EQ(engine().counters().rx_bad_dest, 2u);
+}
+
+TEST_F(UdTest, AttachRefusesWhatIsNotAUdQpOrAMulticastGid) {
+  const IpAddr group = ipv4_mapped(0xe0000105);
+  const uint32_t ud = make_qp(ud_options());
+  QpOptions o;
+  o.type = QpType::rc;
+  const uint32_t rc = make_qp(o);
+  EXPECT_EQ(engine().attach_mcast(rc, group), -EINVAL);
+  EXPECT_EQ(engine().attach_mcast(ud, local_ip()), -EINVAL);
+  EXPECT_EQ(engine().attach_mcast(0x7777, group), -EINVAL);
+  IpAddr v6group{};
+  v6group[0] = 0xff;
+  v6group[1] = 0x0e;
+  v6group[15] = 1;
+  EXPECT_EQ(engine().attach_mcast(ud, v6group), 0);
+  EXPECT_EQ(engine().detach_mcast(ud, group), -EINVAL);
+  EXPECT_EQ(engine().detach_mcast(ud, v6group), 0);
+}
+
 // The GSI QP (QP1), which droced makes for connection management: number 1, its Q_Key fixed at
 // 0x80010000 (a datagram with another is dropped, a modify to another refused), and what it sends
 // says so (source QP 1 in the DETH, the GSI Q_Key), as the kernel's CM MADs do.
