@@ -5,6 +5,7 @@
 #include <cerrno>
 
 #include "core/endian.h"
+#include "net/frame_build.h"
 #include "net/headers.h"
 
 namespace droce::net {
@@ -70,45 +71,6 @@ IpAddr ip_at(const uint8_t* p) {
   IpAddr a;
   std::copy(p, p + 16, a.begin());
   return a;
-}
-
-// The 16-bit one's-complement sum of `n` bytes as big-endian words, added to acc.
-uint64_t sum_be16(const uint8_t* p, size_t n, uint64_t acc) {
-  size_t i = 0;
-  for (; i + 1 < n; i += 2) acc += (uint32_t{p[i]} << 8) | p[i + 1];
-  if (i < n) acc += uint32_t{p[i]} << 8;
-  return acc;
-}
-
-uint16_t fold(uint64_t acc) {
-  while (acc >> 16) acc = (acc & 0xffff) + (acc >> 16);
-  return static_cast<uint16_t>(acc);
-}
-
-// RFC 4443 2.3 / RFC 8200 8.1: the sum over the pseudo-header (source,
-// destination, upper-layer length, next header) and the message.
-uint16_t icmpv6_sum(const uint8_t* src, const uint8_t* dst, const uint8_t* msg, size_t len) {
-  uint64_t acc = sum_be16(src, 16, 0);
-  acc = sum_be16(dst, 16, acc);
-  acc += (len >> 16) + (len & 0xffff);
-  acc += kIpProtoIcmpv6;
-  return fold(sum_be16(msg, len, acc));
-}
-
-// Ethernet header (and tag) for a frame of `payload` bytes; returns the
-// payload's offset.
-size_t start_frame(std::vector<uint8_t>& f, const MacAddr& dst, const MacAddr& src, bool tagged,
-                   uint16_t tci, uint16_t ethertype, size_t payload) {
-  const size_t hdr = kEthHdrLen + (tagged ? kVlanHdrLen : 0);
-  f.assign(hdr + payload, 0);
-  std::copy(dst.begin(), dst.end(), f.begin());
-  std::copy(src.begin(), src.end(), f.begin() + 6);
-  if (tagged) {
-    store_be16(&f[12], kEtherTypeVlan);
-    store_be16(&f[14], tci);
-  }
-  store_be16(&f[hdr - 2], ethertype);
-  return hdr;
 }
 
 std::vector<uint8_t> build_arp(uint16_t op, const MacAddr& eth_dst, bool tagged, uint16_t tci,
@@ -188,9 +150,7 @@ IpAddr solicited_node_multicast(const IpAddr& ip) {
   return g;
 }
 
-MacAddr ipv6_multicast_mac(const IpAddr& group) {
-  return {0x33, 0x33, group[12], group[13], group[14], group[15]};
-}
+MacAddr ipv6_multicast_mac(const IpAddr& group) { return multicast_mac(group); }
 
 NeighborTable::NeighborTable(const NeighborConfig& cfg) : cfg_(cfg) {
   // Clamp what would make the schedule meaningless.
@@ -355,10 +315,7 @@ ResolveStatus NeighborTable::resolve_with(const Local* src, const IpAddr& dst, u
     return ResolveStatus::resolved;
   }
   if (is_multicast(dst)) {
-    if (is_ipv4_mapped(dst))  // RFC 1112 6.4: 01:00:5e and the group's low 23 bits
-      *out = {0x01, 0x00, 0x5e, static_cast<uint8_t>(dst[13] & 0x7f), dst[14], dst[15]};
-    else
-      *out = ipv6_multicast_mac(dst);
+    *out = multicast_mac(dst);
     return ResolveStatus::resolved;
   }
   if (const Local* self = find_local(dst, vlan)) {
