@@ -31,7 +31,8 @@ inline constexpr uint16_t kAbiMajor = 1;
 /// 1: register_channel, and CreateCqRequest's channel and user_handle.
 /// 2: rereg_mr.
 /// 3: resize_cq.
-inline constexpr uint16_t kAbiMinor = 3;
+/// 4: attach_mcast, detach_mcast; QueryDeviceReply's multicast limits.
+inline constexpr uint16_t kAbiMinor = 4;
 /// Largest message either side sends or accepts.
 inline constexpr size_t kMaxMessage = 4096;
 
@@ -60,8 +61,10 @@ enum class MsgType : uint16_t {
   register_channel = 22,  ///< minor 1: a completion channel's write end (RegisterChannelRequest)
   rereg_mr = 23,          ///< minor 2: ibv_rereg_mr in place (ReregMrRequest)
   resize_cq = 24,         ///< minor 3: ibv_resize_cq, the ring moved to a new region (ResizeCqRequest)
+  attach_mcast = 25,      ///< minor 4: ibv_attach_mcast (McastRequest)
+  detach_mcast = 26,      ///< minor 4: ibv_detach_mcast (McastRequest)
 };
-inline constexpr uint16_t kLastMsgType = static_cast<uint16_t>(MsgType::resize_cq);
+inline constexpr uint16_t kLastMsgType = static_cast<uint16_t>(MsgType::detach_mcast);
 
 enum CtlFlags : uint16_t {
   kFlagReply = 1u << 0,
@@ -245,8 +248,22 @@ struct QueryDeviceReply {
   uint32_t phys_port_cnt;
   uint32_t max_pkeys;
   char fw_ver[64];
+  // minor 4 (an older droced's reply ends before: zeros, no multicast)
+  uint32_t max_mcast_grp;
+  uint32_t max_mcast_qp_attach;
+  uint32_t max_total_mcast_qp_attach;
+  uint32_t reserved;
 };
-static_assert(sizeof(QueryDeviceReply) == 176);
+static_assert(sizeof(QueryDeviceReply) == 192);
+
+/// ibv_attach_mcast / ibv_detach_mcast: QP `qpn` and group `gid` (16 bytes, network order).
+struct McastRequest {
+  uint32_t qpn;
+  uint16_t lid;  ///< as the verb takes it; RoCE has no LIDs (0)
+  uint16_t reserved;
+  uint8_t gid[16];
+};
+static_assert(sizeof(McastRequest) == 24);
 
 struct QueryPortReply {
   uint32_t state;       ///< ibv_port_state

@@ -181,6 +181,12 @@ class Engine {
   /// Attachments in all groups (a destroyed QP's are gone with it).
   size_t mcast_attachments() const;
   size_t mcast_groups() const { return mcast_.size(); }
+  /// Each group and the QPs attached to it (for `droce multicast`).
+  std::vector<std::pair<IpAddr, std::vector<uint32_t>>> mcast_table() const {
+    std::vector<std::pair<IpAddr, std::vector<uint32_t>>> out;
+    for (const McastGroup& g : mcast_) out.emplace_back(g.gid, g.qpns);
+    return out;
+  }
 
   // ---- Data path -------------------------------------------------------------
   /// ibv_post_send for one WR: -EINVAL (state, opcode, SGE count, inline

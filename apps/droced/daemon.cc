@@ -182,7 +182,7 @@ int Daemon::start(const DaemonConfig& cfg) {
   // left to send frames the link drops.
   dc.engine.limits.max_mtu = dc.engine.active_mtu;
   int rc = 0;
-  group_ = std::make_unique<CoreGroup>(port_.get(), cores, dc.neighbor, &rc);
+  group_ = std::make_unique<CoreGroup>(port_.get(), cores, dc.neighbor, cfg.vlan, &rc);
   if (rc != 0) return rc;
   dc.group = group_.get();
 
@@ -370,6 +370,7 @@ void add_counters(const rocev2::EngineCounters& c, rocev2::EngineCounters* sum) 
   sum->rx_wrong_state += c.rx_wrong_state;
   sum->rx_bad_pkey += c.rx_bad_pkey;
   sum->rx_bad_qkey += c.rx_bad_qkey;
+  sum->rx_mcast_unattached += c.rx_mcast_unattached;
   sum->rx_bad_dest += c.rx_bad_dest;
   sum->rx_unexpected += c.rx_unexpected;
   sum->tx_no_mbuf += c.tx_no_mbuf;
@@ -388,6 +389,7 @@ void add_counters(const DeviceCoreCounters& c, DeviceCoreCounters* sum) {
   sum->handed_in += c.handed_in;
   sum->hand_off_dropped += c.hand_off_dropped;
   sum->loss_dropped += c.loss_dropped;
+  sum->rx_own_frames += c.rx_own_frames;
 }
 
 void add_counters(const WorkerCounters& c, WorkerCounters* sum) {
@@ -399,6 +401,13 @@ void add_counters(const WorkerCounters& c, WorkerCounters* sum) {
   sum->clients_faulted += c.clients_faulted;
   sum->events_unrouted += c.events_unrouted;
   sum->affinity_changes += c.affinity_changes;
+}
+
+// "239.1.2.3,ff0e::42" or "-".
+std::string groups_text(const std::vector<net::IpAddr>& groups) {
+  std::string out;
+  for (const net::IpAddr& g : groups) out += (out.empty() ? "" : ",") + rocev2::format_ip(g);
+  return out.empty() ? "-" : out;
 }
 
 }  // namespace
@@ -487,6 +496,7 @@ std::string Daemon::render_locked() const {
       .num("rx_wrong_state", ec.rx_wrong_state)
       .num("rx_bad_pkey", ec.rx_bad_pkey)
       .num("rx_bad_qkey", ec.rx_bad_qkey)
+      .num("rx_mcast_unattached", ec.rx_mcast_unattached)
       .num("rx_bad_dest", ec.rx_bad_dest)
       .num("rx_unexpected", ec.rx_unexpected)
       .num("tx_no_mbuf", ec.tx_no_mbuf)
@@ -502,6 +512,7 @@ std::string Daemon::render_locked() const {
       .num("handed_in", dc.handed_in)
       .num("hand_off_dropped", dc.hand_off_dropped)
       .num("loss_dropped", dc.loss_dropped)
+      .num("rx_own_frames", dc.rx_own_frames)
       .num("loops", wc.loops)
       .num("sleeps", wc.sleeps)
       .num("wakeups_by_client", wc.wakeups_by_client)
@@ -659,6 +670,33 @@ std::string Daemon::render_locked() const {
     }
   }
   j.close(']');
+  // Multicast: the groups QPs are attached to (per core's engine), and the memberships droced
+  // reports on the wire (IGMP/MLD) for rdma_cm's joins.
+  j.open("multicast", '[');
+  for (const auto& w : workers_) {
+    for (const auto& [gid, qpns] : w->core().engine().mcast_table()) {
+      std::string list;
+      for (uint32_t q : qpns) list += (list.empty() ? "" : ",") + std::to_string(q);
+      j.open(nullptr, '{').str("group", rocev2::format_ip(gid)).num("core", w->index()).str("qpns", list).close('}');
+    }
+  }
+  j.close(']');
+  j.open("membership", '[');
+  if (!workers_.empty()) {
+    CoreGroup& g = workers_[0]->core().group();
+    std::lock_guard l(g.neighbor_mutex());
+    for (const auto& [group, src] : g.membership().groups())
+      j.open(nullptr, '{').str("group", rocev2::format_ip(group)).str("source", rocev2::format_ip(src)).close('}');
+    const net::MembershipCounters& mc = g.membership().counters();
+    j.open(nullptr, '{')
+        .str("group", "counters")
+        .num("reports_sent", mc.reports_sent)
+        .num("leaves_sent", mc.leaves_sent)
+        .num("queries_seen", mc.queries_seen)
+        .num("frames_ignored", mc.frames_ignored)
+        .close('}');
+  }
+  j.close(']');
   // rdma_cm ids (worker 0's CM): what librdmacm programs bound, listen on and are connected to.
   j.open("cm", '[');
   if (const CmHost* cm = workers_.empty() ? nullptr : workers_[0]->cm()) {
@@ -680,6 +718,7 @@ std::string Daemon::render_locked() const {
           .num("qpn", i.qp_num)
           .num("remote_qpn", i.remote_qpn)
           .num("events_reported", i.events_reported)
+          .str("groups", groups_text(i.groups))
           .close('}');
     }
   }

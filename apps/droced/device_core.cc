@@ -19,24 +19,34 @@ namespace {
 
 // Frames for the neighbour table: ARP, and ICMPv6 (neighbour discovery) right
 // after a plain IPv6 header. Cheap: two or three loads of the first segment.
-bool is_neighbor_frame(const rte_mbuf* m) {
+// What a received frame is for: the neighbour table (ARP, ICMPv6), the membership reporter
+// (IGMP; IPv6 with a Hop-by-Hop header, as MLD comes), or the engine (everything else).
+enum class FrameKind { roce, neighbor, membership };
+
+FrameKind classify(const rte_mbuf* m) {
   const auto* p = rte_pktmbuf_mtod(m, const uint8_t*);
   size_t off = 12;
-  if (m->data_len < off + 2) return false;
+  if (m->data_len < off + 2) return FrameKind::roce;
   uint16_t type = core::load_be16(p + off);
   if (type == net::kEtherTypeVlan) {
     off += 4;
-    if (m->data_len < off + 2) return false;
+    if (m->data_len < off + 2) return FrameKind::roce;
     type = core::load_be16(p + off);
   }
-  if (type == net::kEtherTypeArp) return true;
-  return type == net::kEtherTypeIpv6 && m->data_len >= off + 2 + 7 && p[off + 2 + 6] == net::kIpProtoIcmpv6;
+  if (type == net::kEtherTypeArp) return FrameKind::neighbor;
+  if (type == net::kEtherTypeIpv6 && m->data_len >= off + 2 + 7) {
+    if (p[off + 2 + 6] == net::kIpProtoIcmpv6) return FrameKind::neighbor;
+    if (p[off + 2 + 6] == 0) return FrameKind::membership;  // Hop-by-Hop
+  }
+  if (type == net::kEtherTypeIpv4 && m->data_len >= off + 2 + 10 && p[off + 2 + 9] == 2) return FrameKind::membership;
+  return FrameKind::roce;
 }
 
 }  // namespace
 
-CoreGroup::CoreGroup(net::Port* port, unsigned cores, const net::NeighborConfig& neighbor, int* rc)
-    : port_(port), cores_(cores), neighbors_(neighbor) {
+CoreGroup::CoreGroup(net::Port* port, unsigned cores, const net::NeighborConfig& neighbor, uint16_t vlan, int* rc)
+    : port_(port), cores_(cores), neighbors_(neighbor),
+      membership_(net::MembershipConfig{port != nullptr ? port->mac() : net::MacAddr{}, vlan}) {
   *rc = 0;
   if (port == nullptr || cores == 0 || cores > kMaxCores) {
     *rc = -EINVAL;
@@ -87,7 +97,7 @@ DeviceCore::DeviceCore(const DeviceCoreConfig& cfg, int* rc) : cfg_(cfg), group_
     return;
   }
   if (group_ == nullptr) {
-    own_group_ = std::make_unique<CoreGroup>(cfg.port, 1, cfg.neighbor, rc);
+    own_group_ = std::make_unique<CoreGroup>(cfg.port, 1, cfg.neighbor, cfg.vlan, rc);
     if (*rc != 0) return;
     group_ = own_group_.get();
     cfg_.index = 0;
@@ -102,6 +112,7 @@ DeviceCore::DeviceCore(const DeviceCoreConfig& cfg, int* rc) : cfg_(cfg), group_
   link_ = std::make_unique<rocev2::PortQueueLink>(cfg.port, tx_queue_);
   link_->set_tx_lock(tx_lock_);
   link_->set_loopback_mac(cfg.port->mac());  // two clients of this droced talk through it
+  link_->set_multicast_loopback(group_->multicast_cores());
   rocev2::EngineConfig ec = cfg.engine;
   ec.pool = cfg.port->pool();
   ec.port = link_.get();
@@ -128,7 +139,7 @@ uint64_t DeviceCore::next_deadline() const {
   uint64_t d = engine_->next_deadline();
   if (cfg_.index == 0) {
     std::lock_guard l(group_->neighbor_mutex());
-    d = std::min(d, group_->neighbors().next_deadline_ns());
+    d = std::min({d, group_->neighbors().next_deadline_ns(), group_->membership().next_deadline_ns()});
   }
   return d;
 }
@@ -146,6 +157,7 @@ void DeviceCore::send_neighbor_frames() {
   {
     std::lock_guard l(group_->neighbor_mutex());
     group_->neighbors().drain_tx(&neighbor_tx_);
+    group_->membership().drain_tx(&neighbor_tx_);
   }
   for (const auto& f : neighbor_tx_) {
     rte_mbuf* m = rte_pktmbuf_alloc(cfg_.port->pool());
@@ -227,8 +239,17 @@ void DeviceCore::run_once(uint64_t now_ns) {
   if (cfg_.loss.enabled()) n = static_cast<uint16_t>(apply_loss(rx, n));
   uint16_t k = 0;
   bool neighbor_work = false;
+  const net::MacAddr own = cfg_.port->mac();
   for (uint16_t i = 0; i < n; ++i) {
-    if (!is_neighbor_frame(rx[i])) {
+    if (rx[i]->data_len >= 12 && std::memcmp(rte_pktmbuf_mtod(rx[i], const uint8_t*) + 6, own.data(), 6) == 0) {
+      // A NIC never receives what it sent; af_packet shows a socket its own outgoing frames
+      // (a multicast datagram would reach our attached QPs twice: here and looped back).
+      ++counters_.rx_own_frames;
+      rte_pktmbuf_free(rx[i]);
+      continue;
+    }
+    const FrameKind kind = classify(rx[i]);
+    if (kind == FrameKind::roce) {
       roce[k++] = rx[i];
       continue;
     }
@@ -238,9 +259,14 @@ void DeviceCore::run_once(uint64_t now_ns) {
       ++counters_.oversize_control;
     } else {
       const auto* p = static_cast<const uint8_t*>(rte_pktmbuf_read(rx[i], 0, len, buf));
-      ++counters_.neighbor_frames_in;
       std::lock_guard l(group_->neighbor_mutex());
-      group_->neighbors().handle_frame(std::span<const uint8_t>(p, len), now_ns);
+      if (kind == FrameKind::neighbor) {
+        ++counters_.neighbor_frames_in;
+        group_->neighbors().handle_frame(std::span<const uint8_t>(p, len), now_ns);
+      } else {
+        ++counters_.membership_frames_in;
+        (void)group_->membership().handle_frame(std::span<const uint8_t>(p, len), now_ns);
+      }
       neighbor_work = true;
     }
     rte_pktmbuf_free(rx[i]);
@@ -270,11 +296,32 @@ void DeviceCore::run_once(uint64_t now_ns) {
     std::unique_lock l(group_->neighbor_mutex(), std::try_to_lock);
     if (l.owns_lock()) {
       group_->neighbors().poll(now_ns);
-      neighbor_work = neighbor_work || group_->neighbors().tx_queued() != 0;
+      group_->membership().poll(now_ns);
+      neighbor_work = neighbor_work || group_->neighbors().tx_queued() != 0 || group_->membership().tx_queued() != 0;
     }
   }
   if (neighbor_work) send_neighbor_frames();
   engine_->poll(now_ns);
+  sync_multicast();
+}
+
+void DeviceCore::sync_multicast() {
+  const bool has = engine_->mcast_groups() != 0;
+  if (has == has_multicast_) return;
+  has_multicast_ = has;
+  group_->set_has_multicast(cfg_.index, has);
+}
+
+int DeviceCore::attach_mcast(uint32_t qpn, const net::IpAddr& gid) {
+  const int rc = engine_->attach_mcast(qpn, gid);
+  sync_multicast();
+  return rc;
+}
+
+int DeviceCore::detach_mcast(uint32_t qpn, const net::IpAddr& gid) {
+  const int rc = engine_->detach_mcast(qpn, gid);
+  sync_multicast();
+  return rc;
 }
 
 net::ResolveStatus DeviceCore::resolve(rocev2::AddressVector* av, uint64_t now_ns) {

@@ -39,6 +39,7 @@
 
 #include "net/frame_loss.h"
 #include "net/gid_table.h"
+#include "net/membership.h"
 #include "net/neighbor.h"
 #include "net/port.h"
 #include "rocev2/engine.h"
@@ -54,8 +55,9 @@ inline constexpr uint32_t kMulticastQpn = 0xffffff;
 /// The cores of one droced and what they share.
 class CoreGroup {
  public:
-  /// `cores` (1..kMaxCores) cores on `port`; -errno through *rc.
-  CoreGroup(net::Port* port, unsigned cores, const net::NeighborConfig& neighbor, int* rc);
+  /// `cores` (1..kMaxCores) cores on `port` (frames of its own tagged with `vlan`); -errno
+  /// through *rc.
+  CoreGroup(net::Port* port, unsigned cores, const net::NeighborConfig& neighbor, uint16_t vlan, int* rc);
   ~CoreGroup();
   CoreGroup(const CoreGroup&) = delete;
   CoreGroup& operator=(const CoreGroup&) = delete;
@@ -86,20 +88,32 @@ class CoreGroup {
   /// The eventfd core k sleeps on (set by its owner; -1: never sleeps).
   void set_wake_fd(unsigned core, int fd) { wake_fd_[core] = fd; }
 
-  /// The neighbour table every core resolves through, and its lock.
+  /// The neighbour table every core resolves through, and its lock (which also guards the
+  /// multicast membership reporter: both are the port's own control frames).
   net::NeighborTable& neighbors() { return neighbors_; }
+  net::MembershipReporter& membership() { return membership_; }
   std::mutex& neighbor_mutex() { return neighbor_mutex_; }
   net::Port* port() const { return port_; }
+
+  /// Bit k: core k's engine has multicast groups (then what any core sends to a multicast
+  /// address is looped back too, as a NIC delivers to its own attached QPs).
+  void set_has_multicast(unsigned core, bool has) {
+    if (has) mcast_cores_.fetch_or(1u << core, std::memory_order_relaxed);
+    else mcast_cores_.fetch_and(~(1u << core), std::memory_order_relaxed);
+  }
+  const std::atomic<uint32_t>* multicast_cores() const { return &mcast_cores_; }
 
  private:
   net::Port* port_;
   unsigned cores_;
+  std::atomic<uint32_t> mcast_cores_{0};
   std::vector<rte_ring*> inbound_;
   std::unique_ptr<std::atomic<bool>[]> sleeping_;
   std::vector<int> wake_fd_;
   std::vector<rte_spinlock_t> tx_locks_;
   std::mutex neighbor_mutex_;
   net::NeighborTable neighbors_;
+  net::MembershipReporter membership_;
 };
 
 /// An address vector's source from a GID table entry: its GID, VLAN and MAC (what a client's
@@ -127,7 +141,8 @@ struct DeviceCoreConfig {
 
 struct DeviceCoreCounters {
   uint64_t neighbor_frames_in = 0;   ///< ARP/ND frames handed to the neighbour table
-  uint64_t neighbor_frames_out = 0;  ///< its replies and requests sent
+  uint64_t membership_frames_in = 0; ///< IGMP/MLD frames handed to the membership reporter
+  uint64_t neighbor_frames_out = 0;  ///< its replies and requests sent (and IGMP/MLD reports)
   uint64_t neighbor_tx_dropped = 0;  ///< no mbuf or port full (the table retries on its own)
   uint64_t oversize_control = 0;     ///< ARP/ND frames too large to read (dropped)
   uint64_t loopback_frames = 0;      ///< frames to our own MAC, handed from TX to RX
@@ -135,6 +150,7 @@ struct DeviceCoreCounters {
   uint64_t handed_in = 0;            ///< frames other cores handed here
   uint64_t hand_off_dropped = 0;     ///< the owner's inbound ring was full (or no copy for multicast)
   uint64_t loss_dropped = 0;         ///< received frames discarded by --drop-rate
+  uint64_t rx_own_frames = 0;        ///< our own frames seen again (af_packet shows what we send)
 };
 
 class DeviceCore {
@@ -161,7 +177,14 @@ class DeviceCore {
   bool has_inbound() const { return rte_ring_count(group_->inbound(cfg_.index)) != 0; }
   uint64_t next_deadline() const;
 
+  /// ibv_attach_mcast / ibv_detach_mcast on this core's engine (Engine's errors).
+  int attach_mcast(uint32_t qpn, const net::IpAddr& gid);
+  int detach_mcast(uint32_t qpn, const net::IpAddr& gid);
+
  private:
+  /// Tells the group whether this core's engine has multicast groups (after attach, detach,
+  /// and each loop: a destroyed QP leaves its groups).
+  void sync_multicast();
   void send_neighbor_frames();
   /// Sends `frames` to their owners; the ones that are this core's go to
   /// *local (multicast: a copy each, the original too).
@@ -184,6 +207,7 @@ class DeviceCore {
   size_t apply_loss(rte_mbuf** frames, size_t n);
 
   uint32_t woken_ = 0;  ///< cores handed frames this run_once (bit k), woken once each
+  bool has_multicast_ = false;
   DeviceCoreCounters counters_;
 };
 

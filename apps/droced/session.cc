@@ -278,6 +278,9 @@ void Session::handle(const std::vector<uint8_t>& msg, std::vector<core::Fd>& fds
       r.atomic_cap = 1;  // IBV_ATOMIC_HCA: atomic with respect to this device's own operations
       r.phys_port_cnt = 1;
       r.max_pkeys = dev_->limits.max_pkeys;
+      r.max_mcast_grp = dev_->limits.max_mcast_grp;
+      r.max_mcast_qp_attach = dev_->limits.max_mcast_qp_attach;
+      r.max_total_mcast_qp_attach = dev_->limits.max_total_mcast_qp_attach;
       std::snprintf(r.fw_ver, sizeof r.fw_ver, "%s", kVersion);
       reply(h, 0, &r, sizeof r);
       return;
@@ -525,6 +528,12 @@ void Session::handle(const std::vector<uint8_t>& msg, std::vector<core::Fd>& fds
       reply(h, 0, &s, sizeof s, std::span<const int>(&fd, 1));
       return;
     }
+    default:
+      break;
+  }
+  if (const Route* r = route_for(type)) {
+    r->serve(*this, h, msg);
+    return;
   }
   reply(h, -EOPNOTSUPP);
 }

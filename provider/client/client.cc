@@ -545,6 +545,15 @@ int Context::query_qp(Qp* qp, rocev2::QpAttr* attr) {
   return 0;
 }
 
+int Context::attach_mcast(Qp* qp, const uint8_t* gid, uint16_t lid, bool attach) {
+  if (daemon_minor_ < 4) return -EOPNOTSUPP;  // a droced from before multicast
+  McastRequest q{};
+  q.qpn = qp->qpn_;
+  q.lid = lid;
+  std::memcpy(q.gid, gid, sizeof q.gid);
+  return call(attach ? MsgType::attach_mcast : MsgType::detach_mcast, &q, sizeof q, nullptr, 0);
+}
+
 int Context::destroy_qp(Qp* qp) {
   IdRequest q{qp->qpn_, 0};
   int rc = call(MsgType::destroy_qp, &q, sizeof q, nullptr, 0);

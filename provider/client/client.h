@@ -226,6 +226,9 @@ class Context {
   int modify_qp(Qp* qp, const rocev2::QpAttr& attr, uint32_t mask);
   int query_qp(Qp* qp, rocev2::QpAttr* attr);
   int destroy_qp(Qp* qp);
+  /// ibv_attach_mcast / ibv_detach_mcast: `gid` 16 bytes, network order. -EOPNOTSUPP from a
+  /// droced before multicast (ABI minor 4).
+  int attach_mcast(Qp* qp, const uint8_t* gid, uint16_t lid, bool attach);
   int create_ah(uint32_t pd, const rocev2::AddressVector& av, uint32_t* ah);
   int destroy_ah(uint32_t ah);
 

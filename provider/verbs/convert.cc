@@ -371,9 +371,9 @@ void to_device_attr(const core::ctl::QueryDeviceReply& r, ibv_device_attr_ex* ou
   d.max_mw = 0;
   d.max_raw_ipv6_qp = 0;
   d.max_raw_ethy_qp = 0;
-  d.max_mcast_grp = 0;
-  d.max_mcast_qp_attach = 0;
-  d.max_total_mcast_qp_attach = 0;
+  d.max_mcast_grp = static_cast<int>(r.max_mcast_grp);
+  d.max_mcast_qp_attach = static_cast<int>(r.max_mcast_qp_attach);
+  d.max_total_mcast_qp_attach = static_cast<int>(r.max_total_mcast_qp_attach);
   d.max_ah = static_cast<int>(r.max_ah);
   d.max_fmr = 0;
   d.max_map_per_fmr = 0;

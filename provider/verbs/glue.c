@@ -200,6 +200,7 @@ static int droce_destroy_qp(struct ibv_qp *ibqp)
  */
 static const struct verbs_context_ops droce_ctx_ops = {
   .alloc_pd = droce_alloc_pd,
+  .attach_mcast = droce_attach_mcast,
   .async_event = droce_async_event,
   .cq_event = droce_cq_event,
   .create_ah = droce_create_ah,
@@ -214,6 +215,7 @@ static const struct verbs_context_ops droce_ctx_ops = {
   .destroy_cq = droce_destroy_cq,
   .destroy_qp = droce_destroy_qp,
   .destroy_srq = droce_destroy_srq,
+  .detach_mcast = droce_detach_mcast,
   .free_context = droce_free_context,
   .modify_qp = droce_modify_qp,
   .modify_srq = droce_modify_srq,

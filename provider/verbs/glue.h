@@ -114,6 +114,8 @@ int droce_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
                    struct ibv_qp_init_attr *init_attr);
 int droce_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
 int droce_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
+int droce_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid);
+int droce_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid);
 
 struct ibv_ah *droce_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr);
 int droce_destroy_ah(struct ibv_ah *ah);

@@ -328,6 +328,20 @@ int droce_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   return positive(v->ctx->client->modify_qp(v->qp, a, static_cast<uint32_t>(mask)));
 }
 
+// Multicast: the verbs ask nothing of the QP's state (a QP in RESET may attach); droced checks
+// that the QP is UD and the GID a multicast one (EINVAL), and its limits (ENOMEM).
+int droce_attach_mcast(ibv_qp* ibqp, const ibv_gid* gid, uint16_t lid) {
+  if (gid == nullptr) return EINVAL;
+  VerbsQp* v = qp_of(ibqp);
+  return positive(v->ctx->client->attach_mcast(v->qp, gid->raw, lid, true));
+}
+
+int droce_detach_mcast(ibv_qp* ibqp, const ibv_gid* gid, uint16_t lid) {
+  if (gid == nullptr) return EINVAL;
+  VerbsQp* v = qp_of(ibqp);
+  return positive(v->ctx->client->attach_mcast(v->qp, gid->raw, lid, false));
+}
+
 int droce_query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init_attr) {
   (void)mask;  // everything is reported; the mask only says what the caller reads
   if (attr == nullptr || init_attr == nullptr) return EINVAL;
