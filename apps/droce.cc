@@ -44,11 +44,13 @@ void usage(FILE* out) {
       "  gen --seed S --count N [--ipv4|--ipv6] [--no-vlan] [--max-payload B] OUT.pcap\n"
       "      Write N random valid RoCEv2 frames (every opcode, IPv4/IPv6, VLAN or not)\n"
       "      to OUT.pcap, and their fields, one JSON object per line, to OUT.pcap.jsonl.\n"
-      "  devices | ports | gids | qps | clients | cores | cm | counters | status [--json] [--device NAME | --socket PATH]\n"
+      "  devices | ports | gids | qps | clients | cores | cm | multicast | counters | status\n"
+      "      [--json] [--device NAME | --socket PATH]\n"
       "      droced's state: devices, ports and link, the GID table, QPs with their\n"
       "      per-QP counters, connected clients, the poll cores (queues, clients,\n"
       "      frames handed between them), rdma_cm ids (port space, state, addresses,\n"
-      "      comm ID and CM state, QPs), global counters (RX parse failures by\n"
+      "      comm ID and CM state, QPs, groups), multicast groups with their attached\n"
+      "      QPs and the IGMP/MLD memberships reported, global counters (RX parse failures by\n"
       "      reason, neighbour discovery, sleeps, CM); status shows all tables.\n"
       "  events [--count N] [--timeout SECONDS] [--device NAME | --socket PATH]\n"
       "      Open a verbs context and print the async events droced delivers to it\n"
@@ -258,7 +260,7 @@ int main(int argc, char** argv) {
   if (cmd == "gen") return cmd_gen(args);
   if (cmd == "events") return droce::cli::events_command(args);
   if (cmd == "exec") return droce::cli::exec_command(argc - 1, argv + 1);
-  for (const char* c : {"devices", "ports", "gids", "qps", "clients", "cores", "cm", "counters", "status"})
+  for (const char* c : {"devices", "ports", "gids", "qps", "clients", "cores", "cm", "multicast", "counters", "status"})
     if (cmd == c) return droce::cli::status_command(cmd, args);
   if (cmd == "help" || cmd == "--help" || cmd == "-h") {
     usage(stdout);

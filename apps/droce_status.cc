@@ -206,7 +206,8 @@ int status_command(std::string_view cmd, const std::vector<std::string_view>& ar
   }
   const std::map<std::string_view, std::string_view> section = {
       {"devices", "device"}, {"ports", "ports"}, {"gids", "gids"}, {"qps", "qps"},
-      {"clients", "clients"}, {"counters", "counters"}, {"cores", "cores"}, {"cm", "cm"}};
+      {"clients", "clients"}, {"counters", "counters"}, {"cores", "cores"}, {"cm", "cm"},
+      {"multicast", "multicast"}};
   const Value* v = cmd == "status" ? &all : (section.count(cmd) ? all.get(section.at(cmd)) : nullptr);
   if (v == nullptr) return 1;
   if (json) {
@@ -237,7 +238,11 @@ int status_command(std::string_view cmd, const std::vector<std::string_view>& ar
                            "retransmits", "timeouts", "rnr_naks_received"});
   if ((cmd == "cm" || cmd == "status") && all.get("cm") != nullptr)
     table(all.get("cm"), {"id", "channel", "port_space", "state", "local", "remote", "comm_id", "cm_state", "qpn",
-                          "remote_qpn", "events_reported"});
+                          "remote_qpn", "events_reported", "groups"});
+  if ((cmd == "multicast" || cmd == "status") && all.get("multicast") != nullptr) {
+    table(all.get("multicast"), {"group", "core", "qpns"});
+    table(all.get("membership"), {"group", "source", "reports_sent", "leaves_sent", "queries_seen"});
+  }
   if (cmd == "counters") flat(*v, "");
   return 0;
 }

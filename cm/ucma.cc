@@ -233,12 +233,12 @@ Ucma::Handler Ucma::handler(uint32_t cmd) {
     case RDMA_USER_CM_CMD_NOTIFY: return &Ucma::notify;
     case RDMA_USER_CM_CMD_MIGRATE_ID: return &Ucma::migrate_id;
     case RDMA_USER_CM_CMD_BIND: return &Ucma::bind_af_ib;
+    case RDMA_USER_CM_CMD_JOIN_IP_MCAST: return &Ucma::join_ip_mcast;
+    case RDMA_USER_CM_CMD_JOIN_MCAST: return &Ucma::join_mcast;
+    case RDMA_USER_CM_CMD_LEAVE_MCAST: return &Ucma::leave_mcast;
     case RDMA_USER_CM_CMD_GET_OPTION:
-    case RDMA_USER_CM_CMD_JOIN_IP_MCAST:
-    case RDMA_USER_CM_CMD_LEAVE_MCAST:
     case RDMA_USER_CM_CMD_QUERY:
-    case RDMA_USER_CM_CMD_RESOLVE_ADDR:
-    case RDMA_USER_CM_CMD_JOIN_MCAST: return &Ucma::not_supported;
+    case RDMA_USER_CM_CMD_RESOLVE_ADDR: return &Ucma::not_supported;
     default: return nullptr;
   }
 }
@@ -334,6 +334,11 @@ uint32_t Ucma::destroy(Id* id, uint64_t now_ms) {
         break;
     }
   }
+  // Its multicasts go with it (the kernel's ucma_cleanup_multicast), their events too.
+  std::vector<uint32_t> joined;
+  for (const auto& [h, mc] : mcasts_)
+    if (mc.id == handle) joined.push_back(h);
+  for (uint32_t h : joined) leave(h);
   // A listener's connect requests still queued die with it (their ids were never the app's).
   std::vector<uint32_t> orphans;
   if (auto ch = channels_.find(id->channel); ch != channels_.end()) {
@@ -939,7 +944,7 @@ int Ucma::migrate_id(uint32_t channel, std::span<const uint8_t> body, std::span<
     auto& q = from->second.events;
     int moved = 0;
     for (auto it = q.begin(); it != q.end();) {
-      if (it->owner == id->handle) {
+      if (owned_by(it->owner, *id)) {  // its multicasts' events move with it
         to->second.events.push_back(*it);
         it = q.erase(it);
         ++moved;
@@ -955,6 +960,108 @@ int Ucma::migrate_id(uint32_t channel, std::span<const uint8_t> body, std::span<
   }
   respond(rdma_ucm_migrate_resp{id->events_reported}, resp);
   return 0;
+}
+
+// ---- multicast ------------------------------------------------------------------------------
+
+int Ucma::join_ip_mcast(uint32_t channel, std::span<const uint8_t> body, std::span<const uint8_t>,
+                        std::vector<uint8_t>* resp, uint64_t) {
+  const auto c = body_as<rdma_ucm_join_ip_mcast>(body);
+  // The legacy command has no flags: a full member (librdmacm, knowing the app asked for a
+  // send-only join, still skips the attach; the membership is reported all the same).
+  return join(channel, c.id, c.uid, &c.addr, false, resp);
+}
+
+int Ucma::join_mcast(uint32_t channel, std::span<const uint8_t> body, std::span<const uint8_t>,
+                     std::vector<uint8_t>* resp, uint64_t) {
+  const auto c = body_as<rdma_ucm_join_mcast>(body);
+  sockaddr_storage sa{};
+  std::memcpy(&sa, &c.addr, sizeof sa);
+  const size_t want = sa.ss_family == AF_INET ? sizeof(sockaddr_in) : sa.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : 0;
+  if (want == 0) return -EAFNOSUPPORT;  // AF_IB: this ucma serves the IP command set
+  if (c.addr_size != want) return -EINVAL;
+  if (c.join_flags != RDMA_MC_JOIN_FLAG_FULLMEMBER && c.join_flags != RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER)
+    return -EINVAL;
+  return join(channel, c.id, c.uid, &c.addr, c.join_flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER, resp);
+}
+
+int Ucma::join(uint32_t channel, uint32_t id_handle, uint64_t uid, const void* addr, bool send_only,
+               std::vector<uint8_t>* resp) {
+  Id* id = find(channel, id_handle);
+  if (id == nullptr) return -EINVAL;
+  net::IpAddr group;
+  uint16_t port = 0, family = 0;
+  if (!parse_sockaddr(addr, &group, &port, &family)) return -EAFNOSUPPORT;
+  // rdma_join_multicast: a UD id with a device (bound to an address, or resolved).
+  const bool bound_to_device = id->state == State::idle && id->bound && !is_any(id->src);
+  if (id->qp_type != kQptUd || (!bound_to_device && id->state != State::addr_resolved)) return -EINVAL;
+  // The kernel would join any IPv4 address (the attach then fails); droce says so at once.
+  // RoCEv2 over IPv6 groups the kernel refuses (ENOTSUPP); droce serves them (the MGID is the
+  // group itself), with an MLD report.
+  if (!net::is_multicast(group)) return -EINVAL;
+  const uint32_t handle = next_handle_++;
+  Mcast& mc = mcasts_[handle];
+  mc.id = id->handle;
+  mc.uid = uid;
+  mc.group = group;
+  mc.src = id->src;
+  mc.send_only = send_only;
+  if (!send_only && members_[{mc.src, group}]++ == 0) net_->multicast_membership(mc.src, group, true);
+  ++counters_.mcast_joins;
+
+  // MULTICAST_JOIN, as cma_make_mc_event fills it for RoCE: the AH toward the group, the
+  // multicast QPN and the id's Q_Key; the event names the multicast, not the id.
+  Queued q;
+  q.owner = handle;
+  q.resp.uid = uid;
+  q.resp.id = handle;
+  q.resp.event = kMulticastJoin;
+  rdma_ucm_ud_param& ud = q.resp.param.ud;
+  ud.qp_num = 0xFFFFFF;
+  ud.qkey = id->qkey;
+  std::memcpy(ud.ah_attr.grh.dgid, group.data(), 16);
+  ud.ah_attr.grh.sgid_index = static_cast<uint8_t>(id->gid_index);
+  ud.ah_attr.grh.hop_limit = kHopLimit;  // IPV6_DEFAULT_HOPLIMIT for RoCEv2 groups
+  ud.ah_attr.grh.traffic_class = id->tos;
+  ud.ah_attr.is_global = 1;
+  ud.ah_attr.port_num = 1;
+  push(id->channel, q);
+  respond(rdma_ucm_create_id_resp{handle}, resp);
+  return 0;
+}
+
+int Ucma::leave_mcast(uint32_t channel, std::span<const uint8_t> body, std::span<const uint8_t>,
+                      std::vector<uint8_t>* resp, uint64_t) {
+  const auto c = body_as<rdma_ucm_destroy_id>(body);
+  auto mc = mcasts_.find(c.id);
+  if (mc == mcasts_.end()) return -ENOENT;  // ucma_leave_multicast
+  const Id* id = find(mc->second.id);
+  if (id == nullptr || id->channel != channel) return -EINVAL;
+  respond(rdma_ucm_destroy_id_resp{leave(c.id)}, resp);
+  return 0;
+}
+
+uint32_t Ucma::leave(uint32_t handle) {
+  auto it = mcasts_.find(handle);
+  if (it == mcasts_.end()) return 0;
+  const Mcast mc = it->second;
+  mcasts_.erase(it);
+  if (const Id* id = find(mc.id)) withdraw(id->channel, handle);
+  if (!mc.send_only) {
+    auto m = members_.find({mc.src, mc.group});
+    if (m != members_.end() && --m->second == 0) {
+      members_.erase(m);
+      net_->multicast_membership(mc.src, mc.group, false);
+    }
+  }
+  ++counters_.mcast_leaves;
+  return mc.events_reported;
+}
+
+bool Ucma::owned_by(uint32_t owner, const Id& id) const {
+  if (owner == id.handle) return true;
+  auto mc = mcasts_.find(owner);
+  return mc != mcasts_.end() && mc->second.id == id.handle;
 }
 
 // ---- events ---------------------------------------------------------------------------------
@@ -992,6 +1099,7 @@ int Ucma::get_event(uint32_t channel, std::span<const uint8_t>, std::span<const 
   const Queued e = q.front();
   q.pop_front();
   if (Id* owner = find(e.owner)) ++owner->events_reported;
+  else if (auto mc = mcasts_.find(e.owner); mc != mcasts_.end()) ++mc->second.events_reported;
   respond(e.resp, resp);
   return 0;
 }
@@ -1128,6 +1236,8 @@ std::vector<UcmaIdInfo> Ucma::ids() const {
     i.qp_num = id.qp_num;
     i.remote_qpn = id.remote_qpn;
     i.events_reported = id.events_reported;
+    for (const auto& [mh, mc] : mcasts_)
+      if (mc.id == h) i.groups.push_back(mc.group);
     out.push_back(i);
   }
   return out;

@@ -12,8 +12,11 @@
 //
 // The command set is the legacy one (BIND_IP, RESOLVE_IP, QUERY_ROUTE): the AF_IB probe librdmacm
 // makes at start (a BIND of an AF_IB address) is refused, so it never takes the AF_IB path.
-// Connected (RC, PS_TCP) and SIDR (UD, PS_UDP) ids are served, both sides; multicast is not
-// (JOIN_* answer ENOSYS).
+// Connected (RC, PS_TCP) and SIDR (UD, PS_UDP) ids are served, both sides; so is multicast for UD
+// ids (JOIN_IP_MCAST, JOIN_MCAST, LEAVE_MCAST), which on RoCE has no wire protocol of its own: the
+// join completes here, as the kernel's cma_iboe_join_multicast does, and the host is told which
+// groups have full members (UcmaNetwork::multicast_membership) to send the IGMP/MLD reports a
+// switch wants. The app attaches its QP itself (librdmacm does on MULTICAST_JOIN).
 //
 // Readiness: every channel's queue length is what its eventfd counts. The host learns how it moved
 // from take_signals() after each call, and writes (or reads) the eventfd that many times, so
@@ -50,6 +53,11 @@ class UcmaNetwork {
   virtual int gid_index(const net::IpAddr& ip) const = 0;
   /// Neighbour resolution of `dst` (ARP): asked again while pending.
   virtual Resolve resolve(const net::IpAddr& src, const net::IpAddr& dst, uint64_t now_ms) = 0;
+  /// The first full member of `group` on local address `src` joined (true), or the last one
+  /// left (false): the host reports it to the network (IGMP/MLD), as ip_mc_inc_group does.
+  virtual void multicast_membership(const net::IpAddr& src, const net::IpAddr& group, bool joined) {
+    (void)src, (void)group, (void)joined;
+  }
 };
 
 struct UcmaConfig {
@@ -68,6 +76,8 @@ struct UcmaCounters {
   uint64_t events_dropped = 0;     ///< a channel's queue was full
   uint64_t events_orphaned = 0;    ///< agent events for no id (destroyed, or a child not accepted)
   uint64_t addr_errors = 0;        ///< ADDR_ERROR: no local address or no neighbour in time
+  uint64_t mcast_joins = 0;        ///< JOIN_IP_MCAST / JOIN_MCAST answered with MULTICAST_JOIN
+  uint64_t mcast_leaves = 0;       ///< LEAVE_MCAST, and joins dropped with their id
 };
 
 /// One cm_id as `droce cm` shows it.
@@ -82,6 +92,7 @@ struct UcmaIdInfo {
   uint32_t qp_num = 0;    ///< the app's QP (from CONNECT/ACCEPT)
   uint32_t remote_qpn = 0;
   uint32_t events_reported = 0;
+  std::vector<net::IpAddr> groups;  ///< multicast groups joined through this id
 };
 
 class Ucma {
@@ -196,6 +207,9 @@ class Ucma {
   int set_option(uint32_t, std::span<const uint8_t>, std::span<const uint8_t>, std::vector<uint8_t>*, uint64_t);
   int notify(uint32_t, std::span<const uint8_t>, std::span<const uint8_t>, std::vector<uint8_t>*, uint64_t);
   int migrate_id(uint32_t, std::span<const uint8_t>, std::span<const uint8_t>, std::vector<uint8_t>*, uint64_t);
+  int join_ip_mcast(uint32_t, std::span<const uint8_t>, std::span<const uint8_t>, std::vector<uint8_t>*, uint64_t);
+  int join_mcast(uint32_t, std::span<const uint8_t>, std::span<const uint8_t>, std::vector<uint8_t>*, uint64_t);
+  int leave_mcast(uint32_t, std::span<const uint8_t>, std::span<const uint8_t>, std::vector<uint8_t>*, uint64_t);
   int bind_af_ib(uint32_t, std::span<const uint8_t>, std::span<const uint8_t>, std::vector<uint8_t>*, uint64_t);
   int not_supported(uint32_t, std::span<const uint8_t>, std::span<const uint8_t>, std::vector<uint8_t>*, uint64_t);
 
@@ -224,6 +238,15 @@ class Ucma {
   void on_sidr_request(const AgentEvent& e, uint64_t now_ms);
   void on_sidr_reply(Id* id, const SidrRep& rep);
   uint32_t new_psn();
+  /// A join of `id` (on `channel`) to the group at `addr`; `send_only` joins report no
+  /// membership. Answers the multicast's handle, and queues MULTICAST_JOIN.
+  int join(uint32_t channel, uint32_t id_handle, uint64_t uid, const void* addr, bool send_only,
+           std::vector<uint8_t>* resp);
+  /// Drops multicast `handle`: its queued events withdrawn, its membership reported gone.
+  /// Returns its events_reported.
+  uint32_t leave(uint32_t handle);
+  /// True when `owner` (of a queued event) is `id` or one of its multicasts.
+  bool owned_by(uint32_t owner, const Id& id) const;
 
   Agent* agent_;
   UcmaNetwork* net_;
@@ -234,6 +257,19 @@ class Ucma {
   std::map<uint32_t, Channel> channels_;
   std::map<uint32_t, Id> ids_;
   std::map<uint32_t, uint32_t> conn_to_id_;  ///< the agent's comm ID -> id handle
+  /// A multicast join (the kernel's ucma_multicast). Its handle comes from the ids' counter, so
+  /// a queued event's owner names either an id or a multicast, never both.
+  struct Mcast {
+    uint32_t id = 0;          ///< the id that joined
+    uint64_t uid = 0;         ///< librdmacm's cma_multicast pointer
+    net::IpAddr group{};      ///< the MGID: ::ffff:a.b.c.d for IPv4 (RoCEv2), else the IPv6 group
+    net::IpAddr src{};        ///< the id's source address when it joined
+    bool send_only = false;
+    uint32_t events_reported = 0;
+  };
+  std::map<uint32_t, Mcast> mcasts_;
+  /// Full members per (source address, group): the host reports the first and the last.
+  std::map<std::pair<net::IpAddr, net::IpAddr>, uint32_t> members_;
   std::map<uint32_t, int> signals_;
   UcmaCounters counters_;
 };

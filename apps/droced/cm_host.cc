@@ -340,6 +340,13 @@ int CmHost::Network::gid_index(const net::IpAddr& ip) const {
   return idx < 0 ? -1 : idx;
 }
 
+void CmHost::Network::multicast_membership(const net::IpAddr& src, const net::IpAddr& group, bool joined) {
+  const uint64_t now = core::monotonic_ns();
+  std::lock_guard l(core_->group().neighbor_mutex());
+  if (joined) core_->group().membership().join(src, group, now);
+  else core_->group().membership().leave(src, group, now);
+}
+
 cm::UcmaNetwork::Resolve CmHost::Network::resolve(const net::IpAddr& src, const net::IpAddr& dst, uint64_t now_ms) {
   const int idx = gids_->find(src);
   if (idx < 0) return Resolve::failed;

@@ -86,6 +86,8 @@ class CmHost {
     std::optional<std::pair<net::IpAddr, uint32_t>> source_for(const net::IpAddr& dst) const override;
     int gid_index(const net::IpAddr& ip) const override;
     Resolve resolve(const net::IpAddr& src, const net::IpAddr& dst, uint64_t now_ms) override;
+    /// IGMP/MLD reports through the port's membership reporter (CoreGroup::membership()).
+    void multicast_membership(const net::IpAddr& src, const net::IpAddr& group, bool joined) override;
 
    private:
     DeviceCore* core_;

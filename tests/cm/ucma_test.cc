@@ -37,6 +37,11 @@ struct FakeNet : UcmaNetwork {
     auto it = neighbours.find(dst);
     return it == neighbours.end() ? Resolve::pending : it->second;
   }
+  std::vector<std::pair<net::IpAddr, bool>> memberships;  // what the host was told to report
+  void multicast_membership(const net::IpAddr& src, const net::IpAddr& group, bool joined) override {
+    EXPECT_EQ(src, mine);
+    memberships.emplace_back(group, joined);
+  }
 };
 
 struct Host {
@@ -387,7 +392,7 @@ TEST_F(Test2, MalformedAndForeignCommandsGetTheKernelsErrors) {
   auto shortened = command(RDMA_USER_CM_CMD_DISCONNECT, rdma_ucm_disconnect{id}, 0);
   shortened.pop_back();
   EXPECT_EQ(a.ucma.command(ca, shortened, {}, &r, now), -EINVAL);
-  // GET_OPTION and the multicast commands: not served.
+  // GET_OPTION: not served.
   EXPECT_EQ(a.ucma.command(ca, command(13, rdma_ucm_disconnect{id}, 0), {}, &r, now), -ENOSYS);
   // An id of another channel is not there.
   EXPECT_EQ(simple(a, other, RDMA_USER_CM_CMD_DISCONNECT, id), -EINVAL);
@@ -719,6 +724,136 @@ TEST_F(Test2, ASidrBetweenTwoListensOnAPortReachesTheSecondListener) {
     flush();
     now += Agent::kListenGapMs + 1;  // the next round's hold is its own first listener's doing
   }
+}
+
+// Multicast as mckey makes it: a UD id resolves the group's address (no neighbour to ask), joins
+// (JOIN_IP_MCAST: librdmacm's command with AF_IB off), and gets MULTICAST_JOIN naming the
+// multicast (its uid and handle), with the AH toward the group, QPN 0xFFFFFF and the id's Q_Key,
+// from which the app attaches its QP and sends. The host is told to report the first full member
+// of a group and the last one gone; LEAVE_MCAST answers the events the multicast reported.
+TEST_F(Test2, AUdIdJoinsAGroupAndLeavesIt) {
+  const net::IpAddr group = net::ipv4_mapped(0xef010203);  // 239.1.2.3
+  a.net.neighbours[group] = UcmaNetwork::Resolve::resolved;
+  const uint32_t ca = a.ucma.open_channel();
+  const uint32_t id = create(a, ca, 0xa1, kPsUdp);
+  rdma_ucm_resolve_ip r{};
+  r.dst_addr = sin(group, 0);
+  r.id = id;
+  r.timeout_ms = 2000;
+  ASSERT_EQ(call(a, ca, command(RDMA_USER_CM_CMD_RESOLVE_IP, r, 0)), 0);
+  ASSERT_EQ(event(a, ca).event, 0u);  // ADDR_RESOLVED
+
+  // Step: two joins of the group through the id (two multicasts, as two rdma_join_multicast).
+  rdma_ucm_join_ip_mcast j{};
+  j.uid = 0x5151;
+  j.addr = sin(group, 0);
+  j.id = id;
+  std::vector<uint8_t> resp;
+  ASSERT_EQ(call(a, ca, command(RDMA_USER_CM_CMD_JOIN_IP_MCAST, j, 4), &resp), 0);
+  ASSERT_EQ(resp.size(), 4u);
+  uint32_t mc1 = 0, mc2 = 0;
+  std::memcpy(&mc1, resp.data(), 4);
+  j.uid = 0x5252;
+  ASSERT_EQ(call(a, ca, command(RDMA_USER_CM_CMD_JOIN_IP_MCAST, j, 4), &resp), 0);
+  std::memcpy(&mc2, resp.data(), 4);
+  EXPECT_NE(mc1, mc2);
+  EXPECT_NE(mc1, id);
+  // Expect: the membership reported once; MULTICAST_JOIN for each, naming the multicast.
+  ASSERT_EQ(a.net.memberships.size(), 1u);
+  EXPECT_EQ(a.net.memberships[0], std::make_pair(group, true));
+  rdma_ucm_event_resp e = event(a, ca);
+  EXPECT_EQ(e.event, 12u);  // MULTICAST_JOIN
+  EXPECT_EQ(e.status, 0u);
+  EXPECT_EQ(e.uid, 0x5151u);
+  EXPECT_EQ(e.id, mc1);
+  EXPECT_EQ(e.param.ud.qp_num, 0xFFFFFFu);
+  EXPECT_EQ(e.param.ud.qkey, 0x01234567u);
+  EXPECT_EQ(e.param.ud.ah_attr.is_global, 1);
+  EXPECT_EQ(std::memcmp(e.param.ud.ah_attr.grh.dgid, group.data(), 16), 0);  // ::ffff:239.1.2.3
+  EXPECT_EQ(e.param.ud.ah_attr.grh.sgid_index, 1);
+  EXPECT_EQ(e.param.ud.ah_attr.grh.hop_limit, 64);
+  EXPECT_EQ(e.param.ud.ah_attr.dlid, 0);
+  EXPECT_EQ(e.param.ud.ah_attr.port_num, 1);
+
+  // Step: leave the first (its event was taken), then the second (its event still queued).
+  rdma_ucm_destroy_id l{};
+  l.id = mc1;
+  ASSERT_EQ(call(a, ca, command(RDMA_USER_CM_CMD_LEAVE_MCAST, l, 4), &resp), 0);
+  uint32_t reported = 0xffff;
+  std::memcpy(&reported, resp.data(), 4);
+  EXPECT_EQ(reported, 1u);
+  EXPECT_EQ(a.net.memberships.size(), 1u);  // a member is left
+  l.id = mc2;
+  ASSERT_EQ(call(a, ca, command(RDMA_USER_CM_CMD_LEAVE_MCAST, l, 4), &resp), 0);
+  std::memcpy(&reported, resp.data(), 4);
+  // Expect: nothing reported for it, its event withdrawn (the eventfd count with it), the last
+  // member gone reported, and the id's own count untouched (its ADDR_RESOLVED).
+  EXPECT_EQ(reported, 0u);
+  EXPECT_EQ(a.ready[ca], 0);
+  EXPECT_EQ(a.ucma.queued(ca), 0u);
+  ASSERT_EQ(a.net.memberships.size(), 2u);
+  EXPECT_EQ(a.net.memberships[1], std::make_pair(group, false));
+  l.id = mc2;
+  EXPECT_EQ(call(a, ca, command(RDMA_USER_CM_CMD_LEAVE_MCAST, l, 4), &resp), -ENOENT);
+
+  // Step: join again, and destroy the id without leaving.
+  ASSERT_EQ(call(a, ca, command(RDMA_USER_CM_CMD_JOIN_IP_MCAST, j, 4), &resp), 0);
+  EXPECT_EQ(destroy(a, ca, id), 1u);  // the id's ADDR_RESOLVED only
+  // Expect: the membership went with it.
+  ASSERT_EQ(a.net.memberships.size(), 4u);
+  EXPECT_EQ(a.net.memberships[3], std::make_pair(group, false));
+  EXPECT_EQ(a.ucma.queued(ca), 0u);
+  EXPECT_EQ(a.ucma.counters().mcast_joins, 3u);
+  EXPECT_EQ(a.ucma.counters().mcast_leaves, 3u);
+}
+
+TEST_F(Test2, JoinsTheKernelWouldRefuseAreRefused) {
+  const net::IpAddr group = net::ipv4_mapped(0xe0000102);
+  const uint32_t ca = a.ucma.open_channel(), other = a.ucma.open_channel();
+  const uint32_t rc_id = create(a, ca, 0xa1, kPsTcp);
+  const uint32_t ud = create(a, ca, 0xa2, kPsUdp);
+  rdma_ucm_join_ip_mcast j{};
+  j.addr = sin(group, 0);
+  std::vector<uint8_t> resp;
+  // An unbound id has no device; an RC id cannot join.
+  j.id = ud;
+  EXPECT_EQ(call(a, ca, command(RDMA_USER_CM_CMD_JOIN_IP_MCAST, j, 4), &resp), -EINVAL);
+  rdma_ucm_bind_ip bi{};
+  bi.addr = sin(kIpA, 0);
+  for (uint32_t id : {rc_id, ud}) {
+    bi.id = id;
+    ASSERT_EQ(call(a, ca, command(RDMA_USER_CM_CMD_BIND_IP, bi, 0)), 0);
+  }
+  j.id = rc_id;
+  EXPECT_EQ(call(a, ca, command(RDMA_USER_CM_CMD_JOIN_IP_MCAST, j, 4), &resp), -EINVAL);
+  // Another channel's id; a unicast address.
+  j.id = ud;
+  EXPECT_EQ(call(a, other, command(RDMA_USER_CM_CMD_JOIN_IP_MCAST, j, 4), &resp), -EINVAL);
+  j.addr = sin(kIpB, 0);
+  EXPECT_EQ(call(a, ca, command(RDMA_USER_CM_CMD_JOIN_IP_MCAST, j, 4), &resp), -EINVAL);
+  // JOIN_MCAST: the address size must be the family's, the flags one of the two.
+  rdma_ucm_join_mcast jm{};
+  jm.id = ud;
+  jm.uid = 0x77;
+  const sockaddr_in6 g = sin(group, 0);
+  std::memcpy(&jm.addr, &g, sizeof g);
+  jm.addr_size = sizeof(sockaddr_in6);
+  EXPECT_EQ(call(a, ca, command(RDMA_USER_CM_CMD_JOIN_MCAST, jm, 4), &resp), -EINVAL);
+  jm.addr_size = sizeof(sockaddr_in);
+  jm.join_flags = 2;
+  EXPECT_EQ(call(a, ca, command(RDMA_USER_CM_CMD_JOIN_MCAST, jm, 4), &resp), -EINVAL);
+  EXPECT_TRUE(a.net.memberships.empty());
+  // A send-only member (bound, not resolved: a device is enough) reports no membership.
+  jm.join_flags = RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER;
+  ASSERT_EQ(call(a, ca, command(RDMA_USER_CM_CMD_JOIN_MCAST, jm, 4), &resp), 0);
+  EXPECT_TRUE(a.net.memberships.empty());
+  const rdma_ucm_event_resp e = event(a, ca);
+  EXPECT_EQ(e.event, 12u);
+  EXPECT_EQ(e.uid, 0x77u);
+  // A LEAVE on another channel than its id's.
+  rdma_ucm_destroy_id l{};
+  std::memcpy(&l.id, resp.data(), 4);
+  EXPECT_EQ(call(a, other, command(RDMA_USER_CM_CMD_LEAVE_MCAST, l, 4), &resp), -EINVAL);
 }
 
 }  // namespace
