@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <cstring>
 #include <ctime>
 
@@ -548,6 +549,80 @@ void ud_traffic(Dev& a, Dev& b) {
   ibv_destroy_cq(bcq);
 }
 
+// Multicast (ibv_attach_mcast): two QPs on B and one on A attached to 239.9.9.9; A sends one
+// datagram to the group (QPN 0xFFFFFF): B's two receive it over the wire, A's own attached QP
+// through the device's loopback, as on a NIC. The verbs' errors are rdma-core's.
+void ud_multicast(Dev& a, Dev& b) {
+  check(a.attr.max_mcast_grp > 0 && a.attr.max_mcast_qp_attach > 0 && a.attr.max_total_mcast_qp_attach > 0,
+        "query_device: multicast limits");
+  ibv_gid group{};
+  group.raw[10] = group.raw[11] = 0xff;
+  group.raw[12] = 239;
+  group.raw[13] = group.raw[14] = group.raw[15] = 9;
+  ibv_cq* acq = ibv_create_cq(a.ctx, 16, nullptr, nullptr, 0);
+  ibv_cq* bcq = ibv_create_cq(b.ctx, 16, nullptr, nullptr, 0);
+  ibv_qp* sender = make_qp(a, IBV_QPT_UD, acq, acq);
+  ibv_qp* aq = make_qp(a, IBV_QPT_UD, acq, acq);
+  ibv_qp* bq1 = make_qp(b, IBV_QPT_UD, bcq, bcq);
+  ibv_qp* bq2 = make_qp(b, IBV_QPT_UD, bcq, bcq);
+  ibv_qp* rc = make_qp(b, IBV_QPT_RC, bcq, bcq);
+  for (ibv_qp* q : {sender, aq, bq1, bq2}) ud_ready(q);
+  check(ibv_attach_mcast(rc, &group, 0) == EINVAL, "attach_mcast(RC QP): EINVAL");
+  check(ibv_attach_mcast(bq1, &b.gid, 0) == EINVAL, "attach_mcast(a unicast GID): EINVAL");
+  check(ibv_detach_mcast(bq1, &group, 0) == EINVAL, "detach_mcast(not attached): EINVAL");
+  check(ibv_attach_mcast(bq1, &group, 0) == 0 && ibv_attach_mcast(bq2, &group, 0) == 0 &&
+            ibv_attach_mcast(bq2, &group, 0) == 0 && ibv_attach_mcast(aq, &group, 0) == 0,
+        "attach_mcast: two QPs on B (one twice), one on A");
+  post_recv(bq1, nullptr, 11, b.buf, 40 + 256, b.mr->lkey);
+  post_recv(bq2, nullptr, 12, b.buf + 1024, 40 + 256, b.mr->lkey);
+  post_recv(aq, nullptr, 13, a.buf + 4096, 40 + 256, a.mr->lkey);
+  ibv_ah_attr ah{};
+  ah.is_global = 1;
+  ah.grh.dgid = group;
+  ah.grh.sgid_index = 1;
+  ah.grh.hop_limit = 64;
+  ah.port_num = 1;
+  ibv_ah* to_group = ibv_create_ah(a.pd, &ah);
+  check(to_group != nullptr, "create_ah toward the group (errno %d)", to_group ? 0 : errno);
+  if (to_group == nullptr) return;
+  const auto send = [&](uint8_t fill) {
+    std::memset(a.buf, fill, 256);
+    ibv_sge s{reinterpret_cast<uintptr_t>(a.buf), 256, a.mr->lkey};
+    ibv_send_wr wr{};
+    wr.sg_list = &s;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.ud.ah = to_group;
+    wr.wr.ud.remote_qpn = 0xFFFFFF;
+    wr.wr.ud.remote_qkey = 0x11111111;
+    ibv_send_wr* bad = nullptr;
+    ibv_wc wc;
+    return ibv_post_send(sender, &wr, &bad) == 0 && poll_n(acq, &wc, 1) == 1 && wc.status == IBV_WC_SUCCESS;
+  };
+  check(send(0x5a), "UD SEND to the group");
+  ibv_wc wc[2];
+  const int got = poll_n(bcq, wc, 2);
+  check(got == 2 && wc[0].status == IBV_WC_SUCCESS && wc[1].status == IBV_WC_SUCCESS &&
+            wc[0].qp_num != wc[1].qp_num && wc[0].src_qp == sender->qp_num && wc[0].byte_len == 40 + 256 &&
+            b.buf[40] == 0x5a && b.buf[1024 + 40] == 0x5a,
+        "both of B's attached QPs receive it (got %d)", got);
+  check(poll_n(acq, wc, 1) == 1 && wc[0].qp_num == aq->qp_num && wc[0].status == IBV_WC_SUCCESS &&
+            a.buf[4096 + 40] == 0x5a,
+        "A's attached QP receives it through the loopback");
+  // Detached, bq2 receives no more; bq1 still does.
+  check(ibv_detach_mcast(bq2, &group, 0) == 0, "detach_mcast");
+  post_recv(bq1, nullptr, 21, b.buf, 40 + 256, b.mr->lkey);
+  post_recv(bq2, nullptr, 22, b.buf + 1024, 40 + 256, b.mr->lkey);
+  check(send(0x6b), "UD SEND to the group again");
+  check(poll_n(bcq, wc, 2) == 1 && wc[0].qp_num == bq1->qp_num && wc[0].wr_id == 21, "only the attached QP receives");
+  poll_n(acq, wc, 1);  // aq's copy, unposted: dropped
+  ibv_destroy_ah(to_group);
+  for (ibv_qp* q : {sender, aq, bq1, bq2, rc}) ibv_destroy_qp(q);
+  ibv_destroy_cq(acq);
+  ibv_destroy_cq(bcq);
+}
+
 void channels_and_events(Dev& a, Dev& b) {
   ibv_comp_channel* ch = ibv_create_comp_channel(b.ctx);
   check(ch != nullptr, "create_comp_channel on a droce context (errno %d)", ch ? 0 : errno);
@@ -909,6 +984,7 @@ int main(int argc, char** argv) {
   bad_arguments(a);
   rc_traffic(a, b);
   ud_traffic(a, b);
+  ud_multicast(a, b);
   channels_and_events(a, b);
   resize_cq(a, b);
   if (argc > 3) device_fatal(b, static_cast<pid_t>(std::atoi(argv[3])));

@@ -68,6 +68,17 @@ wait_listener() {
   return 1
 }
 
+# Waits (10 s at most) until droced of HOST has a QP attached to multicast GROUP.
+wait_group() {
+  local host=$1 group=$2
+  for _ in $(seq 200); do
+    "$droce" multicast --json --socket "$hosts/$host/droce0.sock" 2>/dev/null | grep -q "\"group\":\"$group\"" &&
+      return 0
+    sleep 0.05
+  done
+  return 1
+}
+
 selected() { [ -z "${DROCE_RDMACM_CASES:-}" ] || [[ $1 =~ $DROCE_RDMACM_CASES ]]; }
 
 report() {  # report NAME WHY CLIENT_LOG SERVER_LOG
@@ -85,7 +96,8 @@ port=18500
 # pair NAME SERVER_HOST CLIENT_HOST 'SERVER ARGS' 'CLIENT ARGS' CLIENT_PATTERN [SERVER_PATTERN [LISTEN]]
 # The server's arguments may say @PORT and @SERVER (its address); the client's too. LISTEN says
 # what shows the server is ready: rdma_cm (default: its listener in `droce cm`), tcp (a TCP
-# listener in its namespace) or rsocket (an rdma_cm listener on the port, made by rsockets).
+# listener in its namespace), rsocket (an rdma_cm listener on the port, made by rsockets) or
+# mcast:GROUP (a QP of its host attached to GROUP, in `droce multicast`).
 pair() {
   local name=$1 s=$2 c=$3 sargs=$4 cargs=$5 cpat=$6 spat=${7:-} listen=${8:-rdma_cm}
   selected "$name" || return 0
@@ -102,6 +114,8 @@ pair() {
   server=$! why="" crc=0 src=0
   if [ "$listen" = tcp ]; then
     for _ in $(seq 200); do ip netns exec "${netns[$s]}" ss -ltn | grep -q ":$lport " && break; sleep 0.05; done
+  elif [[ $listen == mcast:* ]]; then
+    wait_group "$s" "${listen#mcast:}" || why+=" the receiver never joined;"
   else
     wait_listener "$s" "$lport" || why+=" the server never listened;"
   fi
@@ -130,6 +144,12 @@ for where in "b a" "a a"; do
   pair "$tag.ucmatose" "$s" "$c" "ucmatose -p @PORT -c 8 -C 50" "ucmatose -s @SERVER -p @PORT -c 8 -C 50" \
     "$done_ok" "$done_ok"
   pair "$tag.udaddy" "$s" "$c" "udaddy -c 4 -C 50" "udaddy -s @SERVER -c 4 -C 50" "$done_ok" "$done_ok"
+  # mckey: UD multicast through rdma_join_multicast; the receiver counts every datagram (one lost
+  # would leave it waiting). On one host the sender's frames reach the receiver through droced's
+  # multicast loopback.
+  group=239.77.0.$([ "$tag" = loopback ] && echo 1 || echo 2)
+  pair "$tag.mckey" "$s" "$c" "mckey -m $group -C 100" "mckey -m $group -s -C 100" "$done_ok" \
+    "data transfers complete" "mcast:$group"
   pair "$tag.rdma_server" "$s" "$c" "rdma_server -s @SERVER -p @PORT" "rdma_client -s @SERVER -p @PORT" \
     'rdma_client: end 0' 'rdma_server: end 0'
   pair "$tag.rstream" "$s" "$c" "rstream -b @SERVER -p @PORT -S 4096 -C 200" \
@@ -212,6 +232,7 @@ netns_cases() {
   pair netns.ucmatose b a "ucmatose -p @PORT -c 8 -C 50" "ucmatose -s @SERVER -p @PORT -c 8 -C 50" \
     "$done_ok" "$done_ok"
   pair netns.udaddy b a "udaddy -c 4 -C 50" "udaddy -s @SERVER -c 4 -C 50" "$done_ok" "$done_ok"
+  mckey_igmp_case
   pair netns.ib_write_bw b a "ib_write_bw -R -p @PORT -n 200" "ib_write_bw -R -p @PORT -n 200 @SERVER" "$result"
   pair netns.ib_send_lat.ud b a "ib_send_lat -c UD -R -p @PORT -n 200" \
     "ib_send_lat -c UD -R -p @PORT -n 200 @SERVER" "$result"
@@ -250,6 +271,34 @@ netns_cases() {
     cmp -s "$blob" "$dest/copied" || why+=" the copy differs;"
     report netns.rcopy "$why" "$tmp/rcopy.client" "$tmp/rcopy.server"
   fi
+}
+
+# mckey across the namespaces, receiver in A, while tshark (the oracle) watches B's end of the
+# veth: droced A must report its membership (IGMPv2 report for the group, from A's address, a
+# valid checksum) when the receiver joins and leave the group when it is done.
+mckey_igmp_case() {
+  selected netns.mckey || return 0
+  local group=239.79.0.5 cap="" why=""
+  if command -v tshark >/dev/null; then
+    ip netns exec "${netns[b]}" timeout 60 tshark -l -n -i vb -f igmp \
+      -T fields -e ip.src -e igmp.type -e igmp.maddr -e igmp.checksum.status >"$tmp/igmp.txt" 2>"$tmp/igmp.err" &
+    cap=$!
+    for _ in $(seq 200); do grep -q "Capturing on" "$tmp/igmp.err" && break; sleep 0.05; done
+  else
+    echo "SKIP (part): tshark not installed: the IGMP reports are not checked"
+  fi
+  pair netns.mckey a b "mckey -m $group -C 100" "mckey -m $group -s -C 100" "$done_ok" "data transfers complete" \
+    "mcast:$group"
+  [ -n "$cap" ] || return 0
+  sleep 1
+  kill -INT "$cap" 2>/dev/null
+  wait "$cap" 2>/dev/null
+  # A report (0x16) and a leave (0x17) for the group from A, checksums good; B's droced joined as
+  # the sender (a full member too: librdmacm's legacy join has no send-only flag) and reports also.
+  grep -Eq "^${ip[a]}[[:space:]]+0x16[[:space:]]+$group[[:space:]]+1$" "$tmp/igmp.txt" ||
+    why+=" no good IGMPv2 report from A;"
+  grep -Eq "^${ip[a]}[[:space:]]+0x17[[:space:]]+$group" "$tmp/igmp.txt" || why+=" no leave from A;"
+  report netns.mckey.igmp "$why" "$tmp/igmp.txt" "$tmp/igmp.err"
 }
 
 # qperf_case NAME TEST: qperf's server in B (a TCP listener), the client in A runs TEST -cm1.
