@@ -392,6 +392,7 @@ def cases_for(mtu_link):
 
 # ---- unmodified verbs programs: perftest and the pingpongs ----------------------------------------
 
+MCAST_GROUP = "239.99.0.7"    # mckey's group
 TOOL_ITERS = 50               # the guest is emulated (~20 MB/s): few iterations, one size
 TOOL_WAIT = 120               # seconds either program may take (timeout(1) on both)
 TOOL_PORT0 = 18600            # their TCP exchange ports (one per case), over the rig's bridge
@@ -463,7 +464,9 @@ def cm_tool_cases():
     CM over QP1 to each other. No TCP: the client starts once the server's listener shows (droce
     cm on droced, `rdma resource show cm_id` in the guest). Each case: (name, server command,
     client command, what the client must print, what the server must print); {ip} is the
-    server's address, {port} the case's port."""
+    server's address, {self} the address of the side running the command, {port} the case's port.
+    mckey: UD multicast, the "server" the receiver (it joins first), the client the sender; its
+    readiness is the receiver's join (droced's attached QP, the guest kernel's IGMP membership)."""
     n = TOOL_ITERS
     row = rf"^ +[0-9]+ +{n} +[0-9]"
     done = r"return status 0"
@@ -480,6 +483,9 @@ def cm_tool_cases():
          f"ib_read_bw -R -F -o 16 -n {n} -p {{port}} {{ip}}", row, row),
         ("ib_send_bw_ud_R", f"ib_send_bw -c UD -R -F -n {n} -p {{port}}",
          f"ib_send_bw -c UD -R -F -n {n} -p {{port}} {{ip}}", row, row),
+        # -b: the guest routes a multicast destination through the device that owns the source.
+        ("mckey", f"mckey -m {MCAST_GROUP} -b {{self}} -C {n}", f"mckey -m {MCAST_GROUP} -b {{self}} -s -C {n}",
+         done, r"data transfers complete"),
     ]
     cases = []
     for name, server_cmd, client_cmd, client_wants, server_wants in progs:
@@ -493,6 +499,7 @@ def cm_tool_cases():
                               server_cmd=server_cmd, client_cmd=client_cmd, client_wants=client_wants,
                               server_wants=server_wants,
                               listen_port=7174 if name == "udaddy" else None,
+                              mcast=MCAST_GROUP if name == "mckey" else None,
                               what=f"{client_cmd.split()[0]} through rdma_cm, {server} the server"))
     return cases
 
@@ -764,7 +771,8 @@ class Runner:
             server_ip = DROCE_IP if case["server"] == "droce" else GUEST_IP
             role = {"droce": "server_cmd" if case["server"] == "droce" else "client_cmd",
                     "rxe": "server_cmd" if case["server"] == "rxe" else "client_cmd"}
-            form = {side: case[role[side]].format(ip=server_ip, port=port) for side in role}
+            own = {"droce": DROCE_IP, "rxe": GUEST_IP}
+            form = {side: case[role[side]].format(ip=server_ip, port=port, self=own[side]) for side in role}
             guest_cmd = f"timeout {TOOL_WAIT} stdbuf -o0 {form['rxe']}"
             droce_cmd = exec_droce + ["stdbuf", "-o0", *shlex.split(form["droce"])]
             listen_port = case["listen_port"] or port
@@ -782,7 +790,11 @@ class Runner:
                 # /proc/PID/net/tcp is the namespace of PID: the rig's, where the server listens
                 # (rdma_cm servers: droced's CM shows the listener).
                 for _ in range(400):
-                    if case.get("cm"):
+                    if case.get("mcast"):
+                        text = subprocess.run([self.a.droce, "multicast", "--json", "--socket", self.droced.sock],
+                                              capture_output=True, text=True).stdout
+                        up = f'"group":"{case["mcast"]}"' in text
+                    elif case.get("cm"):
                         text = subprocess.run([self.a.droce, "cm", "--json", "--socket", self.droced.sock],
                                               capture_output=True, text=True).stdout
                         up = re.search(rf'"state":"listen","local":"[^"]*:{listen_port}"', text) is not None
@@ -809,7 +821,13 @@ class Runner:
                 droce_out = open(droce_log, errors="replace").read()
             else:
                 job = self.rig.start(guest_cmd)
-                if case.get("cm"):
+                if case.get("mcast"):
+                    # The kernel's join adds the group to the netdev (cma_igmp_send): /proc/net/igmp
+                    # shows it, in the host's byte order (x86: the address reversed).
+                    group_hex = "".join(f"{int(b):02X}" for b in reversed(case["mcast"].split(".")))
+                    probe = (f"for i in $(seq 100); do grep -q {group_hex} /proc/net/igmp && exit 0; "
+                             f"sleep 0.2; done; exit 1")
+                elif case.get("cm"):
                     probe = (f"for i in $(seq 100); do rdma resource show cm_id | grep -Eq "
                              f"'state LISTEN .* src-addr [^ ]*:{listen_port}( |$)' && exit 0; sleep 0.2; done; exit 1")
                 else:
@@ -855,11 +873,19 @@ class Runner:
         rows = tshark_rows(pcap)
         droce_pkts = sum(1 for r in rows if who(r) == "droce")
         rxe_pkts = len(rows) - droce_pkts
-        if droce_pkts == 0 or rxe_pkts == 0:
+        if case.get("mcast"):
+            # Multicast is one way: the sender's datagrams, each to QPN 0xFFFFFF and the group.
+            sender = "rxe" if case["server"] == "droce" else "droce"
+            sent = [r for r in rows if who(r) == sender]
+            if len(sent) < TOOL_ITERS or any(int(r["infiniband.bth.destqp"] or "0", 0) != 0xFFFFFF for r in sent):
+                problems.append(f"on the wire: {len(sent)} datagrams from {sender}, not {TOOL_ITERS} to QPN 0xFFFFFF")
+        elif droce_pkts == 0 or rxe_pkts == 0:
             problems.append(f"on the wire: {droce_pkts} RoCEv2 packets from droce, {rxe_pkts} from rxe")
         # Every RoCEv2 packet of rxe's must go to droced's MAC (the veth's): one sent elsewhere
-        # (the bridge) is lost to droce, and only rxe's retries would hide that.
-        astray = sum(1 for r in rows if who(r) == "rxe" and r["eth.dst"].lower() != self.droced_mac)
+        # (the bridge) is lost to droce, and only rxe's retries would hide that. Multicast goes to
+        # the group's MAC.
+        astray = sum(1 for r in rows if who(r) == "rxe" and r["eth.dst"].lower() != self.droced_mac and
+                     int(r["eth.dst"][:2], 16) & 1 == 0)
         if astray:
             problems.append(f"on the wire: {astray} of rxe's packets went to another MAC than droced's {self.droced_mac}")
         summary = f"{len(rows)} packets ({droce_pkts} from droce, {rxe_pkts} from rxe), {elapsed:.1f} s"
