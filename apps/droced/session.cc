@@ -700,7 +700,9 @@ int Session::on_create_cq(const CreateCqRequest& q, CreateCqReply* out, std::uni
     c->channel = ch->second;
     c->user_handle = q.user_handle;
   }
-  if (int rc = dev_->core->engine().create_cq(entries, &c->cq, c.get()); rc != 0) return rc;
+  // The engine's Cq keeps no ring of its own with a sink: it checks the size asked for (a
+  // max_cqe CQ rounds past max_cqe here, as on mlx5).
+  if (int rc = dev_->core->engine().create_cq(q.cqe, &c->cq, c.get()); rc != 0) return rc;
   c->session = this;
   out->cq_id = c->cq->id();
   out->cqe = entries;

@@ -107,6 +107,8 @@ for t in "${tests[@]}"; do
     echo "$t OK"; ok=$((ok + 1))
   else
     echo "$t FAIL $(grep -E "Error|error" "$tmp/out" | tail -1 | cut -c1-160)"; failed=$((failed + 1))
+    # The whole output of a failure, indented, so that a log shows why.
+    sed 's/^/    /' "$tmp/out" | tail -40
   fi
 done
 echo "pyverbs: ${#tests[@]} tests: $ok passed, $skipped skipped, $failed failed"

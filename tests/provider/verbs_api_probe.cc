@@ -196,6 +196,9 @@ void bad_arguments(Dev& a) {
   errno = 0;
   check(ibv_create_cq(a.ctx, a.attr.max_cqe + 1, nullptr, nullptr, 0) == nullptr && errno == EINVAL,
         "create_cq(max_cqe + 1): EINVAL");
+  ibv_cq* biggest = ibv_create_cq(a.ctx, a.attr.max_cqe, nullptr, nullptr, 0);
+  check(biggest != nullptr && biggest->cqe >= a.attr.max_cqe, "create_cq(max_cqe) (errno %d)", biggest ? 0 : errno);
+  if (biggest != nullptr) ibv_destroy_cq(biggest);
   errno = 0;
   check(ibv_create_cq(a.ctx, 4, nullptr, nullptr, 1) == nullptr && errno == EINVAL,
         "create_cq(comp_vector 1 of 1): EINVAL");
