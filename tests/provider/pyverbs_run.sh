@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # rdma-core's pyverbs test suite (Debian's python3-pyverbs; the tests ship compressed under
 # /usr/share/doc/rdma-core/tests) against droce0 on a droced this script starts, one test per
-# process so a test that hangs cannot stop the others. Not a meson test: it takes about five
-# minutes. docs/provider.md has the latest results.
+# process so a test that hangs cannot stop the others: about a minute here (the meson test
+# provider_pyverbs runs it with PYVERBS_NETNS=1). docs/provider.md has the latest results.
 #
 #   pyverbs_run.sh MODULE PRELOAD DROCED DROCED_TREE PAIR_LIB [FILTER_REGEX]
 #
