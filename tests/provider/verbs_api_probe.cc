@@ -491,15 +491,30 @@ void rc_traffic(Dev& a, Dev& b) {
   ibv_destroy_cq(bcq);
 }
 
-// An address handle on `from`'s PD for `to`'s GID, sent from GID 1 (IPv4-mapped RoCE v2).
-ibv_ah* ah_to(Dev& from, const Dev& to) {
+// An address handle on `from`'s PD toward `gid` (a host's or a group's), sent from GID 1
+// (IPv4-mapped RoCE v2).
+ibv_ah* ah_toward(Dev& from, const ibv_gid& gid) {
   ibv_ah_attr ah{};
   ah.is_global = 1;
-  ah.grh.dgid = to.gid;
+  ah.grh.dgid = gid;
   ah.grh.sgid_index = 1;
   ah.grh.hop_limit = 64;
   ah.port_num = 1;
   return ibv_create_ah(from.pd, &ah);
+}
+ibv_ah* ah_to(Dev& from, const Dev& to) { return ah_toward(from, to.gid); }
+
+// A signaled UD SEND of `s` through `ah` to `remote_qpn` with Q_Key 0x11111111 (to_init's).
+ibv_send_wr ud_send_wr(ibv_sge* s, ibv_ah* ah, uint32_t remote_qpn) {
+  ibv_send_wr wr{};
+  wr.sg_list = s;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.ud.ah = ah;
+  wr.wr.ud.remote_qpn = remote_qpn;
+  wr.wr.ud.remote_qkey = 0x11111111;
+  return wr;
 }
 
 void ud_traffic(Dev& a, Dev& b) {
@@ -514,14 +529,7 @@ void ud_traffic(Dev& a, Dev& b) {
   post_recv(bq, nullptr, 1, b.buf, 40 + 512, b.mr->lkey);
   std::memset(a.buf, 0x77, 512);
   ibv_sge s{reinterpret_cast<uintptr_t>(a.buf), 512, a.mr->lkey};
-  ibv_send_wr wr{};
-  wr.sg_list = &s;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_SEND;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.ud.ah = to_b;
-  wr.wr.ud.remote_qpn = bq->qp_num;
-  wr.wr.ud.remote_qkey = 0x11111111;
+  ibv_send_wr wr = ud_send_wr(&s, to_b, bq->qp_num);
   ibv_send_wr* bad = nullptr;
   ibv_wc wc;
   check(ibv_post_send(aq, &wr, &bad) == 0 && poll_n(bcq, &wc, 1) == 1 && wc.status == IBV_WC_SUCCESS &&
@@ -579,26 +587,13 @@ void ud_multicast(Dev& a, Dev& b) {
   post_recv(bq1, nullptr, 11, b.buf, 40 + 256, b.mr->lkey);
   post_recv(bq2, nullptr, 12, b.buf + 1024, 40 + 256, b.mr->lkey);
   post_recv(aq, nullptr, 13, a.buf + 4096, 40 + 256, a.mr->lkey);
-  ibv_ah_attr ah{};
-  ah.is_global = 1;
-  ah.grh.dgid = group;
-  ah.grh.sgid_index = 1;
-  ah.grh.hop_limit = 64;
-  ah.port_num = 1;
-  ibv_ah* to_group = ibv_create_ah(a.pd, &ah);
+  ibv_ah* to_group = ah_toward(a, group);
   check(to_group != nullptr, "create_ah toward the group (errno %d)", to_group ? 0 : errno);
   if (to_group == nullptr) return;
   const auto send = [&](uint8_t fill) {
     std::memset(a.buf, fill, 256);
     ibv_sge s{reinterpret_cast<uintptr_t>(a.buf), 256, a.mr->lkey};
-    ibv_send_wr wr{};
-    wr.sg_list = &s;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_SEND;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.ud.ah = to_group;
-    wr.wr.ud.remote_qpn = 0xFFFFFF;
-    wr.wr.ud.remote_qkey = 0x11111111;
+    ibv_send_wr wr = ud_send_wr(&s, to_group, 0xFFFFFF);
     ibv_send_wr* bad = nullptr;
     ibv_wc wc;
     return ibv_post_send(sender, &wr, &bad) == 0 && poll_n(acq, &wc, 1) == 1 && wc.status == IBV_WC_SUCCESS;
