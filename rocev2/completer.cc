@@ -35,43 +35,56 @@ void Engine::completer_retire(Qp* q, uint32_t acked_psn, uint64_t now_ns) {
     r.retry_left = q->attr.retry_cnt;       // progress resets the retry budgets
     r.rnr_retry_left = q->attr.rnr_retry;
   }
-  const uint32_t done_through = psn_add(r.unacked_psn, kPsnMask);
-  while (q->sq_tail != q->sq_head) {
-    SendWqe& w = q->sq[q->sq_tail % q->sq_depth];
-    if (w.has_local_error) {
-      complete_send(q, w, w.local_error);
-      enter_error(q);
-      return;
-    }
-    if (!w.psn_assigned) break;
-    // Only a WQE whose every packet went out at least once may retire.
-    const bool partly_sent = q->sq_tail == r.next_wqe && (r.next_offset != 0 || psn_diff(r.max_psn, w.last_psn) <= 0);
-    if (partly_sent && w.npackets != 0) break;
-    if (psn_diff(w.last_psn, done_through) > 0) break;
-    if (q->state == QpState::err) return;
-    if (is_read_or_atomic(w.wr.opcode) && !w.resp_complete) {
-      // Acknowledged past a READ or atomic whose response never came: the
-      // response was lost (implied NAK, IBA 9.7.5.1.3). Send it again.
-      ++q->counters.implied_naks;
-      window_cut(q);
-      requester_rewind(q, w.first_psn);
-      break;
-    }
-    if (is_read_or_atomic(w.wr.opcode) && r.rd_atomic_inflight > 0) --r.rd_atomic_inflight;
-    complete_send(q, w, WcStatus::success);
-    if (q->state == QpState::err) return;  // the CQ overflowed
-  }
+  RetireStop stop = retire_acknowledged(q);
+  if (stop == RetireStop::error) return;
   // Acknowledged ahead of a go-back-N resend: move the send point up to the
   // first unacknowledged PSN (wherever it falls inside a message).
   const uint32_t resend = resend_point(q);
-  if (static_cast<int32_t>(q->sq_tail - r.next_wqe) > 0 || psn_diff(r.next_psn, resend) < 0)
+  if (static_cast<int32_t>(q->sq_tail - r.next_wqe) > 0 || psn_diff(r.next_psn, resend) < 0) {
     requester_rewind(q, resend);
+    // The send point was inside a WQE that this acknowledgement covers whole (its first
+    // transmission got through while the resend was under way): past it now, the WQE retires.
+    // Left in place, nothing would ever acknowledge it again, and the retry timer would run
+    // out on a QP with nothing outstanding (the soak's seed 11703024350081094955).
+    if (stop == RetireStop::held && retire_acknowledged(q) == RetireStop::error) return;
+  }
   if (r.unacked_psn == r.max_psn && q->sq_tail == r.next_wqe) {
     cancel_retry_timer(q);
   } else if (r.rnr_until == 0) {
     arm_retry_timer(q, now_ns);  // progress: a fresh timeout for what is still out
   }
   mark_ready(q);  // the window may have opened
+}
+
+Engine::RetireStop Engine::retire_acknowledged(Qp* q) {
+  Qp::Requester& r = q->req;
+  const uint32_t done_through = psn_add(r.unacked_psn, kPsnMask);
+  while (q->sq_tail != q->sq_head) {
+    SendWqe& w = q->sq[q->sq_tail % q->sq_depth];
+    if (w.has_local_error) {
+      complete_send(q, w, w.local_error);
+      enter_error(q);
+      return RetireStop::error;
+    }
+    if (!w.psn_assigned) return RetireStop::unsent;
+    // Only a WQE whose every packet went out at least once may retire.
+    const bool partly_sent = q->sq_tail == r.next_wqe && (r.next_offset != 0 || psn_diff(r.max_psn, w.last_psn) <= 0);
+    if (partly_sent && w.npackets != 0) return RetireStop::held;
+    if (psn_diff(w.last_psn, done_through) > 0) return RetireStop::unacknowledged;
+    if (q->state == QpState::err) return RetireStop::error;
+    if (is_read_or_atomic(w.wr.opcode) && !w.resp_complete) {
+      // Acknowledged past a READ or atomic whose response never came: the
+      // response was lost (implied NAK, IBA 9.7.5.1.3). Send it again.
+      ++q->counters.implied_naks;
+      window_cut(q);
+      requester_rewind(q, w.first_psn);
+      return RetireStop::response_owed;
+    }
+    if (is_read_or_atomic(w.wr.opcode) && r.rd_atomic_inflight > 0) --r.rd_atomic_inflight;
+    complete_send(q, w, WcStatus::success);
+    if (q->state == QpState::err) return RetireStop::error;  // the CQ overflowed
+  }
+  return RetireStop::all;
 }
 
 void Engine::completer_fail(Qp* q, WcStatus status) {
@@ -229,6 +242,12 @@ void Engine::completer_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint6
   }
   w->resp_bytes += len;
   w->resp_next_psn = psn_add(psn, 1);
+  // Each in-order response packet is progress, as an ACK that moves unacked_psn is: the retry
+  // budgets start over (rxe resets them per response packet too). Without this a long READ
+  // that needs several resumes under loss spent one retry per resume, never refilled until it
+  // completed, and failed with RETRY_EXC_ERR while it was moving (the soak found a seed).
+  r.retry_left = q->attr.retry_cnt;
+  r.rnr_retry_left = q->attr.rnr_retry;
   if (last) {
     w->resp_complete = true;
     completer_retire(q, psn, now_ns);

@@ -261,6 +261,12 @@ class Engine {
   // completer.cc
   void completer_rx(Qp* qp, const ParsedPacket& p, const rte_mbuf* m, uint64_t now_ns);
   void completer_retire(Qp* qp, uint32_t ack_psn, uint64_t now_ns);
+  /// Why retire_acknowledged() stopped: every WQE retired, one never sent, one the send point
+  /// is inside of (held until the send point moves), one not yet acknowledged, a READ or
+  /// atomic still owed its response (resent), or the QP is in error.
+  enum class RetireStop { all, unsent, held, unacknowledged, response_owed, error };
+  /// Completes the acknowledged WQEs at the send queue's tail, oldest first.
+  RetireStop retire_acknowledged(Qp* qp);
   void completer_fail(Qp* qp, WcStatus status);
 
   // responder.cc

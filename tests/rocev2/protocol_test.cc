@@ -1000,6 +1000,40 @@ TEST_F(RequesterTest, SequenceNakResendsFromThatPsn) {
   EXPECT_EQ(wc[0].byte_len, 3000u);
 }
 
+// A NAK moves the send point into a message; before the resend goes out, an ACK arrives that
+// covers the whole message (its first transmission got through after all: the NAK was about a
+// duplicate or a reordered packet). The message must complete then: nothing will ever
+// acknowledge it again. (Found by the soak: the WQE stayed, the retry timer fired on a QP with
+// nothing outstanding until RETRY_EXC_ERR.)
+TEST_F(RequesterTest, AnAckCoveringAMessageTheSendPointIsInsideCompletesIt) {
+  QpOptions o;
+  o.timeout = 10;
+  o.retry_cnt = 2;
+  const uint32_t qpn = make_qp(o);
+  auto src = reg(4096);
+  src->fill(pattern(4096, 6));
+  ASSERT_EQ(engine().post_send(qpn, send_wr(WrOpcode::send, 9, src->sge(0, 3000))), 0);  // kS..kS+2
+  at(now_);
+  ASSERT_EQ(sent().size(), 3u);
+
+  // Step: in one burst, a sequence NAK for kS+1, then the ACK for kS+2 (the whole message).
+  now_ += 1000;
+  deliver({{ack(psn(kS, 1), kNakPsnSeq, 0), {}}, {ack(psn(kS, 2), kAckSyndrome, 1), {}}});
+  // Expect: the SEND completes; nothing outstanding is left to resend.
+  auto wc = drain(scq_);
+  ASSERT_EQ(wc.size(), 1u);
+  expect_completion(wc[0], 9, WcStatus::success, WcOpcode::send);
+  sent();
+
+  // Step: ten ACK timeouts pass.
+  at(now_ + (4096ull << 10) * 10);
+  // Expect: no timeout counted, nothing sent, the QP still in RTS (before: RETRY_EXC_ERR).
+  EXPECT_EQ(qp_counters(qpn).timeouts, 0u);
+  EXPECT_TRUE(sent().empty());
+  EXPECT_EQ(state(qpn), QpState::rts);
+  EXPECT_TRUE(drain(scq_).empty());
+}
+
 TEST_F(RequesterTest, NakRemoteAccessCompletesWithRemAccessErr) {
   nak_completes_with(kNakRemoteAccess, WcStatus::rem_access_err);
 }
@@ -1088,6 +1122,50 @@ TEST_F(RequesterTest, ReadResponseGapReRequestsFromFirstMissingPsn) {
   expect_completion(wc[0], 1, WcStatus::success, WcOpcode::rdma_read);
   EXPECT_EQ(wc[0].byte_len, 3000u);
   EXPECT_EQ(slice(local->bytes, 0, 3000), data);
+}
+
+// A long READ under loss: each time its responses stop short, the timer resumes it at the
+// first missing response. Every in-order response packet is progress, so the retry budget
+// starts over with each (as rxe's completer resets it per packet): a READ that keeps moving
+// does not fail with RETRY_EXC_ERR however many resumes it takes.
+TEST_F(RequesterTest, ReadResponsesThatArriveRefillTheRetryBudget) {
+  QpOptions o;
+  o.timeout = 10;
+  o.retry_cnt = 1;
+  const uint32_t qpn = make_qp(o);
+  const uint64_t t_out = 4096ull << 10;
+  auto local = reg(8192);
+  SendWr r = send_wr(WrOpcode::rdma_read, 1, local->sge(0, 4096));
+  r.remote_addr = 0x40000000;
+  r.rkey = 0x4242;
+  ASSERT_EQ(engine().post_send(qpn, r), 0);  // kS..kS+3
+  at(now_);
+  ASSERT_EQ(sent().size(), 1u);
+  const auto data = pattern(4096, 8);
+
+  // Step: FIRST arrives, the rest is lost; a timeout resumes the READ at kS+1 (the one retry).
+  deliver(read_response(op::kReadResponseFirst, kS, 1), slice(data, 0, 1024));
+  at(now_ + t_out + 1);
+  auto out = sent();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].psn(), psn(kS, 1));
+  // Step: MIDDLE kS+1 arrives, then the rest is lost again; another timeout.
+  deliver(peer(op::kReadResponseMiddle, psn(kS, 1)), slice(data, 1024, 1024));
+  at(now_ + t_out + 1);
+  // Expect: resumed at kS+2, not failed: the response that came refilled the budget.
+  out = sent();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].psn(), psn(kS, 2));
+  EXPECT_TRUE(drain(scq_).empty());
+  EXPECT_EQ(state(qpn), QpState::rts);
+  // Step: the rest arrives.
+  deliver({{peer(op::kReadResponseMiddle, psn(kS, 2)), slice(data, 2048, 1024)},
+           {read_response(op::kReadResponseLast, psn(kS, 3), 1), slice(data, 3072, 1024)}});
+  auto wc = drain(scq_);
+  ASSERT_EQ(wc.size(), 1u);
+  expect_completion(wc[0], 1, WcStatus::success, WcOpcode::rdma_read);
+  EXPECT_EQ(slice(local->bytes, 0, 4096), data);
+  EXPECT_EQ(qp_counters(qpn).timeouts, 2u);
 }
 
 TEST_F(RequesterTest, UnsignaledWrsCompleteOnlyOnErrorOrFlush) {
