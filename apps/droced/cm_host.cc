@@ -238,9 +238,15 @@ void CmHost::accept_channels() {
     if (core::seqpacket_accept(listen_fd_, &fd) != 0) return;
     ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) | O_NONBLOCK);
     Channel c;
+    core::PeerCredentials cred{};
+    if (core::peer_credentials(fd.get(), &cred) == 0) c.pid = cred.pid;
     c.sock = std::move(fd);
-    c.eventfd = core::Fd(::eventfd(0, EFD_SEMAPHORE | EFD_NONBLOCK | EFD_CLOEXEC));
-    if (!c.eventfd.valid()) return;
+    c.refused = per_process_[c.pid] >= channels_per_process_;
+    if (!c.refused) {
+      c.eventfd = core::Fd(::eventfd(0, EFD_SEMAPHORE | EFD_NONBLOCK | EFD_CLOEXEC));
+      if (!c.eventfd.valid()) return;
+      ++per_process_[c.pid];
+    }
     const uint32_t ch = ucma_.open_channel();
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
@@ -275,6 +281,14 @@ bool CmHost::serve(uint32_t ch, Channel& c, uint64_t now_ns) {
     reply.channel = ch;
     std::vector<uint8_t> resp;
     int fd_out = -1;
+    if (req.op == DROCE_CM_HELLO && c.refused) {
+      ++counters_.channels_refused;
+      reply.status = -EMFILE;  // rdma_create_event_channel fails with it
+      const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(&reply), sizeof reply);
+      (void)core::send_message(c.sock.get(), bytes);
+      return false;
+    }
+    if (c.refused) return false;
     if (req.op == DROCE_CM_HELLO) {
       fd_out = c.eventfd.get();
     } else {
@@ -298,6 +312,10 @@ void CmHost::close_channel(uint32_t ch, uint64_t now_ns) {
   auto it = channels_.find(ch);
   if (it == channels_.end()) return;
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, it->second.sock.get(), nullptr);
+  if (!it->second.refused) {
+    auto p = per_process_.find(it->second.pid);
+    if (p != per_process_.end() && --p->second == 0) per_process_.erase(p);
+  }
   channels_.erase(it);
   ucma_.close_channel(ch, now_ns / 1'000'000);
   pump(now_ns);

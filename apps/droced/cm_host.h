@@ -39,10 +39,17 @@ struct CmHostCounters {
   uint64_t tx_no_slot = 0;         ///< MADs dropped: every send buffer in use
   uint64_t channels_opened = 0;    ///< rdma_cm event channels (librdmacm programs)
   uint64_t channels_faulted = 0;   ///< closed for breaking the channel protocol
+  uint64_t channels_refused = 0;   ///< a process past its limit of channels (answered EMFILE)
 };
 
 class CmHost {
  public:
+  /// Event channels one process may hold (each is a socket and an eventfd in droced), so that
+  /// a program cannot take droced's descriptors from the others (droced --cm-channels).
+  /// rsockets makes one per socket: the default is generous.
+  static constexpr uint32_t kDefaultChannelsPerProcess = 4096;
+  void set_channels_per_process(uint32_t n) { channels_per_process_ = n; }
+
   /// Makes QP1 on `core`'s engine and posts its receives. `node_guid`: the device's (REQ/REP
   /// Local CA GUID); `seed` scrambles comm IDs and PSNs; `path_mtu` the port's (IB enum);
   /// `listen_fd` (borrowed, non-blocking; -1: none) the rdma_cm channels' listening socket.
@@ -96,7 +103,10 @@ class CmHost {
   struct Channel {
     core::Fd sock;
     core::Fd eventfd;
+    pid_t pid = 0;         ///< the program's (SO_PEERCRED), for the per-process limit
+    bool refused = false;  ///< over the limit: its HELLO is answered EMFILE, then it closes
   };
+
   static constexpr uint64_t kListenKey = 0;
   static constexpr uint64_t kResolvePollNs = 10'000'000;
 
@@ -122,6 +132,8 @@ class CmHost {
   core::Fd epoll_;
   int listen_fd_ = -1;
   std::map<uint32_t, Channel> channels_;  ///< by the ucma's channel number (their epoll key)
+  std::map<pid_t, uint32_t> per_process_;  ///< channels held, by process
+  uint32_t channels_per_process_ = kDefaultChannelsPerProcess;
   uint32_t pd_ = 0;
   rocev2::Cq* send_cq_ = nullptr;
   rocev2::Cq* recv_cq_ = nullptr;

@@ -28,6 +28,8 @@ const char* usage() {
          "  --poll-mode MODE     poll (own the core, never sleep), event (spin briefly, then\n"
          "                       block until a frame, doorbell or timer), auto (poll on an\n"
          "                       isolated CPU, else event) (auto)\n"
+         "  --cm-channels N      rdma_cm event channels one process may hold (4096); past it\n"
+         "                       rdma_create_event_channel fails with EMFILE\n"
          "  --idle-spin-us N     event mode: busy-poll this long after work before blocking\n"
          "                       (adaptive)\n"
          "  --max-sleep-us N     longest sleep on a port that cannot wake droced (1000)\n"
@@ -138,6 +140,7 @@ int apply(const std::string& key, const std::string& value, DaemonConfig* c, std
     c->event_affinity = value;
   }
   else if (key == "idle-spin-us") { if (!num(60'000'000)) return -EINVAL; c->idle_spin_us = n; }
+  else if (key == "cm-channels") { if (!num(1'000'000) || n == 0) return -EINVAL; c->cm_channels_per_process = uint32_t(n); }
   else if (key == "max-sleep-us") { if (!num(1'000'000) || n == 0) return -EINVAL; c->max_sleep_us = n; }
   else if (key == "eal") c->eal_args.push_back(value);
   else if (key == "log-level") c->log_level = value;

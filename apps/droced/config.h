@@ -34,6 +34,7 @@ struct DaemonConfig {
   /// kAutoSpin: adaptive (kMinSpinUs..kMaxSpinUs, from how soon work came back).
   uint64_t idle_spin_us = kAutoSpin;
   static constexpr uint64_t kAutoSpin = UINT64_MAX;
+  uint32_t cm_channels_per_process = 4096;  ///< rdma_cm event channels one process may hold
   uint64_t max_sleep_us = 1000;      ///< longest sleep on a port that cannot wake us (memif)
   /// Event mode: the workers' nice value (setpriority; needs CAP_SYS_NICE to
   /// go below 0, else it stays as it was). A woken worker then preempts a

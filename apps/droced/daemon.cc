@@ -539,6 +539,7 @@ std::string Daemon::render_locked() const {
         .num("cm_rx_errors", cm->counters().rx_errors)
         .num("cm_channels_opened", cm->counters().channels_opened)
         .num("cm_channels_faulted", cm->counters().channels_faulted)
+        .num("cm_channels_refused", cm->counters().channels_refused)
         .num("cm_commands", cm->ucma().counters().commands)
         .num("cm_command_errors", cm->ucma().counters().errors)
         .num("cm_events", cm->ucma().counters().events)

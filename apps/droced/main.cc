@@ -3,6 +3,7 @@
 //   droced --port net_memif0,role=server,socket=/tmp/m.sock --address 10.0.0.1
 
 #include <rte_eal.h>
+#include <sys/resource.h>
 
 #include <csignal>
 #include <cstdio>
@@ -33,6 +34,13 @@ int main(int argc, char** argv) {
   sigaddset(&set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
+  // Every client, completion channel and rdma_cm channel is a descriptor or two here; the
+  // soft limit (often 1024) would cap them for everyone. Up to the hard one (droced uses epoll
+  // and poll, never select).
+  if (rlimit rl{}; getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    (void)setrlimit(RLIMIT_NOFILE, &rl);
+  }
 
   // Before EAL pins this thread to the main lcore's CPU.
   droced::Worker::remember_startup_affinity();

@@ -416,6 +416,7 @@ void Worker::run() {
         rc != 0) {
       DROCE_LOG(WARNING, app, "worker 0: no connection manager (QP1): %s", std::strerror(-rc));
     } else {
+      cm_->set_channels_per_process(daemon_->config().cm_channels_per_process);
       epoll_event ev{};
       ev.events = EPOLLIN;
       ev.data.u64 = kCmKey;

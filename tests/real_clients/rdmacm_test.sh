@@ -13,7 +13,11 @@
 # libfabric's verbs provider (fi_pingpong with data checks: MSG endpoints through rdma_cm, RDM
 # over verbs;ofi_rxm, DGRAM) and rcopy (a file over rsockets, compared byte for byte).
 #
-#   rdmacm_test.sh DROCE DROCED PAIR_LIB
+#   rdmacm_test.sh DROCE DROCED PAIR_LIB [CM_CHANNELS]
+#
+# The pair runs with --cm-channels 64: CM_CHANNELS (tests/real_clients/cm_channels.c) checks that
+# a process gets exactly that many event channels, the next fails with EMFILE, and closing them
+# gives the room back.
 #
 # Each case asserts both programs' exit status and what they print (the last verified rping
 # payload, "return status 0", perftest's result line). A server is started first and the client
@@ -21,13 +25,14 @@
 # missing. DROCE_RDMACM_CASES=REGEX runs only the cases whose name matches.
 set -uo pipefail
 
-if [ $# -ne 3 ]; then
-  echo "usage: $0 DROCE DROCED PAIR_LIB" >&2
+if [ $# -ne 3 ] && [ $# -ne 4 ]; then
+  echo "usage: $0 DROCE DROCED PAIR_LIB [CM_CHANNELS]" >&2
   exit 2
 fi
 droce=$(realpath "$1")
 droced=$(realpath "$2")
 pair_lib=$(realpath "$3")
+cm_channels=${4:-}
 
 skip() { echo "SKIP: $*"; exit 77; }
 command -v rping >/dev/null || skip "rping not installed (Debian package rdmacm-utils)"
@@ -43,7 +48,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-droced_pair_start "$(dirname "$droced")" "$tmp/hosts" --mtu 9000 || exit 1
+droced_pair_start "$(dirname "$droced")" "$tmp/hosts" --mtu 9000 --cm-channels 64 || exit 1
 declare -A ip=([a]=10.77.0.1 [b]=10.77.0.2)
 declare -A netns=([a]="" [b]="")
 hosts=$tmp/hosts
@@ -166,6 +171,20 @@ for where in "b a" "a a"; do
   pair "$tag.ib_send_lat.ud" "$s" "$c" "ib_send_lat -c UD -R -p @PORT -n 200" \
     "ib_send_lat -c UD -R -p @PORT -n 200 @SERVER" "$result"
 done
+
+# One process's rdma_cm event channels are bounded (droced --cm-channels 64): the 65th fails with
+# EMFILE, and closing them gives the room back.
+if selected error.cm_channel_limit; then
+  if [ -x "$cm_channels" ]; then
+    why=""
+    on a timeout 60 "$cm_channels" 64 >"$tmp/cm_channels.out" 2>&1 || why+=" exit $?;"
+    grep -q '^opened 64, then Too many open files$' "$tmp/cm_channels.out" || why+=" not 64 then EMFILE;"
+    grep -q '^after closing them: one more opens$' "$tmp/cm_channels.out" || why+=" no room after closing;"
+    report error.cm_channel_limit "$why" "$tmp/cm_channels.out" /dev/null
+  else
+    echo "SKIP (part): cm_channels was not built (librdmacm-dev)"
+  fi
+fi
 
 # expect NAME CLIENT_HOST EXPECTED_STATUS PATTERN CLIENT ARGS...: a client alone, failing as the
 # kernel makes it fail.
