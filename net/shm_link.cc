@@ -59,6 +59,15 @@ bool valid_slots(uint32_t s) { return s >= 16 && s <= 65536 && (s & (s - 1)) == 
 
 }  // namespace
 
+// A received frame's slot lent to an mbuf (zero copy): the mbuf's external-buffer info, and
+// whether the slot is still out. The free callback (any thread: frames are handed between
+// cores) clears `out`; the receiving thread moves the tail over returned slots, in order.
+struct ShmLink::RxLoan {
+  rte_mbuf_ext_shared_info shinfo{};
+  std::atomic<uint8_t> out{0};
+  ShmLink* link = nullptr;
+};
+
 // One connection's region, and this end's view of it.
 struct ShmLink::Conn {
   core::ShmRegion region;
@@ -70,8 +79,11 @@ struct ShmLink::Conn {
   std::byte* rx_slots = nullptr;
   std::byte* tx_slots = nullptr;
   // Our own copies of the indices we write: the peer cannot move them.
-  uint32_t rx_tail = 0;
+  uint32_t rx_tail = 0;  ///< slots given back to the peer (their frames freed)
+  uint32_t rx_next = 0;  ///< the next slot to read; [rx_tail, rx_next) are lent to mbufs
   uint32_t tx_head = 0;
+  /// Per receive slot: the mbuf's view of it while lent (rx_burst, the free callback).
+  std::unique_ptr<RxLoan[]> loans;
 
   void attach(bool server) {
     auto* h = reinterpret_cast<RegionHeader*>(region.data());
@@ -83,7 +95,9 @@ struct ShmLink::Conn {
     rx_slots = server ? slots0 : slots1;
     tx_slots = server ? slots1 : slots0;
     rx_tail = rx->tail.load(std::memory_order_relaxed);
+    rx_next = rx_tail;
     tx_head = tx->head.load(std::memory_order_relaxed);
+    loans = std::make_unique<RxLoan[]>(slots);
   }
 };
 
@@ -112,6 +126,40 @@ ShmLink::~ShmLink() {
   if (control_.joinable()) control_.join();
   conn_.store(nullptr, std::memory_order_release);
   if (cfg_.server && listen_.valid()) ::unlink(cfg_.socket.c_str());
+  const int64_t lent = lent_->load(std::memory_order_acquire);
+  if (lent != 0) {
+    // Frames still point into the regions (their owner frees them later): the regions and
+    // their loans stay mapped, as a process that is stopping loses nothing by it.
+    DROCE_LOG(WARNING, net, "shm link %s: %lld received frames still held at close; their region stays mapped",
+              cfg_.socket.c_str(), static_cast<long long>(lent));
+    std::lock_guard l(conns_mutex_);
+    for (auto& c : conns_) (void)c.release();
+    (void)lent_.release();
+  }
+}
+
+void ShmLink::return_slot(void*, void* opaque) {
+  auto* loan = static_cast<RxLoan*>(opaque);
+  loan->out.store(0, std::memory_order_release);
+  ShmLink* link = loan->link;
+  link->lent_->fetch_sub(1, std::memory_order_relaxed);
+  // The receiving thread gives slots back when it looks at the ring, and before it sleeps
+  // (set_sleeping). A frame another thread frees meanwhile (a core it was handed to) wakes it:
+  // otherwise a peer whose ring is full of slots we hold would wait for a wake-up nobody sends.
+  // Its own frees need no wake-up: at most one burst's slots are out when it blocks.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (link->asleep_.load(std::memory_order_relaxed) &&
+      link->rx_thread_.load(std::memory_order_relaxed) != std::this_thread::get_id())
+    link->kick_self();
+}
+
+void ShmLink::give_back(Conn* c) {
+  uint32_t t = c->rx_tail;
+  while (t != c->rx_next && c->loans[t & c->mask].out.load(std::memory_order_acquire) == 0) ++t;
+  if (t != c->rx_tail) {
+    c->rx_tail = t;
+    c->rx->tail.store(t, std::memory_order_release);
+  }
 }
 
 void ShmLink::kick_self() {
@@ -264,8 +312,14 @@ void ShmLink::set_sleeping(bool on) {
   Conn* c = conn_.load(std::memory_order_acquire);
   if (c == nullptr) return;
   c->rx->consumer_sleeping.store(on ? 1 : 0, std::memory_order_seq_cst);
-  // The flag before the caller's last look at the ring (Dekker with tx_burst).
-  if (on) std::atomic_thread_fence(std::memory_order_seq_cst);
+  asleep_.store(on, std::memory_order_seq_cst);
+  // The flag before the caller's last look at the ring (Dekker with tx_burst), and before
+  // the slots freed so far go back: one freed after this wakes us (return_slot), or the
+  // peer, its ring full of slots we hold, would wait for a wake-up nobody sends.
+  if (on) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    give_back(c);
+  }
 }
 
 void ShmLink::ack_wake() {
@@ -275,48 +329,63 @@ void ShmLink::ack_wake() {
 
 bool ShmLink::rx_pending() const {
   const Conn* c = conn_.load(std::memory_order_acquire);
-  return c != nullptr && c->rx->head.load(std::memory_order_acquire) != c->rx_tail;
+  return c != nullptr && c->rx->head.load(std::memory_order_acquire) != c->rx_next;
 }
 
 uint16_t ShmLink::rx_burst(rte_mempool* pool, rte_mbuf** out, uint16_t n) {
   Conn* c = conn_.load(std::memory_order_acquire);
   if (c == nullptr || n == 0) return 0;
+  if (rx_thread_.load(std::memory_order_relaxed) != std::this_thread::get_id())
+    rx_thread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+  give_back(c);
   const uint32_t head = c->rx->head.load(std::memory_order_acquire);
-  const uint32_t avail = head - c->rx_tail;
-  if (avail == 0) return 0;
-  if (avail > c->slots) {
-    // The peer wrote an impossible head: skip to it rather than read garbage forever.
+  if (head - c->rx_tail > c->slots) {
+    // The peer wrote an impossible head: skip to it rather than read garbage forever (the
+    // slots still lent come back as their frames are freed).
     counters_.rx_bad_ring.fetch_add(1, std::memory_order_relaxed);
-    c->rx_tail = head;
-    c->rx->tail.store(head, std::memory_order_release);
+    c->rx_next = head;
     return 0;
   }
+  const uint32_t avail = head - c->rx_next;
+  if (avail == 0) return 0;
   const uint16_t want = static_cast<uint16_t>(std::min<uint32_t>(avail, n));
   if (rte_pktmbuf_alloc_bulk(pool, out, want) != 0) {
     counters_.rx_no_mbuf.fetch_add(1, std::memory_order_relaxed);
     return 0;  // the frames wait in the ring
   }
+  // Zero copy: each frame stays in its slot, which the mbuf borrows as an external buffer
+  // until it is freed (return_slot). The peer cannot write a lent slot (the tail has not
+  // passed it); should it write anyway, it only changes the bytes of its own frame: every
+  // length droce uses is the mbuf's, read here once.
   uint16_t got = 0;
   uint64_t bytes = 0;
   uint64_t bad = 0;
   for (uint16_t i = 0; i < want; ++i) {
-    const std::byte* slot = c->rx_slots + size_t{(c->rx_tail + i) & c->mask} * kSlotBytes;
+    const uint32_t index = (c->rx_next + i) & c->mask;
+    std::byte* slot = c->rx_slots + size_t{index} * kSlotBytes;
     uint32_t len;
     std::memcpy(&len, slot, sizeof len);  // read once: the peer may change it under us
-    rte_mbuf* m = out[got];
-    if (len < 14 || len > kMaxFrame || len > rte_pktmbuf_tailroom(m)) {
+    if (len < 14 || len > kMaxFrame) {
       ++bad;
-      continue;  // the mbuf is reused for the next slot
+      continue;  // the slot is not lent; the mbuf is used for the next one
     }
-    std::memcpy(rte_pktmbuf_mtod(m, void*), slot + kSlotHeader, len);
+    RxLoan& loan = c->loans[index];
+    loan.link = this;
+    loan.out.store(1, std::memory_order_relaxed);
+    loan.shinfo.free_cb = &ShmLink::return_slot;
+    loan.shinfo.fcb_opaque = &loan;
+    rte_mbuf_ext_refcnt_set(&loan.shinfo, 1);
+    rte_mbuf* m = out[got];
+    rte_pktmbuf_attach_extbuf(m, slot + kSlotHeader, RTE_BAD_IOVA, static_cast<uint16_t>(len), &loan.shinfo);
     m->data_len = static_cast<uint16_t>(len);
     m->pkt_len = len;
     bytes += len;
     ++got;
   }
   for (uint16_t i = got; i < want; ++i) rte_pktmbuf_free(out[i]);
-  c->rx_tail += want;
-  c->rx->tail.store(c->rx_tail, std::memory_order_release);
+  lent_->fetch_add(got, std::memory_order_relaxed);
+  c->rx_next += want;
+  give_back(c);  // bad slots at the tail go back at once
   counters_.rx_frames.store(counters_.rx_frames.load(std::memory_order_relaxed) + got, std::memory_order_relaxed);
   counters_.rx_bytes.store(counters_.rx_bytes.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
   if (bad != 0) counters_.rx_bad_slot.fetch_add(bad, std::memory_order_relaxed);
@@ -380,7 +449,7 @@ uint32_t ShmLink::tx_ring_used() const {
 
 uint32_t ShmLink::rx_ring_used() const {
   const Conn* c = conn_.load(std::memory_order_acquire);
-  return c == nullptr ? 0 : c->rx->head.load(std::memory_order_acquire) - c->rx_tail;
+  return c == nullptr ? 0 : c->rx->head.load(std::memory_order_acquire) - c->rx_next;
 }
 
 void ShmLink::reset_counters() {

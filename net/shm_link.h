@@ -99,8 +99,9 @@ class ShmLink {
   ShmLink(const ShmLink&) = delete;
   ShmLink& operator=(const ShmLink&) = delete;
 
-  /// Up to n frames into mbufs of `pool` (each needs kMaxFrame of data room
-  /// for the largest frames; a frame that does not fit is counted and dropped).
+  /// Up to n frames, each in an mbuf of `pool` that borrows the frame's ring slot as an
+  /// external buffer (no copy). The slot goes back to the peer when the mbuf is freed, in
+  /// order: a frame held long holds the slots after it (the peer's ring fills, and it waits).
   uint16_t rx_burst(rte_mempool* pool, rte_mbuf** out, uint16_t n);
   /// Copies up to n frames into the peer's ring and frees them; returns how
   /// many it took (fewer when the ring is full, none when the link is down).
@@ -128,7 +129,12 @@ class ShmLink {
 
  private:
   struct Conn;
+  struct RxLoan;
   explicit ShmLink(const ShmLinkConfig& cfg);
+  /// The free callback of a lent slot's mbuf (any thread).
+  static void return_slot(void* addr, void* opaque);
+  /// Moves the receive tail over the slots whose frames were freed (the rx thread).
+  void give_back(Conn* c);
   void control_loop();
   void serve_accept();
   void try_connect();
@@ -145,10 +151,14 @@ class ShmLink {
   std::unique_ptr<Conn> pending_;  ///< server: a region sent, the client's answer awaited
   std::atomic<Conn*> conn_{nullptr};
   std::atomic<bool> enabled_{true};
+  std::atomic<bool> asleep_{false};  ///< the receiving thread is about to block (set_sleeping)
+  std::atomic<std::thread::id> rx_thread_{};  ///< the thread that calls rx_burst
   std::mutex conns_mutex_;
   std::vector<std::unique_ptr<Conn>> conns_;  ///< every connection's region, mapped until close
   std::thread control_;
   ShmLinkCounters counters_;
+  /// Received frames whose slots are lent to mbufs, in all connections.
+  std::unique_ptr<std::atomic<int64_t>> lent_ = std::make_unique<std::atomic<int64_t>>(0);
 };
 
 }  // namespace droce::net

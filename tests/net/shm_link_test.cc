@@ -186,13 +186,27 @@ TEST(PortShm, FullRingTakesNoMoreAndTooLongIsDropped) {
   ASSERT_EQ(p.b->xstat("rx_ring_used", &used), 0);
   EXPECT_EQ(used, 16u);
   auto got = receive(*p.b, 16);
-  ASSERT_EQ(p.a->xstat("tx_ring_used", &used), 0);
-  EXPECT_EQ(used, 0u);
   EXPECT_EQ(got.size(), 16u);
-  for (size_t i = 0; i < got.size(); ++i) {
+  // Zero copy: the received frames live in the slots, which stay taken while they are held.
+  ASSERT_EQ(p.a->xstat("tx_ring_used", &used), 0);
+  EXPECT_EQ(used, 16u);
+  ASSERT_EQ(p.b->xstat("rx_ring_used", &used), 0);
+  EXPECT_EQ(used, 0u) << "nothing left to read";
+  // Freed out of order: the first slot is still held, so none goes back yet.
+  for (size_t i = 1; i < got.size(); ++i) {
     EXPECT_TRUE(frame_is(got[i], 64, uint32_t(i)));
     rte_pktmbuf_free(got[i]);
   }
+  rte_mbuf* none[1];
+  EXPECT_EQ(p.b->rx_burst(0, none, 1), 0);
+  ASSERT_EQ(p.a->xstat("tx_ring_used", &used), 0);
+  EXPECT_EQ(used, 16u);
+  EXPECT_TRUE(frame_is(got[0], 64, 0));
+  rte_pktmbuf_free(got[0]);
+  // The first one freed: at the receiver's next look, all sixteen go back.
+  EXPECT_EQ(p.b->rx_burst(0, none, 1), 0);
+  ASSERT_EQ(p.a->xstat("tx_ring_used", &used), 0);
+  EXPECT_EQ(used, 0u);
   // Room again; a frame longer than a slot is taken (and counted), never delivered.
   rte_mbuf* big = rte_pktmbuf_alloc(p.a->pool());
   ASSERT_NE(big, nullptr);
@@ -254,6 +268,54 @@ TEST(PortShm, SleepingReceiverIsWokenOnceBusyOneNever) {
     EXPECT_TRUE(frame_is(got[i], 64, 100 + i));
     rte_pktmbuf_free(got[i]);
   }
+}
+
+// Zero copy: a received frame holds its slot until it is freed. A frame another thread frees
+// while the receiver sleeps wakes it, so that it gives the slot back: otherwise a sender whose
+// ring is full of freed-but-held slots would wait for a wake-up nobody sends.
+TEST(PortShm, AFrameFreedWhileTheReceiverSleepsWakesItToGiveTheSlotBack) {
+  Pair p;
+  open_pair(&p, 1500, ",slots=16");
+  const int fd = p.b->rx_interrupt_fd(0);
+  ASSERT_GE(fd, 0);
+  p.b->rx_interrupt_ack(0);  // the connect's own kick
+  for (uint32_t i = 0; i < 16; ++i) {
+    rte_mbuf* m = frame(p.a->pool(), 64, i);
+    ASSERT_EQ(p.a->tx_burst(0, &m, 1), 1);
+  }
+  auto got = receive(*p.b, 16);
+  ASSERT_EQ(got.size(), 16u);
+  p.b->rx_interrupt_ack(0);
+  // Step: the receiver arms (sleeps) while holding all sixteen; then it frees them (as another
+  // core that was handed the frames would).
+  ASSERT_EQ(p.b->rx_interrupt_arm(0, true), 0);
+  rte_mbuf* more = frame(p.a->pool(), 64, 99);
+  EXPECT_EQ(p.a->tx_burst(0, &more, 1), 0) << "the ring is full of held slots";
+  rte_pktmbuf_free(more);
+  EXPECT_FALSE(readable(fd, 50));
+  // Its own thread frees half: no wake-up (it gives them back at its next look anyway).
+  for (size_t i = 0; i < 8; ++i) rte_pktmbuf_free(got[i]);
+  EXPECT_FALSE(readable(fd, 50)) << "the receiving thread's own frees woke it";
+  // Another thread (a core the frames were handed to) frees the rest.
+  std::thread other([&] {
+    for (size_t i = 8; i < got.size(); ++i) rte_pktmbuf_free(got[i]);
+  });
+  other.join();
+  // Expect: the receiver is woken; its next look gives the slots back and the sender has room.
+  EXPECT_TRUE(readable(fd, 5000)) << "frames freed elsewhere did not wake the sleeping receiver";
+  p.b->rx_interrupt_ack(0);
+  EXPECT_EQ(p.b->rx_interrupt_arm(0, false), 0);
+  rte_mbuf* none[1];
+  EXPECT_EQ(p.b->rx_burst(0, none, 1), 0);
+  uint64_t used = 1;
+  ASSERT_EQ(p.a->xstat("tx_ring_used", &used), 0);
+  EXPECT_EQ(used, 0u);
+  more = frame(p.a->pool(), 64, 100);
+  EXPECT_EQ(p.a->tx_burst(0, &more, 1), 1);
+  got = receive(*p.b, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(frame_is(got[0], 64, 100));
+  rte_pktmbuf_free(got[0]);
 }
 
 TEST(PortShm, LinkFollowsThePeerAndOnePeerAtATime) {
