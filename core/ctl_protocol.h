@@ -32,7 +32,8 @@ inline constexpr uint16_t kAbiMajor = 1;
 /// 2: rereg_mr.
 /// 3: resize_cq.
 /// 4: attach_mcast, detach_mcast; QueryDeviceReply's multicast limits.
-inline constexpr uint16_t kAbiMinor = 4;
+/// 5: CreateQpRequest's flags (kQpBlockSelfMcastLoopback).
+inline constexpr uint16_t kAbiMinor = 5;
 /// Largest message either side sends or accepts.
 inline constexpr size_t kMaxMessage = 4096;
 
@@ -353,7 +354,7 @@ struct CreateQpRequest {
   uint32_t srq;  ///< 0: none
   uint8_t qp_type;
   uint8_t sq_sig_all;
-  uint16_t reserved;
+  uint16_t flags;  ///< minor 5: QpCreateFlags (an older droced ignores them: the client asks first)
   uint32_t max_send_wr;
   uint32_t max_recv_wr;
   uint32_t max_send_sge;
@@ -361,6 +362,10 @@ struct CreateQpRequest {
   uint32_t max_inline_data;
 };
 static_assert(sizeof(CreateQpRequest) == 40);
+enum QpCreateFlags : uint16_t {
+  /// IBV_QP_CREATE_BLOCK_SELF_MCAST_LB: the QP does not receive the multicast it sent itself.
+  kQpBlockSelfMcastLoopback = 1u << 0,
+};
 
 /// The QP's region comes beside the reply: a QueueDoorbellBlock, the send
 /// ring at sq_offset and the receive ring at rq_offset (none with an SRQ).

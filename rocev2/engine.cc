@@ -259,6 +259,7 @@ std::unique_ptr<Qp> Engine::make_qp(const QpInit& init, uint32_t qpn) {
   q->recv_cq = init.recv_cq;
   q->srq = init.srq;
   q->sq_sig_all = init.sq_sig_all;
+  q->block_self_mcast_loopback = init.block_self_mcast_loopback;
   q->sq_depth = std::max<uint32_t>(1, init.cap.max_send_wr);
   q->max_send_sge = std::max<uint32_t>(1, init.cap.max_send_sge);
   q->max_inline = init.cap.max_inline_data;
@@ -486,9 +487,12 @@ void Engine::rx_multicast(const ParsedPacket& p, const rte_mbuf* m) {
   }
   // responder_ud_rx copies out of the frame, so one frame serves every QP (each checks its
   // own state and Q_Key, and takes its own receive WQE).
+  // This host's own datagram (looped back) skips its sender if the sender asked so.
+  const bool own = is_local_ip(p.hdr.l3.src);
   for (uint32_t qpn : g->qpns) {
     Qp* q = lookup(qpn);
     if (q == nullptr) continue;
+    if (own && q->block_self_mcast_loopback && p.hdr.ext.deth.src_qp == qpn) continue;
     ++q->counters.rx_packets;
     q->counters.rx_bytes += m->pkt_len;
     responder_ud_rx(q, p, m);
@@ -801,11 +805,15 @@ void Engine::mark_ready(Qp* q) {
   ready_.push_back(q->qpn);
 }
 
+bool Engine::is_local_ip(const IpAddr& a) const {
+  if (a == cfg_.local_ip) return true;
+  for (const IpAddr& l : cfg_.local_ips)
+    if (a == l) return true;
+  return false;
+}
+
 bool Engine::is_local_dest(const IpAddr& dst, bool ud) const {
-  if (dst == cfg_.local_ip) return true;
-  for (const IpAddr& a : cfg_.local_ips)
-    if (dst == a) return true;
-  return ud && net::is_multicast(dst);
+  return is_local_ip(dst) || (ud && net::is_multicast(dst));
 }
 
 void Engine::rx_burst(rte_mbuf** frames, uint16_t n, uint64_t now_ns) {

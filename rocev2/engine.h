@@ -113,6 +113,8 @@ struct QpInit {
   Srq* srq = nullptr;
   QpCap cap;
   bool sq_sig_all = false;
+  /// IBV_QP_CREATE_BLOCK_SELF_MCAST_LB: multicast this QP sent is not delivered back to it.
+  bool block_self_mcast_loopback = false;
 };
 
 class Engine {
@@ -236,6 +238,7 @@ class Engine {
   void send_frame(rte_mbuf* m, Qp* qp);
   void flush_tx();
   bool is_local_dest(const IpAddr& dst, bool ud) const;
+  bool is_local_ip(const IpAddr& a) const;
   /// A datagram to QPN 0xFFFFFF: a copy to each QP attached to its group.
   void rx_multicast(const ParsedPacket& p, const rte_mbuf* m);
   void detach_all(uint32_t qpn);

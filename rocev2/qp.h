@@ -86,6 +86,7 @@ struct Qp {
   Cq* recv_cq = nullptr;
   Srq* srq = nullptr;
   bool sq_sig_all = false;
+  bool block_self_mcast_loopback = false;
   QpAttr attr;       ///< as last modified (path, timers, PSNs at modify time)
   uint32_t mtu = 1024;
   uint16_t udp_sport = 0xc000;

@@ -865,6 +865,8 @@ int Session::on_create_qp(const CreateQpRequest& q, CreateQpReply* out) {
   init.cap = {q.max_send_wr, srq ? 0 : q.max_recv_wr, std::max(q.max_send_sge, 1u), std::max(q.max_recv_sge, 1u),
               q.max_inline_data};
   init.sq_sig_all = q.sq_sig_all != 0;
+  if (q.flags & ~uint16_t{kQpBlockSelfMcastLoopback}) return -EINVAL;
+  init.block_self_mcast_loopback = (q.flags & kQpBlockSelfMcastLoopback) != 0;
 
   auto s = std::make_unique<SharedQp>();
   const core::ShmRingGeometry sq{pow2_at_least(init.cap.max_send_wr),

@@ -468,7 +468,9 @@ int Context::destroy_srq(Srq* srq) {
 
 int Context::create_qp(const QpCreate& c, Qp** out) {
   if (c.send_cq == nullptr || c.recv_cq == nullptr) return -EINVAL;
+  if (c.block_self_mcast_loopback && daemon_minor_ < 5) return -EOPNOTSUPP;
   CreateQpRequest q{};
+  q.flags = c.block_self_mcast_loopback ? kQpBlockSelfMcastLoopback : 0;
   q.pd = c.pd;
   q.send_cq = c.send_cq->id_;
   q.recv_cq = c.recv_cq->id_;

@@ -120,6 +120,7 @@ struct QpCreate {
   Srq* srq = nullptr;
   rocev2::QpCap cap;
   bool sq_sig_all = false;
+  bool block_self_mcast_loopback = false;  ///< needs a droced of ABI minor 5 (else -EOPNOTSUPP)
 };
 
 class Qp {

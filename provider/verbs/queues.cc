@@ -227,7 +227,9 @@ int droce_glue_create_qp(ibv_context* context, ibv_qp_init_attr_ex* attr, ibv_qp
   VerbsContext* ctx = context_of(context);
   constexpr uint32_t kKnownMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   if (attr->comp_mask & ~kKnownMask) return EOPNOTSUPP;
-  if ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags != 0) return EOPNOTSUPP;
+  // Of the create flags, the one mlx5 offers for multicast (mckey -l): droced honours it.
+  const uint32_t create_flags = (attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) ? attr->create_flags : 0;
+  if (create_flags & ~uint32_t{IBV_QP_CREATE_BLOCK_SELF_MCAST_LB}) return EOPNOTSUPP;
   if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || attr->pd == nullptr || attr->pd->context != context) return EINVAL;
   switch (attr->qp_type) {
     case IBV_QPT_RC:
@@ -266,6 +268,7 @@ int droce_glue_create_qp(ibv_context* context, ibv_qp_init_attr_ex* attr, ibv_qp
   c.cap.max_recv_sge = c.srq != nullptr ? 0 : attr->cap.max_recv_sge;
   c.cap.max_inline_data = attr->cap.max_inline_data;
   c.sq_sig_all = attr->sq_sig_all != 0;
+  c.block_self_mcast_loopback = (create_flags & IBV_QP_CREATE_BLOCK_SELF_MCAST_LB) != 0;
 
   auto v = std::unique_ptr<VerbsQp>(new (std::nothrow) VerbsQp());
   if (!v) return ENOMEM;

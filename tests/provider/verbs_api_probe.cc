@@ -615,6 +615,40 @@ void ud_multicast(Dev& a, Dev& b) {
   check(send(0x6b), "UD SEND to the group again");
   check(poll_n(bcq, wc, 2) == 1 && wc[0].qp_num == bq1->qp_num && wc[0].wr_id == 21, "only the attached QP receives");
   poll_n(acq, wc, 1);  // aq's copy, unposted: dropped
+
+  // IBV_QP_CREATE_BLOCK_SELF_MCAST_LB (mckey -l): the QP does not receive what it sends to a group
+  // it is attached to; the other attached QPs, here and on B, do. Other create flags: EOPNOTSUPP.
+  ibv_qp_init_attr_ex x{};
+  x.qp_type = IBV_QPT_UD;
+  x.send_cq = x.recv_cq = ibv_create_cq(a.ctx, 16, nullptr, nullptr, 0);
+  x.cap = {16, 16, 1, 1, 0};
+  x.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+  x.pd = a.pd;
+  x.create_flags = IBV_QP_CREATE_SCATTER_FCS;
+  errno = 0;
+  check(ibv_create_qp_ex(a.ctx, &x) == nullptr && errno == EOPNOTSUPP, "create_qp_ex(SCATTER_FCS): EOPNOTSUPP");
+  x.create_flags = IBV_QP_CREATE_BLOCK_SELF_MCAST_LB;
+  ibv_qp* blocker = ibv_create_qp_ex(a.ctx, &x);
+  check(blocker != nullptr, "create_qp_ex(BLOCK_SELF_MCAST_LB) (errno %d)", blocker ? 0 : errno);
+  if (blocker != nullptr) {
+    ud_ready(blocker);
+    check(ibv_attach_mcast(blocker, &group, 0) == 0, "attach the blocking QP");
+    post_recv(blocker, nullptr, 31, a.buf + 8192, 40 + 256, a.mr->lkey);
+    post_recv(aq, nullptr, 32, a.buf + 4096, 40 + 256, a.mr->lkey);
+    post_recv(bq1, nullptr, 33, b.buf, 40 + 256, b.mr->lkey);
+    std::memset(a.buf, 0x7c, 256);
+    ibv_sge s{reinterpret_cast<uintptr_t>(a.buf), 256, a.mr->lkey};
+    ibv_send_wr wr = ud_send_wr(&s, to_group, 0xFFFFFF);
+    ibv_send_wr* bad = nullptr;
+    check(ibv_post_send(blocker, &wr, &bad) == 0 && poll_n(x.send_cq, wc, 1) == 1 && wc[0].wr_id == 0,
+          "the blocking QP sends to the group");
+    check(poll_n(bcq, wc, 1) == 1 && wc[0].wr_id == 33, "B's attached QP receives it");
+    check(poll_n(acq, wc, 1) == 1 && wc[0].wr_id == 32 && wc[0].src_qp == blocker->qp_num,
+          "A's other attached QP receives it (loopback)");
+    check(ibv_poll_cq(x.send_cq, 1, wc) == 0, "the sender itself does not");
+    ibv_destroy_qp(blocker);
+  }
+  ibv_destroy_cq(x.send_cq);
   ibv_destroy_ah(to_group);
   for (ibv_qp* q : {sender, aq, bq1, bq2, rc}) ibv_destroy_qp(q);
   ibv_destroy_cq(acq);

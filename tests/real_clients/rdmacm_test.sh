@@ -155,6 +155,9 @@ for where in "b a" "a a"; do
   group=239.77.0.$([ "$tag" = loopback ] && echo 1 || echo 2)
   pair "$tag.mckey" "$s" "$c" "mckey -m $group -C 100" "mckey -m $group -s -C 100" "$done_ok" \
     "data transfers complete" "mcast:$group"
+  # -l: QPs made with IBV_QP_CREATE_BLOCK_SELF_MCAST_LB (the sender does not hear itself).
+  pair "$tag.mckey-l" "$s" "$c" "mckey -m 239.77.1.${group##*.} -l -C 100" "mckey -m 239.77.1.${group##*.} -l -s -C 100" \
+    "$done_ok" "data transfers complete" "mcast:239.77.1.${group##*.}"
   pair "$tag.rdma_server" "$s" "$c" "rdma_server -s @SERVER -p @PORT" "rdma_client -s @SERVER -p @PORT" \
     'rdma_client: end 0' 'rdma_server: end 0'
   pair "$tag.rstream" "$s" "$c" "rstream -b @SERVER -p @PORT -S 4096 -C 200" \

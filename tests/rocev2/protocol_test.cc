@@ -1576,6 +1576,58 @@ TEST_F(UdTest, AMulticastDatagramReachesEveryAttachedQp) {
   EXPECT_EQ(engine().counters().rx_bad_dest, 2u);
 }
 
+// IBV_QP_CREATE_BLOCK_SELF_MCAST_LB (mckey -l): a QP made with it does not receive the multicast
+// it sent itself (this host's address, its own QPN in the DETH); other attached QPs do, and so
+// does it for another host's datagram from a QP of the same number.
+TEST_F(UdTest, ABlockingQpDoesNotReceiveItsOwnMulticast) {
+  const IpAddr group = ipv4_mapped(0xef010204);
+  QpInit init;
+  init.type = QpType::ud;
+  init.pd = pd_;
+  init.send_cq = scq_;
+  init.recv_cq = rcq_;
+  init.cap = {16, 16, 1, 1, 0};
+  init.block_self_mcast_loopback = true;
+  uint32_t blocking = 0;
+  ASSERT_EQ(engine().create_qp(init, &blocking), 0);
+  QpAttr qa;
+  qa.qp_state = QpState::init;
+  qa.port_num = 1;
+  qa.qkey = 0x11111111;
+  ASSERT_EQ(engine().modify_qp(blocking, qa, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrQkey), 0);
+  qa = QpAttr{};
+  qa.qp_state = QpState::rtr;
+  ASSERT_EQ(engine().modify_qp(blocking, qa, kAttrState), 0);
+  const uint32_t other = make_qp(ud_options());
+  auto rbuf = reg(4 * 4096);
+  ASSERT_EQ(engine().post_recv(blocking, recv_wr(1, rbuf->sge(0, 4096))), 0);
+  ASSERT_EQ(engine().post_recv(other, recv_wr(2, rbuf->sge(4096, 4096))), 0);
+  ASSERT_EQ(engine().attach_mcast(blocking, group), 0);
+  ASSERT_EQ(engine().attach_mcast(other, group), 0);
+
+  // Step: the blocking QP's own datagram, looped back (source: this host, DETH source QP: it).
+  PacketHeaders h = ud_send(0x11111111, blocking);
+  h.l2.dst = {0x01, 0x00, 0x5e, 0x01, 0x02, 0x04};
+  h.l3.src = local_ip();
+  h.l3.dst = group;
+  h.bth.dest_qp = Engine::kMulticastQpn;
+  deliver(h, pattern(32, 1));
+  // Expect: only the other QP receives it.
+  auto wc = drain(rcq_);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].qp_num, other);
+
+  // Step: a peer's datagram from a QP that happens to have the same number.
+  h.l3.src = peer_ip();
+  ASSERT_EQ(engine().post_recv(other, recv_wr(3, rbuf->sge(8192, 4096))), 0);
+  deliver(h, pattern(32, 2));
+  // Expect: both receive it.
+  wc = drain(rcq_);
+  ASSERT_EQ(wc.size(), 2u);
+  EXPECT_EQ(wc[0].qp_num, blocking);
+  EXPECT_EQ(wc[1].qp_num, other);
+}
+
 TEST_F(UdTest, AttachRefusesWhatIsNotAUdQpOrAMulticastGid) {
   const IpAddr group = ipv4_mapped(0xe0000105);
   const uint32_t ud = make_qp(ud_options());
