@@ -1457,6 +1457,24 @@ class UdTest : public ProtocolTest {
     o.qkey = 0x11111111;
     return o;
   }
+  /// What a UD QP is made with (for create_qp and create_gsi_qp called directly).
+  QpInit ud_init() {
+    QpInit init;
+    init.type = QpType::ud;
+    init.pd = pd_;
+    init.send_cq = scq_;
+    init.recv_cq = rcq_;
+    init.cap = {16, 16, 1, 1, 0};
+    return init;
+  }
+  /// A datagram to multicast `group` (QPN 0xFFFFFF, the group's MAC) from `src_qp`.
+  PacketHeaders to_group(const IpAddr& group, uint32_t qkey, uint32_t src_qp) {
+    PacketHeaders h = ud_send(qkey, src_qp);
+    h.l2.dst = {0x01, 0x00, 0x5e, static_cast<uint8_t>(group[13] & 0x7f), group[14], group[15]};
+    h.l3.dst = group;
+    h.bth.dest_qp = Engine::kMulticastQpn;
+    return h;
+  }
 };
 
 TEST_F(UdTest, WrongQkeyIsDroppedAndCounted) {
@@ -1526,10 +1544,7 @@ TEST_F(UdTest, AMulticastDatagramReachesEveryAttachedQp) {
   EXPECT_EQ(engine().mcast_attachments(), 3u);
 
   // Step: one datagram to the group (Q_Key 0x11111111, a's and b's).
-  PacketHeaders h = ud_send(0x11111111, 0x999);
-  h.l2.dst = {0x01, 0x00, 0x5e, 0x01, 0x02, 0x03};
-  h.l3.dst = group;
-  h.bth.dest_qp = Engine::kMulticastQpn;
+  PacketHeaders h = to_group(group, 0x11111111, 0x999);
   deliver(h, pattern(200, 9));
   // Expect: a and b each complete their own receive with the payload after the GRH; c's Q_Key
   // differs: dropped and counted, its receive untouched.
@@ -1581,12 +1596,7 @@ TEST_F(UdTest, AMulticastDatagramReachesEveryAttachedQp) {
 // does it for another host's datagram from a QP of the same number.
 TEST_F(UdTest, ABlockingQpDoesNotReceiveItsOwnMulticast) {
   const IpAddr group = ipv4_mapped(0xef010204);
-  QpInit init;
-  init.type = QpType::ud;
-  init.pd = pd_;
-  init.send_cq = scq_;
-  init.recv_cq = rcq_;
-  init.cap = {16, 16, 1, 1, 0};
+  QpInit init = ud_init();
   init.block_self_mcast_loopback = true;
   uint32_t blocking = 0;
   ASSERT_EQ(engine().create_qp(init, &blocking), 0);
@@ -1606,11 +1616,8 @@ TEST_F(UdTest, ABlockingQpDoesNotReceiveItsOwnMulticast) {
   ASSERT_EQ(engine().attach_mcast(other, group), 0);
 
   // Step: the blocking QP's own datagram, looped back (source: this host, DETH source QP: it).
-  PacketHeaders h = ud_send(0x11111111, blocking);
-  h.l2.dst = {0x01, 0x00, 0x5e, 0x01, 0x02, 0x04};
+  PacketHeaders h = to_group(group, 0x11111111, blocking);
   h.l3.src = local_ip();
-  h.l3.dst = group;
-  h.bth.dest_qp = Engine::kMulticastQpn;
   deliver(h, pattern(32, 1));
   // Expect: only the other QP receives it.
   auto wc = drain(rcq_);
@@ -1650,12 +1657,7 @@ TEST_F(UdTest, AttachRefusesWhatIsNotAUdQpOrAMulticastGid) {
 // 0x80010000 (a datagram with another is dropped, a modify to another refused), and what it sends
 // says so (source QP 1 in the DETH, the GSI Q_Key), as the kernel's CM MADs do.
 TEST_F(UdTest, TheGsiQpIsQp1WithItsFixedQkey) {
-  QpInit init;
-  init.type = QpType::ud;
-  init.pd = pd_;
-  init.send_cq = scq_;
-  init.recv_cq = rcq_;
-  init.cap = {16, 16, 1, 1, 0};
+  const QpInit init = ud_init();
   ASSERT_EQ(engine().create_gsi_qp(init), 0);
   EXPECT_EQ(engine().create_gsi_qp(init), -EINVAL);  // one per engine
   QpAttr qa;
