@@ -340,10 +340,14 @@ uint16_t ShmLink::rx_burst(rte_mempool* pool, rte_mbuf** out, uint16_t n) {
   give_back(c);
   const uint32_t head = c->rx->head.load(std::memory_order_acquire);
   if (head - c->rx_tail > c->slots) {
-    // The peer wrote an impossible head: skip to it rather than read garbage forever (the
-    // slots still lent come back as their frames are freed).
+    // The peer wrote an impossible head: skip to it rather than read garbage forever, once
+    // no slot is lent (give_back walks from the tail to rx_next, which must stay within one
+    // ring: a hostile head must not make that walk billions of steps long).
     counters_.rx_bad_ring.fetch_add(1, std::memory_order_relaxed);
-    c->rx_next = head;
+    if (c->rx_tail == c->rx_next) {
+      c->rx_tail = c->rx_next = head;
+      c->rx->tail.store(head, std::memory_order_release);
+    }
     return 0;
   }
   const uint32_t avail = head - c->rx_next;
