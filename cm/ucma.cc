@@ -135,6 +135,20 @@ void put_sockaddr(const net::IpAddr& ip, uint16_t port, uint16_t family, void* o
 
 uint16_t service_ps(uint16_t ps) { return ps & 0xff; }
 
+// An address handle toward `dgid` on RoCE, as the kernel's ib_init_ah_attr_from_path and
+// ib_init_ah_from_mcmember make it: global (a GRH), port 1, hop limit 64.
+ib_uverbs_ah_attr roce_ah(const net::IpAddr& dgid, uint32_t flow_label, uint32_t sgid_index, uint8_t tclass) {
+  ib_uverbs_ah_attr a{};
+  std::memcpy(a.grh.dgid, dgid.data(), 16);
+  a.grh.flow_label = flow_label;
+  a.grh.sgid_index = static_cast<uint8_t>(sgid_index);
+  a.grh.hop_limit = kHopLimit;
+  a.grh.traffic_class = tclass;
+  a.is_global = 1;
+  a.port_num = 1;
+  return a;
+}
+
 // ib_cm's cm_ack_timeout(): the QP's local ACK timeout from the peer's ACK delay and the path.
 uint8_t ack_timeout(uint8_t ca_ack_delay, uint8_t packet_life_time) {
   int t = packet_life_time + 1;
@@ -213,7 +227,7 @@ Ucma::Id* Ucma::by_conn(uint32_t conn) {
 }
 
 // The handler of command number `cmd` (<rdma/rdma_user_cm.h>), nullptr past the table (EINVAL,
-// as the kernel's). GET_OPTION and the multicast and AF_IB address commands answer ENOSYS.
+// as the kernel's). GET_OPTION and the AF_IB address commands (QUERY, RESOLVE_ADDR) answer ENOSYS.
 Ucma::Handler Ucma::handler(uint32_t cmd) {
   switch (cmd) {
     case RDMA_USER_CM_CMD_CREATE_ID: return &Ucma::create_id;
@@ -852,13 +866,7 @@ int Ucma::init_qp_attr(uint32_t channel, std::span<const uint8_t> body, std::spa
         if (!connected) return -EINVAL;
         a.qp_attr_mask = kMaskState | kMaskAv | kMaskPathMtu | kMaskDestQpn | kMaskRqPsn | kMaskMaxDestRdAtomic |
                          kMaskMinRnrTimer;
-        std::memcpy(a.ah_attr.grh.dgid, id->dst.data(), 16);
-        a.ah_attr.grh.flow_label = id->flow_label;
-        a.ah_attr.grh.sgid_index = static_cast<uint8_t>(id->gid_index);
-        a.ah_attr.grh.hop_limit = kHopLimit;
-        a.ah_attr.grh.traffic_class = id->tos;
-        a.ah_attr.is_global = 1;
-        a.ah_attr.port_num = 1;
+        a.ah_attr = roce_ah(id->dst, id->flow_label, id->gid_index, id->tos);
         a.path_mtu = id->path_mtu;
         a.dest_qp_num = id->remote_qpn;
         a.rq_psn = id->psn;
@@ -1019,12 +1027,7 @@ int Ucma::join(uint32_t channel, uint32_t id_handle, uint64_t uid, const void* a
   rdma_ucm_ud_param& ud = q.resp.param.ud;
   ud.qp_num = 0xFFFFFF;
   ud.qkey = id->qkey;
-  std::memcpy(ud.ah_attr.grh.dgid, group.data(), 16);
-  ud.ah_attr.grh.sgid_index = static_cast<uint8_t>(id->gid_index);
-  ud.ah_attr.grh.hop_limit = kHopLimit;  // IPV6_DEFAULT_HOPLIMIT for RoCEv2 groups
-  ud.ah_attr.grh.traffic_class = id->tos;
-  ud.ah_attr.is_global = 1;
-  ud.ah_attr.port_num = 1;
+  ud.ah_attr = roce_ah(group, 0, id->gid_index, id->tos);  // hop limit 64: IPV6_DEFAULT_HOPLIMIT
   push(id->channel, q);
   respond(rdma_ucm_create_id_resp{handle}, resp);
   return 0;
@@ -1208,13 +1211,7 @@ void Ucma::on_sidr_reply(Id* id, const SidrRep& rep) {
   q.resp.event = kEstablished;
   ud.qp_num = rep.qpn;
   ud.qkey = rep.qkey;
-  std::memcpy(ud.ah_attr.grh.dgid, id->dst.data(), 16);
-  ud.ah_attr.grh.flow_label = id->flow_label;
-  ud.ah_attr.grh.sgid_index = static_cast<uint8_t>(id->gid_index);
-  ud.ah_attr.grh.hop_limit = kHopLimit;
-  ud.ah_attr.grh.traffic_class = id->tos;
-  ud.ah_attr.is_global = 1;
-  ud.ah_attr.port_num = 1;
+  ud.ah_attr = roce_ah(id->dst, id->flow_label, id->gid_index, id->tos);
   push(id->channel, q);
 }
 

@@ -50,7 +50,7 @@ namespace droce::droced {
 /// QPN bits above this name the core that owns the QP (24-bit QPNs: up to 16 cores).
 inline constexpr unsigned kQpnCoreShift = 20;
 inline constexpr unsigned kMaxCores = 16;
-inline constexpr uint32_t kMulticastQpn = 0xffffff;
+inline constexpr uint32_t kMulticastQpn = rocev2::Engine::kMulticastQpn;
 
 /// The cores of one droced and what they share.
 class CoreGroup {

@@ -27,8 +27,6 @@ constexpr const char* kVersion = "droce 0.1.0";
 uint32_t pow2_at_least(uint32_t n) { return n <= 1 ? 1 : std::bit_ceil(n); }
 
 void store_flag(uint32_t* p, uint32_t v) { std::atomic_ref<uint32_t>(*p).store(v); }
-constexpr size_t kPopulateMax = size_t{16} << 20;
-
 uint32_t take_flag(uint32_t* p) { return std::atomic_ref<uint32_t>(*p).exchange(0); }
 
 void write_eventfd(int fd) {
@@ -41,6 +39,8 @@ void write_eventfd(int fd) {
 // The region of a queue (QP, SRQ or CQ): the doorbell block, then rings. Populated up front (no
 // page faults on the data path) unless it is large: a CQ of millions of entries (max_cqe is
 // mlx5's) gets its pages as it is written.
+constexpr size_t kPopulateMax = size_t{16} << 20;
+
 int make_region(const char* name, size_t bytes, core::ShmRegion* out) {
   core::ShmMapOptions o;
   o.populate = bytes <= kPopulateMax;

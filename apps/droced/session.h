@@ -160,6 +160,9 @@ class Session {
   int on_create_ah(const core::ctl::CreateAhRequest& r, uint64_t now_ns, uint32_t* ah);
   int destroy_qp(uint32_t qpn);
   int destroy_cq(uint32_t id);
+  int destroy_srq(uint32_t id);
+  /// Fills the address vector from the client's: source GID, VLAN, MACs.
+  int build_av(const core::ctl::WireAv& w, rocev2::AddressVector* av) const;
 
   /// Requests served outside handle()'s switch, each in the files of its feature; handle()
   /// looks a type up here (session_routes.cc) when its switch does not name it.
@@ -170,9 +173,6 @@ class Session {
   static const Route* route_for(core::ctl::MsgType type);
   /// attach_mcast / detach_mcast (session_mcast.cc): a QP of this client's only.
   static void serve_mcast(Session& s, const core::ctl::CtlHeader& h, const std::vector<uint8_t>& msg);
-  int destroy_srq(uint32_t id);
-  /// Fills the address vector from the client's: source GID, VLAN, MACs.
-  int build_av(const core::ctl::WireAv& w, rocev2::AddressVector* av) const;
 
   void drain_sq(SharedQp& q);
   void drain_rq(SharedQp& q);
