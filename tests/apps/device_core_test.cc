@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
+#include <mutex>
 
 #include "apps/droced/device_core.h"
 #include "core/clock.h"
@@ -189,6 +191,43 @@ TEST_F(DeviceCoreTest, AnUnansweredPeerFailsAfterTheRetriesInsteadOfHanging) {
   EXPECT_EQ(core_[1]->neighbors().counters().arp.requests_received, 3u);
   EXPECT_GE(core::monotonic_ns() - t0, 60'000'000u);
   EXPECT_EQ(core_[0]->neighbors().counters().resolutions_failed, 1u);
+}
+
+// What a port shows of our own sending (af_packet hands a socket its outgoing frames) is not
+// taken as received: counted and dropped before the neighbour table or the engine sees it. IGMP
+// goes to the membership reporter, which answers a general query for a group it has joined.
+TEST_F(DeviceCoreTest, OwnFramesAreDroppedAndIgmpGoesToTheMembershipReporter) {
+  const auto send_from_1 = [&](const std::vector<uint8_t>& bytes) {
+    rte_mbuf* m = rte_pktmbuf_alloc(port_[1]->pool());
+    ASSERT_NE(m, nullptr);
+    std::memcpy(rte_pktmbuf_append(m, uint16_t(bytes.size())), bytes.data(), bytes.size());
+    ASSERT_EQ(port_[1]->tx_burst(0, &m, 1), 1);
+  };
+  // An ARP request whose source MAC is host 0's own.
+  std::vector<uint8_t> arp(60, 0);
+  std::memset(arp.data(), 0xff, 6);
+  std::memcpy(arp.data() + 6, port_[0]->mac().data(), 6);
+  arp[12] = 0x08;
+  arp[13] = 0x06;
+  const uint64_t arp_before = core_[0]->counters().neighbor_frames_in;
+  send_from_1(arp);
+  ASSERT_TRUE(run_until([&] { return core_[0]->counters().rx_own_frames == 1; }));
+  EXPECT_EQ(core_[0]->counters().neighbor_frames_in, arp_before);
+
+  // An IGMPv2 general query (max 1 s) from another host, after host 0 joined 239.1.2.3.
+  {
+    std::lock_guard l(core_[0]->group().neighbor_mutex());
+    core_[0]->group().membership().join(ipv4_mapped(0xc0a86401), ipv4_mapped(0xef010203), core::monotonic_ns());
+  }
+  const std::vector<uint8_t> query = {
+      0x01, 0x00, 0x5e, 0x00, 0x00, 0x01, 0x02, 0x00, 0x00, 0x00, 0x00, 0x99, 0x08, 0x00, 0x46, 0x00,
+      0x00, 0x20, 0x00, 0x01, 0x00, 0x00, 0x01, 0x02, 0x39, 0x8b, 0x0a, 0x4d, 0x00, 0xfe, 0xe0, 0x00,
+      0x00, 0x01, 0x94, 0x04, 0x00, 0x00, 0x11, 0x0a, 0xee, 0xf5, 0x00, 0x00, 0x00, 0x00};  // scapy's
+  send_from_1(query);
+  ASSERT_TRUE(run_until([&] { return core_[0]->counters().membership_frames_in == 1; }));
+  std::lock_guard l(core_[0]->group().neighbor_mutex());
+  EXPECT_EQ(core_[0]->group().membership().counters().queries_seen, 1u);
+  EXPECT_EQ(core_[0]->engine().counters().rx_frames, 0u) << "control frames reached the engine";
 }
 
 }  // namespace
