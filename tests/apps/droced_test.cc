@@ -345,12 +345,19 @@ TEST_F(TwoDaemons, EachWorkerSaysWhetherItPollsOrWaitsForEvents) {
 TEST_F(TwoDaemons, SeveralLcoresShareTheClientsAndHandFramesToTheOwningCore) {
   start({"--lcores", "0,1", "--mtu", "9000"});
   const std::string selftest_bin = env_or("SELFTEST_BIN", "apps/droce-selftest");
-  std::vector<pid_t> runs;
-  for (int i = 0; i < 4; ++i) {
+  std::vector<pid_t> runs(4);
+  // The loopback pair first, alone until both its contexts are placed: then they are on the two
+  // workers (each context goes to the one with the fewest), so daemon A hands frames between
+  // workers whatever order the others connect in. Started all at once, the pair could land on
+  // one worker and the A<->B contexts on the other, and A handed nothing (a fresh run saw it).
+  for (int i : {3, 0, 1, 2}) {
     std::vector<std::string> args = {selftest_bin, "--a", d_[0].sock, "--b", d_[i == 3 ? 0 : 1].sock, "--quiet",
                                      "--qps", "24", "--size", "262144", "--mtu", i == 3 ? "1024" : "4096"};
-    runs.push_back(spawn(args, dir_ + "/selftest" + std::to_string(i) + ".log"));
-    ASSERT_GT(runs.back(), 0);
+    runs[i] = spawn(args, dir_ + "/selftest" + std::to_string(i) + ".log");
+    ASSERT_GT(runs[i], 0);
+    if (i == 3)  // its two contexts, and the stats query's own
+      for (int t = 0; t < 500 && stat_of(d_[0].sock, "clients") < 3; ++t)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   int stats_read = 0;
   for (bool running = true; running;) {
