@@ -225,7 +225,7 @@ int status_command(std::string_view cmd, const std::vector<std::string_view>& ar
                 d->get("node_guid")->text().c_str(), d->get("socket")->text().c_str(), d->get("clients")->text().c_str());
   }
   if (cmd == "ports" || cmd == "status")
-    table(all.get("ports"), {"port", "state", "driver", "mac", "mtu", "speed_mbps", "devargs"});
+    table(all.get("ports"), {"port", "state", "driver", "mac", "mtu", "speed_mbps", "offloads", "devargs"});
   if (cmd == "gids" || cmd == "status") table(all.get("gids"), {"index", "gid", "address", "type", "vlan"});
   if ((cmd == "cores" || cmd == "status") && all.get("cores") != nullptr)
     table(all.get("cores"), {"core", "lcore", "mode", "cpus", "rx_queue", "tx_queue", "clients", "qps", "rx_frames",

@@ -11,6 +11,12 @@ rocev2::OffloadOps select_offloads(const net::Port& port) {
   ops.rx_ipv4_checksum = rx_ip;
   ops.tx_ipv4_checksum = tx_ip;
   if (rx_ip || tx_ip) ops.name = "ipv4-checksum";
+  if (const net::ShmLink* link = port.shm_link(); link != nullptr && !link->config().icrc) {
+    // droce_shm with icrc=skip: frames cross memory two processes share, and both ends agreed
+    // at connect that neither computes nor checks the ICRC.
+    ops.rx_icrc = ops.tx_icrc = true;
+    ops.name = "icrc (droce_shm carries none)";
+  }
   // QPN steering needs a flow rule that matches the BTH's destination QP (a
   // raw pattern past UDP); port.capabilities().flow_udp_4791_to_queue says
   // whether rte_flow can even steer UDP 4791. Not built: one lcore per port

@@ -359,6 +359,13 @@ int Port::open_shm(std::string_view devargs, const PortConfig& cfg, std::unique_
   lc.server = role != "client";
   if (const std::string slots = devarg_value(devargs, "slots"); !slots.empty())
     lc.slots = static_cast<uint32_t>(std::strtoul(slots.c_str(), nullptr, 0));
+  const std::string icrc = devarg_value(devargs, "icrc");
+  lc.icrc = icrc == "compute";
+  if (!icrc.empty() && icrc != "compute" && icrc != "skip") {
+    DROCE_LOG(ERR, net, "%s: icrc=skip (the default: frames on this link carry none) or icrc=compute, not %s",
+              name.c_str(), icrc.c_str());
+    return -EINVAL;
+  }
   if (lc.socket.empty() || (role != "server" && role != "client" && !role.empty()) ||
       (cfg.mtu != 0 && uint32_t{cfg.mtu} + RTE_ETHER_HDR_LEN + RTE_VLAN_HLEN > ShmLink::kMaxFrame)) {
     DROCE_LOG(ERR, net, "%s: needs socket=PATH, role=server|client, and an MTU of at most %u", name.c_str(),

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
 
 #include "core/log.h"
@@ -50,8 +52,11 @@ struct Hello {
   uint32_t slots;
   uint32_t slot_bytes;
   uint64_t region_bytes;
+  uint32_t flags;  // kHelloIcrc: frames carry a real ICRC
+  uint32_t reserved;
 };
-static_assert(sizeof(Hello) == 24);
+static_assert(sizeof(Hello) == 32);
+constexpr uint32_t kHelloIcrc = 1;
 
 size_t region_bytes(uint32_t slots) { return sizeof(RegionHeader) + size_t{2} * slots * kSlotBytes; }
 
@@ -175,7 +180,8 @@ void ShmLink::publish(std::unique_ptr<Conn> c) {
   }
   conn_.store(p, std::memory_order_release);
   counters_.connects.fetch_add(1, std::memory_order_relaxed);
-  DROCE_LOG(INFO, net, "shm link %s: connected (%u slots each way)", cfg_.socket.c_str(), p->slots);
+  DROCE_LOG(INFO, net, "shm link %s: connected (%u slots each way, icrc=%s)", cfg_.socket.c_str(), p->slots,
+            cfg_.icrc ? "compute" : "skip");
   kick_self();  // a sleeping owner looks at the link again
 }
 
@@ -244,7 +250,7 @@ void ShmLink::serve_accept() {
   h->version = kVersion;
   h->slots = cfg_.slots;
   h->slot_bytes = kSlotBytes;
-  const Hello hello{kMagic, kVersion, cfg_.slots, kSlotBytes, conn->region.size()};
+  const Hello hello{kMagic, kVersion, cfg_.slots, kSlotBytes, conn->region.size(), hello_flags(), 0};
   const int fds[2] = {conn->region.fd(), wake_.get()};
   if (core::send_message(c.get(), {reinterpret_cast<const uint8_t*>(&hello), sizeof hello}, fds) != 0) return;
   sock_ = std::move(c);
@@ -258,7 +264,8 @@ void ShmLink::finish_server_handshake() {
   if (got == -EAGAIN) return;
   Hello h{};
   if (got == ssize_t{sizeof h}) std::memcpy(&h, buf.data(), sizeof h);
-  if (got != ssize_t{sizeof h} || h.magic != kMagic || h.version != kVersion || fds.size() != 1) {
+  if (got != ssize_t{sizeof h} || h.magic != kMagic || h.version != kVersion || h.flags != hello_flags() ||
+      fds.size() != 1) {
     counters_.refused_peers.fetch_add(1, std::memory_order_relaxed);
     drop_connection(got <= 0 ? "the peer left during the handshake" : "a bad handshake answer");
     return;
@@ -267,6 +274,20 @@ void ShmLink::finish_server_handshake() {
   c->peer_wake = std::move(fds[0]);
   c->attach(true);
   publish(std::move(c));
+}
+
+uint32_t ShmLink::hello_flags() const { return cfg_.icrc ? kHelloIcrc : 0; }
+
+void ShmLink::refused(const char* fmt, ...) {
+  counters_.refused_peers.fetch_add(1, std::memory_order_relaxed);
+  char why[256];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(why, sizeof why, fmt, ap);
+  va_end(ap);
+  if (last_refusal_ == why) return;  // the client retries every kConnectRetryMs
+  last_refusal_ = why;
+  DROCE_LOG(ERR, net, "shm link %s: %s", cfg_.socket.c_str(), why);
 }
 
 void ShmLink::try_connect() {
@@ -280,28 +301,36 @@ void ShmLink::try_connect() {
   const ssize_t got = core::receive_message(c.get(), &buf, sizeof(Hello), &fds);
   Hello h{};
   if (got == ssize_t{sizeof h}) std::memcpy(&h, buf.data(), sizeof h);
-  if (got != ssize_t{sizeof h} || h.magic != kMagic || fds.size() != 2) return;  // turned away, or not a link
+  // Version 1's hello is shorter: its version is still read, to say why it is turned away.
+  if (got >= 8) std::memcpy(&h, buf.data(), 8);
+  if (got < 8 || h.magic != kMagic || (got != ssize_t{sizeof h} && h.version == kVersion) || fds.size() != 2)
+    return;  // turned away, or not a link
   if (h.version != kVersion || h.slot_bytes != kSlotBytes || !valid_slots(h.slots) ||
       h.region_bytes < region_bytes(h.slots)) {
-    counters_.refused_peers.fetch_add(1, std::memory_order_relaxed);
-    DROCE_LOG(ERR, net, "shm link %s: the server speaks version %u (%u slots of %u bytes); this end version %u",
-              cfg_.socket.c_str(), h.version, h.slots, h.slot_bytes, kVersion);
+    refused("the server speaks version %u (%u slots of %u bytes); this end version %u", h.version, h.slots,
+            h.slot_bytes, kVersion);
+    return;
+  }
+  if (h.flags != hello_flags()) {
+    // Both ends compute the ICRC or neither does: one that skips it would see every frame of
+    // the other dropped as a bad ICRC, or send frames the other drops.
+    refused("the server has icrc=%s, this end icrc=%s; give both ends the same",
+            (h.flags & kHelloIcrc) ? "compute" : "skip", cfg_.icrc ? "compute" : "skip");
     return;
   }
   auto conn = std::make_unique<Conn>();
   conn->slots = h.slots;
   core::ShmMapOptions opts;
   if (int rc = core::ShmRegion::map_peer(fds[0].get(), region_bytes(h.slots), opts, &conn->region); rc != 0) {
-    counters_.refused_peers.fetch_add(1, std::memory_order_relaxed);
-    DROCE_LOG(ERR, net, "shm link %s: the server's region is unusable: %s", cfg_.socket.c_str(),
-              std::strerror(-rc));
+    refused("the server's region is unusable: %s", std::strerror(-rc));
     return;
   }
   conn->peer_wake = std::move(fds[1]);
-  const Hello answer{kMagic, kVersion, h.slots, kSlotBytes, h.region_bytes};
+  const Hello answer{kMagic, kVersion, h.slots, kSlotBytes, h.region_bytes, hello_flags(), 0};
   const int mine[1] = {wake_.get()};
   if (core::send_message(c.get(), {reinterpret_cast<const uint8_t*>(&answer), sizeof answer}, mine) != 0) return;
   conn->attach(false);
+  last_refusal_.clear();
   sock_ = std::move(c);
   publish(std::move(conn));
 }

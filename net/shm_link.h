@@ -25,9 +25,10 @@
 //
 // Connection. The server end listens on a unix SOCK_SEQPACKET socket (a path);
 // the client connects, retrying every 20 ms until the server is there. At
-// accept the server makes the region and sends it with its eventfd; the client
-// checks and maps it and answers with its own eventfd; then the link is up
-// both ways. A peer that goes away (process exit, close) is seen as end of
+// accept the server makes the region and sends it with its eventfd and its
+// ICRC setting; the client checks both (a different setting is turned away,
+// with a log line) and maps the region, and answers with its own eventfd; then
+// the link is up both ways. A peer that goes away (process exit, close) is seen as end of
 // file on that socket: the link goes down, frames sent meanwhile are refused
 // (tx_burst takes none), and the server accepts the next client into a fresh
 // region. One peer at a time: a second client is turned away. This runs on a
@@ -66,6 +67,12 @@ struct ShmLinkConfig {
   std::string socket;  ///< the unix socket's path
   bool server = true;
   uint32_t slots = 1024;  ///< per direction, a power of two (16..65536)
+  /// Frames carry a real ICRC (devarg icrc=compute). Off (icrc=skip, the
+  /// default): the link is memory two processes share, nothing between them
+  /// corrupts a frame, so neither end computes or checks the ICRC (its field
+  /// is zero), as a NIC that offloads it costs its host nothing. Both ends must
+  /// agree: a peer configured the other way is turned away at connect.
+  bool icrc = false;
 };
 
 /// Written by the data path (rx: the rx thread; tx: under the caller's lock),
@@ -90,7 +97,8 @@ class ShmLink {
  public:
   /// Largest frame a slot holds (Ethernet header, VLAN tag, 9000-byte payload).
   static constexpr uint32_t kMaxFrame = 9000 + 14 + 4;
-  static constexpr uint32_t kVersion = 1;
+  /// 2: the handshake carries the ICRC setting (ShmLinkConfig::icrc).
+  static constexpr uint32_t kVersion = 2;
 
   /// Listens (server) or starts connecting (client). -errno: EINVAL (bad
   /// config), or what socket, bind, eventfd return.
@@ -142,6 +150,10 @@ class ShmLink {
   void drop_connection(const char* why);
   void publish(std::unique_ptr<Conn> c);
   void kick_self();
+  /// The handshake's flags for this end's configuration.
+  uint32_t hello_flags() const;
+  /// A client turned away by the server logs why once, not every retry.
+  void refused(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
   ShmLinkConfig cfg_;
   core::Fd wake_;    ///< ours: the peer writes it
@@ -149,6 +161,7 @@ class ShmLink {
   core::Fd listen_;  ///< server only
   core::Fd sock_;    ///< the current peer's connection (control thread only)
   std::unique_ptr<Conn> pending_;  ///< server: a region sent, the client's answer awaited
+  std::string last_refusal_;       ///< client: why the server's offer was last turned away
   std::atomic<Conn*> conn_{nullptr};
   std::atomic<bool> enabled_{true};
   std::atomic<bool> asleep_{false};  ///< the receiving thread is about to block (set_sleeping)

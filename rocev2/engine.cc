@@ -741,11 +741,11 @@ rte_mbuf* Engine::build(Qp* q, const AddressVector& av, const Bth& bth, const Ex
 }
 
 void Engine::send_frame(rte_mbuf* m, Qp* q) {
-  // The ICRC, over the finished frame.
+  // The ICRC, over the finished frame (zero where the port fills it or the link carries none).
   const uint32_t l3 = m->l2_len;
   const uint32_t icrc_off = m->pkt_len - kIcrcLen;
   const uint8_t ipv = (*rte_pktmbuf_mtod_offset(m, uint8_t*, l3) >> 4) == 6 ? 6 : 4;
-  const uint32_t icrc = compute_icrc(net::FrameBytes(m), l3, icrc_off, ipv);
+  const uint32_t icrc = cfg_.offloads.tx_icrc ? 0 : compute_icrc(net::FrameBytes(m), l3, icrc_off, ipv);
   core::store_le32(rte_pktmbuf_mtod_offset(m, uint8_t*, icrc_off), icrc);
   if (cfg_.offloads.tx_ipv4_checksum && ipv == 4) m->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM;
   ++q->counters.tx_packets;

@@ -19,9 +19,13 @@ struct OffloadOps {
   /// TX: the NIC fills IPv4 header checksums (the engine still writes a correct
   /// one; the ICRC masks the field either way).
   bool tx_ipv4_checksum = false;
-  /// RX: the NIC checked the ICRC. No DPDK PMD reports this today; a backend
-  /// for a NIC that does would set it and mark packets.
+  /// RX: the ICRC needs no check: the NIC checked it (no DPDK PMD reports
+  /// this today; a backend for a NIC that does would set it), or the link
+  /// carries none (droce_shm with icrc=skip: memory between two processes).
   bool rx_icrc = false;
+  /// TX: the engine leaves the ICRC field zero: the NIC fills it, or the link
+  /// carries none (droce_shm with icrc=skip; both ends agree at connect).
+  bool tx_icrc = false;
   /// Control: steer a destination QPN to an RX queue (rte_flow). Absent: packets
   /// for another lcore's QP are handed over in software.
   int (*steer_qpn)(uint16_t port_id, uint32_t qpn, uint16_t queue) = nullptr;

@@ -24,6 +24,7 @@
 #include "core/log.h"
 #include <rte_launch.h>
 #include <rte_lcore.h>
+#include "hw_offload/select.h"
 #include "net/kernel_sink.h"
 #include "rocev2/format.h"
 #include "rocev2/headers.h"
@@ -443,6 +444,7 @@ std::string Daemon::render_locked() const {
       .str("driver", port_->driver_name())
       .str("mac", rocev2::format_mac(port_->mac()))
       .num("mtu", port_->wire_mtu())
+      .str("offloads", hw_offload::select_offloads(*port_).name)  // what the engines were given at start
       .str("state", link.up ? "ACTIVE" : "DOWN")
       .num("speed_mbps", link.speed_mbps)
       .num("rx_queues", port_->rx_queues())

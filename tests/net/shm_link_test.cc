@@ -3,7 +3,8 @@
 // What is checked: frames both ways byte for byte (jumbo and chained ones
 // too), back-pressure when the peer's ring is full, the wake-up (a sleeping
 // end's descriptor turns readable for a frame, and a busy end's is never
-// written), the link following the peer (gone, back), one peer at a time, and
+// written), the link following the peer (gone, back), one peer at a time, ends
+// that disagree on the ICRC kept apart, and
 // a hostile peer that writes impossible indices and lengths into the region.
 
 #include <gtest/gtest.h>
@@ -347,6 +348,24 @@ TEST(PortShm, LinkFollowsThePeerAndOnePeerAtATime) {
   rte_pktmbuf_free(got[0]);
 }
 
+// Both ends compute the ICRC or neither does: a client configured the other way from the server is
+// turned away (counted, the link stays down), and one configured like it then connects.
+TEST(PortShm, EndsThatDisagreeOnTheIcrcDoNotConnect) {
+  const std::string sock = socket_path();
+  PortConfig cfg;
+  std::unique_ptr<Port> server, client;
+  ASSERT_EQ(Port::open_device("droce_shm0,role=server,socket=" + sock, cfg, &server), 0);
+  ASSERT_EQ(Port::open_device("droce_shm1,role=client,icrc=compute,socket=" + sock, cfg, &client), 0);
+  uint64_t refused = 0;
+  EXPECT_TRUE(wait_for([&] { return client->xstat("refused_peers", &refused) == 0 && refused >= 2; }))
+      << "the client should keep trying, and keep being turned away";
+  EXPECT_FALSE(client->link().up);
+  EXPECT_FALSE(server->link().up);
+  client.reset();
+  ASSERT_EQ(Port::open_device("droce_shm1,role=client,icrc=skip,socket=" + sock, cfg, &client), 0);
+  EXPECT_TRUE(wait_for([&] { return server->link().up && client->link().up; }));
+}
+
 // A peer that is not droced: it maps the server's region and writes an
 // impossible head and out-of-range lengths. The server counts and drops,
 // never reads past a slot, and keeps working.
@@ -359,7 +378,7 @@ TEST(PortShm, HostilePeerIndicesAndLengthsAreCountedAndDropped) {
   ASSERT_TRUE(wait_for([&] { return core::seqpacket_connect(sock, &c) == 0; }));
   std::vector<uint8_t> hello;
   std::vector<core::Fd> fds;
-  ASSERT_EQ(core::receive_message(c.get(), &hello, 64, &fds), 24);
+  ASSERT_EQ(core::receive_message(c.get(), &hello, 64, &fds), 32);  // version 2 (with flags)
   ASSERT_EQ(fds.size(), 2u);
   uint64_t region_bytes = 0;
   std::memcpy(&region_bytes, hello.data() + 16, 8);
