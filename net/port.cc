@@ -1240,7 +1240,9 @@ int Port::xstats(std::vector<std::pair<std::string, uint64_t>>* out) const {
             {"rx_mbuf_allocation_errors", v(c.rx_no_mbuf)}, {"rx_bad_slot", v(c.rx_bad_slot)},
             {"rx_bad_ring", v(c.rx_bad_ring)},    {"wakeups_sent", v(c.wakeups_sent)},
             {"connects", v(c.connects)},          {"disconnects", v(c.disconnects)},
-            {"refused_peers", v(c.refused_peers)},  {"tx_ring_used", shm_->tx_ring_used()},
+            {"refused_peers", v(c.refused_peers)},  {"tx_in_place", v(c.tx_in_place)},
+            {"tx_void_slots", v(c.tx_void_slots)},  {"tx_stale", v(c.tx_stale)},
+            {"tx_ring_used", shm_->tx_ring_used()},
             {"rx_ring_used", shm_->rx_ring_used()}};
     return 0;
   }

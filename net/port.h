@@ -300,6 +300,14 @@ class Port {
     if (shm_ != nullptr) return shm_->rx_burst(pool_, out, n);
     return rte_eth_rx_burst(port_id_, queue, out, n);
   }
+  /// A frame to build where the port sends it from (droce_shm: a slot of the peer's ring,
+  /// zero copy), then to pass to tx_burst on `queue` in the order of these calls; nullptr on
+  /// ports that copy (build in a pool mbuf), or with *none_now when such a port has no room
+  /// now. One thread per queue, the one that sends on it.
+  rte_mbuf* tx_alloc(uint16_t /*queue*/, bool* none_now) {
+    *none_now = false;
+    return shm_ != nullptr ? shm_->tx_alloc(pool_, none_now) : nullptr;
+  }
   uint16_t tx_burst(uint16_t queue, rte_mbuf** pkts, uint16_t n) {
     const uint16_t sent = shm_ != nullptr ? shm_->tx_burst(pkts, n) : rte_eth_tx_burst(port_id_, queue, pkts, n);
     if (sent != n) [[unlikely]] {

@@ -73,6 +73,19 @@ struct ShmLink::RxLoan {
   ShmLink* link = nullptr;
 };
 
+// A frame built in a slot of the peer's ring (tx_alloc): the mbuf's external-buffer info, and
+// where the slot stands. Slots are reserved in order and published in order: the head moves over
+// a slot once its frame went through tx_burst (ready) or was freed unsent (void, sent empty).
+struct ShmLink::TxLoan {
+  enum : uint8_t { kFree, kReserved, kReady, kVoid };
+  rte_mbuf_ext_shared_info shinfo{};
+  std::atomic<uint8_t> state{kFree};
+  uint32_t len = 0;
+  ShmLink* link = nullptr;              // identity only: the callback may outlive the link
+  std::atomic<int64_t>* lent = nullptr;  // the link's count, which a link closed with loans out leaves
+  Conn* conn = nullptr;
+};
+
 // One connection's region, and this end's view of it.
 struct ShmLink::Conn {
   core::ShmRegion region;
@@ -87,8 +100,16 @@ struct ShmLink::Conn {
   uint32_t rx_tail = 0;  ///< slots given back to the peer (their frames freed)
   uint32_t rx_next = 0;  ///< the next slot to read; [rx_tail, rx_next) are lent to mbufs
   uint32_t tx_head = 0;
+  uint32_t tx_reserved = 0;  ///< [tx_head, tx_reserved): slots tx_alloc or tx_burst took, unpublished
   /// Per receive slot: the mbuf's view of it while lent (rx_burst, the free callback).
   std::unique_ptr<RxLoan[]> loans;
+  /// Per transmit slot: its state, and the mbuf's view of it while built in place.
+  std::unique_ptr<TxLoan[]> tx_loans;
+
+  std::byte* tx_slot(uint32_t i) const { return tx_slots + size_t{i & mask} * kSlotBytes; }
+  /// Room for one more frame: the peer's tail read once by the caller. A tail the peer
+  /// moved past our head (impossible) counts as no room.
+  bool tx_room(uint32_t tail) const { return tx_reserved - tail < slots; }
 
   void attach(bool server) {
     auto* h = reinterpret_cast<RegionHeader*>(region.data());
@@ -102,7 +123,9 @@ struct ShmLink::Conn {
     rx_tail = rx->tail.load(std::memory_order_relaxed);
     rx_next = rx_tail;
     tx_head = tx->head.load(std::memory_order_relaxed);
+    tx_reserved = tx_head;
     loans = std::make_unique<RxLoan[]>(slots);
+    tx_loans = std::make_unique<TxLoan[]>(slots);
   }
 };
 
@@ -135,7 +158,7 @@ ShmLink::~ShmLink() {
   if (lent != 0) {
     // Frames still point into the regions (their owner frees them later): the regions and
     // their loans stay mapped, as a process that is stopping loses nothing by it.
-    DROCE_LOG(WARNING, net, "shm link %s: %lld received frames still held at close; their region stays mapped",
+    DROCE_LOG(WARNING, net, "shm link %s: %lld frames still held at close; their region stays mapped",
               cfg_.socket.c_str(), static_cast<long long>(lent));
     std::lock_guard l(conns_mutex_);
     for (auto& c : conns_) (void)c.release();
@@ -398,6 +421,7 @@ uint16_t ShmLink::rx_burst(rte_mempool* pool, rte_mbuf** out, uint16_t n) {
     std::byte* slot = c->rx_slots + size_t{index} * kSlotBytes;
     uint32_t len;
     std::memcpy(&len, slot, sizeof len);  // read once: the peer may change it under us
+    if (len == 0) continue;  // void: a frame the peer built here and dropped
     if (len < 14 || len > kMaxFrame) {
       ++bad;
       continue;  // the slot is not lent; the mbuf is used for the next one
@@ -425,52 +449,118 @@ uint16_t ShmLink::rx_burst(rte_mempool* pool, rte_mbuf** out, uint16_t n) {
   return got;
 }
 
+void ShmLink::tx_slot_freed(void*, void* opaque) {
+  auto* loan = static_cast<TxLoan*>(opaque);
+  uint8_t reserved = TxLoan::kReserved;
+  // Ready ones were published by tx_burst before it freed them; a reserved one was dropped.
+  loan->state.compare_exchange_strong(reserved, TxLoan::kVoid, std::memory_order_acq_rel);
+  loan->lent->fetch_sub(1, std::memory_order_relaxed);
+}
+
+ShmLink::TxLoan* ShmLink::tx_loan_of(const rte_mbuf* m) const {
+  if (!RTE_MBUF_HAS_EXTBUF(m) || m->shinfo == nullptr || m->shinfo->free_cb != &ShmLink::tx_slot_freed) return nullptr;
+  auto* loan = static_cast<TxLoan*>(m->shinfo->fcb_opaque);
+  return loan->link == this ? loan : nullptr;
+}
+
+rte_mbuf* ShmLink::tx_alloc(rte_mempool* pool, bool* none_now) {
+  *none_now = false;
+  Conn* c = conn_.load(std::memory_order_acquire);
+  if (c == nullptr || !enabled_.load(std::memory_order_relaxed)) return nullptr;
+  *none_now = true;
+  if (!c->tx_room(c->tx->tail.load(std::memory_order_acquire))) return nullptr;
+  rte_mbuf* m = rte_pktmbuf_alloc(pool);
+  if (m == nullptr) return nullptr;
+  const uint32_t at = c->tx_reserved++;
+  TxLoan& loan = c->tx_loans[at & c->mask];
+  loan.state.store(TxLoan::kReserved, std::memory_order_relaxed);
+  loan.len = 0;
+  loan.link = this;
+  loan.lent = lent_.get();
+  loan.conn = c;
+  loan.shinfo.free_cb = &ShmLink::tx_slot_freed;
+  loan.shinfo.fcb_opaque = &loan;
+  rte_mbuf_ext_refcnt_set(&loan.shinfo, 1);
+  rte_pktmbuf_attach_extbuf(m, c->tx_slot(at) + kSlotHeader, RTE_BAD_IOVA, uint16_t{kMaxFrame}, &loan.shinfo);
+  lent_->fetch_add(1, std::memory_order_relaxed);
+  *none_now = false;
+  return m;
+}
+
+void ShmLink::publish_tx(Conn* c) {
+  uint32_t head = c->tx_head;
+  uint64_t voids = 0;
+  while (head != c->tx_reserved) {
+    TxLoan& loan = c->tx_loans[head & c->mask];
+    const uint8_t st = loan.state.load(std::memory_order_acquire);
+    if (st == TxLoan::kReserved) break;  // still being built: what follows waits for it
+    const uint32_t len = st == TxLoan::kReady ? loan.len : 0;
+    voids += st == TxLoan::kVoid;
+    std::memcpy(c->tx_slot(head), &len, sizeof len);
+    loan.state.store(TxLoan::kFree, std::memory_order_relaxed);
+    ++head;
+  }
+  if (voids != 0) counters_.tx_void_slots.fetch_add(voids, std::memory_order_relaxed);
+  if (head == c->tx_head) return;
+  c->tx_head = head;
+  c->tx->head.store(head, std::memory_order_release);
+  // The head before the peer's flag (Dekker with set_sleeping): one write per sleep.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (c->tx->consumer_sleeping.load(std::memory_order_relaxed) != 0 &&
+      c->tx->consumer_sleeping.exchange(0, std::memory_order_acq_rel) != 0) {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t w = ::write(c->peer_wake.get(), &one, sizeof one);
+    counters_.wakeups_sent.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
 uint16_t ShmLink::tx_burst(rte_mbuf** pkts, uint16_t n) {
   Conn* c = conn_.load(std::memory_order_acquire);
   if (c == nullptr || n == 0 || !enabled_.load(std::memory_order_relaxed)) {
     if (n != 0) counters_.tx_ring_full.fetch_add(n, std::memory_order_relaxed);
     return 0;
   }
-  const uint32_t used = c->tx_head - c->tx->tail.load(std::memory_order_acquire);
-  const uint32_t room = used > c->slots ? 0 : c->slots - used;  // a peer's impossible tail: wait
-  const uint16_t take = static_cast<uint16_t>(std::min<uint32_t>(room, n));
-  uint64_t bytes = 0;
-  uint64_t too_long = 0;
-  uint32_t head = c->tx_head;
-  for (uint16_t i = 0; i < take; ++i) {
-    const rte_mbuf* m = pkts[i];
+  const uint32_t tail = c->tx->tail.load(std::memory_order_acquire);
+  uint64_t bytes = 0, too_long = 0, stale = 0, in_place = 0;
+  uint16_t take = 0;
+  for (; take < n; ++take) {
+    const rte_mbuf* m = pkts[take];
+    if (TxLoan* loan = tx_loan_of(m); loan != nullptr) {
+      if (loan->conn != c) {
+        ++stale;  // built in a region since replaced: freed below (void there, harmless)
+        continue;
+      }
+      loan->len = m->pkt_len;  // within the slot: tx_alloc gave the mbuf kMaxFrame bytes
+      loan->state.store(TxLoan::kReady, std::memory_order_release);
+      bytes += m->pkt_len;
+      ++in_place;
+      continue;
+    }
     if (m->pkt_len > kMaxFrame) {
       ++too_long;
       continue;
     }
-    std::byte* slot = c->tx_slots + size_t{head & c->mask} * kSlotBytes;
-    std::byte* d = slot + kSlotHeader;
-    for (const rte_mbuf* s = m; s != nullptr; s = s->next) {
-      std::memcpy(d, rte_pktmbuf_mtod(s, const void*), s->data_len);
-      d += s->data_len;
+    if (!c->tx_room(tail)) break;
+    const uint32_t at = c->tx_reserved++;
+    std::byte* d = c->tx_slot(at) + kSlotHeader;
+    for (const rte_mbuf* seg = m; seg != nullptr; seg = seg->next) {
+      std::memcpy(d, rte_pktmbuf_mtod(seg, const void*), seg->data_len);
+      d += seg->data_len;
     }
-    const uint32_t len = m->pkt_len;
-    std::memcpy(slot, &len, sizeof len);
-    bytes += len;
-    ++head;
+    TxLoan& loan = c->tx_loans[at & c->mask];
+    loan.len = m->pkt_len;
+    loan.state.store(TxLoan::kReady, std::memory_order_relaxed);
+    bytes += m->pkt_len;
   }
-  if (head != c->tx_head) {
-    c->tx_head = head;
-    c->tx->head.store(head, std::memory_order_release);
-    // The head before the peer's flag (Dekker with set_sleeping): one write per sleep.
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (c->tx->consumer_sleeping.load(std::memory_order_relaxed) != 0 &&
-        c->tx->consumer_sleeping.exchange(0, std::memory_order_acq_rel) != 0) {
-      const uint64_t one = 1;
-      [[maybe_unused]] ssize_t w = ::write(c->peer_wake.get(), &one, sizeof one);
-      counters_.wakeups_sent.fetch_add(1, std::memory_order_relaxed);
-    }
-  }
+  publish_tx(c);
+  // After publishing: a ready frame's free callback leaves its slot alone.
   if (take != 0) rte_pktmbuf_free_bulk(pkts, take);
-  const uint64_t sent = take - too_long;
+  const uint64_t sent = take - too_long - stale;
   counters_.tx_frames.store(counters_.tx_frames.load(std::memory_order_relaxed) + sent, std::memory_order_relaxed);
   counters_.tx_bytes.store(counters_.tx_bytes.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
+  if (in_place != 0) counters_.tx_in_place.fetch_add(in_place, std::memory_order_relaxed);
   if (too_long != 0) counters_.tx_too_long.fetch_add(too_long, std::memory_order_relaxed);
+  if (stale != 0) counters_.tx_stale.fetch_add(stale, std::memory_order_relaxed);
   if (take != n) counters_.tx_ring_full.fetch_add(n - take, std::memory_order_relaxed);
   return take;
 }
@@ -488,7 +578,8 @@ uint32_t ShmLink::rx_ring_used() const {
 void ShmLink::reset_counters() {
   for (auto* a : {&counters_.rx_frames, &counters_.rx_bytes, &counters_.tx_frames, &counters_.tx_bytes,
                   &counters_.tx_ring_full, &counters_.tx_too_long, &counters_.rx_no_mbuf, &counters_.rx_bad_slot,
-                  &counters_.rx_bad_ring, &counters_.wakeups_sent})
+                  &counters_.rx_bad_ring, &counters_.wakeups_sent, &counters_.tx_in_place,
+                  &counters_.tx_void_slots, &counters_.tx_stale})
     a->store(0, std::memory_order_relaxed);
 }
 

@@ -43,9 +43,17 @@
 // skipped), the region is sealed against shrinking, and its size is checked
 // before it is mapped.
 //
-// Threading: rx_burst from one thread; tx_burst from one thread at a time
-// (the caller's TX queue lock); set_sleeping from the rx thread; counters from
-// any thread.
+// Zero copy both ways. A received frame stays in its slot, lent to an mbuf as
+// an external buffer until freed (rx_burst). A frame to send can be built in
+// its slot too (tx_alloc): slots are taken in order and published in order,
+// each once its frame has been through tx_burst or freed unsent (then it goes
+// empty: a length of 0, which the receiver skips). Frames from elsewhere are
+// copied into the next free slot as before, behind any still being built.
+//
+// Threading: rx_burst from one thread; tx_alloc and tx_burst from one thread
+// at a time (the caller's TX queue lock; frames built in place need the
+// queue's own thread: PortQueueLink asks only when no other lcore shares it);
+// set_sleeping from the rx thread; counters from any thread.
 
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
@@ -88,6 +96,9 @@ struct ShmLinkCounters {
   std::atomic<uint64_t> rx_bad_slot{0};    ///< slots whose length the peer wrote out of range (dropped)
   std::atomic<uint64_t> rx_bad_ring{0};    ///< times the peer's head claimed more than a ring holds
   std::atomic<uint64_t> wakeups_sent{0};   ///< eventfd writes to a sleeping peer
+  std::atomic<uint64_t> tx_in_place{0};    ///< frames built in their slot (tx_alloc), not copied
+  std::atomic<uint64_t> tx_void_slots{0};  ///< slots of tx_alloc frames freed unsent, sent empty
+  std::atomic<uint64_t> tx_stale{0};       ///< tx_alloc frames of an earlier connection, dropped
   std::atomic<uint64_t> connects{0};
   std::atomic<uint64_t> disconnects{0};
   std::atomic<uint64_t> refused_peers{0};  ///< connections turned away (busy, or a bad handshake)
@@ -111,8 +122,16 @@ class ShmLink {
   /// external buffer (no copy). The slot goes back to the peer when the mbuf is freed, in
   /// order: a frame held long holds the slots after it (the peer's ring fills, and it waits).
   uint16_t rx_burst(rte_mempool* pool, rte_mbuf** out, uint16_t n);
-  /// Copies up to n frames into the peer's ring and frees them; returns how
-  /// many it took (fewer when the ring is full, none when the link is down).
+  /// A frame to build in place: an mbuf of `pool` whose buffer is the next free slot of the
+  /// peer's ring (zero copy). Sent through tx_burst like any frame, in the order of these
+  /// calls; freed unsent, its slot goes to the peer empty (a "void" slot it skips). nullptr
+  /// with *none_now: the ring has no free slot now (try again later); nullptr without it:
+  /// the link is down (build in a pool mbuf; tx_burst refuses it).
+  /// One thread at a time, the one that calls tx_burst.
+  rte_mbuf* tx_alloc(rte_mempool* pool, bool* none_now);
+  /// Takes up to n frames and frees them: tx_alloc's are published where they were built,
+  /// others copied into the next free slots. Returns how many it took (fewer when the ring
+  /// is full, none when the link is down).
   uint16_t tx_burst(rte_mbuf** pkts, uint16_t n);
   /// True while frames wait in the receive ring.
   bool rx_pending() const;
@@ -138,11 +157,18 @@ class ShmLink {
  private:
   struct Conn;
   struct RxLoan;
+  struct TxLoan;
   explicit ShmLink(const ShmLinkConfig& cfg);
   /// The free callback of a lent slot's mbuf (any thread).
   static void return_slot(void* addr, void* opaque);
   /// Moves the receive tail over the slots whose frames were freed (the rx thread).
   void give_back(Conn* c);
+  /// The free callback of a tx_alloc frame's mbuf: a slot still reserved becomes void.
+  static void tx_slot_freed(void* addr, void* opaque);
+  /// The loan behind a tx_alloc frame of this link, or nullptr for any other mbuf.
+  TxLoan* tx_loan_of(const rte_mbuf* m) const;
+  /// Moves the head over the slots whose frames are ready (or void), in order.
+  void publish_tx(Conn* c);
   void control_loop();
   void serve_accept();
   void try_connect();
@@ -170,7 +196,7 @@ class ShmLink {
   std::vector<std::unique_ptr<Conn>> conns_;  ///< every connection's region, mapped until close
   std::thread control_;
   ShmLinkCounters counters_;
-  /// Received frames whose slots are lent to mbufs, in all connections.
+  /// Frames whose slots are lent to mbufs (received ones, and tx_alloc's), in all connections.
   std::unique_ptr<std::atomic<int64_t>> lent_ = std::make_unique<std::atomic<int64_t>>(0);
 };
 

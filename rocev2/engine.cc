@@ -697,15 +697,17 @@ void Engine::flush_qp(Qp* q) {
 
 // ---- Frames ----------------------------------------------------------------------
 
-rte_mbuf* Engine::new_frame() {
-  rte_mbuf* m = rte_pktmbuf_alloc(cfg_.pool);
+rte_mbuf* Engine::new_frame(const net::MacAddr& dst) {
+  bool none_now = false;
+  rte_mbuf* m = cfg_.port->alloc_frame(dst, &none_now);
+  if (m == nullptr && !none_now) m = rte_pktmbuf_alloc(cfg_.pool);
   if (m == nullptr) ++counters_.tx_no_mbuf;
   return m;
 }
 
 rte_mbuf* Engine::build(Qp* q, const AddressVector& av, const Bth& bth, const ExtHeaders& ext,
                         uint32_t payload_len) {
-  rte_mbuf* m = new_frame();
+  rte_mbuf* m = new_frame(av.dmac);
   if (m == nullptr) return nullptr;
   PacketHeaders h;
   h.l2.dst = av.dmac;

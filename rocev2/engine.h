@@ -41,6 +41,14 @@ class PacketPort {
   virtual ~PacketPort() = default;
   /// Takes ownership of the frames it accepts; returns how many (a prefix).
   virtual uint16_t tx_burst(rte_mbuf** frames, uint16_t n) = 0;
+  /// A frame for `dst` to build in place where the port sends it from (no copy at
+  /// tx_burst), or nullptr: build it in a pool mbuf, unless *none_now (the port has no
+  /// room now: try later, as for an empty pool). Frames come back through tx_burst in
+  /// the order they were asked for, or are freed.
+  virtual rte_mbuf* alloc_frame(const net::MacAddr& /*dst*/, bool* none_now) {
+    *none_now = false;
+    return nullptr;
+  }
 };
 
 struct EngineConfig {
@@ -98,7 +106,7 @@ struct EngineCounters {
   uint64_t rx_bad_qkey = 0;
   uint64_t rx_bad_dest = 0;           ///< wrong transport for the QP, or not our address
   uint64_t rx_unexpected = 0;         ///< responses nobody asked for, stale PSNs
-  uint64_t tx_no_mbuf = 0;            ///< back-pressure: pool empty
+  uint64_t tx_no_mbuf = 0;            ///< back-pressure: pool empty, or the port's own buffers full
   uint64_t tx_port_full = 0;          ///< back-pressure: frames the port refused (sent again later)
   uint64_t cq_overflows = 0;
   uint64_t cnp_received = 0;
@@ -232,7 +240,8 @@ class Engine {
   bool push_cq(Qp* qp, Cq* cq, const Completion& c, bool solicited);
   bool take_recv(Qp* qp, RecvWqe* out);
   bool take_recv_now(Qp* qp, RecvWqe* out);
-  rte_mbuf* new_frame();
+  /// A frame buffer: the port's own (PacketPort::alloc_frame) or the pool's.
+  rte_mbuf* new_frame(const net::MacAddr& dst);
   rte_mbuf* build(Qp* qp, const AddressVector& av, const Bth& bth, const ExtHeaders& ext,
                   uint32_t payload_len);
   void send_frame(rte_mbuf* m, Qp* qp);

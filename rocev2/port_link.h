@@ -78,6 +78,15 @@ class PortQueueLink : public PacketPort {
     return done;
   }
 
+  /// Built in place on a port that offers it (droce_shm), when this queue is ours alone (the
+  /// slots are taken in order; lcores sharing the queue would interleave them) and the frame
+  /// goes to the wire (a frame to our own MAC stays here, and would hold its slot meanwhile).
+  rte_mbuf* alloc_frame(const net::MacAddr& dst, bool* none_now) override {
+    *none_now = false;
+    if (tx_lock_ != nullptr || (loopback_ && dst == loop_mac_)) return nullptr;
+    return port_->tx_alloc(queue_, none_now);
+  }
+
   /// Moves the looped-back frames, oldest first, to *out (cleared first).
   void take_loopback(std::vector<rte_mbuf*>* out) {
     out->clear();

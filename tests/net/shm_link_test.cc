@@ -3,8 +3,9 @@
 // What is checked: frames both ways byte for byte (jumbo and chained ones
 // too), back-pressure when the peer's ring is full, the wake-up (a sleeping
 // end's descriptor turns readable for a frame, and a busy end's is never
-// written), the link following the peer (gone, back), one peer at a time, ends
-// that disagree on the ICRC kept apart, and
+// written), frames built in place in the peer's ring (order, a dropped one, a
+// full ring, a stale one), the link following the peer (gone, back), one peer
+// at a time, ends that disagree on the ICRC kept apart, and
 // a hostile peer that writes impossible indices and lengths into the region.
 
 #include <gtest/gtest.h>
@@ -345,6 +346,99 @@ TEST(PortShm, LinkFollowsThePeerAndOnePeerAtATime) {
   auto got = receive(*p.b, 1);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_TRUE(frame_is(got[0], 64, 7));
+  rte_pktmbuf_free(got[0]);
+}
+
+// A frame built in place (tx_alloc: the mbuf's buffer is the next slot of the peer's ring).
+rte_mbuf* frame_in_place(Port& p, uint32_t len, uint32_t seq) {
+  bool none_now = true;
+  rte_mbuf* m = p.tx_alloc(0, &none_now);
+  EXPECT_FALSE(none_now);
+  if (m == nullptr) return nullptr;
+  EXPECT_GE(rte_pktmbuf_tailroom(m), ShmLink::kMaxFrame);
+  auto* d = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, uint16_t(len)));
+  for (uint32_t i = 0; i < len; ++i) d[i] = uint8_t(seq * 31 + i);
+  return m;
+}
+
+uint64_t xstat_of(const Port& p, const char* name) {
+  uint64_t v = ~0ull;
+  EXPECT_EQ(p.xstat(name, &v), 0) << name;
+  return v;
+}
+
+// Frames built in their slot arrive whole and in the order their slots were taken, mixed with
+// copied ones; a copied frame sent while an earlier in-place one is still being built waits for
+// it; one freed unsent goes as an empty slot the peer skips without counting it bad.
+TEST(PortShm, FramesBuiltInPlaceKeepTheirOrderAndADroppedOneLeavesNoTrace) {
+  Pair p;
+  open_pair(&p, 9000);
+  rte_mbuf* first = frame_in_place(*p.a, 8000, 1);
+  rte_mbuf* dropped = frame_in_place(*p.a, 100, 99);
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(dropped, nullptr);
+  rte_mbuf* copied = frame(p.a->pool(), 64, 2);  // takes the slot after `dropped`
+  ASSERT_EQ(p.a->tx_burst(0, &copied, 1), 1);
+  rte_mbuf* burst[32];
+  EXPECT_EQ(p.b->rx_burst(0, burst, 32), 0) << "the copied frame must wait for the two before it";
+  rte_pktmbuf_free(dropped);
+  ASSERT_EQ(p.a->tx_burst(0, &first, 1), 1);
+  rte_mbuf* last = frame_in_place(*p.a, 1500, 3);
+  ASSERT_EQ(p.a->tx_burst(0, &last, 1), 1);
+  std::vector<rte_mbuf*> got = receive(*p.b, 3);
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_TRUE(frame_is(got[0], 8000, 1));
+  EXPECT_TRUE(frame_is(got[1], 64, 2));
+  EXPECT_TRUE(frame_is(got[2], 1500, 3));
+  for (rte_mbuf* m : got) rte_pktmbuf_free(m);
+  EXPECT_EQ(p.b->rx_burst(0, burst, 32), 0);
+  EXPECT_EQ(xstat_of(*p.a, "tx_in_place"), 2u);
+  EXPECT_EQ(xstat_of(*p.a, "tx_void_slots"), 1u);
+  EXPECT_EQ(xstat_of(*p.a, "tx_good_packets"), 3u);
+  EXPECT_EQ(xstat_of(*p.b, "rx_good_packets"), 3u);
+  EXPECT_EQ(xstat_of(*p.b, "rx_bad_slot"), 0u);
+}
+
+// No free slot: tx_alloc says "none now" (the caller waits); the link down: it gives nothing and
+// says build elsewhere. A frame built in the region of a connection since replaced is dropped
+// and counted, never written into the new one.
+TEST(PortShm, BuildingInPlaceFollowsTheRingAndTheLink) {
+  Pair p;
+  open_pair(&p, 1500, ",slots=16");
+  std::vector<rte_mbuf*> held;
+  for (int i = 0; i < 16; ++i) held.push_back(frame_in_place(*p.a, 64, uint32_t(i)));
+  bool none_now = false;
+  EXPECT_EQ(p.a->tx_alloc(0, &none_now), nullptr);
+  EXPECT_TRUE(none_now) << "a full ring means: try again later";
+  ASSERT_EQ(p.a->tx_burst(0, held.data(), 16), 16);
+  std::vector<rte_mbuf*> got = receive(*p.b, 16);
+  ASSERT_EQ(got.size(), 16u);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(frame_is(got[i], 64, uint32_t(i)));
+  for (rte_mbuf* m : got) rte_pktmbuf_free(m);
+  rte_mbuf* old = nullptr;
+  ASSERT_TRUE(wait_for([&] {  // the peer gives the slots back when it next looks
+    rte_mbuf* b[1];
+    (void)p.b->rx_burst(0, b, 1);
+    old = p.a->tx_alloc(0, &none_now);
+    return old != nullptr;
+  }));
+  // The client goes and comes back: `old` belongs to the first connection's region.
+  p.b.reset();
+  ASSERT_TRUE(wait_for([&] { return !p.a->link().up; }));
+  EXPECT_EQ(p.a->tx_alloc(0, &none_now), nullptr);
+  EXPECT_FALSE(none_now) << "link down: build in a pool mbuf (tx_burst refuses it)";
+  PortConfig cfg;
+  cfg.rx_interrupts = true;
+  ASSERT_EQ(Port::open_device("droce_shm1,role=client,slots=16,socket=" + p.sock, cfg, &p.b), 0);
+  ASSERT_TRUE(wait_for([&] { return p.a->link().up && p.b->link().up; }));
+  rte_pktmbuf_append(old, 64);
+  ASSERT_EQ(p.a->tx_burst(0, &old, 1), 1) << "taken, and dropped";
+  EXPECT_EQ(xstat_of(*p.a, "tx_stale"), 1u);
+  rte_mbuf* fresh = frame_in_place(*p.a, 64, 5);
+  ASSERT_EQ(p.a->tx_burst(0, &fresh, 1), 1);
+  got = receive(*p.b, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(frame_is(got[0], 64, 5));
   rte_pktmbuf_free(got[0]);
 }
 

@@ -217,6 +217,16 @@ TEST_P(EnginePort, RcOperationsMoveRealFramesThroughThePmd) {
     EXPECT_EQ(s.engine->counters().parse[ParseStatus::ok], s.engine->counters().rx_frames);
     EXPECT_EQ(s.engine->counters().rx_unknown_qp, 0u);
   }
+  if (std::string(GetParam()) == "shm") {
+    // droce_shm: the engines built every frame in its ring slot (PacketPort::alloc_frame), none copied.
+    for (auto& s : s_) {
+      uint64_t in_place = 0, sent = 0;
+      ASSERT_EQ(s.port->xstat("tx_in_place", &in_place), 0);
+      ASSERT_EQ(s.port->xstat("tx_good_packets", &sent), 0);
+      EXPECT_GT(sent, 0u);
+      EXPECT_EQ(in_place, sent);
+    }
+  }
 }
 
 TEST_P(EnginePort, UdDatagramsAcrossThePmd) {
@@ -297,6 +307,40 @@ TEST(PortQueueLinkLoopback, WritesTheChecksumTheNicWouldHaveAndSendsTheRest) {
   rte_mbuf* got[4];
   ASSERT_EQ(b->rx_burst(0, got, 4), 1) << "the frame for another MAC went to the wire";
   rte_pktmbuf_free(got[0]);
+}
+
+// Which frames the engine builds in place on droce_shm: those for the wire when the queue is this
+// link's alone. A frame to our own MAC stays in the loopback queue (it would hold its ring slot,
+// and every frame after it, until the engine takes it back); lcores sharing the queue would take
+// slots out of order. On a port that copies (net_ring), none.
+TEST(PortQueueLinkInPlace, OnlyWireFramesOfAQueueOfItsOwn) {
+  net::PortConfig cfg;
+  const std::string sock = "/tmp/droce-engine-port-inplace-" + std::to_string(getpid()) + ".sock";
+  std::unique_ptr<net::Port> a, b;
+  ASSERT_EQ(net::Port::open_device("droce_shm_ia,role=server,socket=" + sock, cfg, &a), 0);
+  ASSERT_EQ(net::Port::open_device("droce_shm_ib,role=client,socket=" + sock, cfg, &b), 0);
+  const uint64_t deadline = core::monotonic_ns() + 5'000'000'000ull;
+  while (!(a->link().up && b->link().up) && core::monotonic_ns() < deadline) usleep(1000);
+  ASSERT_TRUE(a->link().up && b->link().up);
+  PortQueueLink link(a.get(), 0);
+  link.set_loopback_mac(a->mac());
+  bool none_now = true;
+  rte_mbuf* m = link.alloc_frame(b->mac(), &none_now);
+  ASSERT_NE(m, nullptr) << "a frame for the wire is built in its slot";
+  EXPECT_TRUE(RTE_MBUF_HAS_EXTBUF(m));
+  rte_pktmbuf_free(m);
+  EXPECT_EQ(link.alloc_frame(a->mac(), &none_now), nullptr);
+  EXPECT_FALSE(none_now) << "a frame to ourselves is built in a pool mbuf";
+  rte_spinlock_t lock;
+  rte_spinlock_init(&lock);
+  link.set_tx_lock(&lock);
+  EXPECT_EQ(link.alloc_frame(b->mac(), &none_now), nullptr);
+  EXPECT_FALSE(none_now);
+  std::unique_ptr<net::Port> ra, rb;
+  ASSERT_EQ(net::Port::open_ring_pair("inplace", cfg, &ra, &rb), 0);
+  PortQueueLink ring_link(ra.get(), 0);
+  EXPECT_EQ(ring_link.alloc_frame(rb->mac(), &none_now), nullptr);
+  EXPECT_FALSE(none_now);
 }
 
 INSTANTIATE_TEST_SUITE_P(Pmds, EnginePort, ::testing::Values("ring", "memif", "shm"),
