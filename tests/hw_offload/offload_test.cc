@@ -28,6 +28,14 @@ class NullPort : public PacketPort {
   }
 };
 
+EngineConfig engine_config(rte_mempool* pool, PacketPort* port, const OffloadOps& ops) {
+  EngineConfig cfg;
+  cfg.pool = pool;
+  cfg.port = port;
+  cfg.offloads = ops;
+  return cfg;
+}
+
 TEST(SelectOffloads, APortWithoutOffloadsGetsTheSoftwareTable) {
   net::PortConfig cfg;
   std::unique_ptr<net::Port> a, b;
@@ -40,9 +48,9 @@ TEST(SelectOffloads, APortWithoutOffloadsGetsTheSoftwareTable) {
   EXPECT_EQ(ops.steer_qpn, nullptr);
 }
 
-// A frame for an unknown QP with a wrong IPv4 header checksum: what the
-// parser decides shows in the engine's counters (unknown QP = accepted).
-rte_mbuf* bad_checksum_frame(rte_mempool* pool, uint64_t rx_flags) {
+// A valid frame for a QP no engine here has: what the parser decides shows in
+// the engine's counters (unknown QP = accepted by the parser).
+rte_mbuf* unknown_qp_frame(rte_mempool* pool) {
   PacketHeaders h;
   h.l3.src = ipv4_mapped(0x0a000001);
   h.l3.dst = ipv4_mapped(0x0a000002);
@@ -50,6 +58,12 @@ rte_mbuf* bad_checksum_frame(rte_mempool* pool, uint64_t rx_flags) {
   h.bth.dest_qp = 0x999;
   rte_mbuf* m = rte_pktmbuf_alloc(pool);
   EXPECT_EQ(build_mbuf(h, std::vector<uint8_t>(8, 1), m), 0);
+  return m;
+}
+
+// The same with a wrong IPv4 header checksum, and the NIC's verdict in rx_flags.
+rte_mbuf* bad_checksum_frame(rte_mempool* pool, uint64_t rx_flags) {
+  rte_mbuf* m = unknown_qp_frame(pool);
   rte_pktmbuf_mtod(m, uint8_t*)[14 + 10] ^= 0xff;  // the IPv4 header checksum
   m->ol_flags = rx_flags;
   return m;
@@ -61,11 +75,9 @@ TEST(EngineOffloads, NicIpv4VerdictIsTrustedOnlyWhenTheTableSaysSo) {
   NullPort port;
   for (bool nic_checks : {false, true}) {
     SCOPED_TRACE(nic_checks ? "NIC checks IPv4" : "software checks IPv4");
-    EngineConfig cfg;
-    cfg.pool = pool;
-    cfg.port = &port;
-    cfg.offloads.rx_ipv4_checksum = nic_checks;
-    Engine e(cfg);
+    OffloadOps ops;
+    ops.rx_ipv4_checksum = nic_checks;
+    Engine e(engine_config(pool, &port, ops));
     rte_mbuf* frames[3] = {bad_checksum_frame(pool, RTE_MBUF_F_RX_IP_CKSUM_GOOD),
                            bad_checksum_frame(pool, RTE_MBUF_F_RX_IP_CKSUM_BAD),
                            bad_checksum_frame(pool, RTE_MBUF_F_RX_IP_CKSUM_UNKNOWN)};
@@ -99,11 +111,7 @@ class CapturePort : public PacketPort {
 // The one frame an engine with `ops` sends for a 16-byte inline SEND on an RC QP in RTS.
 rte_mbuf* send_one_frame(rte_mempool* pool, const OffloadOps& ops) {
   CapturePort port;
-  EngineConfig cfg;
-  cfg.pool = pool;
-  cfg.port = &port;
-  cfg.offloads = ops;
-  Engine e(cfg);
+  Engine e(engine_config(pool, &port, ops));
   uint32_t pd = 0, qpn = 0;
   Cq* cq = nullptr;
   EXPECT_EQ(e.alloc_pd(&pd), 0);
@@ -194,19 +202,9 @@ TEST(EngineOffloads, IcrcIsLeftOutAndUncheckedOnlyWhenTheTableSaysSo) {
 
     // RX: a frame whose ICRC is wrong, for a QP this engine does not have.
     NullPort sink;
-    EngineConfig cfg;
-    cfg.pool = pool;
-    cfg.port = &sink;
-    cfg.offloads = ops;
-    Engine e(cfg);
-    PacketHeaders h;
-    h.l3.src = ipv4_mapped(0x0a000001);
-    h.l3.dst = ipv4_mapped(0x0a000002);
-    h.bth.opcode = 0x04;
-    h.bth.dest_qp = 0x999;
-    rte_mbuf* in = rte_pktmbuf_alloc(pool);
-    ASSERT_EQ(build_mbuf(h, std::vector<uint8_t>(8, 1), in), 0);
-    rte_pktmbuf_mtod_offset(in, uint8_t*, in->pkt_len - 1)[0] ^= 0xff;
+    Engine e(engine_config(pool, &sink, ops));
+    rte_mbuf* in = unknown_qp_frame(pool);
+    rte_pktmbuf_mtod_offset(in, uint8_t*, in->pkt_len - 1)[0] ^= 0xff;  // the ICRC
     e.rx_burst(&in, 1, 0);
     // Expect: taken past the parser (then refused as an unknown QP) only when nothing checks it.
     EXPECT_EQ(e.counters().parse[ParseStatus::bad_icrc], link_carries_none ? 0u : 1u);

@@ -93,6 +93,16 @@ std::vector<rte_mbuf*> receive(Port& p, size_t want) {
   return got;
 }
 
+// Sends `m` (a frame of len bytes encoding seq) and checks that `to` receives exactly it.
+void expect_passes(Port& from, Port& to, rte_mbuf* m, uint32_t len, uint32_t seq) {
+  ASSERT_NE(m, nullptr);
+  ASSERT_EQ(from.tx_burst(0, &m, 1), 1);
+  std::vector<rte_mbuf*> got = receive(to, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(frame_is(got[0], len, seq));
+  rte_pktmbuf_free(got[0]);
+}
+
 bool readable(int fd, int ms) {
   pollfd p{fd, POLLIN, 0};
   return ::poll(&p, 1, ms) == 1;
@@ -312,12 +322,7 @@ TEST(PortShm, AFrameFreedWhileTheReceiverSleepsWakesItToGiveTheSlotBack) {
   uint64_t used = 1;
   ASSERT_EQ(p.a->xstat("tx_ring_used", &used), 0);
   EXPECT_EQ(used, 0u);
-  more = frame(p.a->pool(), 64, 100);
-  EXPECT_EQ(p.a->tx_burst(0, &more, 1), 1);
-  got = receive(*p.b, 1);
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_TRUE(frame_is(got[0], 64, 100));
-  rte_pktmbuf_free(got[0]);
+  expect_passes(*p.a, *p.b, frame(p.a->pool(), 64, 100), 64, 100);
 }
 
 TEST(PortShm, LinkFollowsThePeerAndOnePeerAtATime) {
@@ -341,12 +346,7 @@ TEST(PortShm, LinkFollowsThePeerAndOnePeerAtATime) {
   // A new client: up again, and frames pass.
   ASSERT_EQ(Port::open_device("droce_shm1,role=client,socket=" + p.sock, cfg, &p.b), 0);
   ASSERT_TRUE(wait_for([&] { return p.a->link().up && p.b->link().up; }));
-  m = frame(p.a->pool(), 64, 7);
-  ASSERT_EQ(p.a->tx_burst(0, &m, 1), 1);
-  auto got = receive(*p.b, 1);
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_TRUE(frame_is(got[0], 64, 7));
-  rte_pktmbuf_free(got[0]);
+  expect_passes(*p.a, *p.b, frame(p.a->pool(), 64, 7), 64, 7);
 }
 
 // A frame built in place (tx_alloc: the mbuf's buffer is the next slot of the peer's ring).
@@ -434,12 +434,7 @@ TEST(PortShm, BuildingInPlaceFollowsTheRingAndTheLink) {
   rte_pktmbuf_append(old, 64);
   ASSERT_EQ(p.a->tx_burst(0, &old, 1), 1) << "taken, and dropped";
   EXPECT_EQ(xstat_of(*p.a, "tx_stale"), 1u);
-  rte_mbuf* fresh = frame_in_place(*p.a, 64, 5);
-  ASSERT_EQ(p.a->tx_burst(0, &fresh, 1), 1);
-  got = receive(*p.b, 1);
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_TRUE(frame_is(got[0], 64, 5));
-  rte_pktmbuf_free(got[0]);
+  expect_passes(*p.a, *p.b, frame_in_place(*p.a, 64, 5), 64, 5);
 }
 
 // Both ends compute the ICRC or neither does: a client configured the other way from the server is
