@@ -3,6 +3,7 @@
 # a PNG in bench/out (or --out DIR).
 #
 #   bench/vs_kernel.sh [--link auto|shm|memif] [--quick] [--out DIR] [--netns] [--no-build]
+#                      [--droced ARG]...
 #
 #   --link L    the link between the two droce hosts: shm (droce_shm, droce's own same-host link),
 #               memif (DPDK's net_memif), auto (default): shm if this droced accepts it, else memif
@@ -11,6 +12,8 @@
 #   --netns     (root) also two droced on net_af_packet over a veth pair between two network
 #               namespaces this script makes and removes, beside the kernel's TCP/UDP on that veth
 #   --no-build  use build/release as it is (default: ninja brings it up to date, or sets it up)
+#   --droced A  pass A to both droced (repeatable), e.g. --droced --event-affinity=lcore, to
+#               compare droced's knobs; the table's header says which were given
 #
 # The kernel: sockperf ping-pong, TCP and UDP, 64 B and 4 KiB, and iperf3 TCP, over 127.0.0.1.
 # droce: Debian's unmodified perftest between two droced on this machine (scripts/lib/droced-pair.sh,
@@ -22,7 +25,7 @@
 # made here; a measurement that fails is reported as failed and the run goes on.
 set -euo pipefail
 
-link=auto quick=0 out=bench/out netns=0 build=1
+link=auto quick=0 out=bench/out netns=0 build=1 droced_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --link) link=${2:?--link needs a value}; shift ;;
@@ -30,6 +33,7 @@ while [ $# -gt 0 ]; do
     --out) out=${2:?--out needs a directory}; shift ;;
     --netns) netns=1 ;;
     --no-build) build=0 ;;
+    --droced) droced_args+=("${2:?--droced needs an argument}"); shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "vs_kernel.sh: unknown option $1 (-h for help)" >&2; exit 2 ;;
   esac
@@ -265,7 +269,10 @@ droce_section() {
 cpu_of() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f", s}'; }
 
 . scripts/lib/droced-pair.sh
-start_pair() { DROCE_PAIR_LINK=$1 droced_pair_start build/release/apps "$work/hosts" --mtu 9000 >/dev/null 2>"$work/pair.err"; }
+start_pair() {
+  DROCE_PAIR_LINK=$1 droced_pair_start build/release/apps "$work/hosts" --mtu 9000 "${droced_args[@]}" \
+    >/dev/null 2>"$work/pair.err"
+}
 if [ "$link" = auto ]; then
   if start_pair shm; then link=shm why="droced accepts droce_shm"
   else droced_pair_stop; link=memif why="droced refused droce_shm: $(grep -m1 -i 'error\|unknown\|cannot' "$work/pair.err" || echo '?')"
@@ -288,6 +295,7 @@ a1=$(cpu_of "$dpid_a") b1=$(cpu_of "$dpid_b")
 put idle "droced A" cpu_percent "$(awk -v d=$((a1 - a0)) 'BEGIN {printf "%.3f", d / 1e9 * 100 / 5}')"
 put idle "droced B" cpu_percent "$(awk -v d=$((b1 - b0)) 'BEGIN {printf "%.3f", d / 1e9 * 100 / 5}')"
 mode=$(build/release/apps/droce cores --socket "$DROCE_A_SOCK" | awk 'NR == 2 {print $3}') || mode=unknown
+[ ${#droced_args[@]} = 0 ] || mode="$mode (droced ${droced_args[*]})"
 # What the port's engines were given (droce_shm: no ICRC on the link by default).
 offloads=$(build/release/apps/droce ports --json --socket "$DROCE_A_SOCK" |
   $py -c 'import json, sys; print(json.load(sys.stdin)[0].get("offloads", "?"))') || offloads=unknown
@@ -306,7 +314,7 @@ netns_up() {
     ip -n "$ns" link set lo up && ip -n "$ns" link set "$dev" mtu 9000 && ip -n "$ns" addr add "$ip/24" dev "$dev" &&
       ip -n "$ns" link set "$dev" up || return 1
     ip netns exec "$ns" build/release/apps/droced --run-dir "$work/ns$side" --port "net_af_packet_$side$$,iface=$dev" \
-      --address "$ip" --memory 256 --mbufs 8192 >"$work/ns$side.log" 2>&1 &
+      --address "$ip" --memory 256 --mbufs 8192 "${droced_args[@]}" >"$work/ns$side.log" 2>&1 &
     if [ $side = a ]; then dpid_a=$!; else dpid_b=$!; fi
     for _ in $(seq 400); do [ -S "$work/ns$side/droce0.sock" ] && break; kill -0 $! || break; sleep 0.05; done
     [ -S "$work/ns$side/droce0.sock" ] || { tail -5 "$work/ns$side.log" >&2; return 1; }

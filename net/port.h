@@ -308,6 +308,17 @@ class Port {
     *none_now = false;
     return shm_ != nullptr ? shm_->tx_alloc(pool_, none_now) : nullptr;
   }
+  /// droce_shm: ShmLink::set_defer_wakes and its flushes (no-ops on other ports).
+  void set_defer_wakes(bool on) {
+    if (shm_ != nullptr) shm_->set_defer_wakes(on);
+  }
+  void flush_wake() {
+    if (shm_ != nullptr) shm_->flush_wake();
+  }
+  void flush_wake_if_late(uint64_t now_ns) {
+    if (shm_ != nullptr) shm_->flush_wake_if_late(now_ns);
+  }
+  bool wake_owed() const { return shm_ != nullptr && shm_->wake_owed(); }
   uint16_t tx_burst(uint16_t queue, rte_mbuf** pkts, uint16_t n) {
     const uint16_t sent = shm_ != nullptr ? shm_->tx_burst(pkts, n) : rte_eth_tx_burst(port_id_, queue, pkts, n);
     if (sent != n) [[unlikely]] {

@@ -1,6 +1,7 @@
 #include "net/shm_link.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/clock.h"
 #include "core/log.h"
 
 namespace droce::net {
@@ -28,7 +30,8 @@ struct alignas(64) RingHeader {
   std::atomic<uint32_t> tail;  // frames consumed (consumer)
   uint8_t pad1[60];
   std::atomic<uint32_t> consumer_sleeping;  // set by the consumer; cleared by whoever wakes it
-  uint8_t pad2[60];
+  std::atomic<int32_t> consumer_cpu;        // the CPU the consumer went to sleep on (a hint)
+  uint8_t pad2[56];
 };
 static_assert(sizeof(RingHeader) == 192);
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
@@ -363,6 +366,7 @@ void ShmLink::try_connect() {
 void ShmLink::set_sleeping(bool on) {
   Conn* c = conn_.load(std::memory_order_acquire);
   if (c == nullptr) return;
+  if (on) c->rx->consumer_cpu.store(sched_getcpu(), std::memory_order_relaxed);
   c->rx->consumer_sleeping.store(on ? 1 : 0, std::memory_order_seq_cst);
   asleep_.store(on, std::memory_order_seq_cst);
   // The flag before the caller's last look at the ring (Dekker with tx_burst), and before
@@ -506,12 +510,48 @@ void ShmLink::publish_tx(Conn* c) {
   c->tx->head.store(head, std::memory_order_release);
   // The head before the peer's flag (Dekker with set_sleeping): one write per sleep.
   std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (c->tx->consumer_sleeping.load(std::memory_order_relaxed) == 0) return;
+  if (defer_wakes_.load(std::memory_order_relaxed) &&
+      c->tx->consumer_cpu.load(std::memory_order_relaxed) == sched_getcpu() &&
+      head - c->tx->tail.load(std::memory_order_relaxed) < c->slots / 2) {
+    // The peer sleeps on the CPU we run on: woken now, it would preempt us and take a few
+    // frames at a time. It is woken when we block (flush_wake), at half a ring, or once the
+    // wake-up is kMaxWakeDeferNs late (flush_wake_if_late).
+    if (!wake_owed_.load(std::memory_order_relaxed)) {
+      owed_since_ns_.store(core::monotonic_ns(), std::memory_order_relaxed);
+      wake_owed_.store(true, std::memory_order_relaxed);
+      counters_.wakeups_deferred.fetch_add(1, std::memory_order_relaxed);
+    }
+    return;
+  }
+  wake_peer(c);
+}
+
+void ShmLink::wake_peer(Conn* c) {
+  wake_owed_.store(false, std::memory_order_relaxed);
   if (c->tx->consumer_sleeping.load(std::memory_order_relaxed) != 0 &&
       c->tx->consumer_sleeping.exchange(0, std::memory_order_acq_rel) != 0) {
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t w = ::write(c->peer_wake.get(), &one, sizeof one);
     counters_.wakeups_sent.fetch_add(1, std::memory_order_relaxed);
   }
+}
+
+void ShmLink::flush_wake_if_late(uint64_t now_ns) {
+  if (wake_owed_.load(std::memory_order_relaxed) &&
+      now_ns - owed_since_ns_.load(std::memory_order_relaxed) >= kMaxWakeDeferNs)
+    flush_wake();
+}
+
+void ShmLink::flush_wake() {
+  if (!wake_owed_.load(std::memory_order_relaxed)) return;
+  Conn* c = conn_.load(std::memory_order_acquire);
+  if (c == nullptr) {
+    wake_owed_.store(false, std::memory_order_relaxed);
+    return;
+  }
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  wake_peer(c);
 }
 
 uint16_t ShmLink::tx_burst(rte_mbuf** pkts, uint16_t n) {
@@ -579,7 +619,7 @@ void ShmLink::reset_counters() {
   for (auto* a : {&counters_.rx_frames, &counters_.rx_bytes, &counters_.tx_frames, &counters_.tx_bytes,
                   &counters_.tx_ring_full, &counters_.tx_too_long, &counters_.rx_no_mbuf, &counters_.rx_bad_slot,
                   &counters_.rx_bad_ring, &counters_.wakeups_sent, &counters_.tx_in_place,
-                  &counters_.tx_void_slots, &counters_.tx_stale})
+                  &counters_.tx_void_slots, &counters_.tx_stale, &counters_.wakeups_deferred})
     a->store(0, std::memory_order_relaxed);
 }
 

@@ -21,7 +21,9 @@
 //             once more (rx_burst), then block on wake_fd();
 //   sender:   publish the head, full fence, and only if the receiver's flag is
 //             set, clear it and write the receiver's eventfd (one write per
-//             sleep). A busy receiver costs the sender no syscall.
+//             sleep). A busy receiver costs the sender no syscall. With
+//             set_defer_wakes, a receiver asleep on the sender's own CPU is
+//             woken when the sender blocks instead (see there).
 //
 // Connection. The server end listens on a unix SOCK_SEQPACKET socket (a path);
 // the client connects, retrying every 20 ms until the server is there. At
@@ -96,6 +98,7 @@ struct ShmLinkCounters {
   std::atomic<uint64_t> rx_bad_slot{0};    ///< slots whose length the peer wrote out of range (dropped)
   std::atomic<uint64_t> rx_bad_ring{0};    ///< times the peer's head claimed more than a ring holds
   std::atomic<uint64_t> wakeups_sent{0};   ///< eventfd writes to a sleeping peer
+  std::atomic<uint64_t> wakeups_deferred{0};  ///< wake-ups of a peer asleep on our CPU left for later
   std::atomic<uint64_t> tx_in_place{0};    ///< frames built in their slot (tx_alloc), not copied
   std::atomic<uint64_t> tx_void_slots{0};  ///< slots of tx_alloc frames freed unsent, sent empty
   std::atomic<uint64_t> tx_stale{0};       ///< tx_alloc frames of an earlier connection, dropped
@@ -136,6 +139,20 @@ class ShmLink {
   /// True while frames wait in the receive ring.
   bool rx_pending() const;
 
+  /// Longest a deferred wake-up waits (flush_wake_if_late).
+  static constexpr uint64_t kMaxWakeDeferNs = 50'000;
+  /// Defer waking a peer that went to sleep on the CPU the sender runs on (the ring header
+  /// says which), until the sender blocks (flush_wake), half a ring is waiting, or the
+  /// wake-up is kMaxWakeDeferNs late (flush_wake_if_late). Woken at once, the peer would
+  /// preempt the sender and take a few frames per wake-up, two context switches each; the
+  /// sender is about to give it the CPU anyway. Only for a sender that blocks when idle and
+  /// calls both flushes (droced's single event-mode worker).
+  void set_defer_wakes(bool on) { defer_wakes_.store(on, std::memory_order_relaxed); }
+  /// Writes a wake-up deferred since; call before blocking.
+  void flush_wake();
+  void flush_wake_if_late(uint64_t now_ns);
+  bool wake_owed() const { return wake_owed_.load(std::memory_order_relaxed); }
+
   /// The descriptor the peer writes when this end sleeps (an eventfd).
   int wake_fd() const { return wake_.get(); }
   /// See the header: true before sleeping (then look at the ring once more),
@@ -169,6 +186,7 @@ class ShmLink {
   TxLoan* tx_loan_of(const rte_mbuf* m) const;
   /// Moves the head over the slots whose frames are ready (or void), in order.
   void publish_tx(Conn* c);
+  void wake_peer(Conn* c);
   void control_loop();
   void serve_accept();
   void try_connect();
@@ -190,6 +208,9 @@ class ShmLink {
   std::string last_refusal_;       ///< client: why the server's offer was last turned away
   std::atomic<Conn*> conn_{nullptr};
   std::atomic<bool> enabled_{true};
+  std::atomic<bool> defer_wakes_{false};
+  std::atomic<bool> wake_owed_{false};
+  std::atomic<uint64_t> owed_since_ns_{0};
   std::atomic<bool> asleep_{false};  ///< the receiving thread is about to block (set_sleeping)
   std::atomic<std::thread::id> rx_thread_{};  ///< the thread that calls rx_burst
   std::mutex conns_mutex_;

@@ -321,6 +321,7 @@ bool Worker::arm_rx_interrupt() {
 
 void Worker::sleep(uint64_t now_ns) {
   CoreGroup& group = core_->group();
+  group.port()->flush_wake();  // a peer asleep on our CPU runs once we block
   for (auto& [k, s] : sessions_) s->set_daemon_sleeping(true);
   group.set_sleeping(index_, true);
   std::atomic_thread_fence(std::memory_order_seq_cst);  // the flags before the last look at the rings
@@ -379,10 +380,13 @@ void Worker::iterate(uint64_t now, uint64_t* idle_since) {
   if (cm_ != nullptr && (cm_->has_completions() || now >= cm_->next_deadline_ns())) work += cm_->poll(now);
   if ((++counters_.loops & 63) == 0) control(0);
   if (adaptive_affinity_ && now - window_start_ns_ >= kAffinityWindowNs) adapt_affinity(now);
+  net::Port& port = *core_->group().port();
   if (work != 0 || core_->engine().has_tx_work()) {
     *idle_since = now;
     sleep_us_ = kFirstSleepUs;
-  } else if (!polling_ && now - *idle_since > spin_ns_) {
+    port.flush_wake_if_late(now);
+  } else if (!polling_ && (now - *idle_since > spin_ns_ || port.wake_owed())) {
+    // Owing a wake-up to a peer asleep on this CPU, spinning would only keep it from running.
     sleep(now);
   }
 }
@@ -397,6 +401,9 @@ void Worker::run() {
     pthread_setaffinity_np(pthread_self(), sizeof startup_cpus, &startup_cpus);
   }
   adaptive_affinity_ = !polling_ && startup_cpus_known && daemon_->config().event_affinity == "auto";
+  // One event-mode worker blocks when idle and flushes what it defers (iterate, sleep): a
+  // droce_shm peer asleep on its CPU is woken when it blocks, not each time it sends.
+  if (!polling_ && core_->group().size() == 1) core_->group().port()->set_defer_wakes(true);
   std::string cpus = describe_affinity();
   if (!polling_ && setpriority(PRIO_PROCESS, pid_t(syscall(SYS_gettid)), daemon_->config().event_nice) != 0)
     DROCE_LOG(INFO, app, "worker %u: nice %d refused (%s); wake-ups may wait for a scheduler slice", index_,

@@ -3,13 +3,15 @@
 // What is checked: frames both ways byte for byte (jumbo and chained ones
 // too), back-pressure when the peer's ring is full, the wake-up (a sleeping
 // end's descriptor turns readable for a frame, and a busy end's is never
-// written), frames built in place in the peer's ring (order, a dropped one, a
+// written; one asleep on the sender's CPU woken when the sender blocks),
+// frames built in place in the peer's ring (order, a dropped one, a
 // full ring, a stale one), the link following the peer (gone, back), one peer
 // at a time, ends that disagree on the ICRC kept apart, and
 // a hostile peer that writes impossible indices and lengths into the region.
 
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -24,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/unix_socket.h"
 #include "net/port.h"
 
@@ -101,6 +104,12 @@ void expect_passes(Port& from, Port& to, rte_mbuf* m, uint32_t len, uint32_t seq
   ASSERT_EQ(got.size(), 1u);
   EXPECT_TRUE(frame_is(got[0], len, seq));
   rte_pktmbuf_free(got[0]);
+}
+
+uint64_t xstat_of(const Port& p, const char* name) {
+  uint64_t v = ~0ull;
+  EXPECT_EQ(p.xstat(name, &v), 0) << name;
+  return v;
 }
 
 bool readable(int fd, int ms) {
@@ -246,7 +255,9 @@ TEST(PortShm, SleepingReceiverIsWokenOnceBusyOneNever) {
   open_pair(&p);
   const int fd = p.b->rx_interrupt_fd(0);
   ASSERT_GE(fd, 0);
-  p.b->rx_interrupt_ack(0);  // the connect's own kick
+  // The connect's own kick (publish() may still be on its way when link().up turns true).
+  ASSERT_TRUE(wait_for([&] { return readable(fd, 0); }));
+  p.b->rx_interrupt_ack(0);
   uint64_t wakes = 0;
   // Busy (not armed): frames pass, the descriptor stays quiet.
   for (uint32_t i = 0; i < 10; ++i) {
@@ -282,6 +293,90 @@ TEST(PortShm, SleepingReceiverIsWokenOnceBusyOneNever) {
   }
 }
 
+// Deferred wake-ups (droced's single event-mode worker): a receiver that went to sleep on the
+// sender's own CPU is woken when the sender flushes (it is about to block), when half a ring
+// waits, or when the wake-up is late; one asleep on another CPU at once.
+TEST(PortShm, AReceiverAsleepOnTheSendersCpuIsWokenWhenTheSenderBlocks) {
+  cpu_set_t before;
+  ASSERT_EQ(sched_getaffinity(0, sizeof before, &before), 0);
+  const int cpu = sched_getcpu();
+  cpu_set_t here;
+  CPU_ZERO(&here);
+  CPU_SET(cpu, &here);
+  ASSERT_EQ(sched_setaffinity(0, sizeof here, &here), 0);  // both ends' data path on one CPU
+  Pair p;
+  open_pair(&p, 1500, ",slots=16");
+  p.a->set_defer_wakes(true);
+  const int fd = p.b->rx_interrupt_fd(0);
+  ASSERT_GE(fd, 0);
+  // The connect's own kick (publish() may still be on its way when link().up turns true).
+  ASSERT_TRUE(wait_for([&] { return readable(fd, 0); }));
+  p.b->rx_interrupt_ack(0);
+  auto go_to_sleep = [&] {
+    ASSERT_EQ(p.b->rx_interrupt_arm(0, true), 0);
+    rte_mbuf* burst[32];
+    ASSERT_EQ(p.b->rx_burst(0, burst, 32), 0);
+  };
+  auto send = [&](uint32_t n, uint32_t seq) {
+    for (uint32_t i = 0; i < n; ++i) {
+      rte_mbuf* m = frame(p.a->pool(), 64, seq + i);
+      ASSERT_EQ(p.a->tx_burst(0, &m, 1), 1);
+    }
+  };
+  auto wake_and_drain = [&](size_t n) {
+    p.b->rx_interrupt_ack(0);
+    ASSERT_EQ(p.b->rx_interrupt_arm(0, false), 0);
+    auto got = receive(*p.b, n);
+    EXPECT_EQ(got.size(), n);
+    for (rte_mbuf* m : got) rte_pktmbuf_free(m);
+  };
+  // The sender flushes (it would block): woken then, not before.
+  go_to_sleep();
+  send(3, 0);
+  EXPECT_FALSE(readable(fd, 50)) << "woken before the sender gave up the CPU";
+  EXPECT_TRUE(p.a->wake_owed());
+  EXPECT_EQ(xstat_of(*p.a, "wakeups_deferred"), 1u) << "one deferral per sleep";
+  EXPECT_EQ(xstat_of(*p.a, "wakeups_sent"), 0u);
+  p.a->flush_wake();
+  EXPECT_TRUE(readable(fd, 5000));
+  EXPECT_FALSE(p.a->wake_owed());
+  EXPECT_EQ(xstat_of(*p.a, "wakeups_sent"), 1u);
+  wake_and_drain(3);
+  // Half a ring (8 of 16 slots) waiting: woken at once.
+  go_to_sleep();
+  send(7, 10);
+  EXPECT_FALSE(readable(fd, 50));
+  send(1, 17);
+  EXPECT_TRUE(readable(fd, 5000)) << "half a ring waited for a sender that never blocks";
+  wake_and_drain(8);
+  // Late: a sender that stays busy wakes it after kMaxWakeDeferNs.
+  go_to_sleep();
+  send(1, 20);
+  p.a->flush_wake_if_late(core::monotonic_ns());  // just deferred: not late
+  EXPECT_FALSE(readable(fd, 50));
+  p.a->flush_wake_if_late(core::monotonic_ns() + ShmLink::kMaxWakeDeferNs);
+  EXPECT_TRUE(readable(fd, 5000));
+  wake_and_drain(1);
+  // Asleep on another CPU: woken at once, as without deferral.
+  int other = -1;
+  for (int c = 0; c < CPU_SETSIZE && other < 0; ++c)
+    if (c != cpu && CPU_ISSET(c, &before)) other = c;
+  if (other >= 0) {
+    std::thread t([&] {
+      cpu_set_t there;
+      CPU_ZERO(&there);
+      CPU_SET(other, &there);
+      ASSERT_EQ(sched_setaffinity(0, sizeof there, &there), 0);
+      go_to_sleep();
+    });
+    t.join();
+    send(1, 30);
+    EXPECT_TRUE(readable(fd, 5000)) << "a receiver asleep on CPU " << other << " waited for a flush";
+    wake_and_drain(1);
+  }
+  ASSERT_EQ(sched_setaffinity(0, sizeof before, &before), 0);
+}
+
 // Zero copy: a received frame holds its slot until it is freed. A frame another thread frees
 // while the receiver sleeps wakes it, so that it gives the slot back: otherwise a sender whose
 // ring is full of freed-but-held slots would wait for a wake-up nobody sends.
@@ -290,7 +385,9 @@ TEST(PortShm, AFrameFreedWhileTheReceiverSleepsWakesItToGiveTheSlotBack) {
   open_pair(&p, 1500, ",slots=16");
   const int fd = p.b->rx_interrupt_fd(0);
   ASSERT_GE(fd, 0);
-  p.b->rx_interrupt_ack(0);  // the connect's own kick
+  // The connect's own kick (publish() may still be on its way when link().up turns true).
+  ASSERT_TRUE(wait_for([&] { return readable(fd, 0); }));
+  p.b->rx_interrupt_ack(0);
   for (uint32_t i = 0; i < 16; ++i) {
     rte_mbuf* m = frame(p.a->pool(), 64, i);
     ASSERT_EQ(p.a->tx_burst(0, &m, 1), 1);
@@ -359,12 +456,6 @@ rte_mbuf* frame_in_place(Port& p, uint32_t len, uint32_t seq) {
   auto* d = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, uint16_t(len)));
   for (uint32_t i = 0; i < len; ++i) d[i] = uint8_t(seq * 31 + i);
   return m;
-}
-
-uint64_t xstat_of(const Port& p, const char* name) {
-  uint64_t v = ~0ull;
-  EXPECT_EQ(p.xstat(name, &v), 0) << name;
-  return v;
 }
 
 // Frames built in their slot arrive whole and in the order their slots were taken, mixed with
