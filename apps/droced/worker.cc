@@ -321,7 +321,6 @@ bool Worker::arm_rx_interrupt() {
 
 void Worker::sleep(uint64_t now_ns) {
   CoreGroup& group = core_->group();
-  group.port()->flush_wake();  // a peer asleep on our CPU runs once we block
   for (auto& [k, s] : sessions_) s->set_daemon_sleeping(true);
   group.set_sleeping(index_, true);
   std::atomic_thread_fence(std::memory_order_seq_cst);  // the flags before the last look at the rings
@@ -349,6 +348,8 @@ void Worker::sleep(uint64_t now_ns) {
     if (!armed) sleep_us_ = std::min<uint64_t>(sleep_us_ * 2, max_sleep_us);
     if (deadline != UINT64_MAX) us = deadline <= now_ns ? 0 : std::min<uint64_t>(us, (deadline - now_ns) / 1000);
     if (us > 0) {
+      // Last, after the last look (which may have sent): a peer asleep on our CPU runs now.
+      group.port()->flush_wake();
       ++counters_.sleeps;
       const uint64_t blocked_from = core::monotonic_ns();
       const int events = control(static_cast<int>(us));
