@@ -5,11 +5,24 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 
 namespace droce::net {
 
 using MacAddr = std::array<uint8_t, 6>;
 using IpAddr = std::array<uint8_t, 16>;
+
+/// Whether the 6 bytes at a and b are the same MAC: two loads and compares, where
+/// std::array's == and memcmp are a libc call per frame on the data path.
+inline bool same_mac(const uint8_t* a, const uint8_t* b) {
+  uint32_t a4, b4;
+  uint16_t a2, b2;
+  std::memcpy(&a4, a, 4);
+  std::memcpy(&b4, b, 4);
+  std::memcpy(&a2, a + 4, 2);
+  std::memcpy(&b2, b + 4, 2);
+  return ((a4 ^ b4) | uint32_t(a2 ^ b2)) == 0;
+}
 
 /// "No 802.1Q tag" wherever a VLAN ID is expected.
 inline constexpr uint16_t kNoVlan = 0xffff;

@@ -712,7 +712,7 @@ rte_mbuf* Engine::build(Qp* q, const AddressVector& av, const Bth& bth, const Ex
   PacketHeaders h;
   h.l2.dst = av.dmac;
   h.l2.src = av.smac;
-  if (h.l2.src == MacAddr{}) h.l2.src = cfg_.local_mac;
+  if (net::same_mac(h.l2.src.data(), MacAddr{}.data())) h.l2.src = cfg_.local_mac;
   h.l2.vlan = av.vlan_id != 0xffff;
   h.l2.vlan_tci = h.l2.vlan ? static_cast<uint16_t>((av.sl << 13) | (av.vlan_id & 0xfff)) : 0;
   const bool v4 = is_ipv4_mapped(av.dgid);
@@ -735,7 +735,8 @@ rte_mbuf* Engine::build(Qp* q, const AddressVector& av, const Bth& bth, const Ex
   PacketLayout at;
   write_headers(h, payload_len, out, &at);
   // Pad bytes are zero; the caller fills the payload, then send_frame() seals it.
-  std::memset(out + at.payload_off + payload_len, 0, at.icrc_off - at.payload_off - payload_len);
+  if (const uint32_t pad = at.icrc_off - at.payload_off - payload_len; pad != 0)
+    std::memset(out + at.payload_off + payload_len, 0, pad);
   m->l2_len = at.l3_off;
   m->l3_len = static_cast<uint16_t>(at.l4_off - at.l3_off);
   m->l4_len = static_cast<uint16_t>(at.payload_off - at.l4_off);  // UDP + BTH + extension headers

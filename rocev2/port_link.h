@@ -83,7 +83,7 @@ class PortQueueLink : public PacketPort {
   /// goes to the wire (a frame to our own MAC stays here, and would hold its slot meanwhile).
   rte_mbuf* alloc_frame(const net::MacAddr& dst, bool* none_now) override {
     *none_now = false;
-    if (tx_lock_ != nullptr || (loopback_ && dst == loop_mac_)) return nullptr;
+    if (tx_lock_ != nullptr || (loopback_ && net::same_mac(dst.data(), loop_mac_.data()))) return nullptr;
     return port_->tx_alloc(queue_, none_now);
   }
 
@@ -141,7 +141,7 @@ class PortQueueLink : public PacketPort {
   }
 
   bool to_self(const rte_mbuf* m) const {
-    return m->data_len >= 6 && std::memcmp(rte_pktmbuf_mtod(m, const uint8_t*), loop_mac_.data(), 6) == 0;
+    return m->data_len >= 6 && net::same_mac(rte_pktmbuf_mtod(m, const uint8_t*), loop_mac_.data());
   }
 
   net::Port* port_;

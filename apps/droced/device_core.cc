@@ -241,7 +241,7 @@ void DeviceCore::run_once(uint64_t now_ns) {
   bool neighbor_work = false;
   const net::MacAddr own = cfg_.port->mac();
   for (uint16_t i = 0; i < n; ++i) {
-    if (rx[i]->data_len >= 12 && std::memcmp(rte_pktmbuf_mtod(rx[i], const uint8_t*) + 6, own.data(), 6) == 0) {
+    if (rx[i]->data_len >= 12 && net::same_mac(rte_pktmbuf_mtod(rx[i], const uint8_t*) + 6, own.data())) {
       // A NIC never receives what it sent; af_packet shows a socket its own outgoing frames
       // (a multicast datagram would reach our attached QPs twice: here and looped back).
       ++counters_.rx_own_frames;
