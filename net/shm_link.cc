@@ -67,13 +67,28 @@ bool valid_slots(uint32_t s) { return s >= 16 && s <= 65536 && (s & (s - 1)) == 
 
 }  // namespace
 
+// See the header. One reference for the link while it lives, one per lent frame.
+struct ShmLink::LoanHome {
+  std::atomic<int64_t> refs{1};
+  std::atomic<bool> asleep{false};           // the receiving thread is about to block
+  std::atomic<std::thread::id> rx_thread{};  // the thread that calls rx_burst
+  int wake_fd = -1;                          // the link's wake_, or `wake` once the link is gone
+  // Handed over by a link closed with frames out: its regions, and its wake-up descriptor.
+  std::vector<std::unique_ptr<Conn>> conns;
+  core::Fd wake;
+};
+
+void ShmLink::release(LoanHome* home) {
+  if (home->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete home;
+}
+
 // A received frame's slot lent to an mbuf (zero copy): the mbuf's external-buffer info, and
 // whether the slot is still out. The free callback (any thread: frames are handed between
 // cores) clears `out`; the receiving thread moves the tail over returned slots, in order.
 struct ShmLink::RxLoan {
   rte_mbuf_ext_shared_info shinfo{};
   std::atomic<uint8_t> out{0};
-  ShmLink* link = nullptr;
+  LoanHome* home = nullptr;
 };
 
 // A frame built in a slot of the peer's ring (tx_alloc): the mbuf's external-buffer info, and
@@ -84,8 +99,8 @@ struct ShmLink::TxLoan {
   rte_mbuf_ext_shared_info shinfo{};
   std::atomic<uint8_t> state{kFree};
   uint32_t len = 0;
-  ShmLink* link = nullptr;              // identity only: the callback may outlive the link
-  std::atomic<int64_t>* lent = nullptr;  // the link's count, which a link closed with loans out leaves
+  ShmLink* link = nullptr;   // identity only: the callback may outlive the link
+  LoanHome* home = nullptr;  // what the callback touches
   Conn* conn = nullptr;
 };
 
@@ -132,7 +147,7 @@ struct ShmLink::Conn {
   }
 };
 
-ShmLink::ShmLink(const ShmLinkConfig& cfg) : cfg_(cfg) {}
+ShmLink::ShmLink(const ShmLinkConfig& cfg) : cfg_(cfg), home_(new LoanHome) {}
 
 int ShmLink::open(const ShmLinkConfig& cfg, std::unique_ptr<ShmLink>* out) {
   if (cfg.socket.empty() || !valid_slots(cfg.slots)) return -EINVAL;
@@ -140,6 +155,7 @@ int ShmLink::open(const ShmLinkConfig& cfg, std::unique_ptr<ShmLink>* out) {
   l->wake_ = core::Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   l->stop_ = core::Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!l->wake_.valid() || !l->stop_.valid()) return -errno;
+  l->home_->wake_fd = l->wake_.get();
   if (cfg.server) {
     if (int rc = core::seqpacket_listen(cfg.socket, &l->listen_, 4); rc != 0) {
       DROCE_LOG(ERR, net, "shm link: cannot listen on %s: %s", cfg.socket.c_str(), std::strerror(-rc));
@@ -157,31 +173,35 @@ ShmLink::~ShmLink() {
   if (control_.joinable()) control_.join();
   conn_.store(nullptr, std::memory_order_release);
   if (cfg_.server && listen_.valid()) ::unlink(cfg_.socket.c_str());
-  const int64_t lent = lent_->load(std::memory_order_acquire);
+  const int64_t lent = home_->refs.load(std::memory_order_acquire) - 1;
   if (lent != 0) {
-    // Frames still point into the regions (their owner frees them later): the regions and
-    // their loans stay mapped, as a process that is stopping loses nothing by it.
-    DROCE_LOG(WARNING, net, "shm link %s: %lld frames still held at close; their region stays mapped",
+    // Frames still point into the regions (their owner frees them later): the loans' home
+    // keeps the regions mapped, and the descriptor a late free may write open, until the
+    // last of them is freed.
+    DROCE_LOG(NOTICE, net, "shm link %s: %lld frames still held at close; their region stays mapped until freed",
               cfg_.socket.c_str(), static_cast<long long>(lent));
     std::lock_guard l(conns_mutex_);
-    for (auto& c : conns_) (void)c.release();
-    (void)lent_.release();
+    home_->conns = std::move(conns_);
+    home_->wake = std::move(wake_);
   }
+  release(home_);
 }
 
 void ShmLink::return_slot(void*, void* opaque) {
   auto* loan = static_cast<RxLoan*>(opaque);
   loan->out.store(0, std::memory_order_release);
-  ShmLink* link = loan->link;
-  link->lent_->fetch_sub(1, std::memory_order_relaxed);
+  LoanHome* home = loan->home;
   // The receiving thread gives slots back when it looks at the ring, and before it sleeps
   // (set_sleeping). A frame another thread frees meanwhile (a core it was handed to) wakes it:
   // otherwise a peer whose ring is full of slots we hold would wait for a wake-up nobody sends.
   // Its own frees need no wake-up: at most one burst's slots are out when it blocks.
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (link->asleep_.load(std::memory_order_relaxed) &&
-      link->rx_thread_.load(std::memory_order_relaxed) != std::this_thread::get_id())
-    link->kick_self();
+  if (home->asleep.load(std::memory_order_relaxed) &&
+      home->rx_thread.load(std::memory_order_relaxed) != std::this_thread::get_id()) {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(home->wake_fd, &one, sizeof one);
+  }
+  release(home);  // last: it may free the slot's region
 }
 
 void ShmLink::give_back(Conn* c) {
@@ -368,7 +388,7 @@ void ShmLink::set_sleeping(bool on) {
   if (c == nullptr) return;
   if (on) c->rx->consumer_cpu.store(sched_getcpu(), std::memory_order_relaxed);
   c->rx->consumer_sleeping.store(on ? 1 : 0, std::memory_order_seq_cst);
-  asleep_.store(on, std::memory_order_seq_cst);
+  home_->asleep.store(on, std::memory_order_seq_cst);
   // The flag before the caller's last look at the ring (Dekker with tx_burst), and before
   // the slots freed so far go back: one freed after this wakes us (return_slot), or the
   // peer, its ring full of slots we hold, would wait for a wake-up nobody sends.
@@ -391,8 +411,8 @@ bool ShmLink::rx_pending() const {
 uint16_t ShmLink::rx_burst(rte_mempool* pool, rte_mbuf** out, uint16_t n) {
   Conn* c = conn_.load(std::memory_order_acquire);
   if (c == nullptr || n == 0) return 0;
-  if (rx_thread_.load(std::memory_order_relaxed) != std::this_thread::get_id())
-    rx_thread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+  if (home_->rx_thread.load(std::memory_order_relaxed) != std::this_thread::get_id())
+    home_->rx_thread.store(std::this_thread::get_id(), std::memory_order_relaxed);
   give_back(c);
   const uint32_t head = c->rx->head.load(std::memory_order_acquire);
   if (head - c->rx_tail > c->slots) {
@@ -431,7 +451,7 @@ uint16_t ShmLink::rx_burst(rte_mempool* pool, rte_mbuf** out, uint16_t n) {
       continue;  // the slot is not lent; the mbuf is used for the next one
     }
     RxLoan& loan = c->loans[index];
-    loan.link = this;
+    loan.home = home_;
     loan.out.store(1, std::memory_order_relaxed);
     loan.shinfo.free_cb = &ShmLink::return_slot;
     loan.shinfo.fcb_opaque = &loan;
@@ -444,7 +464,7 @@ uint16_t ShmLink::rx_burst(rte_mempool* pool, rte_mbuf** out, uint16_t n) {
     ++got;
   }
   for (uint16_t i = got; i < want; ++i) rte_pktmbuf_free(out[i]);
-  lent_->fetch_add(got, std::memory_order_relaxed);
+  home_->refs.fetch_add(got, std::memory_order_relaxed);
   c->rx_next += want;
   give_back(c);  // bad slots at the tail go back at once
   counters_.rx_frames.store(counters_.rx_frames.load(std::memory_order_relaxed) + got, std::memory_order_relaxed);
@@ -458,7 +478,7 @@ void ShmLink::tx_slot_freed(void*, void* opaque) {
   uint8_t reserved = TxLoan::kReserved;
   // Ready ones were published by tx_burst before it freed them; a reserved one was dropped.
   loan->state.compare_exchange_strong(reserved, TxLoan::kVoid, std::memory_order_acq_rel);
-  loan->lent->fetch_sub(1, std::memory_order_relaxed);
+  release(loan->home);  // last: it may free the slot's region
 }
 
 ShmLink::TxLoan* ShmLink::tx_loan_of(const rte_mbuf* m) const {
@@ -480,13 +500,13 @@ rte_mbuf* ShmLink::tx_alloc(rte_mempool* pool, bool* none_now) {
   loan.state.store(TxLoan::kReserved, std::memory_order_relaxed);
   loan.len = 0;
   loan.link = this;
-  loan.lent = lent_.get();
+  loan.home = home_;
   loan.conn = c;
   loan.shinfo.free_cb = &ShmLink::tx_slot_freed;
   loan.shinfo.fcb_opaque = &loan;
   rte_mbuf_ext_refcnt_set(&loan.shinfo, 1);
   rte_pktmbuf_attach_extbuf(m, c->tx_slot(at) + kSlotHeader, RTE_BAD_IOVA, uint16_t{kMaxFrame}, &loan.shinfo);
-  lent_->fetch_add(1, std::memory_order_relaxed);
+  home_->refs.fetch_add(1, std::memory_order_relaxed);
   *none_now = false;
   return m;
 }

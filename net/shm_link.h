@@ -37,7 +37,8 @@
 // small control thread of the link's own; the data path never blocks on it.
 // Regions of earlier connections stay mapped until the link is closed, so a
 // data-path call that raced a disconnect never touches unmapped memory (each
-// region is about 19 MB; reconnects are rare).
+// region is about 19 MB; reconnects are rare); a link closed while frames of
+// its own are still held elsewhere keeps them until the last is freed.
 //
 // The peer is another process, maybe another user's, never trusted: every
 // index and length read from shared memory is checked (a ring claiming more
@@ -177,6 +178,12 @@ class ShmLink {
   struct Conn;
   struct RxLoan;
   struct TxLoan;
+  /// What a lent frame's free callback touches (net/shm_link.cc): it may run after the link
+  /// is gone, so it lives apart, counted, and a link closed with frames out hands it its
+  /// regions; the last frame freed then frees all.
+  struct LoanHome;
+  /// Drops one reference to `home` (a lent frame's, or the link's own), freeing it at the last.
+  static void release(LoanHome* home);
   explicit ShmLink(const ShmLinkConfig& cfg);
   /// The free callback of a lent slot's mbuf (any thread).
   static void return_slot(void* addr, void* opaque);
@@ -213,14 +220,14 @@ class ShmLink {
   std::atomic<bool> defer_wakes_{false};
   std::atomic<bool> wake_owed_{false};
   std::atomic<uint64_t> owed_since_ns_{0};
-  std::atomic<bool> asleep_{false};  ///< the receiving thread is about to block (set_sleeping)
-  std::atomic<std::thread::id> rx_thread_{};  ///< the thread that calls rx_burst
+
   std::mutex conns_mutex_;
   std::vector<std::unique_ptr<Conn>> conns_;  ///< every connection's region, mapped until close
   std::thread control_;
   ShmLinkCounters counters_;
-  /// Frames whose slots are lent to mbufs (received ones, and tx_alloc's), in all connections.
-  std::unique_ptr<std::atomic<int64_t>> lent_ = std::make_unique<std::atomic<int64_t>>(0);
+  /// Frames whose slots are lent to mbufs (received ones, and tx_alloc's), and what their free
+  /// callbacks need (see LoanHome).
+  LoanHome* home_;
 };
 
 }  // namespace droce::net
