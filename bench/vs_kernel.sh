@@ -9,8 +9,9 @@
 #               memif (DPDK's net_memif), auto (default): shm if this droced accepts it, else memif
 #   --quick     fewer iterations, for a first look (about 40 s in all; --netns doubles it)
 #   --out DIR   where vs_kernel-DATE.json and .png go (default bench/out)
-#   --netns     (root) also two droced on net_af_packet over a veth pair between two network
-#               namespaces this script makes and removes, beside the kernel's TCP/UDP on that veth
+#   --netns     (root) also two droced on net_af_packet, then on net_af_xdp, over a veth pair
+#               between two network namespaces this script makes and removes, beside the
+#               kernel's TCP/UDP on that veth
 #   --no-build  use build/release as it is (default: ninja brings it up to date, or sets it up)
 #   --droced A  pass A to both droced (repeatable), e.g. --droced --event-affinity=lcore, to
 #               compare droced's knobs; the table's header says which were given
@@ -302,38 +303,67 @@ offloads=$(build/release/apps/droce ports --json --socket "$DROCE_A_SOCK" |
 droced_pair_stop
 
 # ---- optional: two network namespaces on a veth pair ------------------------------------------
-# The same runs over net_af_packet, droce's path to a real NIC shared with the kernel, and the
-# kernel's own TCP/UDP over the same veth. 10.79.0.1 and .2 exist only in these namespaces.
+# The same runs over net_af_packet and net_af_xdp, droce's paths to a real NIC shared with the
+# kernel, and the kernel's own TCP/UDP over the same veth (va/vb, 10.79.0.1 and .2). af_xdp's XDP
+# program takes every frame of its queue from the kernel, so perftest's own TCP exchange goes
+# over a second veth pair (ca/cb, 10.79.2.1 and .2); af_xdp needs an MTU that fits a page (3000).
+# These addresses exist only in these namespaces.
 netns_up() {
   local side ns dev ip
   nsa=droce-vsk-a-$$ nsb=droce-vsk-b-$$
   ip netns add "$nsa" && ip netns add "$nsb" || return 1
   ip link add va netns "$nsa" type veth peer name vb netns "$nsb" || return 1
+  ip link add ca netns "$nsa" type veth peer name cb netns "$nsb" || return 1
   for side in a b; do
     if [ $side = a ]; then ns=$nsa dev=va ip=10.79.0.1; else ns=$nsb dev=vb ip=10.79.0.2; fi
     ip -n "$ns" link set lo up && ip -n "$ns" link set "$dev" mtu 9000 && ip -n "$ns" addr add "$ip/24" dev "$dev" &&
       ip -n "$ns" link set "$dev" up || return 1
-    ip netns exec "$ns" build/release/apps/droced --run-dir "$work/ns$side" --port "net_af_packet_$side$$,iface=$dev" \
-      --address "$ip" --memory 256 --mbufs 8192 "${droced_args[@]}" >"$work/ns$side.log" 2>&1 &
-    if [ $side = a ]; then dpid_a=$!; else dpid_b=$!; fi
-    for _ in $(seq 400); do [ -S "$work/ns$side/droce0.sock" ] && break; kill -0 $! || break; sleep 0.05; done
-    [ -S "$work/ns$side/droce0.sock" ] || { tail -5 "$work/ns$side.log" >&2; return 1; }
+    ip -n "$ns" addr add "10.79.2.${ip##*.}/24" dev "c$side" && ip -n "$ns" link set "c$side" up || return 1
   done
 }
+droced_up() {  # droced_up PMD: one droced per namespace on va / vb
+  local side ns dev ip port
+  if [ "$1" = af_xdp ]; then
+    # Both ends first: veth refuses an XDP program while its peer's MTU is larger than a page.
+    ip -n "$nsa" link set va mtu 3000 && ip -n "$nsb" link set vb mtu 3000 || return 1
+  fi
+  for side in a b; do
+    if [ $side = a ]; then ns=$nsa dev=va ip=10.79.0.1; else ns=$nsb dev=vb ip=10.79.0.2; fi
+    case "$1" in
+      af_packet) port="net_af_packet_$side$$,iface=$dev" ;;
+      af_xdp) port="net_af_xdp_$side$$,iface=$dev,start_queue=0,queue_count=1" ;;
+    esac
+    rm -rf "$work/ns$side"
+    ip netns exec "$ns" build/release/apps/droced --run-dir "$work/ns$side" --port "$port" \
+      --address "$ip" --memory 256 --mbufs 8192 "${droced_args[@]}" >"$work/ns$side-$1.log" 2>&1 &
+    if [ $side = a ]; then dpid_a=$!; else dpid_b=$!; fi
+    for _ in $(seq 400); do [ -S "$work/ns$side/droce0.sock" ] && break; kill -0 $! || break; sleep 0.05; done
+    [ -S "$work/ns$side/droce0.sock" ] || { tail -5 "$work/ns$side-$1.log" >&2; return 1; }
+  done
+}
+droced_down() {
+  for p in $dpid_a $dpid_b; do kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  dpid_a='' dpid_b=''
+}
 if [ "$netns" = 1 ]; then
-  srv_ns=(ip netns exec "droce-vsk-a-$$") cli_ns=(ip netns exec "droce-vsk-b-$$") srv_ip=10.79.0.1
-  section="droce af_packet veth (netns)" dpid_a='' dpid_b=''
+  srv_ns=(ip netns exec "droce-vsk-a-$$") cli_ns=(ip netns exec "droce-vsk-b-$$") dpid_a='' dpid_b=''
   if netns_up; then
-    section="kernel veth (netns)"
+    section="kernel veth (netns)" srv_ip=10.79.0.1
     kernel_section
-    section="droce af_packet veth (netns)"
     exec_a=("${srv_ns[@]}" build/release/apps/droce exec --run-dir "$work/nsa" --)
     exec_b=("${cli_ns[@]}" build/release/apps/droce exec --run-dir "$work/nsb" --)
-    droce_section
+    srv_ip=10.79.2.1  # perftest's TCP exchange, beside the veth droced owns
+    for pmd in af_packet af_xdp; do
+      section="droce $pmd veth (netns)"
+      echo "== droce over net_$pmd on the veth"
+      if droced_up "$pmd"; then droce_section; else put lat "droced on net_$pmd" failed 1; fi
+      droced_down
+    done
   else
-    put lat "network namespaces" failed 1; echo "== --netns: could not set up the namespaces or droced"
+    section="kernel veth (netns)"
+    put lat "network namespaces" failed 1; echo "== --netns: could not set up the namespaces"
   fi
-  for p in $dpid_a $dpid_b; do kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  droced_down
   ip netns del "$nsa" 2>/dev/null || true; ip netns del "$nsb" 2>/dev/null || true; nsa='' nsb=''
 fi
 
@@ -438,8 +468,9 @@ from matplotlib.patches import Patch
 fig = plt.figure(figsize=(15, 6))
 ax, aq, ab = (fig.add_subplot(g) for g in fig.add_gridspec(1, 3, width_ratios=[2.4, 1, 1]))
 colour = lambda s: "tab:gray" if s.startswith("kernel loop") else "silver" if s.startswith("kernel") else \
-    "tab:blue" if "netns" not in s else "tab:orange"
-short = lambda s, n: ("kernel " if s.startswith("kernel") else "droce ") + ("veth " if "netns" in s else "") + \
+    "tab:blue" if "netns" not in s else "tab:green" if "af_xdp" in s else "tab:orange"
+short = lambda s, n: ("kernel " if s.startswith("kernel") else "droce ") + \
+    ("xdp " if "af_xdp" in s else "pkt " if "af_packet" in s else "veth " if "netns" in s else "") + \
     n.replace(" (sockperf)", "").replace(" (a whole READ)", "*").replace("ping-pong ", "")
 lat = [(s, n, r) for s, rows in res.items() for n, r in rows.items() if r["kind"] == "lat" and r.get("typical")]
 x = range(len(lat))
