@@ -11,9 +11,8 @@ rocev2::OffloadOps select_offloads(const net::Port& port) {
   ops.rx_ipv4_checksum = rx_ip;
   ops.tx_ipv4_checksum = tx_ip;
   if (rx_ip || tx_ip) ops.name = "ipv4-checksum";
-  if (const net::ShmLink* link = port.shm_link(); link != nullptr && !link->config().icrc) {
-    // droce_shm with icrc=skip: frames cross memory two processes share, and both ends agreed
-    // at connect that neither computes nor checks the ICRC.
+  if (port.capabilities().no_icrc) {
+    // The link carries none (droce_shm with icrc=skip: both ends agreed at connect).
     ops.rx_icrc = ops.tx_icrc = true;
     ops.name = "icrc (droce_shm carries none)";
   }

@@ -395,6 +395,7 @@ int Port::open_shm(std::string_view devargs, const PortConfig& cfg, std::unique_
   p->caps_.min_mtu = 68;
   p->caps_.max_mtu = static_cast<uint16_t>(ShmLink::kMaxFrame - RTE_ETHER_HDR_LEN - RTE_VLAN_HLEN);
   p->caps_.max_rx_pktlen = ShmLink::kMaxFrame;
+  p->caps_.no_icrc = !lc.icrc;
   p->tx_offloads_ = RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
   p->asked_mtu_ = cfg.mtu != 0 ? cfg.mtu : uint16_t{RTE_ETHER_MTU};
   p->multicast_mode_ = MulticastMode::unfiltered;  // a wire: what the peer sends arrives

@@ -219,6 +219,9 @@ struct PortCapabilities {
   uint16_t min_mtu = 0;
   uint16_t max_mtu = 0;
   uint32_t max_rx_pktlen = 0;
+  /// The link carries no ICRC: both ends agreed at connect that neither computes nor
+  /// checks it (droce_shm with icrc=skip: memory between two processes).
+  bool no_icrc = false;
 };
 
 enum class MulticastMode {
