@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
@@ -345,10 +346,9 @@ void ShmLink::try_connect() {
   std::vector<uint8_t> buf;
   std::vector<core::Fd> fds;
   const ssize_t got = core::receive_message(c.get(), &buf, sizeof(Hello), &fds);
+  // Version 1's hello is shorter: what it has is read, to say why it is turned away.
   Hello h{};
-  if (got == ssize_t{sizeof h}) std::memcpy(&h, buf.data(), sizeof h);
-  // Version 1's hello is shorter: its version is still read, to say why it is turned away.
-  if (got >= 8) std::memcpy(&h, buf.data(), 8);
+  if (got > 0) std::memcpy(&h, buf.data(), std::min<size_t>(size_t(got), sizeof h));
   if (got < 8 || h.magic != kMagic || (got != ssize_t{sizeof h} && h.version == kVersion) || fds.size() != 2)
     return;  // turned away, or not a link
   if (h.version != kVersion || h.slot_bytes != kSlotBytes || !valid_slots(h.slots) ||

@@ -112,7 +112,9 @@ class ShmLink {
  public:
   /// Largest frame a slot holds (Ethernet header, VLAN tag, 9000-byte payload).
   static constexpr uint32_t kMaxFrame = 9000 + 14 + 4;
-  /// 2: the handshake carries the ICRC setting (ShmLinkConfig::icrc).
+  /// 2: the handshake carries the ICRC setting (ShmLinkConfig::icrc), a slot of length 0
+  /// is empty (a frame built in place and dropped), and the ring header says which CPU a
+  /// sleeping consumer is on.
   static constexpr uint32_t kVersion = 2;
 
   /// Listens (server) or starts connecting (client). -errno: EINVAL (bad

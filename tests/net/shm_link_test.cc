@@ -6,12 +6,14 @@
 // written; one asleep on the sender's CPU woken when the sender blocks),
 // frames built in place in the peer's ring (order, a dropped one, a
 // full ring, a stale one), the link following the peer (gone, back), one peer
-// at a time, ends that disagree on the ICRC kept apart, and
-// a hostile peer that writes impossible indices and lengths into the region.
+// at a time, ends that disagree on the ICRC or the link version kept apart,
+// frames freed after their link closed, and a hostile peer that writes
+// impossible indices and lengths into the region.
 
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -576,6 +578,41 @@ TEST(PortShm, EndsThatDisagreeOnTheIcrcDoNotConnect) {
   client.reset();
   ASSERT_EQ(Port::open_device("droce_shm1,role=client,icrc=skip,socket=" + sock, cfg, &client), 0);
   EXPECT_TRUE(wait_for([&] { return server->link().up && client->link().up; }));
+}
+
+// A server of link version 1 (a 24-byte hello, no ICRC setting): the client turns it away and
+// counts it, rather than taking its hello for garbage, and its link stays down.
+TEST(PortShm, AClientTurnsAwayAServerOfAnEarlierVersion) {
+  const std::string sock = socket_path();
+  core::Fd listener;
+  ASSERT_EQ(core::seqpacket_listen(sock, &listener, 4), 0);
+  std::atomic<bool> stop{false};
+  std::thread server([&] {
+    struct {
+      uint32_t magic = 0x4b4c5344, version = 1, slots = 1024, slot_bytes = 9088;
+      uint64_t region_bytes = 64 + 2 * 192 + uint64_t{2} * 1024 * 9088;
+    } hello;
+    static_assert(sizeof hello == 24);
+    const core::Fd any(::eventfd(0, EFD_CLOEXEC));  // stands for its region and its eventfd
+    const int fds[2] = {any.get(), any.get()};
+    while (!stop.load()) {
+      pollfd p{listener.get(), POLLIN, 0};
+      if (::poll(&p, 1, 20) != 1) continue;
+      core::Fd c;
+      if (core::seqpacket_accept(listener.get(), &c) != 0) continue;
+      (void)core::send_message(c.get(), {reinterpret_cast<const uint8_t*>(&hello), sizeof hello}, fds);
+    }
+  });
+  PortConfig cfg;
+  std::unique_ptr<Port> client;
+  ASSERT_EQ(Port::open_device("droce_shm1,role=client,socket=" + sock, cfg, &client), 0);
+  EXPECT_TRUE(wait_for([&] { return xstat_of(*client, "refused_peers") >= 2; }))
+      << "a version 1 server was not counted as turned away";
+  EXPECT_FALSE(client->link().up);
+  client.reset();
+  stop.store(true);
+  server.join();
+  ::unlink(sock.c_str());
 }
 
 // A peer that is not droced: it maps the server's region and writes an
