@@ -265,6 +265,33 @@ TEST_F(TwoDaemons, AFrameWakesABlockedDaemonOnTheSameHostLinkButNotOnMemif) {
   }
 }
 
+// droce_shm between two daemons (docs/droced.md): the port says its link carries no ICRC, and
+// every frame the engines send is built in its ring slot (the only copies: ARP and such);
+// over net_memif, software ICRCs and no frame built in place.
+TEST_F(TwoDaemons, OnTheSameHostLinkFramesCarryNoIcrcAndAreBuiltInPlace) {
+  for (const bool memif : {false, true}) {
+    SCOPED_TRACE(memif ? "net_memif" : "droce_shm");
+    start({}, /*ipv6=*/false, memif);
+    std::string out;
+    EXPECT_EQ(selftest({"--qps", "4"}, &out), 0) << out;
+    std::string json;
+    ASSERT_EQ(client::query_stats(d_[0].sock, &json), 0);
+    const std::string offloads = memif ? "\"offloads\":\"software\"" : "\"offloads\":\"icrc (droce_shm carries none)\"";
+    EXPECT_NE(json.find(offloads), std::string::npos) << json;
+    const long long in_place = stat_of(d_[0].sock, "tx_in_place");
+    if (memif) {
+      EXPECT_EQ(in_place, -1) << "net_memif has no such counter";
+    } else {
+      const long long sent = stat_of(d_[0].sock, "tx_good_packets");
+      EXPECT_GT(in_place, 0);
+      EXPECT_LE(in_place, sent);
+      EXPECT_GE(in_place, sent - 20) << "more than ARP and membership reports were copied";
+    }
+    EXPECT_EQ(stop(d_[0]), 0);
+    EXPECT_EQ(stop(d_[1]), 0);
+  }
+}
+
 // A controlled Q_Key (IBA 10.2.5; QP1's 0x80010000) is refused to a client without CAP_NET_RAW,
 // as Linux refuses it, and taken from one that holds it: the selftest checks whichever it is,
 // run here as root and again as nobody (setpriv), and says which.
