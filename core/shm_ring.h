@@ -394,6 +394,16 @@ class ShmRingConsumer {
     detail::shm_copy_done();
   }
 
+  /// Copies bytes [from, to) of the i-th peeked entry to the same place in
+  /// `out` (to is clamped to entry_size()): an entry's header first, then
+  /// only as much of the rest as the private copy of the header says is used.
+  void copy_entry(uint32_t i, void* out, uint32_t from, uint32_t to) const {
+    if (to > s_.entry_size) to = s_.entry_size;
+    if (from < to)
+      std::memcpy(static_cast<uint8_t*>(out) + from, static_cast<const uint8_t*>(entry(i)) + from, to - from);
+    detail::shm_copy_done();
+  }
+
   /// Gives the first `n` peeked entries back to the producer (n <= what
   /// peek() granted). Does nothing once corrupted.
   void release(uint32_t n) {

@@ -528,22 +528,8 @@ int Engine::post_send(uint32_t qpn, const SendWr& wr) {
 
   const uint32_t slot = q->sq_head % q->sq_depth;
   SendWqe& w = q->sq[slot];
-  w = SendWqe{};
-  w.wr.wr_id = wr.wr_id;
-  w.wr.opcode = wr.opcode;
-  w.wr.send_flags = wr.send_flags;
-  w.wr.imm_data = wr.imm_data;
-  w.wr.invalidate_rkey = wr.invalidate_rkey;
-  w.wr.remote_addr = wr.remote_addr;
-  w.wr.rkey = wr.rkey;
-  w.wr.compare_add = wr.compare_add;
-  w.wr.swap = wr.swap;
-  w.wr.ah = wr.ah;
+  w.reset(wr);
   if (q->type == QpType::ud) w.ud_av = ahs_[wr.ah];
-  w.wr.remote_qpn = wr.remote_qpn;
-  w.wr.remote_qkey = wr.remote_qkey;
-  w.wr.num_sge = wr.num_sge;
-  for (uint32_t i = 0; i < wr.num_sge; ++i) w.wr.sg_list[i] = wr.sg_list[i];
   w.length = static_cast<uint32_t>(length);
   if (!inl) w.wr.send_flags &= ~kSendInline;
   if (inl) {

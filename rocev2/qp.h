@@ -7,7 +7,11 @@
 // Queue indexes are free-running 32-bit counters; slot = index % depth.
 // Threading: a QP belongs to one lcore; nothing here is synchronized.
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include <rte_mbuf.h>
@@ -37,7 +41,23 @@ struct SendWqe {
   bool resp_gap_seen = false;  ///< READ: a response gap already caused a resend
   bool has_local_error = false;  ///< a local error found while sending; completes in order
   WcStatus local_error = WcStatus::success;
+
+  /// Makes this slot a new WQE for `from`: every field as a fresh SendWqe's, but of the
+  /// scatter list only the entries in use written (`*this = SendWqe{}` wrote all 32, most
+  /// of its ~700 bytes, for every post).
+  void reset(const SendWr& from);
 };
+
+inline void SendWqe::reset(const SendWr& from) {
+  static_assert(std::is_trivially_copyable_v<SendWqe> && std::is_standard_layout_v<SendWqe>);
+  static_assert(offsetof(SendWr, sg_list) + sizeof(SendWr::sg_list) == sizeof(SendWr), "sg_list ends SendWr");
+  std::memcpy(static_cast<void*>(&wr), &from, offsetof(SendWr, sg_list));  // trivially copyable
+  std::copy_n(from.sg_list, std::min(from.num_sge, kMaxSge), wr.sg_list);
+  static const SendWqe blank{};
+  constexpr size_t rest = offsetof(SendWqe, ud_av);
+  std::memcpy(reinterpret_cast<char*>(this) + rest, reinterpret_cast<const char*>(&blank) + rest,
+              sizeof(SendWqe) - rest);
+}
 
 struct RecvWqe {
   uint64_t wr_id = 0;

@@ -1,5 +1,6 @@
 #include "rocev2/shm_wqe.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace droce::rocev2 {
@@ -78,6 +79,21 @@ WqeError decode_send_wqe(std::span<const uint8_t> entry, const WqeLimits& lim, S
     out->sg_list[i] = {s.addr, s.length, s.lkey};
   }
   return WqeError::ok;
+}
+
+uint32_t send_wqe_used(std::span<const uint8_t> header) {
+  SendWqeHeader h;
+  if (header.size() < sizeof h) return UINT32_MAX;
+  std::memcpy(&h, header.data(), sizeof h);
+  const uint64_t body = h.send_flags & kSendInline ? uint64_t{h.inline_len} : uint64_t{h.num_sge} * sizeof(WqeSge);
+  return uint32_t(std::min<uint64_t>(sizeof h + body, UINT32_MAX));
+}
+
+uint32_t recv_wqe_used(std::span<const uint8_t> header) {
+  RecvWqeHeader h;
+  if (header.size() < sizeof h) return UINT32_MAX;
+  std::memcpy(&h, header.data(), sizeof h);
+  return uint32_t(sizeof h + uint64_t{h.num_sge} * sizeof(WqeSge));
 }
 
 WqeError decode_recv_wqe(std::span<const uint8_t> entry, const WqeLimits& lim, RecvWr* out) {

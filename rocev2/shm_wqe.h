@@ -34,6 +34,15 @@ WqeError decode_send_wqe(std::span<const uint8_t> entry, const WqeLimits& lim, S
 /// Decodes a receive WQE.
 WqeError decode_recv_wqe(std::span<const uint8_t> entry, const WqeLimits& lim, RecvWr* out);
 
+/// The bytes at the start of an entry that a WQE uses, read from its header
+/// (`header` holds at least the header: a private copy): the header and its
+/// scatter list or inline bytes. droced copies those out of the ring, not
+/// the whole entry (an entry made for 220 inline bytes is 320 bytes long; a
+/// 64-byte message uses 128 of them). A header that claims more than the
+/// entry holds gets the whole entry, and the decoder refuses it.
+uint32_t send_wqe_used(std::span<const uint8_t> header);
+uint32_t recv_wqe_used(std::span<const uint8_t> header);
+
 /// Writes a send WQE (inline bytes from `inline_data` when the WR is inline).
 /// Returns the bytes written, or 0 when it does not fit `entry`.
 size_t encode_send_wqe(const SendWr& wr, std::span<const uint8_t> inline_data, std::span<uint8_t> entry);

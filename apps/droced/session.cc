@@ -1067,8 +1067,11 @@ namespace {
 // published past what was already read, hands each entry to `post` (0:
 // taken, -ENOMEM: no room, stop and retry next loop; else refused and
 // counted), and records how far it got. False when the ring is corrupt.
-template <class Queue, class Post, class Refuse>
-bool drain_queue(Queue& q, std::vector<uint8_t>& scratch, Post post, Refuse refuse, uint64_t* posted) {
+// Of each entry it copies the header (`header` bytes), then what `used` says
+// of the copy; the rest of the scratch holds older bytes, never shared ones.
+template <class Queue, class Used, class Post, class Refuse>
+bool drain_queue(Queue& q, std::vector<uint8_t>& scratch, uint32_t header, Used used, Post post, Refuse refuse,
+                 uint64_t* posted) {
   store_flag(q.pending, 0);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   scratch.resize(q.ring.entry_size());
@@ -1079,7 +1082,8 @@ bool drain_queue(Queue& q, std::vector<uint8_t>& scratch, Post post, Refuse refu
     if (got <= q.ahead) return true;
     const uint32_t burst_end = q.ahead + kDrainBurst;
     for (uint32_t i = q.ahead; i < got; ++i) {
-      q.ring.copy_entry(i, scratch.data());
+      q.ring.copy_entry(i, scratch.data(), 0, header);
+      q.ring.copy_entry(i, scratch.data(), header, used(std::span<const uint8_t>(scratch.data(), header)));
       const int rc = post(scratch);
       if (rc == -ENOMEM) {
         q.backlog = true;
@@ -1118,10 +1122,10 @@ void Session::refuse_wqe(SharedQp& q, const uint8_t* entry, uint32_t size, bool 
 void Session::drain_sq(SharedQp& q) {
   draining_ = true;
   rocev2::Engine& e = dev_->core->engine();
+  rocev2::SendWr& wr = send_wr_;
   const bool ok = drain_queue(
-      q.sq, scratch_,
+      q.sq, scratch_, sizeof(core::abi::SendWqeHeader), rocev2::send_wqe_used,
       [&](std::vector<uint8_t>& entry) {
-        rocev2::SendWr wr;
         if (rocev2::decode_send_wqe(entry, q.sq.limits, &wr) != rocev2::WqeError::ok) return -EINVAL;
         return e.post_send(q.qpn, wr);
       },
@@ -1136,9 +1140,9 @@ void Session::drain_rq(SharedQp& q) {
   draining_ = true;
   rocev2::Engine& e = dev_->core->engine();
   const bool ok = drain_queue(
-      q.rq, scratch_,
+      q.rq, scratch_, sizeof(core::abi::RecvWqeHeader), rocev2::recv_wqe_used,
       [&](std::vector<uint8_t>& entry) {
-        rocev2::RecvWr wr;
+        rocev2::RecvWr& wr = recv_wr_;
         if (rocev2::decode_recv_wqe(entry, q.rq.limits, &wr) != rocev2::WqeError::ok)
           return refilling_ ? -ENOMEM : -EINVAL;
         const int rc = e.post_recv(q.qpn, wr);
@@ -1155,9 +1159,9 @@ void Session::drain_srq(SharedSrq& s) {
   draining_ = true;
   rocev2::Engine& e = dev_->core->engine();
   const bool ok = drain_queue(
-      s.rq, scratch_,
+      s.rq, scratch_, sizeof(core::abi::RecvWqeHeader), rocev2::recv_wqe_used,
       [&](std::vector<uint8_t>& entry) {
-        rocev2::RecvWr wr;
+        rocev2::RecvWr& wr = recv_wr_;
         if (rocev2::decode_recv_wqe(entry, s.rq.limits, &wr) != rocev2::WqeError::ok)
           return refilling_ ? -ENOMEM : -EINVAL;
         const int rc = e.post_srq_recv(s.srq, wr);

@@ -227,6 +227,9 @@ class Session {
   std::vector<SharedQp*> active_qps_;
   std::vector<SharedSrq*> active_srqs_;
   std::vector<uint8_t> scratch_;
+  // The drains' decoded entries, kept: a fresh one per entry zeroed 32 SGEs each time.
+  rocev2::SendWr send_wr_;
+  rocev2::RecvWr recv_wr_;
   bool draining_ = false;
   bool refilling_ = false;  ///< refill_recv: a bad entry stops the drain instead of being refused  ///< a drain_* is reading ring entries by position
 

@@ -694,6 +694,21 @@ TEST(ShmRing, ReserveAndPeekWorkInPlace) {
   Entry e;
   c.copy_entry(0, &e);
   EXPECT_EQ(e, make_entry(2, 3));
+
+  // Expect: a part of an entry lands at its own offsets and nothing else is written; a range
+  // past the entry is cut at its end.
+  const Entry want = make_entry(3, 3);
+  uint8_t part[sizeof(Entry) + 8];
+  std::memset(part, 0xee, sizeof part);
+  c.copy_entry(1, part, 8, 20);
+  for (size_t i = 0; i < sizeof part; ++i) {
+    if (i >= 8 && i < 20) EXPECT_EQ(part[i], reinterpret_cast<const uint8_t*>(&want)[i]) << i;
+    else EXPECT_EQ(part[i], 0xee) << i;
+  }
+  c.copy_entry(1, part, 0, 8);
+  c.copy_entry(1, part, 20, 1000);
+  EXPECT_EQ(std::memcmp(part, &want, sizeof want), 0);
+  EXPECT_EQ(part[sizeof want], 0xee);
   c.release(3);
   EXPECT_EQ(c.size(), 0u);
 }

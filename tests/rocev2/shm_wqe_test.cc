@@ -3,10 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "rocev2/qp.h"
 #include "rocev2/shm_wqe.h"
 #include "tests/test_support.h"
 
@@ -91,6 +93,96 @@ TEST(ShmWqe, HostileFieldsAreRefusedWithTheirReason) {
   EXPECT_EQ(decode_send_wqe(cut, {2, 0}, &got), WqeError::short_entry);
 }
 
+// What droced copies out of a ring: the header, then the bytes its copy says are used.
+std::vector<uint8_t> used_part(const std::vector<uint8_t>& entry, uint32_t header, bool send) {
+  std::vector<uint8_t> out(entry.size(), 0xa5);  // what the scratch held before
+  const size_t h = std::min<size_t>(header, entry.size());
+  std::copy_n(entry.begin(), h, out.begin());
+  const uint32_t used = send ? send_wqe_used(std::span(out.data(), h)) : recv_wqe_used(std::span(out.data(), h));
+  std::copy(entry.begin() + long(h), entry.begin() + long(std::max<size_t>(h, std::min<size_t>(used, entry.size()))),
+            out.begin() + long(h));
+  return out;
+}
+
+TEST(ShmWqe, TheUsedBytesAreTheHeaderAndWhatItNames) {
+  SendWr w;
+  w.num_sge = 3;
+  std::vector<uint8_t> entry(send_wqe_size(4, 220));
+  ASSERT_NE(encode_send_wqe(w, {}, entry), 0u);
+  EXPECT_EQ(send_wqe_used(entry), sizeof(SendWqeHeader) + 3 * 16);
+  w.send_flags = kSendInline;
+  const std::vector<uint8_t> data(40, 1);
+  ASSERT_NE(encode_send_wqe(w, data, entry), 0u);
+  EXPECT_EQ(send_wqe_used(entry), sizeof(SendWqeHeader) + 40);
+  // Expect: a header that claims more than any entry holds says so (the decoder refuses it).
+  SendWqeHeader h;
+  std::memcpy(&h, entry.data(), sizeof h);
+  h.inline_len = 0xffffffff;
+  std::memcpy(entry.data(), &h, sizeof h);
+  EXPECT_EQ(send_wqe_used(entry), UINT32_MAX);
+  EXPECT_EQ(send_wqe_used(std::span(entry.data(), 63)), UINT32_MAX);
+
+  RecvWr r;
+  r.num_sge = 2;
+  std::vector<uint8_t> rentry(core::abi::recv_wqe_size(4));
+  ASSERT_NE(encode_recv_wqe(r, rentry), 0u);
+  EXPECT_EQ(recv_wqe_used(rentry), sizeof(core::abi::RecvWqeHeader) + 2 * 16);
+  EXPECT_EQ(recv_wqe_used(std::span(rentry.data(), 15)), UINT32_MAX);
+}
+
+// Engine::post_send reuses SQ slots with SendWqe::reset, which writes only the SGEs in use.
+TEST(ShmWqe, AReusedSendSlotKeepsNothingOfTheLastWqe) {
+  SendWqe slot;
+  slot.wr.opcode = WrOpcode::rdma_read;
+  slot.wr.num_sge = 2;
+  slot.wr.sg_list[0] = {1, 2, 3};
+  slot.wr.sg_list[1] = {4, 5, 6};
+  slot.ud_av.hop_limit = 1;
+  slot.ud_av.vlan_id = 3;
+  slot.length = slot.npackets = slot.first_psn = slot.last_psn = 9;
+  slot.psn_assigned = slot.resp_complete = slot.resp_gap_seen = slot.has_local_error = true;
+  slot.resp_next_psn = slot.resp_bytes = slot.inline_off = 9;
+  slot.local_error = WcStatus::rem_access_err;
+
+  SendWr wr;
+  wr.wr_id = 42;
+  wr.opcode = WrOpcode::send_with_imm;
+  wr.send_flags = kSendSignaled;
+  wr.imm_data = 7;
+  wr.remote_addr = 0x1000;
+  wr.rkey = 5;
+  wr.num_sge = 1;
+  wr.sg_list[0] = {0x2000, 64, 8};
+  slot.reset(wr);
+
+  // Expect: the WR's fields, its one SGE, and every other field as a new SendWqe's.
+  EXPECT_EQ(slot.wr.wr_id, 42u);
+  EXPECT_EQ(slot.wr.opcode, WrOpcode::send_with_imm);
+  EXPECT_EQ(slot.wr.send_flags, kSendSignaled);
+  EXPECT_EQ(slot.wr.imm_data, 7u);
+  EXPECT_EQ(slot.wr.remote_addr, 0x1000u);
+  EXPECT_EQ(slot.wr.rkey, 5u);
+  EXPECT_EQ(slot.wr.num_sge, 1u);
+  EXPECT_EQ(slot.wr.sg_list[0].addr, 0x2000u);
+  EXPECT_EQ(slot.wr.sg_list[0].length, 64u);
+  EXPECT_EQ(slot.wr.sg_list[0].lkey, 8u);
+  const SendWqe fresh;
+  EXPECT_EQ(slot.ud_av.hop_limit, fresh.ud_av.hop_limit);
+  EXPECT_EQ(slot.ud_av.vlan_id, fresh.ud_av.vlan_id);
+  EXPECT_EQ(slot.length, 0u);
+  EXPECT_EQ(slot.npackets, 0u);
+  EXPECT_EQ(slot.first_psn, 0u);
+  EXPECT_EQ(slot.last_psn, 0u);
+  EXPECT_FALSE(slot.psn_assigned);
+  EXPECT_FALSE(slot.resp_complete);
+  EXPECT_EQ(slot.resp_next_psn, 0u);
+  EXPECT_EQ(slot.resp_bytes, 0u);
+  EXPECT_EQ(slot.inline_off, 0u);
+  EXPECT_FALSE(slot.resp_gap_seen);
+  EXPECT_FALSE(slot.has_local_error);
+  EXPECT_EQ(slot.local_error, WcStatus::success);
+}
+
 TEST(ShmWqe, RandomGarbageNeverReadsPastTheEntry) {
   const uint64_t seed = test::test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -112,8 +204,36 @@ TEST(ShmWqe, RandomGarbageNeverReadsPastTheEntry) {
     }
     SendWr s;
     RecvWr r;
-    accepted += decode_send_wqe(e, {uint32_t(rng() % 8), uint32_t(rng() % 128)}, &s) == WqeError::ok;
-    (void)decode_recv_wqe(e, {uint32_t(rng() % 8), 0}, &r);
+    const WqeLimits sl{uint32_t(rng() % 8), uint32_t(rng() % 128)}, rl{uint32_t(rng() % 8), 0};
+    const WqeError se = decode_send_wqe(e, sl, &s), re = decode_recv_wqe(e, rl, &r);
+    accepted += se == WqeError::ok;
+    // Expect: decoding only the bytes droced copies (the rest of its scratch holds older
+    // bytes) gives the same answer as the whole entry.
+    const std::vector<uint8_t> sp = used_part(e, sizeof(SendWqeHeader), true);
+    SendWr s2;
+    ASSERT_EQ(decode_send_wqe(sp, sl, &s2), se) << i;
+    if (se == WqeError::ok) {
+      ASSERT_EQ(s2.num_sge, s.num_sge) << i;
+      const bool inl = (s.send_flags & kSendInline) != 0;
+      for (uint32_t k = 0; k < s.num_sge; ++k) {
+        EXPECT_EQ(s2.sg_list[k].length, s.sg_list[k].length) << i;
+        if (inl) {
+          const auto* a = reinterpret_cast<const uint8_t*>(s.sg_list[k].addr);
+          const auto* b = reinterpret_cast<const uint8_t*>(s2.sg_list[k].addr);
+          EXPECT_TRUE(std::equal(a, a + s.sg_list[k].length, b)) << i;
+        } else {
+          EXPECT_EQ(s2.sg_list[k].addr, s.sg_list[k].addr) << i;
+          EXPECT_EQ(s2.sg_list[k].lkey, s.sg_list[k].lkey) << i;
+        }
+      }
+    }
+    const std::vector<uint8_t> rp = used_part(e, sizeof(core::abi::RecvWqeHeader), false);
+    RecvWr r2;
+    ASSERT_EQ(decode_recv_wqe(rp, rl, &r2), re) << i;
+    if (re == WqeError::ok) {
+      ASSERT_EQ(r2.num_sge, r.num_sge) << i;
+      for (uint32_t k = 0; k < r.num_sge; ++k) EXPECT_EQ(r2.sg_list[k].addr, r.sg_list[k].addr) << i;
+    }
   }
   EXPECT_GT(accepted, 0) << "the generator never produced a valid entry: the test tests nothing";
 }
