@@ -707,7 +707,7 @@ rte_mbuf* Engine::build(Qp* q, const AddressVector& av, const Bth& bth, const Ex
   h.l3.ttl = av.hop_limit;
   h.l3.flow_label = v4 ? 0 : av.flow_label;
   h.l3.ipv4_frag = v4 ? net::kIpv4FlagDf : 0;
-  h.l3.src = av.sgid == IpAddr{} ? cfg_.local_ip : av.sgid;
+  h.l3.src = net::same_ip(av.sgid, IpAddr{}) ? cfg_.local_ip : av.sgid;
   h.l3.dst = av.dgid;
   h.l4.src_port = q->udp_sport;
   h.bth = bth;
@@ -795,9 +795,9 @@ void Engine::mark_ready(Qp* q) {
 }
 
 bool Engine::is_local_ip(const IpAddr& a) const {
-  if (a == cfg_.local_ip) return true;
+  if (net::same_ip(a, cfg_.local_ip)) return true;
   for (const IpAddr& l : cfg_.local_ips)
-    if (a == l) return true;
+    if (net::same_ip(a, l)) return true;
   return false;
 }
 

@@ -180,3 +180,30 @@ TEST(GidTable, TypeNamesAreSysfsNames) {
 
 }  // namespace
 }  // namespace droce::net
+
+namespace droce::net {
+namespace {
+
+// The data path's address compares (Engine::build, is_local_ip, the port's MAC filter):
+// each byte counts, including the last of each half.
+TEST(Addr, SameIpAndSameMacCompareEveryByte) {
+  const IpAddr a = ipv4_mapped(0x0a4d0001);
+  EXPECT_TRUE(same_ip(a, a));
+  EXPECT_TRUE(same_ip(IpAddr{}, IpAddr{}));
+  for (size_t i = 0; i < a.size(); ++i) {
+    IpAddr b = a;
+    b[i] ^= 0x80;
+    EXPECT_FALSE(same_ip(a, b)) << i;
+    EXPECT_FALSE(same_ip(b, a)) << i;
+  }
+  const MacAddr m{0x02, 0x00, 0x00, 0x00, 0x00, 0x01};
+  EXPECT_TRUE(same_mac(m.data(), m.data()));
+  for (size_t i = 0; i < m.size(); ++i) {
+    MacAddr n = m;
+    n[i] ^= 0x01;
+    EXPECT_FALSE(same_mac(m.data(), n.data())) << i;
+  }
+}
+
+}  // namespace
+}  // namespace droce::net
