@@ -24,6 +24,8 @@ inline bool same_mac(const uint8_t* a, const uint8_t* b) {
   return ((a4 ^ b4) | uint32_t(a2 ^ b2)) == 0;
 }
 
+inline bool same_mac(const MacAddr& a, const MacAddr& b) { return same_mac(a.data(), b.data()); }
+
 /// Whether two addresses are the same: two 8-byte loads each, for the same reason.
 inline bool same_ip(const IpAddr& a, const IpAddr& b) {
   uint64_t a0, a1, b0, b1;

@@ -698,7 +698,7 @@ rte_mbuf* Engine::build(Qp* q, const AddressVector& av, const Bth& bth, const Ex
   PacketHeaders h;
   h.l2.dst = av.dmac;
   h.l2.src = av.smac;
-  if (net::same_mac(h.l2.src.data(), MacAddr{}.data())) h.l2.src = cfg_.local_mac;
+  if (net::same_mac(h.l2.src, MacAddr{})) h.l2.src = cfg_.local_mac;
   h.l2.vlan = av.vlan_id != 0xffff;
   h.l2.vlan_tci = h.l2.vlan ? static_cast<uint16_t>((av.sl << 13) | (av.vlan_id & 0xfff)) : 0;
   const bool v4 = is_ipv4_mapped(av.dgid);

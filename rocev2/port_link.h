@@ -83,7 +83,7 @@ class PortQueueLink : public PacketPort {
   /// goes to the wire (a frame to our own MAC stays here, and would hold its slot meanwhile).
   rte_mbuf* alloc_frame(const net::MacAddr& dst, bool* none_now) override {
     *none_now = false;
-    if (tx_lock_ != nullptr || (loopback_ && net::same_mac(dst.data(), loop_mac_.data()))) return nullptr;
+    if (tx_lock_ != nullptr || (loopback_ && net::same_mac(dst, loop_mac_))) return nullptr;
     return port_->tx_alloc(queue_, none_now);
   }
 

@@ -230,8 +230,8 @@ class Session {
   // The drains' decoded entries, kept: a fresh one per entry zeroed 32 SGEs each time.
   rocev2::SendWr send_wr_;
   rocev2::RecvWr recv_wr_;
-  bool draining_ = false;
-  bool refilling_ = false;  ///< refill_recv: a bad entry stops the drain instead of being refused  ///< a drain_* is reading ring entries by position
+  bool draining_ = false;   ///< a drain_* is reading ring entries by position
+  bool refilling_ = false;  ///< refill_recv: a bad entry stops the drain instead of being refused
 
   struct Pending {
     bool active = false;
