@@ -159,7 +159,7 @@ ParseStatus parse_frame(const net::FrameBytes& frame, ParsedPacket* out, const P
   at.bth_off = static_cast<uint16_t>(off);
   if (ip_end - off < sizeof(BthWire)) return ParseStatus::truncated_bth;
   p = frame.read(off, sizeof(BthWire), scratch);
-  h.bth = Bth::decode(p);
+  h.bth.read(p);
   off += sizeof(BthWire);
   const OpcodeInfo& info = opcode_info(h.bth.opcode);
   if (h.bth.tver != 0) return ParseStatus::bad_tver;  // C9-23
