@@ -15,6 +15,11 @@
 #   --no-build  use build/release as it is (default: ninja brings it up to date, or sets it up)
 #   --droced A  pass A to both droced (repeatable), e.g. --droced --event-affinity=lcore, to
 #               compare droced's knobs; the table's header says which were given
+#   --no-idle   (root) hold /dev/cpu_dma_latency at 0 for the run: idle CPUs poll instead of
+#               entering an idle state (a VM's vCPU halt), so no wake-up pays the idle exit. On
+#               the 2-vCPU development VM it takes the kernel's TCP ping-pong from 28 to 8.6 us
+#               and leaves droce's figures where they were (droced and perftest keep the CPUs
+#               busy); without it the kernel's figures include what waking an idle CPU costs
 #
 # The kernel: sockperf ping-pong, TCP and UDP, 64 B and 4 KiB, and iperf3 TCP, over 127.0.0.1.
 # droce: Debian's unmodified perftest between two droced on this machine (scripts/lib/droced-pair.sh,
@@ -26,7 +31,7 @@
 # made here; a measurement that fails is reported as failed and the run goes on.
 set -euo pipefail
 
-link=auto quick=0 out=bench/out netns=0 build=1 droced_args=()
+link=auto quick=0 out=bench/out netns=0 build=1 droced_args=() no_idle=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --link) link=${2:?--link needs a value}; shift ;;
@@ -34,6 +39,7 @@ while [ $# -gt 0 ]; do
     --out) out=${2:?--out needs a directory}; shift ;;
     --netns) netns=1 ;;
     --no-build) build=0 ;;
+    --no-idle) no_idle=1 ;;
     --droced) droced_args+=("${2:?--droced needs an argument}"); shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "vs_kernel.sh: unknown option $1 (-h for help)" >&2; exit 2 ;;
@@ -42,6 +48,13 @@ while [ $# -gt 0 ]; do
 done
 case "$link" in auto|shm|memif) ;; *) echo "vs_kernel.sh: --link is auto, shm or memif" >&2; exit 2 ;; esac
 if [ "$netns" = 1 ] && [ "$(id -u)" != 0 ]; then echo "vs_kernel.sh: --netns needs root" >&2; exit 2; fi
+idle_states="allowed"
+if [ "$no_idle" = 1 ]; then
+  # The request lasts while the descriptor is open: this script's life (the kernel drops it at exit).
+  exec {qos_fd}>/dev/cpu_dma_latency && printf 0 >&"$qos_fd" ||
+    { echo "vs_kernel.sh: --no-idle: cannot write /dev/cpu_dma_latency (root?)" >&2; exit 2; }
+  idle_states="held off (/dev/cpu_dma_latency 0)"
+fi
 [ "$out" = bench/out ] || out=$(realpath -m "$out")  # the user's --out is relative to where they are
 cd "$(dirname "$0")/.."
 
@@ -67,7 +80,11 @@ fi
 
 load=$(cut -d' ' -f1-3 /proc/loadavg)  # before this script adds its own: others' work skews figures
 py=/usr/bin/python3  # the system's, which has python3-matplotlib (not a pyenv or venv one)
-n_lat=20000 n_bw=1000000 n_big=40000 secs=5
+# Throughput runs last a few seconds each (64 B: 5 M messages over the QPs; 64 KiB: 200 000),
+# long enough that the rate is the steady one: for the first second or so the scheduler is still
+# placing the two droced and perftest (1 QP on 2 vCPUs, interleaved, the same binaries: 1 M
+# messages gave 1.63-2.17 M msg/s, 6 M gave 2.07-2.19).
+n_lat=20000 n_bw=5000000 n_big=200000 secs=5
 # --quick's 64 B runs stay at 600 000 messages (about 0.3 s): with 200 000 (0.1 s) they measured
 # droced adapting its spin and affinity as much as the rate, 10-25 % under a full run's.
 [ "$quick" = 1 ] && { n_lat=3000; n_bw=600000; n_big=10000; secs=2; }
@@ -355,6 +372,9 @@ if [ "$netns" = 1 ]; then
     exec_a=("${srv_ns[@]}" build/release/apps/droce exec --run-dir "$work/nsa" --)
     exec_b=("${cli_ns[@]}" build/release/apps/droce exec --run-dir "$work/nsb" --)
     srv_ip=10.79.2.1  # perftest's TCP exchange, beside the veth droced owns
+    # af_packet and af_xdp run at a tenth of droce_shm's rates: the same-host counts would take
+    # minutes and brush perftest's 60 s timeout.
+    [ "$quick" = 1 ] || { n_bw=1000000; n_big=40000; }
     for pmd in af_packet af_xdp; do
       section="droce $pmd veth (netns)"
       echo "== droce over net_$pmd on the veth"
@@ -376,9 +396,9 @@ commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 git diff --quiet HEAD 2>/dev/null || commit="$commit (with uncommitted changes)"
 versions=$(dpkg-query -W -f='${Package} ${Version}, ' sockperf iperf3 perftest 2>/dev/null || true)
 $py - "$results" "$base" "$link" "$commit" "$mode" "$quick" "${versions%, }" "$load" \
-  "$(date -u -r build/release/apps/droced +%Y-%m-%dT%H:%M:%SZ)" "$offloads" <<'PY'
+  "$(date -u -r build/release/apps/droced +%Y-%m-%dT%H:%M:%SZ)" "$offloads" "$idle_states" <<'PY'
 import json, os, platform, sys, time
-path, base, link, commit, mode, quick, versions, load, built, offloads = sys.argv[1:11]
+path, base, link, commit, mode, quick, versions, load, built, offloads, idle_states = sys.argv[1:12]
 res = {}
 for line in open(path):
     sec, kind, name, field, value = line.rstrip("\n").split("\t")
@@ -396,7 +416,8 @@ for rows in res.values():  # the watcher's CPU ns over the transfer, per message
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 machine = {"nproc": os.cpu_count(), "cpu": cpu, "kernel": platform.release(), "droce_commit": commit, "droced_built": built,
            "link": link, "droced_mode": mode, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-           "quick": quick == "1", "tools": versions, "loadavg_before": load, "link_offloads": offloads}
+           "quick": quick == "1", "tools": versions, "loadavg_before": load, "link_offloads": offloads,
+           "cpu_idle_states": idle_states}
 json.dump({"machine": machine, "results": res}, open(base + ".json", "w"), indent=1)
 
 def f(r, k, fmt="{:.2f}"):
@@ -404,6 +425,7 @@ def f(r, k, fmt="{:.2f}"):
 print(f"\n{cpu}, {machine['nproc']} CPUs, kernel {machine['kernel']}; droce {commit} (droced built {built}), {mode} mode")
 busy = float(load.split()[0]) > 0.75 * os.cpu_count()
 print(f"load average before the run: {load}" + (" (others were using the CPUs: expect skewed figures)" if busy else ""))
+print(f"CPU idle states: {idle_states}")
 w = max([30] + [len(s) + len(n) + 2 for s, rows in res.items() for n in rows])
 print(f"\n{'latency, us (half round trip)':{w}} {'typical':>8} {'p99':>8} {'min':>8}")
 for s, rows in res.items():
