@@ -22,6 +22,7 @@
 
 #include "core/clock.h"
 #include "core/log.h"
+#include "core/proc.h"
 #include <rte_launch.h>
 #include <rte_lcore.h>
 #include "hw_offload/select.h"
@@ -573,6 +574,10 @@ std::string Daemon::render_locked() const {
     size_t qps = 0;
     for (const auto& [k, s] : w->sessions()) qps += s->qp_count();
     const int rxq = group_->rx_queue_of(w->index());
+    // How the scheduler has treated the worker's thread: time waiting for a CPU and
+    // preemptions say that it shares its CPU with busy programs.
+    core::ThreadSched ts;
+    const bool have_ts = w->tid() != 0 && core::read_thread_sched(w->tid(), &ts);
     j.open(nullptr, '{')
         .num("core", w->index())
         .num("lcore", w->lcore())
@@ -584,6 +589,11 @@ std::string Daemon::render_locked() const {
         .str("mode_reason", w->mode_reason())
         .str("cpus", w->cpus())
         .num("affinity_changes", w->counters().affinity_changes)
+        .str("on_cpu", have_ts ? std::to_string(ts.cpu) : std::string("?"))
+        .num("cpu_ms", ts.run_ns / 1'000'000)
+        .num("wait_ms", ts.wait_ns / 1'000'000)
+        .num("blocked", ts.voluntary)
+        .num("preempted", ts.involuntary)
         .num("spin_us", w->polling() ? 0 : w->spin_us())
         .num("loops", w->counters().loops)
         .num("sleeps", w->counters().sleeps)

@@ -394,6 +394,7 @@ void Worker::iterate(uint64_t now, uint64_t* idle_since) {
 
 void Worker::run() {
   tls_current = this;
+  tid_.store(pid_t(syscall(SYS_gettid)), std::memory_order_relaxed);
   choose_mode();
   // Sleeps end when asked, not up to 50 us later (the default timer slack).
   prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
@@ -406,7 +407,7 @@ void Worker::run() {
   // droce_shm peer asleep on its CPU is woken when it blocks, not each time it sends.
   if (!polling_ && core_->group().size() == 1) core_->group().port()->set_defer_wakes(true);
   std::string cpus = describe_affinity();
-  if (!polling_ && setpriority(PRIO_PROCESS, pid_t(syscall(SYS_gettid)), daemon_->config().event_nice) != 0)
+  if (!polling_ && setpriority(PRIO_PROCESS, tid(), daemon_->config().event_nice) != 0)
     DROCE_LOG(INFO, app, "worker %u: nice %d refused (%s); wake-ups may wait for a scheduler slice", index_,
               daemon_->config().event_nice, std::strerror(errno));
   DROCE_LOG(INFO, app, "worker %u (lcore %u): %s mode (%s)", index_, lcore_, polling_ ? "poll" : "event",

@@ -110,6 +110,9 @@ class Worker {
   const std::string& mode_reason() const { return mode_reason_; }
   /// The CPUs this worker's thread may run on ("0", "0-1"), set when it starts.
   const std::string& cpus() const { return cpus_; }
+  /// The kernel's id of this worker's thread once it runs (0 before): `droce cores`
+  /// reads how the scheduler treats it (core/proc.h).
+  pid_t tid() const { return tid_.load(std::memory_order_relaxed); }
   /// Worker 0's connection manager (QP1), once its thread runs; nullptr elsewhere.
   const CmHost* cm() const { return cm_.get(); }
   /// Event mode: the current spin before blocking, in microseconds.
@@ -151,6 +154,7 @@ class Worker {
   bool polling_ = false;
   std::string mode_reason_;
   std::string cpus_;
+  std::atomic<pid_t> tid_{0};
   std::unique_ptr<CmHost> cm_;
   // --event-affinity auto: on the lcore's CPU (pinned_) while the last window was mostly
   // blocked, on any CPU while it was mostly busy.

@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -412,6 +413,11 @@ TEST_F(TwoDaemons, SeveralLcoresShareTheClientsAndHandFramesToTheOwningCore) {
     EXPECT_GT(stat_of(d.sock, "handed_in"), 0) << json;
     EXPECT_EQ(stat_of(d.sock, "hand_off_dropped"), 0) << json;
     EXPECT_EQ(stat_of(d.sock, "rx_unknown_qp"), 0) << json;
+    // Each worker's thread as the scheduler saw it: the CPU it last ran on, its CPU time,
+    // its wait for a CPU, and its switches (an event-mode worker has blocked).
+    const std::regex sched_row(R"("on_cpu":"[0-9]+","cpu_ms":[0-9]+,"wait_ms":[0-9]+,"blocked":[1-9][0-9]*,"preempted":[0-9]+)");
+    EXPECT_EQ(std::distance(std::sregex_iterator(json.begin(), json.end(), sched_row), std::sregex_iterator()), 2)
+        << json;
   }
   EXPECT_GT(stat_of(d_[0].sock, "loopback_frames"), 0);
   // `droce cores`: one row per core, with its queues and hand-offs.

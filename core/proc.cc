@@ -1,0 +1,84 @@
+#include "core/proc.h"
+
+#include <charconv>
+#include <fstream>
+#include <sstream>
+
+namespace droce::core {
+
+namespace {
+
+// The first unsigned decimal of `s` after blanks; advances `s` past it.
+bool take_u64(std::string_view* s, uint64_t* v) {
+  while (!s->empty() && (s->front() == ' ' || s->front() == '\t')) s->remove_prefix(1);
+  const auto [end, ec] = std::from_chars(s->data(), s->data() + s->size(), *v);
+  if (ec != std::errc() || end == s->data()) return false;
+  s->remove_prefix(size_t(end - s->data()));
+  return true;
+}
+
+bool whole_u64(std::string_view s, uint64_t* v) {
+  if (!take_u64(&s, v)) return false;
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\n')) s.remove_prefix(1);
+  return s.empty();
+}
+
+}  // namespace
+
+std::string_view status_value(std::string_view status, std::string_view key) {
+  size_t at = 0;
+  while (at < status.size()) {
+    const size_t end = status.find('\n', at);
+    std::string_view line = status.substr(at, end == std::string_view::npos ? std::string_view::npos : end - at);
+    if (line.size() > key.size() && line.substr(0, key.size()) == key && line[key.size()] == ':') {
+      line.remove_prefix(key.size() + 1);
+      while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+      return line;
+    }
+    if (end == std::string_view::npos) break;
+    at = end + 1;
+  }
+  return {};
+}
+
+bool read_text(const std::string& path, std::string* out) {
+  std::ifstream in(path);
+  if (!in) return false;
+  std::stringstream text;
+  text << in.rdbuf();
+  *out = text.str();
+  return true;
+}
+
+bool parse_thread_sched(std::string_view schedstat, std::string_view stat, std::string_view status, ThreadSched* out) {
+  if (!take_u64(&schedstat, &out->run_ns) || !take_u64(&schedstat, &out->wait_ns)) return false;
+  // stat: "pid (comm) state ppid ...": comm may hold blanks and parentheses, so count the
+  // fields after the last ')'. The CPU is field 39, the 37th after it (state is the 1st).
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string_view::npos) return false;
+  std::string_view rest = stat.substr(paren + 1);
+  for (int field = 1; field <= 37; ++field) {
+    while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
+    const size_t end = rest.find(' ');
+    if (rest.empty()) return false;
+    if (field == 37) {
+      uint64_t cpu = 0;
+      if (!whole_u64(rest.substr(0, end), &cpu) || cpu > 1u << 20) return false;
+      out->cpu = int(cpu);
+      break;
+    }
+    if (end == std::string_view::npos) return false;
+    rest.remove_prefix(end);
+  }
+  return whole_u64(status_value(status, "voluntary_ctxt_switches"), &out->voluntary) &&
+         whole_u64(status_value(status, "nonvoluntary_ctxt_switches"), &out->involuntary);
+}
+
+bool read_thread_sched(pid_t tid, ThreadSched* out) {
+  const std::string dir = "/proc/self/task/" + std::to_string(tid) + "/";
+  std::string schedstat, stat, status;
+  return read_text(dir + "schedstat", &schedstat) && read_text(dir + "stat", &stat) &&
+         read_text(dir + "status", &status) && parse_thread_sched(schedstat, stat, status, out);
+}
+
+}  // namespace droce::core
