@@ -986,6 +986,10 @@ int Port::rx_interrupt_arm(uint16_t queue, bool on) {
 }
 
 void Port::rx_interrupt_ack(uint16_t queue) {
+  if (shm_ != nullptr) {
+    shm_->ack_wake();  // its own eventfd, non-blocking: one read
+    return;
+  }
   const int fd = rx_interrupt_fd(queue);
   if (fd < 0 || !rx_intr_is_eventfd_) return;
   uint64_t count;
