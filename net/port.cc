@@ -1244,7 +1244,7 @@ int Port::xstats(std::vector<std::pair<std::string, uint64_t>>* out) const {
             {"tx_ring_full", v(c.tx_ring_full)},  {"tx_too_long", v(c.tx_too_long)},
             {"rx_mbuf_allocation_errors", v(c.rx_no_mbuf)}, {"rx_bad_slot", v(c.rx_bad_slot)},
             {"rx_bad_ring", v(c.rx_bad_ring)},    {"wakeups_sent", v(c.wakeups_sent)},
-            {"wakeups_deferred", v(c.wakeups_deferred)},
+            {"wakeups_deferred", v(c.wakeups_deferred)}, {"wakeups_late", v(c.wakeups_late)},
             {"connects", v(c.connects)},          {"disconnects", v(c.disconnects)},
             {"refused_peers", v(c.refused_peers)},  {"tx_in_place", v(c.tx_in_place)},
             {"tx_void_slots", v(c.tx_void_slots)},  {"tx_stale", v(c.tx_stale)},

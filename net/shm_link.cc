@@ -547,23 +547,27 @@ void ShmLink::publish_tx(Conn* c) {
   wake_peer(c);
 }
 
-void ShmLink::wake_peer(Conn* c) {
+void ShmLink::wake_peer(Conn* c, bool late) {
   wake_owed_.store(false, std::memory_order_relaxed);
   if (c->tx->consumer_sleeping.load(std::memory_order_relaxed) != 0 &&
       c->tx->consumer_sleeping.exchange(0, std::memory_order_acq_rel) != 0) {
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t w = ::write(c->peer_wake.get(), &one, sizeof one);
     counters_.wakeups_sent.fetch_add(1, std::memory_order_relaxed);
+    if (late) counters_.wakeups_late.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
 void ShmLink::flush_wake_if_late(uint64_t now_ns) {
-  if (wake_owed_.load(std::memory_order_relaxed) &&
-      now_ns - owed_since_ns_.load(std::memory_order_relaxed) >= kMaxWakeDeferNs)
-    flush_wake();
+  if (!wake_owed_.load(std::memory_order_relaxed)) return;
+  // now_ns may predate the deferral (droced's loop reads its clock before it sends): not late.
+  const uint64_t since = owed_since_ns_.load(std::memory_order_relaxed);
+  if (now_ns > since && now_ns - since >= kMaxWakeDeferNs) flush_wake(true);
 }
 
-void ShmLink::flush_wake() {
+void ShmLink::flush_wake() { flush_wake(false); }
+
+void ShmLink::flush_wake(bool late) {
   if (!wake_owed_.load(std::memory_order_relaxed)) return;
   Conn* c = conn_.load(std::memory_order_acquire);
   if (c == nullptr) {
@@ -571,7 +575,7 @@ void ShmLink::flush_wake() {
     return;
   }
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  wake_peer(c);
+  wake_peer(c, late);
 }
 
 uint16_t ShmLink::tx_burst(rte_mbuf** pkts, uint16_t n) {
@@ -639,7 +643,8 @@ void ShmLink::reset_counters() {
   for (auto* a : {&counters_.rx_frames, &counters_.rx_bytes, &counters_.tx_frames, &counters_.tx_bytes,
                   &counters_.tx_ring_full, &counters_.tx_too_long, &counters_.rx_no_mbuf, &counters_.rx_bad_slot,
                   &counters_.rx_bad_ring, &counters_.wakeups_sent, &counters_.tx_in_place,
-                  &counters_.tx_void_slots, &counters_.tx_stale, &counters_.wakeups_deferred})
+                  &counters_.tx_void_slots, &counters_.tx_stale, &counters_.wakeups_deferred,
+                  &counters_.wakeups_late})
     a->store(0, std::memory_order_relaxed);
 }
 

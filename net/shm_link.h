@@ -100,6 +100,7 @@ struct ShmLinkCounters {
   std::atomic<uint64_t> rx_bad_ring{0};    ///< times the peer's head claimed more than a ring holds
   std::atomic<uint64_t> wakeups_sent{0};   ///< eventfd writes to a sleeping peer
   std::atomic<uint64_t> wakeups_deferred{0};  ///< wake-ups of a peer asleep on our CPU left for later
+  std::atomic<uint64_t> wakeups_late{0};      ///< of those, sent because kMaxWakeDeferNs passed (the rest: when we blocked)
   std::atomic<uint64_t> tx_in_place{0};    ///< frames built in their slot (tx_alloc), not copied
   std::atomic<uint64_t> tx_void_slots{0};  ///< slots of tx_alloc frames freed unsent, sent empty
   std::atomic<uint64_t> tx_stale{0};       ///< tx_alloc frames of an earlier connection, dropped
@@ -197,7 +198,8 @@ class ShmLink {
   TxLoan* tx_loan_of(const rte_mbuf* m) const;
   /// Moves the head over the slots whose frames are ready (or void), in order.
   void publish_tx(Conn* c);
-  void wake_peer(Conn* c);
+  void wake_peer(Conn* c, bool late = false);
+  void flush_wake(bool late);
   void control_loop();
   void serve_accept();
   void try_connect();

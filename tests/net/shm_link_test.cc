@@ -344,6 +344,7 @@ TEST(PortShm, AReceiverAsleepOnTheSendersCpuIsWokenWhenTheSenderBlocks) {
   EXPECT_TRUE(readable(fd, 5000));
   EXPECT_FALSE(p.a->wake_owed());
   EXPECT_EQ(xstat_of(*p.a, "wakeups_sent"), 1u);
+  EXPECT_EQ(xstat_of(*p.a, "wakeups_late"), 0u) << "sent when the sender blocked, not late";
   wake_and_drain(3);
   // Half a ring (8 of 16 slots) waiting: woken at once.
   go_to_sleep();
@@ -353,12 +354,16 @@ TEST(PortShm, AReceiverAsleepOnTheSendersCpuIsWokenWhenTheSenderBlocks) {
   EXPECT_TRUE(readable(fd, 5000)) << "half a ring waited for a sender that never blocks";
   wake_and_drain(8);
   // Late: a sender that stays busy wakes it after kMaxWakeDeferNs.
+  const uint64_t loop_start = core::monotonic_ns();  // droced's loop reads its clock first
   go_to_sleep();
   send(1, 20);
   p.a->flush_wake_if_late(core::monotonic_ns());  // just deferred: not late
+  p.a->flush_wake_if_late(loop_start);  // a clock read before the deferral: not late either
   EXPECT_FALSE(readable(fd, 50));
+  EXPECT_TRUE(p.a->wake_owed());
   p.a->flush_wake_if_late(core::monotonic_ns() + ShmLink::kMaxWakeDeferNs);
   EXPECT_TRUE(readable(fd, 5000));
+  EXPECT_EQ(xstat_of(*p.a, "wakeups_late"), 1u);
   wake_and_drain(1);
   // Asleep on another CPU: woken at once, as without deferral.
   int other = -1;
