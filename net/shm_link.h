@@ -143,9 +143,11 @@ class ShmLink {
   /// True while frames wait in the receive ring.
   bool rx_pending() const;
 
-  /// Longest a deferred wake-up waits (flush_wake_if_late).
-  /// (20 us: 10-25 us gave the same 64 B rates here, 100 us less: the receiver's ACKs come
-  /// later and a 1-QP sender runs out of its window.)
+  /// Longest a deferred wake-up waits (flush_wake_if_late). 20 us; 10, 20 and 40 us gave
+  /// 64 B 1 QP rates alike within this VM's noise (measured after 7e111e7: before it, every
+  /// deferred wake-up was sent at the end of the loop that deferred it, and no bound mattered).
+  /// Much longer and a 1-QP sender that never blocks would run out of its window before the
+  /// receiver ACKs.
   static constexpr uint64_t kMaxWakeDeferNs = 20'000;
   /// Defer waking a peer that went to sleep on the CPU the sender runs on (the ring header
   /// says which), until the sender blocks (flush_wake), half a ring is waiting, or the
