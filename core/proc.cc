@@ -1,5 +1,6 @@
 #include "core/proc.h"
 
+#include <algorithm>
 #include <charconv>
 #include <fstream>
 #include <sstream>
@@ -79,6 +80,46 @@ bool read_thread_sched(pid_t tid, ThreadSched* out) {
   std::string schedstat, stat, status;
   return read_text(dir + "schedstat", &schedstat) && read_text(dir + "stat", &stat) &&
          read_text(dir + "status", &status) && parse_thread_sched(schedstat, stat, status, out);
+}
+
+bool parse_cpu_idle(std::string_view proc_stat, std::vector<uint64_t>* ticks) {
+  ticks->clear();
+  bool any = false;
+  size_t at = 0;
+  while (at < proc_stat.size()) {
+    const size_t end = proc_stat.find('\n', at);
+    std::string_view line = proc_stat.substr(at, end == std::string_view::npos ? std::string_view::npos : end - at);
+    at = end == std::string_view::npos ? proc_stat.size() : end + 1;
+    // "cpuN user nice system idle iowait irq softirq steal guest guest_nice"; the line
+    // "cpu " (all CPUs together) and every other key are skipped.
+    if (line.size() < 4 || line.substr(0, 3) != "cpu" || line[3] < '0' || line[3] > '9') continue;
+    line.remove_prefix(3);
+    uint64_t cpu = 0, v[5];
+    if (!take_u64(&line, &cpu) || cpu >= CPU_SETSIZE) return false;
+    for (uint64_t& x : v)
+      if (!take_u64(&line, &x)) return false;
+    if (ticks->size() <= cpu) ticks->resize(cpu + 1, kNoCpu);
+    (*ticks)[cpu] = v[3] + v[4];
+    any = true;
+  }
+  return any;
+}
+
+bool read_cpu_idle(std::vector<uint64_t>* ticks) {
+  std::string text;
+  return read_text("/proc/stat", &text) && parse_cpu_idle(text, ticks);
+}
+
+uint64_t most_idle_elsewhere(const std::vector<uint64_t>& before, const std::vector<uint64_t>& after,
+                             const cpu_set_t& among, int except) {
+  uint64_t most = 0;
+  for (size_t c = 0; c < after.size() && c < CPU_SETSIZE; ++c) {
+    if (int(c) == except || !CPU_ISSET(c, &among)) continue;
+    // A CPU missing from either sample (hot-plugged meanwhile) has nothing to compare.
+    if (c >= before.size() || after[c] == kNoCpu || before[c] == kNoCpu || after[c] < before[c]) continue;
+    most = std::max(most, after[c] - before[c]);
+  }
+  return most;
 }
 
 }  // namespace droce::core

@@ -3,14 +3,17 @@
 // of a status file, and how the scheduler has treated one thread (its
 // schedstat, stat and status), for `droce cores`: where a worker runs, how much
 // CPU it used, how long it waited for a CPU that others held, and how often it
-// was preempted. Parsers take the text (tests feed them crafted files); the
+// was preempted; and how long each CPU sat idle (/proc/stat), for a worker that
+// would leave its CPU only for one that has room. Parsers take the text (tests feed them crafted files); the
 // readers open the files.
 
+#include <sched.h>
 #include <sys/types.h>
 
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace droce::core {
 
@@ -38,5 +41,20 @@ bool parse_thread_sched(std::string_view schedstat, std::string_view stat, std::
 /// The same for a live thread of this process (/proc/self/task/<tid>/...); false
 /// when it is gone or the kernel keeps no schedstat (CONFIG_SCHED_INFO off).
 bool read_thread_sched(pid_t tid, ThreadSched* out);
+
+/// Each CPU's idle time (idle + iowait, in USER_HZ ticks) from /proc/stat's
+/// "cpuN" lines, indexed by CPU number; CPUs with no line (offline) read
+/// kNoCpu.
+/// False when a line is malformed or there is no "cpuN" line at all.
+inline constexpr uint64_t kNoCpu = UINT64_MAX;
+bool parse_cpu_idle(std::string_view proc_stat, std::vector<uint64_t>* ticks);
+
+/// The same from the live /proc/stat.
+bool read_cpu_idle(std::vector<uint64_t>* ticks);
+
+/// The most idle time, in ticks between two samples of parse_cpu_idle, of any
+/// CPU in `among` other than `except` that both samples saw (0 when none has any).
+uint64_t most_idle_elsewhere(const std::vector<uint64_t>& before, const std::vector<uint64_t>& after,
+                             const cpu_set_t& among, int except);
 
 }  // namespace droce::core

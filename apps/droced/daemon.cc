@@ -403,6 +403,7 @@ void add_counters(const WorkerCounters& c, WorkerCounters* sum) {
   sum->clients_faulted += c.clients_faulted;
   sum->events_unrouted += c.events_unrouted;
   sum->affinity_changes += c.affinity_changes;
+  sum->affinity_stays += c.affinity_stays;
 }
 
 // "239.1.2.3,ff0e::42" or "-".
@@ -589,6 +590,7 @@ std::string Daemon::render_locked() const {
         .str("mode_reason", w->mode_reason())
         .str("cpus", w->cpus())
         .num("affinity_changes", w->counters().affinity_changes)
+        .num("affinity_stays", w->counters().affinity_stays)
         .str("on_cpu", have_ts ? std::to_string(ts.cpu) : std::string("?"))
         .num("cpu_ms", ts.run_ns / 1'000'000)
         .num("wait_ms", ts.wait_ns / 1'000'000)

@@ -66,6 +66,7 @@ struct WorkerCounters {
   uint64_t clients_faulted = 0;  ///< disconnected for breaking the protocol
   uint64_t events_unrouted = 0;  ///< engine events for objects no client owns
   uint64_t affinity_changes = 0; ///< --event-affinity auto: moves between the lcore's CPU and any
+  uint64_t affinity_stays = 0;   ///< busy, yet kept on the lcore's CPU: no other CPU had room
 };
 
 class Worker {
@@ -157,9 +158,12 @@ class Worker {
   std::atomic<pid_t> tid_{0};
   std::unique_ptr<CmHost> cm_;
   // --event-affinity auto: on the lcore's CPU (pinned_) while the last window was mostly
-  // blocked, on any CPU while it was mostly busy.
+  // blocked, on any CPU while it was mostly busy and another CPU had room.
   static constexpr uint64_t kAffinityWindowNs = 50'000'000;
   void adapt_affinity(uint64_t now);
+  bool room_elsewhere(uint64_t now);
+  std::vector<uint64_t> idle_ticks_;  ///< each CPU's idle time at idle_sampled_ns_ (/proc/stat)
+  uint64_t idle_sampled_ns_ = 0;      ///< 0: no sample from the window before
   bool adaptive_affinity_ = false;
   bool pinned_ = true;
   uint64_t window_start_ns_ = 0;

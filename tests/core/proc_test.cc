@@ -1,4 +1,5 @@
-// /proc text about a thread, as `droce cores` reads it of each worker (core/proc.h).
+// /proc text about a thread, as `droce cores` reads it of each worker, and about each CPU's idle
+// time, as an event-mode worker reads it before it leaves its CPU (core/proc.h).
 
 #include "core/proc.h"
 
@@ -56,6 +57,78 @@ TEST(Proc, MalformedTextIsRefused) {
   EXPECT_FALSE(parse_thread_sched("1 2 3", bad_cpu, kStatus, &t));
   EXPECT_FALSE(parse_thread_sched("1 2 3", kStat, "voluntary_ctxt_switches:\t1\n", &t));  // no nonvoluntary
   EXPECT_FALSE(parse_thread_sched("1 2 3", kStat, "voluntary_ctxt_switches:\t1x\nnonvoluntary_ctxt_switches:\t1\n", &t));
+}
+
+// /proc/stat as a 6.x kernel writes it: the all-CPU line, CPUs 0, 1 and 3 (2 offline), then keys
+// that begin like "cpu" but are not CPUs.
+constexpr char kProcStat[] =
+    "cpu  1000 5 300 9000 100 0 7 0 0 0\n"
+    "cpu0 500 2 150 4000 40 0 3 0 0 0\n"
+    "cpu1 400 3 100 3000 60 0 2 0 0 0\n"
+    "cpu3 100 0 50 2000 0 0 2 0 0 0\n"
+    "intr 123456 1 2 3\n"
+    "ctxt 987654\n"
+    "cpus_allowed 1\n";
+
+TEST(Proc, CpuIdleIsIdlePlusIowaitPerCpu) {
+  std::vector<uint64_t> t;
+  ASSERT_TRUE(parse_cpu_idle(kProcStat, &t));
+  ASSERT_EQ(t.size(), 4u);
+  EXPECT_EQ(t[0], 4040u);
+  EXPECT_EQ(t[1], 3060u);
+  EXPECT_EQ(t[2], kNoCpu);  // offline: no line
+  EXPECT_EQ(t[3], 2000u);
+  // Older kernels stop after steal (8 fields): idle and iowait are still the 4th and 5th.
+  ASSERT_TRUE(parse_cpu_idle("cpu0 1 2 3 4 5 6 7 8\n", &t));
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0], 9u);
+}
+
+TEST(Proc, MalformedCpuIdleIsRefused) {
+  std::vector<uint64_t> t;
+  EXPECT_FALSE(parse_cpu_idle("", &t));
+  EXPECT_FALSE(parse_cpu_idle("cpu  1 2 3 4 5\nintr 1\n", &t));  // no CPU of its own
+  EXPECT_FALSE(parse_cpu_idle("cpu0 1 2 3 4\n", &t));              // no iowait
+  EXPECT_FALSE(parse_cpu_idle("cpu0 1 2 x 4 5\n", &t));
+  EXPECT_FALSE(parse_cpu_idle("cpu99999999 1 2 3 4 5\n", &t));     // beyond any cpu_set_t
+}
+
+TEST(Proc, MostIdleElsewhereSkipsTheOwnCpuAndCpusNotAllowed) {
+  std::vector<uint64_t> before, after;
+  ASSERT_TRUE(parse_cpu_idle("cpu0 0 0 0 100 0\ncpu1 0 0 0 100 0\ncpu2 0 0 0 100 0\ncpu3 0 0 0 100 0\n", &before));
+  ASSERT_TRUE(parse_cpu_idle("cpu0 0 0 0 190 0\ncpu1 0 0 0 105 1\ncpu2 0 0 0 150 0\ncpu3 0 0 0 170 0\n", &after));
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  for (int c = 0; c < 4; ++c) CPU_SET(c, &all);
+  EXPECT_EQ(most_idle_elsewhere(before, after, all, 0), 70u);  // CPU 3; CPU 0 (90) is our own
+  EXPECT_EQ(most_idle_elsewhere(before, after, all, 3), 90u);
+  cpu_set_t some;
+  CPU_ZERO(&some);
+  CPU_SET(0, &some);
+  CPU_SET(1, &some);
+  EXPECT_EQ(most_idle_elsewhere(before, after, some, 0), 6u);  // CPU 1 only
+  CPU_CLR(1, &some);
+  EXPECT_EQ(most_idle_elsewhere(before, after, some, 0), 0u);  // nowhere else to go
+  // A CPU that went offline or came online between the samples counts for nothing.
+  ASSERT_TRUE(parse_cpu_idle("cpu0 0 0 0 190 0\ncpu1 0 0 0 105 1\ncpu3 0 0 0 170 0\n", &after));
+  before[3] = kNoCpu;
+  EXPECT_EQ(most_idle_elsewhere(before, after, all, 0), 6u);
+}
+
+TEST(Proc, EveryCpuThisProcessMayUseHasIdleTime) {
+  // Every CPU this process may use has a line, and idle time never runs backwards.
+  std::vector<uint64_t> before, after;
+  ASSERT_TRUE(read_cpu_idle(&before));
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  ASSERT_TRUE(read_cpu_idle(&after));
+  cpu_set_t mine;
+  ASSERT_EQ(sched_getaffinity(0, sizeof mine, &mine), 0);
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &mine)) continue;
+    ASSERT_LT(size_t(c), after.size()) << "cpu" << c;
+    EXPECT_NE(after[size_t(c)], kNoCpu) << "cpu" << c;
+    EXPECT_GE(after[size_t(c)], before[size_t(c)]) << "cpu" << c;
+  }
 }
 
 TEST(Proc, ThisThreadAsTheKernelSeesIt) {
