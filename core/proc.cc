@@ -9,9 +9,21 @@ namespace droce::core {
 
 namespace {
 
+void skip_blanks(std::string_view* s) {
+  while (!s->empty() && (s->front() == ' ' || s->front() == '\t')) s->remove_prefix(1);
+}
+
+// The next line of `text`, without its '\n'; advances `text` past it.
+std::string_view take_line(std::string_view* text) {
+  const size_t end = text->find('\n');
+  const std::string_view line = text->substr(0, end);
+  text->remove_prefix(end == std::string_view::npos ? text->size() : end + 1);
+  return line;
+}
+
 // The first unsigned decimal of `s` after blanks; advances `s` past it.
 bool take_u64(std::string_view* s, uint64_t* v) {
-  while (!s->empty() && (s->front() == ' ' || s->front() == '\t')) s->remove_prefix(1);
+  skip_blanks(s);
   const auto [end, ec] = std::from_chars(s->data(), s->data() + s->size(), *v);
   if (ec != std::errc() || end == s->data()) return false;
   s->remove_prefix(size_t(end - s->data()));
@@ -27,17 +39,13 @@ bool whole_u64(std::string_view s, uint64_t* v) {
 }  // namespace
 
 std::string_view status_value(std::string_view status, std::string_view key) {
-  size_t at = 0;
-  while (at < status.size()) {
-    const size_t end = status.find('\n', at);
-    std::string_view line = status.substr(at, end == std::string_view::npos ? std::string_view::npos : end - at);
+  while (!status.empty()) {
+    std::string_view line = take_line(&status);
     if (line.size() > key.size() && line.substr(0, key.size()) == key && line[key.size()] == ':') {
       line.remove_prefix(key.size() + 1);
-      while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+      skip_blanks(&line);
       return line;
     }
-    if (end == std::string_view::npos) break;
-    at = end + 1;
   }
   return {};
 }
@@ -85,11 +93,8 @@ bool read_thread_sched(pid_t tid, ThreadSched* out) {
 bool parse_cpu_idle(std::string_view proc_stat, std::vector<uint64_t>* ticks) {
   ticks->clear();
   bool any = false;
-  size_t at = 0;
-  while (at < proc_stat.size()) {
-    const size_t end = proc_stat.find('\n', at);
-    std::string_view line = proc_stat.substr(at, end == std::string_view::npos ? std::string_view::npos : end - at);
-    at = end == std::string_view::npos ? proc_stat.size() : end + 1;
+  while (!proc_stat.empty()) {
+    std::string_view line = take_line(&proc_stat);
     // "cpuN user nice system idle iowait irq softirq steal guest guest_nice"; the line
     // "cpu " (all CPUs together) and every other key are skipped.
     if (line.size() < 4 || line.substr(0, 3) != "cpu" || line[3] < '0' || line[3] > '9') continue;

@@ -4,8 +4,8 @@
 // schedstat, stat and status), for `droce cores`: where a worker runs, how much
 // CPU it used, how long it waited for a CPU that others held, and how often it
 // was preempted; and how long each CPU sat idle (/proc/stat), for a worker that
-// would leave its CPU only for one that has room. Parsers take the text (tests feed them crafted files); the
-// readers open the files.
+// would leave its CPU only for one that has room. Parsers take the text (tests
+// feed them crafted files); the readers open the files.
 
 #include <sched.h>
 #include <sys/types.h>
@@ -42,11 +42,12 @@ bool parse_thread_sched(std::string_view schedstat, std::string_view stat, std::
 /// when it is gone or the kernel keeps no schedstat (CONFIG_SCHED_INFO off).
 bool read_thread_sched(pid_t tid, ThreadSched* out);
 
-/// Each CPU's idle time (idle + iowait, in USER_HZ ticks) from /proc/stat's
-/// "cpuN" lines, indexed by CPU number; CPUs with no line (offline) read
-/// kNoCpu.
-/// False when a line is malformed or there is no "cpuN" line at all.
+/// parse_cpu_idle's value for a CPU /proc/stat has no line for (offline).
 inline constexpr uint64_t kNoCpu = UINT64_MAX;
+
+/// Each CPU's idle time (idle + iowait, in USER_HZ ticks) from /proc/stat's
+/// "cpuN" lines, indexed by CPU number; CPUs with no line read kNoCpu. False
+/// when a line is malformed or there is no "cpuN" line at all.
 bool parse_cpu_idle(std::string_view proc_stat, std::vector<uint64_t>* ticks);
 
 /// The same from the live /proc/stat.
