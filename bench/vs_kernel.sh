@@ -250,7 +250,7 @@ if eb=$(build/release/bench/droce_engine_bench --benchmark_filter='BM_EngineWrit
   while IFS=$'\t' read -r name field value; do
     put eng "$name" "$field" "$value"
   done < <($py -c '
-import json, statistics, sys
+import json, sys
 runs = {}
 for b in json.load(sys.stdin)["benchmarks"]:
     if b.get("run_type") == "aggregate":
@@ -287,21 +287,16 @@ perftest_median() {
     ok=$((ok + 1))
   done
   if [ $ok -lt "$n" ]; then put "$kind" "$name" failed 1; return 0; fi
-  local key=mpps; [ "$kind" = lat ] && key=typical
-  # Sort the runs by the key and keep the middle one.
-  local pick
-  pick=$(for i in $(seq 0 $((n - 1))); do
-    printf '%s %s\n' "$(awk -v k="$key" '$1 == k {print $2}' "$work/run.$i.txt")" "$i"
-  done | sort -g | awk -v m=$(((n + 1) / 2)) 'NR == m {print $2}')
+  local key=mpps vals=() pick note=''; [ "$kind" = lat ] && key=typical
+  for i in $(seq 0 $((n - 1))); do vals+=("$(awk -v k="$key" '$1 == k {print $2}' "$work/run.$i.txt")"); done
+  # The run whose figure is the middle one when sorted.
+  pick=0
+  [ "$n" = 1 ] || pick=$(for i in "${!vals[@]}"; do echo "${vals[$i]} $i"; done | sort -g | awk -v m=$(((n + 1) / 2)) 'NR == m {print $2}')
   while read -r f v; do put "$kind" "$name" "$f" "$v"; done <"$work/run.$pick.txt"
   if [ "$n" -gt 1 ]; then
-    for i in $(seq 0 $((n - 1))); do
-      put "$kind" "$name" "rep_${key}_$((i + 1))" "$(awk -v k="$key" '$1 == k {print $2}' "$work/run.$i.txt")"
-    done
+    for i in "${!vals[@]}"; do put "$kind" "$name" "rep_${key}_$((i + 1))" "${vals[$i]}"; done
+    note="(the median of $n runs: ${vals[*]})"
   fi
-  local note=''
-  [ "$n" = 1 ] || note="(the median of $n runs: $(for i in $(seq 0 $((n - 1))); do
-    awk -v k="$key" '$1 == k {printf "%s ", $2}' "$work/run.$i.txt"; done))"
   echo "  $name: $(grep -v '^cpu_' "$work/run.$pick.txt" | tr '\n' ' ')$note"
 }
 perftest_once() {  # leaves the result's fields in $work/fields.txt and the CPU in $work/cpu.txt
