@@ -44,4 +44,12 @@ inline uint64_t monotonic_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+/// When something woke a sleeping thread, and from which CPU: what a waker leaves in shared
+/// memory beside its eventfd write (a client's doorbell, the same-host link), a hint the
+/// woken thread uses to judge its spin (apps/droced/spin_policy.h). Never trusted beyond that.
+struct WakeStamp {
+  uint64_t ns = 0;  ///< CLOCK_MONOTONIC; 0: none
+  int cpu = -1;     ///< -1: unknown
+};
+
 }  // namespace droce::core

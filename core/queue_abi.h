@@ -79,9 +79,11 @@ inline constexpr uint32_t kContextVersion = 1;
 
 enum DeviceState : uint32_t { kDeviceRunning = 1, kDeviceFatal = 2 };
 
-/// The first page of a client's context region. droced writes every field;
-/// the client reads them. `daemon_sleeping` sits on its own cache line: the
-/// client reads it after each doorbell (and writes the wake eventfd when set).
+/// The first page of a client's context region. droced writes the first line;
+/// the client reads it. `daemon_sleeping` sits on its own cache line: the
+/// client reads it after each doorbell and, when set, stamps waker_cpu and
+/// waker_ns (droced's spin uses them, apps/droced/spin_policy.h; a hint, 0
+/// from older clients) and writes the wake eventfd.
 struct ContextPage {
   uint32_t magic;
   uint32_t version;
@@ -90,16 +92,19 @@ struct ContextPage {
   uint64_t heartbeat;     ///< droced's loop count, now and then
   uint8_t reserved1[40];
   uint32_t daemon_sleeping;
-  uint8_t reserved2[60];
+  int32_t waker_cpu;  ///< client: the CPU it last woke droced from
+  uint64_t waker_ns;  ///< client: when (CLOCK_MONOTONIC)
+  uint8_t reserved2[48];
 };
 static_assert(sizeof(ContextPage) == 128);
 static_assert(offsetof(ContextPage, daemon_sleeping) == 64);
+static_assert(offsetof(ContextPage, waker_ns) == 72);
 
 enum DoorbellKind : uint16_t {
   kDoorbellSq = 1,     ///< id: QPN; the send ring has new WQEs
   kDoorbellRq = 2,     ///< id: QPN; the receive ring has new WQEs
   kDoorbellSrq = 3,    ///< id: SRQ id
-  kDoorbellArmCq = 4,  ///< id: CQ id; arg 1: solicited only
+  kDoorbellArmCq = 4,  ///< id: CQ id (solicited-only is in the CQ block's CqArm bits)
 };
 
 /// An entry of the context's doorbell ring (client -> droced).

@@ -322,6 +322,8 @@ class Port {
     if (shm_ != nullptr) shm_->flush_wake_if_late(now_ns);
   }
   bool wake_owed() const { return shm_ != nullptr && shm_->wake_owed(); }
+  /// droce_shm: when and from where the peer last woke us (ShmLink::wake_stamp); none elsewhere.
+  core::WakeStamp wake_stamp() const { return shm_ != nullptr ? shm_->wake_stamp() : core::WakeStamp{}; }
   uint16_t tx_burst(uint16_t queue, rte_mbuf** pkts, uint16_t n) {
     const uint16_t sent = shm_ != nullptr ? shm_->tx_burst(pkts, n) : rte_eth_tx_burst(port_id_, queue, pkts, n);
     if (sent != n) [[unlikely]] {

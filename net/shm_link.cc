@@ -32,7 +32,9 @@ struct alignas(64) RingHeader {
   uint8_t pad1[60];
   std::atomic<uint32_t> consumer_sleeping;  // set by the consumer; cleared by whoever wakes it
   std::atomic<int32_t> consumer_cpu;        // the CPU the consumer went to sleep on (a hint)
-  uint8_t pad2[56];
+  std::atomic<uint64_t> woken_ns;           // the waker: when it last woke the consumer (a hint)
+  std::atomic<int32_t> waker_cpu;           // the waker: from which CPU (a hint)
+  uint8_t pad2[44];
 };
 static_assert(sizeof(RingHeader) == 192);
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
@@ -398,6 +400,12 @@ void ShmLink::set_sleeping(bool on) {
   }
 }
 
+core::WakeStamp ShmLink::wake_stamp() const {
+  Conn* c = conn_.load(std::memory_order_acquire);
+  if (c == nullptr) return {};
+  return {c->rx->woken_ns.load(std::memory_order_relaxed), c->rx->waker_cpu.load(std::memory_order_relaxed)};
+}
+
 void ShmLink::ack_wake() {
   uint64_t v;
   [[maybe_unused]] ssize_t n = ::read(wake_.get(), &v, sizeof v);
@@ -551,6 +559,8 @@ void ShmLink::wake_peer(Conn* c, bool late) {
   wake_owed_.store(false, std::memory_order_relaxed);
   if (c->tx->consumer_sleeping.load(std::memory_order_relaxed) != 0 &&
       c->tx->consumer_sleeping.exchange(0, std::memory_order_acq_rel) != 0) {
+    c->tx->waker_cpu.store(sched_getcpu(), std::memory_order_relaxed);
+    c->tx->woken_ns.store(core::monotonic_ns(), std::memory_order_relaxed);
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t w = ::write(c->peer_wake.get(), &one, sizeof one);
     counters_.wakeups_sent.fetch_add(1, std::memory_order_relaxed);

@@ -69,6 +69,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/shm_region.h"
 #include "core/unix_socket.h"
 
@@ -168,6 +169,8 @@ class ShmLink {
   void set_sleeping(bool on);
   /// Reads the eventfd's count (what woke us).
   void ack_wake();
+  /// When and from which CPU the peer last woke this end (it stamps before its eventfd write).
+  core::WakeStamp wake_stamp() const;
 
   bool connected() const { return conn_.load(std::memory_order_acquire) != nullptr; }
   /// Frames pass (true) or are refused both ways (false): Port::stop/start.

@@ -1309,4 +1309,10 @@ void Session::set_daemon_sleeping(bool sleeping) {
 
 bool Session::doorbells_waiting() { return hello_done_ && !closed_ && doorbells_.size() != 0; }
 
+core::WakeStamp Session::wake_stamp() const {
+  if (page_ == nullptr) return {};
+  return {std::atomic_ref<uint64_t>(page_->waker_ns).load(std::memory_order_relaxed),
+          std::atomic_ref<int32_t>(page_->waker_cpu).load(std::memory_order_relaxed)};
+}
+
 }  // namespace droce::droced

@@ -30,6 +30,7 @@
 
 #include "apps/droced/device_core.h"
 #include "apps/droced/peer_memory.h"
+#include "core/clock.h"
 #include "core/ctl_protocol.h"
 #include "core/queue_abi.h"
 #include "core/shm_region.h"
@@ -115,6 +116,8 @@ class Session {
   /// Sleep handshake: droced sets the flag, then checks doorbells_waiting().
   void set_daemon_sleeping(bool sleeping);
   bool doorbells_waiting();
+  /// When and from which CPU the client last woke droced (its own stamp: a hint).
+  core::WakeStamp wake_stamp() const;
   /// Doorbells the client rang that this loop has not taken yet.
   uint32_t doorbells_queued() { return hello_done_ && !closed_ ? doorbells_.size() : 0; }
   /// Send-queue entries the client published that the engine has not taken (all QPs).

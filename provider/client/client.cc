@@ -1,6 +1,7 @@
 #include "provider/client/client.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
@@ -617,6 +618,9 @@ void Context::ring_doorbell(uint16_t kind, uint32_t id, uint32_t* pending) {
   }
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (atomic_load(&page_->daemon_sleeping) != 0) {
+    // When and where from: droced's spin learns whether spinning longer would have caught this.
+    std::atomic_ref<int32_t>(page_->waker_cpu).store(sched_getcpu(), std::memory_order_relaxed);
+    std::atomic_ref<uint64_t>(page_->waker_ns).store(core::monotonic_ns(), std::memory_order_relaxed);
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t n = ::write(wake_fd_.get(), &one, sizeof one);
   }

@@ -278,11 +278,22 @@ TEST(PortShm, SleepingReceiverIsWokenOnceBusyOneNever) {
   rte_mbuf* burst[32];
   EXPECT_EQ(p.b->rx_burst(0, burst, 32), 0);
   EXPECT_FALSE(readable(fd, 50)) << "readable with nothing sent";
+  EXPECT_EQ(p.b->wake_stamp().ns, 0u) << "stamped with no wake-up sent";
+  const uint64_t before = core::monotonic_ns();
   for (uint32_t i = 0; i < 3; ++i) {
     rte_mbuf* m = frame(p.a->pool(), 64, 100 + i);
     ASSERT_EQ(p.a->tx_burst(0, &m, 1), 1);
   }
+  const int sender_cpu = sched_getcpu();
+  const uint64_t after = core::monotonic_ns();
   EXPECT_TRUE(readable(fd, 5000)) << "a frame did not wake the sleeping receiver";
+  // The waker's stamp (SpinPolicy times the wake-up from it): when, and from which CPU.
+  const core::WakeStamp w = p.b->wake_stamp();
+  EXPECT_GE(w.ns, before);
+  EXPECT_LE(w.ns, after);
+  EXPECT_GE(w.cpu, 0);
+  if (sched_getcpu() == sender_cpu) EXPECT_EQ(w.cpu, sender_cpu);
+  EXPECT_EQ(p.a->wake_stamp().ns, 0u) << "the sender's end was stamped";
   ASSERT_EQ(p.a->xstat("wakeups_sent", &wakes), 0);
   EXPECT_EQ(wakes, 1u) << "three frames in one sleep: one wake-up";
   p.b->rx_interrupt_ack(0);
