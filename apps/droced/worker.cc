@@ -31,16 +31,6 @@ namespace {
 
 constexpr uint64_t kFirstSleepUs = 16;
 constexpr int kArmedSleepUs = 50'000;  // the link check's period: RX interrupts bound nothing else
-// Event mode's adaptive spin. Blocking and being woken costs a few microseconds
-// (an eventfd write and a scheduler wake-up), but a worker that spins holds a
-// CPU that the program it serves may need to see the result (perftest's
-// latency tests spin on memory): on a shared machine every microsecond spent
-// spinning in vain delays someone. So a spin that ends in a sleep halves the
-// next one, and only a sleep that an event ended sooner than the spin would
-// have lasted doubles it (spinning would have caught that one).
-constexpr uint64_t kFirstSpinNs = 4'000;
-constexpr uint64_t kMinSpinNs = 1'000;
-constexpr uint64_t kMaxSpinNs = 64'000;
 
 thread_local Worker* tls_current = nullptr;
 cpu_set_t startup_cpus;
@@ -196,15 +186,18 @@ void Worker::choose_mode() {
     mode_reason_ = "auto: CPU " + (cpu < 0 ? std::string("?") : std::to_string(cpu)) +
                    " is shared with other programs (not isolated); --poll-mode poll to own it";
   }
-  spin_fixed_ = cfg.idle_spin_us != DaemonConfig::kAutoSpin;
-  spin_ns_ = spin_fixed_ ? cfg.idle_spin_us * 1000 : kFirstSpinNs;
+  if (cfg.idle_spin_us != DaemonConfig::kAutoSpin) spin_ = SpinPolicy(cfg.idle_spin_us * 1000);
 }
 
-void Worker::adapt_spin(uint64_t slept_ns, bool by_event) {
-  if (spin_fixed_) return;
-  // The spin before this sleep was in vain; a longer one would have caught an
-  // event that came this soon.
-  spin_ns_ = by_event && slept_ns < spin_ns_ ? std::min(spin_ns_ * 2, kMaxSpinNs) : std::max(spin_ns_ / 2, kMinSpinNs);
+core::WakeStamp Worker::first_wake_since(uint64_t since_ns) const {
+  // Stamps are hints from shared memory: one older than the sleep is an earlier sleep's.
+  core::WakeStamp first;
+  auto take = [&](const core::WakeStamp& w) {
+    if (w.ns >= since_ns && (first.ns == 0 || w.ns < first.ns)) first = w;
+  };
+  take(core_->group().port()->wake_stamp());
+  for (const auto& [k, s] : sessions_) take(s->wake_stamp());
+  return first;
 }
 
 int Worker::launch(void* worker) {
@@ -346,7 +339,7 @@ bool Worker::arm_rx_interrupt() {
   return port.rx_interrupt_arm(uint16_t(rx_queue_), true) == 0;
 }
 
-void Worker::sleep(uint64_t now_ns) {
+void Worker::sleep(uint64_t now_ns, bool after_spin) {
   CoreGroup& group = core_->group();
   for (auto& [k, s] : sessions_) s->set_daemon_sleeping(true);
   group.set_sleeping(index_, true);
@@ -378,11 +371,18 @@ void Worker::sleep(uint64_t now_ns) {
       // Last, after the last look (which may have sent): a peer asleep on our CPU runs now.
       group.port()->flush_wake();
       ++counters_.sleeps;
+      SpinPolicy::Sleep slept;
+      slept.spin_end_ns = now_ns;
+      slept.after_spin = after_spin;
+      slept.cpu = sched_getcpu();
       const uint64_t blocked_from = core::monotonic_ns();
       const int events = control(static_cast<int>(us));
       blocked_ns_ += core::monotonic_ns() - blocked_from;
       if (events <= 0) ++counters_.wakeups_by_timer;
-      adapt_spin(core::monotonic_ns() - now_ns, events > 0);
+      slept.back_ns = core::monotonic_ns();
+      slept.by_event = events > 0;
+      if (slept.by_event) slept.waker = first_wake_since(now_ns);
+      spin_.after_sleep(slept);
     }
   }
   if (armed) {
@@ -413,9 +413,11 @@ void Worker::iterate(uint64_t now, uint64_t* idle_since) {
     *idle_since = now;
     sleep_us_ = kFirstSleepUs;
     port.flush_wake_if_late(now);
-  } else if (!polling_ && (now - *idle_since > spin_ns_ || port.wake_owed())) {
-    // Owing a wake-up to a peer asleep on this CPU, spinning would only keep it from running.
-    sleep(now);
+  } else if (!polling_) {
+    // Owing a wake-up to a peer asleep on this CPU, spinning would only keep it from running:
+    // such a sleep says nothing about the spin's length.
+    const bool owed = port.wake_owed();
+    if (owed || now - *idle_since > spin_.spin_ns()) sleep(now, !owed);
   }
 }
 

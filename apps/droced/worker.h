@@ -22,8 +22,8 @@
 //   event: the core is shared with other programs (every small machine, VM,
 //          CI box). Its thread may run on any CPU the process was given (EAL's
 //          pinning is undone), timers sleep with 1 ns slack, and after work it
-//          spins only a few microseconds (adaptive: longer while work comes
-//          back soon after each sleep, shorter while it does not), then marks
+//          spins 1-64 us (SpinPolicy: longer while events come back within a
+//          measured wake-up of the spin's end, shorter while they do not), then marks
 //          its contexts and its CoreGroup slot "sleeping", arms its port
 //          queue's wake-up (the same-host link's flag, a tap or NIC RX
 //          interrupt), looks once more at every ring, and blocks in epoll on
@@ -50,6 +50,7 @@
 #include "apps/droced/cm_host.h"
 #include "apps/droced/device_core.h"
 #include "apps/droced/session.h"
+#include "apps/droced/spin_policy.h"
 #include "core/unix_socket.h"
 
 namespace droce::droced {
@@ -117,7 +118,10 @@ class Worker {
   /// Worker 0's connection manager (QP1), once its thread runs; nullptr elsewhere.
   const CmHost* cm() const { return cm_.get(); }
   /// Event mode: the current spin before blocking, in microseconds.
-  uint64_t spin_us() const { return spin_ns_ / 1000; }
+  uint64_t spin_us() const { return spin_.spin_ns() / 1000; }
+  const SpinCounters& spin_counters() const { return spin_.counters(); }
+  /// Event mode: the measured wake-up (SpinPolicy::wake_ns), in microseconds.
+  uint64_t wake_us() const { return spin_.wake_ns() / 1000; }
   /// Call once in main() before EAL starts: the CPUs an event-mode worker may
   /// run on (EAL pins each lcore's thread to one).
   static void remember_startup_affinity();
@@ -129,9 +133,11 @@ class Worker {
   void close_session(uint64_t key);
   void route_events();
   void push_port_events();
-  void sleep(uint64_t now_ns);
+  /// after_spin: a whole spin preceded it (SpinPolicy::Sleep).
+  void sleep(uint64_t now_ns, bool after_spin);
   void choose_mode();
-  void adapt_spin(uint64_t slept_ns, bool by_event);
+  /// The earliest wake-up stamp (the port's, the clients') raised at or after since_ns.
+  core::WakeStamp first_wake_since(uint64_t since_ns) const;
   bool arm_rx_interrupt();
   void shutdown();
 
@@ -169,8 +175,7 @@ class Worker {
   uint64_t window_start_ns_ = 0;
   uint64_t blocked_ns_ = 0;  ///< time blocked in the window (in control(), sleeping)
   static std::string describe_affinity();
-  uint64_t spin_ns_ = 0;
-  bool spin_fixed_ = false;  ///< --idle-spin-us given: no adapting
+  SpinPolicy spin_;  ///< event mode: how long to spin before blocking
   WorkerCounters counters_;
 };
 

@@ -260,6 +260,11 @@ TEST_F(TwoDaemons, AFrameWakesABlockedDaemonOnTheSameHostLinkButNotOnMemif) {
       EXPECT_GT(a + b, 0) << "no frame woke a sleeping daemon";
       EXPECT_GT(a, 0);
       EXPECT_GT(b, 0);
+      // Each sleep after a whole spin was judged (SpinPolicy), and the wake-up it measures is shown.
+      for (const DaemonProc* d : {&d_[0], &d_[1]}) {
+        EXPECT_GT(stat_of(d->sock, "spin_grown") + stat_of(d->sock, "spin_shrunk"), 0);
+        EXPECT_GE(stat_of(d->sock, "wake_us"), 0);
+      }
     }
     EXPECT_EQ(stop(d_[0]), 0);
     EXPECT_EQ(stop(d_[1]), 0);
