@@ -724,7 +724,7 @@ std::string Daemon::render_locked() const {
         return (net::is_ipv4_mapped(ip) ? rocev2::format_ip(ip) : "[" + rocev2::format_ip(ip) + "]") + ":" +
                std::to_string(port);
       };
-      const auto st = i.conn != 0 ? cm->agent_state(i.conn) : std::nullopt;
+      const auto agent = i.conn != 0 ? cm->agent_state(i.conn) : std::nullopt;
       j.open(nullptr, '{')
           .num("id", i.handle)
           .num("channel", i.channel)
@@ -733,7 +733,7 @@ std::string Daemon::render_locked() const {
           .str("local", endpoint(i.src, i.sport))
           .str("remote", i.dport != 0 ? endpoint(i.dst, i.dport) : "-")
           .num("comm_id", i.conn)
-          .str("cm_state", st ? cm::to_string(*st) : "-")
+          .str("cm_state", agent ? cm::to_string(*agent) : "-")
           .num("qpn", i.qp_num)
           .num("remote_qpn", i.remote_qpn)
           .num("events_reported", i.events_reported)

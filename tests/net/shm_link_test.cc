@@ -292,7 +292,9 @@ TEST(PortShm, SleepingReceiverIsWokenOnceBusyOneNever) {
   EXPECT_GE(w.ns, before);
   EXPECT_LE(w.ns, after);
   EXPECT_GE(w.cpu, 0);
-  if (sched_getcpu() == sender_cpu) EXPECT_EQ(w.cpu, sender_cpu);
+  if (sched_getcpu() == sender_cpu) {
+    EXPECT_EQ(w.cpu, sender_cpu);  // not moved meanwhile: the CPU it sent from
+  }
   EXPECT_EQ(p.a->wake_stamp().ns, 0u) << "the sender's end was stamped";
   ASSERT_EQ(p.a->xstat("wakeups_sent", &wakes), 0);
   EXPECT_EQ(wakes, 1u) << "three frames in one sleep: one wake-up";

@@ -658,7 +658,9 @@ TEST_F(EnginePairTest, AReceiveTheHostHasNotHandedOverYetIsFetchedWhenTheMessage
         [](void* ctx, uint32_t qpn) {
           auto* h = static_cast<Pending*>(ctx);
           ++h->asked;
-          if (qpn == h->qpn && h->asked == 1) EXPECT_EQ(h->engine->post_recv(qpn, h->wr), 0);
+          if (qpn == h->qpn && h->asked == 1) {
+            EXPECT_EQ(h->engine->post_recv(qpn, h->wr), 0);
+          }
         },
         &pending);
     SendWr w = wr(WrOpcode::send, 1, src->sge(0, 256));
@@ -677,7 +679,9 @@ TEST_F(EnginePairTest, AReceiveTheHostHasNotHandedOverYetIsFetchedWhenTheMessage
     EXPECT_EQ(pending.asked, 1) << "asked once, when the message found no receive";
     const size_t at = type == QpType::ud ? 40 : 0;
     EXPECT_EQ(std::memcmp(dst->bytes.data() + at, src->bytes.data(), 256), 0);
-    if (type == QpType::rc) EXPECT_EQ(p.b().qp(q.b)->counters.rnr_naks_sent, 0u);
+    if (type == QpType::rc) {
+      EXPECT_EQ(p.b().qp(q.b)->counters.rnr_naks_sent, 0u);
+    }
     // A host with nothing more to give: RC falls back to RNR NAKs, the hook asked each time.
     if (type == QpType::rc) {
       ASSERT_EQ(p.a().post_send(q.a, wr(WrOpcode::send, 2, src->sge(0, 64))), 0);
