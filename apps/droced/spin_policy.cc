@@ -12,7 +12,7 @@ void SpinPolicy::after_sleep(const Sleep& s) {
     wake_ns_ = (wake_ns_ * 7 + (s.back_ns - s.waker.ns)) / 8;
   }
   if (fixed_) return;
-  if (!s.after_spin) {
+  if (s.for_peer) {
     ++counters_.unjudged;
     return;
   }

@@ -4,9 +4,10 @@
 // sleep; tests/apps/spin_policy_test.cc drives it with crafted sleeps.
 //
 // A sleep costs its wake-up: from the waker's eventfd write to the worker
-// running again. That is 3-5 us while the worker's CPU is busy with another
-// task, and 20-30 us on a VM whose vCPU halted meanwhile (its idle state: the
-// host must wake the vCPU). A spin costs the CPU time it burns, and delays any
+// running again. That is a few microseconds while the worker's CPU is busy
+// with another task (an eventfd hand-off between two blocked processes took
+// 7 us round trip on a 2-vCPU VM, issue 13), and 12-45 us there when the vCPU
+// halted meanwhile (its idle state: the host must wake the vCPU). A spin costs the CPU time it burns, and delays any
 // program waiting for that CPU (perftest's latency tests spin on memory).
 // So a sleep whose event came less than a wake-up after the spin ended, or
 // while a spin twice as long would still have been spinning, doubles the next
@@ -14,7 +15,7 @@
 // halves it. The wake-up is measured, not assumed: each sleep an event ended
 // adds (worker back - waker's stamp) to a moving average. On a 2-vCPU VM the
 // requester of a 1 QP ib_write_bw otherwise slept between its client's posts
-// and left its CPU idle a quarter of the time, each post a 30 us wake-up.
+// and left its CPU idle a quarter of the time, each post a 12-45 us wake-up.
 //
 // "When the event came" is the waker's stamp (core::WakeStamp: a client
 // ringing its doorbell, the same-host link's peer publishing frames), not when
@@ -39,7 +40,7 @@ struct SpinCounters {
   uint64_t grown = 0;       ///< sleeps whose event came soon enough: the spin doubled
   uint64_t shrunk = 0;      ///< sleeps it did not pay to avoid: the spin halved
   uint64_t woken_here = 0;  ///< of those, ended by a waker on the worker's own CPU
-  uint64_t unjudged = 0;    ///< sleeps taken before the spin ended: the spin kept
+  uint64_t unjudged = 0;    ///< sleeps taken to let a peer on our CPU run: the spin kept
 };
 
 class SpinPolicy {
@@ -65,7 +66,7 @@ class SpinPolicy {
   struct Sleep {
     uint64_t spin_end_ns = 0;  ///< when the worker stopped spinning to sleep
     uint64_t back_ns = 0;      ///< when it ran again
-    bool after_spin = true;    ///< false: it slept before the spin ended (see the header)
+    bool for_peer = false;     ///< taken to let a peer on the worker's CPU run (see the header)
     bool by_event = false;     ///< an event ended it, not its timer
     core::WakeStamp waker;     ///< the earliest stamp raised since spin_end_ns (ns 0: none seen)
     int cpu = -1;              ///< the CPU the worker slept on

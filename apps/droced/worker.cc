@@ -339,7 +339,7 @@ bool Worker::arm_rx_interrupt() {
   return port.rx_interrupt_arm(uint16_t(rx_queue_), true) == 0;
 }
 
-void Worker::sleep(uint64_t now_ns, bool after_spin) {
+void Worker::sleep(uint64_t now_ns, bool for_peer) {
   CoreGroup& group = core_->group();
   for (auto& [k, s] : sessions_) s->set_daemon_sleeping(true);
   group.set_sleeping(index_, true);
@@ -373,13 +373,13 @@ void Worker::sleep(uint64_t now_ns, bool after_spin) {
       ++counters_.sleeps;
       SpinPolicy::Sleep slept;
       slept.spin_end_ns = now_ns;
-      slept.after_spin = after_spin;
+      slept.for_peer = for_peer;
       slept.cpu = sched_getcpu();
       const uint64_t blocked_from = core::monotonic_ns();
       const int events = control(static_cast<int>(us));
-      blocked_ns_ += core::monotonic_ns() - blocked_from;
-      if (events <= 0) ++counters_.wakeups_by_timer;
       slept.back_ns = core::monotonic_ns();
+      blocked_ns_ += slept.back_ns - blocked_from;
+      if (events <= 0) ++counters_.wakeups_by_timer;
       slept.by_event = events > 0;
       if (slept.by_event) slept.waker = first_wake_since(now_ns);
       spin_.after_sleep(slept);
@@ -417,7 +417,7 @@ void Worker::iterate(uint64_t now, uint64_t* idle_since) {
     // Owing a wake-up to a peer asleep on this CPU, spinning would only keep it from running:
     // such a sleep says nothing about the spin's length.
     const bool owed = port.wake_owed();
-    if (owed || now - *idle_since > spin_.spin_ns()) sleep(now, !owed);
+    if (owed || now - *idle_since > spin_.spin_ns()) sleep(now, owed);
   }
 }
 

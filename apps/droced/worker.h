@@ -133,8 +133,8 @@ class Worker {
   void close_session(uint64_t key);
   void route_events();
   void push_port_events();
-  /// after_spin: a whole spin preceded it (SpinPolicy::Sleep).
-  void sleep(uint64_t now_ns, bool after_spin);
+  /// for_peer: taken to let a droce_shm peer asleep on this CPU run (SpinPolicy::Sleep).
+  void sleep(uint64_t now_ns, bool for_peer);
   void choose_mode();
   /// The earliest wake-up stamp (the port's, the clients') raised at or after since_ns.
   core::WakeStamp first_wake_since(uint64_t since_ns) const;

@@ -136,10 +136,10 @@ TEST(SpinPolicy, AStampJustBeforeTheEndCountsAsSoon) {
   EXPECT_EQ(p.spin_ns(), 8'000u);
 }
 
-TEST(SpinPolicy, SleepsBeforeTheSpinEndedLeaveItButTimeTheirWakeUp) {
+TEST(SpinPolicy, SleepsForAPeerOnOurCpuLeaveItButTimeTheirWakeUp) {
   SpinPolicy p;
   SpinPolicy::Sleep s = woken(500, kElsewhere, 20'000);
-  s.after_spin = false;
+  s.for_peer = true;
   p.after_sleep(s);
   s.by_event = false;
   p.after_sleep(s);
