@@ -322,6 +322,13 @@ class Port {
     if (shm_ != nullptr) shm_->flush_wake_if_late(now_ns);
   }
   bool wake_owed() const { return shm_ != nullptr && shm_->wake_owed(); }
+  /// droce_shm: ShmLink::peer_busy_with_ours, publish_awake_ns, peer_awake_ns (false, nothing,
+  /// 0 on other ports).
+  bool peer_busy_with_ours(int cpu) const { return shm_ != nullptr && shm_->peer_busy_with_ours(cpu); }
+  void publish_awake_ns(uint64_t ns) {
+    if (shm_ != nullptr) shm_->publish_awake_ns(ns);
+  }
+  uint64_t peer_awake_ns() const { return shm_ != nullptr ? shm_->peer_awake_ns() : 0; }
   /// droce_shm: when and from where the peer last woke us (ShmLink::wake_stamp); none elsewhere.
   core::WakeStamp wake_stamp() const { return shm_ != nullptr ? shm_->wake_stamp() : core::WakeStamp{}; }
   uint16_t tx_burst(uint16_t queue, rte_mbuf** pkts, uint16_t n) {

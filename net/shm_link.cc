@@ -31,12 +31,16 @@ struct alignas(64) RingHeader {
   std::atomic<uint32_t> tail;  // frames consumed (consumer)
   uint8_t pad1[60];
   std::atomic<uint32_t> consumer_sleeping;  // set by the consumer; cleared by whoever wakes it
-  std::atomic<int32_t> consumer_cpu;        // the CPU the consumer went to sleep on (a hint)
+  std::atomic<int32_t> consumer_cpu;        // the CPU the consumer last slept or woke on (a hint)
   std::atomic<uint64_t> woken_ns;           // the waker: when it last woke the consumer (a hint)
   std::atomic<int32_t> waker_cpu;           // the waker: from which CPU (a hint)
   uint8_t pad2[44];
+  // The consumer's running time, written each loop (publish_awake_ns): a line of its own, so
+  // that the producer's look at the flag above after each publish does not fetch it.
+  std::atomic<uint64_t> consumer_awake_ns;
+  uint8_t pad3[56];
 };
-static_assert(sizeof(RingHeader) == 192);
+static_assert(sizeof(RingHeader) == 256);
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 
 // The region: this header, ring 0 (client to server), ring 1 (server to client),
@@ -49,7 +53,7 @@ struct alignas(64) RegionHeader {
   uint8_t pad[48];
   RingHeader ring[2];
 };
-static_assert(sizeof(RegionHeader) == 64 + 2 * 192);
+static_assert(sizeof(RegionHeader) == 64 + 2 * 256);
 
 // The handshake's messages (both ways, fixed size).
 struct Hello {
@@ -388,7 +392,7 @@ void ShmLink::try_connect() {
 void ShmLink::set_sleeping(bool on) {
   Conn* c = conn_.load(std::memory_order_acquire);
   if (c == nullptr) return;
-  if (on) c->rx->consumer_cpu.store(sched_getcpu(), std::memory_order_relaxed);
+  c->rx->consumer_cpu.store(sched_getcpu(), std::memory_order_relaxed);
   c->rx->consumer_sleeping.store(on ? 1 : 0, std::memory_order_seq_cst);
   home_->asleep.store(on, std::memory_order_seq_cst);
   // The flag before the caller's last look at the ring (Dekker with tx_burst), and before
@@ -398,6 +402,23 @@ void ShmLink::set_sleeping(bool on) {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     give_back(c);
   }
+}
+
+bool ShmLink::peer_busy_with_ours(int cpu) const {
+  const Conn* c = conn_.load(std::memory_order_acquire);
+  return c != nullptr && c->tx->consumer_sleeping.load(std::memory_order_relaxed) == 0 &&
+         c->tx->consumer_cpu.load(std::memory_order_relaxed) == cpu &&
+         c->tx_head != c->tx->tail.load(std::memory_order_relaxed);
+}
+
+void ShmLink::publish_awake_ns(uint64_t ns) {
+  Conn* c = conn_.load(std::memory_order_acquire);
+  if (c != nullptr) c->rx->consumer_awake_ns.store(ns, std::memory_order_relaxed);
+}
+
+uint64_t ShmLink::peer_awake_ns() const {
+  const Conn* c = conn_.load(std::memory_order_acquire);
+  return c == nullptr ? 0 : c->tx->consumer_awake_ns.load(std::memory_order_relaxed);
 }
 
 core::WakeStamp ShmLink::wake_stamp() const {

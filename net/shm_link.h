@@ -116,8 +116,9 @@ class ShmLink {
   static constexpr uint32_t kMaxFrame = 9000 + 14 + 4;
   /// 2: the handshake carries the ICRC setting (ShmLinkConfig::icrc), a slot of length 0
   /// is empty (a frame built in place and dropped), and the ring header says which CPU a
-  /// sleeping consumer is on.
-  static constexpr uint32_t kVersion = 2;
+  /// sleeping consumer is on. 3: each ring header has a fourth line, the consumer's running
+  /// time (publish_awake_ns), and the CPU it names is the consumer's whether asleep or not.
+  static constexpr uint32_t kVersion = 3;
 
   /// Listens (server) or starts connecting (client). -errno: EINVAL (bad
   /// config), or what socket, bind, eventfd return.
@@ -161,6 +162,16 @@ class ShmLink {
   void flush_wake();
   void flush_wake_if_late(uint64_t now_ns);
   bool wake_owed() const { return wake_owed_.load(std::memory_order_relaxed); }
+
+  /// For two ends that share a CPU and hand it over by yielding (droced's YieldPolicy): true
+  /// while the peer is awake on `cpu` and holds frames of ours (published, slots not yet
+  /// given back), so that it needs the CPU and no wake-up.
+  bool peer_busy_with_ours(int cpu) const;
+  /// This end's running time (a monotonic clock less the time it spent yielding or blocked),
+  /// written each loop; the peer's, as it last wrote it (0: none, or the link is down). From
+  /// the two, a yielder tells how much of its yield the peer ran.
+  void publish_awake_ns(uint64_t ns);
+  uint64_t peer_awake_ns() const;
 
   /// The descriptor the peer writes when this end sleeps (an eventfd).
   int wake_fd() const { return wake_.get(); }

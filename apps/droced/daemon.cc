@@ -601,6 +601,8 @@ std::string Daemon::render_locked() const {
         .num("spin_grown", w->spin_counters().grown)
         .num("spin_shrunk", w->spin_counters().shrunk)
         .num("spin_woken_here", w->spin_counters().woken_here)
+        .num("yields", w->yield_counters().yields)
+        .num("yields_crowded", w->yield_counters().crowded)
         .num("loops", w->counters().loops)
         .num("sleeps", w->counters().sleeps)
         .num("wakeups_by_port", w->counters().wakeups_by_port)

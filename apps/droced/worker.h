@@ -51,6 +51,7 @@
 #include "apps/droced/device_core.h"
 #include "apps/droced/session.h"
 #include "apps/droced/spin_policy.h"
+#include "apps/droced/yield_policy.h"
 #include "core/unix_socket.h"
 
 namespace droce::droced {
@@ -122,6 +123,8 @@ class Worker {
   const SpinCounters& spin_counters() const { return spin_.counters(); }
   /// Event mode: the measured wake-up (SpinPolicy::wake_ns), in microseconds.
   uint64_t wake_us() const { return spin_.wake_ns() / 1000; }
+  /// Event mode on a droce_shm link: the CPU handed to the peer by yielding (YieldPolicy).
+  const YieldCounters& yield_counters() const { return yield_.counters(); }
   /// Call once in main() before EAL starts: the CPUs an event-mode worker may
   /// run on (EAL pins each lcore's thread to one).
   static void remember_startup_affinity();
@@ -135,6 +138,9 @@ class Worker {
   void push_port_events();
   /// for_peer: taken to let a droce_shm peer asleep on this CPU run (SpinPolicy::Sleep).
   void sleep(uint64_t now_ns, bool for_peer);
+  /// Idle since idle_since_ns: hands the CPU to a droce_shm peer that needs it (YieldPolicy)
+  /// and says whether it did.
+  bool yield_to_peer(uint64_t now_ns, uint64_t idle_since_ns);
   void choose_mode();
   /// The earliest wake-up stamp (the port's, the clients') raised at or after since_ns.
   core::WakeStamp first_wake_since(uint64_t since_ns) const;
@@ -176,6 +182,8 @@ class Worker {
   uint64_t blocked_ns_ = 0;  ///< time blocked in the window (in control(), sleeping)
   static std::string describe_affinity();
   SpinPolicy spin_;  ///< event mode: how long to spin before blocking
+  YieldPolicy yield_;  ///< event mode on droce_shm: when to yield to the peer instead
+  uint64_t away_ns_ = 0;  ///< time spent yielding or blocked (the port's publish_awake_ns)
   WorkerCounters counters_;
 };
 

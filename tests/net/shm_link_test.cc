@@ -398,6 +398,55 @@ TEST(PortShm, AReceiverAsleepOnTheSendersCpuIsWokenWhenTheSenderBlocks) {
   ASSERT_EQ(sched_setaffinity(0, sizeof before, &before), 0);
 }
 
+// Two ends on one CPU hand it over by yielding (droced's YieldPolicy): the sender asks whether
+// the peer is awake on its CPU with frames of its own to take, and reads how long the peer ran.
+TEST(PortShm, APeerAwakeOnOurCpuWithOurFramesIsBusyWithOurs) {
+  cpu_set_t before;
+  ASSERT_EQ(sched_getaffinity(0, sizeof before, &before), 0);
+  const int cpu = sched_getcpu();
+  cpu_set_t here;
+  CPU_ZERO(&here);
+  CPU_SET(cpu, &here);
+  ASSERT_EQ(sched_setaffinity(0, sizeof here, &here), 0);
+  Pair p;
+  open_pair(&p, 1500, ",slots=16");
+  // The receiver has said where it runs (each sleep and each wake-up does).
+  ASSERT_EQ(p.b->rx_interrupt_arm(0, true), 0);
+  ASSERT_EQ(p.b->rx_interrupt_arm(0, false), 0);
+  EXPECT_FALSE(p.a->peer_busy_with_ours(cpu)) << "nothing sent";
+  for (uint32_t i = 0; i < 2; ++i) {
+    rte_mbuf* m = frame(p.a->pool(), 64, i);
+    ASSERT_EQ(p.a->tx_burst(0, &m, 1), 1);
+  }
+  EXPECT_TRUE(p.a->peer_busy_with_ours(cpu));
+  EXPECT_FALSE(p.a->peer_busy_with_ours(cpu + 1)) << "a peer on another CPU needs no yield";
+  EXPECT_FALSE(p.b->peer_busy_with_ours(cpu)) << "the other way holds nothing";
+  std::vector<rte_mbuf*> got = receive(*p.b, 2);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_TRUE(p.a->peer_busy_with_ours(cpu)) << "taken, but their slots are still lent";
+  for (rte_mbuf* m : got) rte_pktmbuf_free(m);
+  rte_mbuf* burst[32];
+  EXPECT_EQ(p.b->rx_burst(0, burst, 32), 0);  // gives the freed slots back
+  EXPECT_FALSE(p.a->peer_busy_with_ours(cpu)) << "all taken and given back";
+  // Asleep, the peer needs a wake-up (the deferred one), not a yield.
+  rte_mbuf* m = frame(p.a->pool(), 64, 9);
+  ASSERT_EQ(p.a->tx_burst(0, &m, 1), 1);
+  EXPECT_TRUE(p.a->peer_busy_with_ours(cpu));
+  ASSERT_EQ(p.b->rx_interrupt_arm(0, true), 0);
+  EXPECT_FALSE(p.a->peer_busy_with_ours(cpu));
+  ASSERT_EQ(p.b->rx_interrupt_arm(0, false), 0);
+  got = receive(*p.b, 1);
+  ASSERT_EQ(got.size(), 1u);
+  rte_pktmbuf_free(got[0]);
+  // Running times cross: each end reads what the other last wrote.
+  EXPECT_EQ(p.a->peer_awake_ns(), 0u);
+  p.b->publish_awake_ns(1234);
+  p.a->publish_awake_ns(99);
+  EXPECT_EQ(p.a->peer_awake_ns(), 1234u);
+  EXPECT_EQ(p.b->peer_awake_ns(), 99u);
+  ASSERT_EQ(sched_setaffinity(0, sizeof before, &before), 0);
+}
+
 // Zero copy: a received frame holds its slot until it is freed. A frame another thread frees
 // while the receiver sleeps wakes it, so that it gives the slot back: otherwise a sender whose
 // ring is full of freed-but-held slots would wait for a wake-up nobody sends.
@@ -608,7 +657,7 @@ TEST(PortShm, AClientTurnsAwayAServerOfAnEarlierVersion) {
   std::thread server([&] {
     struct {
       uint32_t magic = 0x4b4c5344, version = 1, slots = 1024, slot_bytes = 9088;
-      uint64_t region_bytes = 64 + 2 * 192 + uint64_t{2} * 1024 * 9088;
+      uint64_t region_bytes = 64 + 2 * 192 + uint64_t{2} * 1024 * 9088;  // version 1's layout
     } hello;
     static_assert(sizeof hello == 24);
     const core::Fd any(::eventfd(0, EFD_CLOEXEC));  // stands for its region and its eventfd
@@ -645,7 +694,7 @@ TEST(PortShm, HostilePeerIndicesAndLengthsAreCountedAndDropped) {
   ASSERT_TRUE(wait_for([&] { return core::seqpacket_connect(sock, &c) == 0; }));
   std::vector<uint8_t> hello;
   std::vector<core::Fd> fds;
-  ASSERT_EQ(core::receive_message(c.get(), &hello, 64, &fds), 32);  // version 2 (with flags)
+  ASSERT_EQ(core::receive_message(c.get(), &hello, 64, &fds), 32);  // since version 2 (with flags)
   ASSERT_EQ(fds.size(), 2u);
   uint64_t region_bytes = 0;
   std::memcpy(&region_bytes, hello.data() + 16, 8);
@@ -658,7 +707,7 @@ TEST(PortShm, HostilePeerIndicesAndLengthsAreCountedAndDropped) {
   ASSERT_TRUE(wait_for([&] { return server->link().up; }));
   // Layout (net/shm_link.cc): a 64-byte header, then ring 0 (client to server): head at +0.
   auto* head = reinterpret_cast<std::atomic<uint32_t>*>(region + 64);
-  uint8_t* slots0 = region + 64 + 2 * 192;
+  uint8_t* slots0 = region + 64 + 2 * 256;  // two ring headers of four lines
   constexpr size_t kSlot = 9088;
   // An impossible head: counted, skipped, nothing delivered.
   head->store(1000, std::memory_order_release);

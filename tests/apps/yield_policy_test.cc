@@ -1,0 +1,99 @@
+// YieldPolicy (apps/droced/yield_policy.h): crafted yields in, when to yield out.
+#include "apps/droced/yield_policy.h"
+
+#include <gtest/gtest.h>
+
+namespace droce::droced {
+namespace {
+
+constexpr uint64_t kT0 = 1'000'000'000;
+
+// A yield from `start_ns` that took `took_ns`, of which the peer ran `peer_ns`.
+YieldPolicy::Yield yield_at(uint64_t start_ns, uint64_t took_ns, uint64_t peer_ns) {
+  YieldPolicy::Yield y;
+  y.start_ns = start_ns;
+  y.back_ns = start_ns + took_ns;
+  y.peer_ran_ns = peer_ns;
+  return y;
+}
+
+TEST(YieldPolicy, ADisabledPolicyNeverYields) {
+  const YieldPolicy p;
+  EXPECT_FALSE(p.may_yield(kT0, kT0));
+  EXPECT_FALSE(p.may_yield(kT0 + 1'000, kT0));
+}
+
+TEST(YieldPolicy, YieldsOnlyWithinTheWindowAfterTheLastWork) {
+  const YieldPolicy p(true);
+  EXPECT_TRUE(p.may_yield(kT0, kT0));
+  EXPECT_TRUE(p.may_yield(kT0 + YieldPolicy::kWindowNs - 1, kT0));
+  EXPECT_FALSE(p.may_yield(kT0 + YieldPolicy::kWindowNs, kT0)) << "idle this long: spin and block";
+}
+
+// The peer took the CPU and ran nearly all of the yield (the 1 QP turns): yields go on, even
+// when the peer ran long (64 KiB WRITEs, hundreds of microseconds of copying).
+TEST(YieldPolicy, AYieldThePeerRanGoesOnHoweverLongThePeerRan) {
+  YieldPolicy p(true);
+  uint64_t t = kT0;
+  p.after_yield(yield_at(t, 30'000, 29'000));
+  t += 30'000;
+  p.after_yield(yield_at(t, 900'000, 890'000));
+  t += 900'000;
+  EXPECT_TRUE(p.may_yield(t, t));
+  EXPECT_EQ(p.counters().yields, 2u);
+  EXPECT_EQ(p.counters().crowded, 0u);
+  // Up to kCrowdedNs that the peer did not run is the switches and the scheduler's own.
+  p.after_yield(yield_at(t, YieldPolicy::kCrowdedNs + 5'000, 5'000));
+  EXPECT_EQ(p.counters().crowded, 0u);
+}
+
+// A third task ran a slice during the yield (perftest spinning on the droceds' CPU): yields
+// pause, for longer each time the CPU is still crowded, up to kMaxOffNs.
+TEST(YieldPolicy, ASliceSomeoneElseRanPausesYieldsLongerEachTime) {
+  YieldPolicy p(true);
+  uint64_t t = kT0;
+  const uint64_t slice = 1'500'000;
+  p.after_yield(yield_at(t, slice + 10'000, 10'000));
+  t += slice + 10'000;
+  EXPECT_EQ(p.counters().crowded, 1u);
+  EXPECT_TRUE(p.paused(t));
+  EXPECT_FALSE(p.may_yield(t, t));
+  EXPECT_FALSE(p.may_yield(t + YieldPolicy::kFirstOffNs - 1, t + YieldPolicy::kFirstOffNs - 1));
+  t += YieldPolicy::kFirstOffNs;
+  EXPECT_TRUE(p.may_yield(t, t)) << "the first pause is kFirstOffNs";
+  uint64_t pause = YieldPolicy::kFirstOffNs;
+  for (int i = 0; i < 8; ++i) {
+    p.after_yield(yield_at(t, slice, 0));  // the peer did not run at all
+    t += slice;
+    pause = std::min(pause * 2, YieldPolicy::kMaxOffNs);
+    EXPECT_FALSE(p.may_yield(t + pause - 1, t + pause - 1)) << "crowded " << i + 2 << " times";
+    t += pause;
+    EXPECT_TRUE(p.may_yield(t, t));
+  }
+  EXPECT_EQ(pause, YieldPolicy::kMaxOffNs);
+  EXPECT_EQ(p.counters().crowded, 9u);
+  // Long after the last crowded yield, the next one pauses only kFirstOffNs again.
+  t += YieldPolicy::kForgetNs;
+  p.after_yield(yield_at(t, slice, 0));
+  t += slice;
+  EXPECT_FALSE(p.may_yield(t + YieldPolicy::kFirstOffNs - 1, t + YieldPolicy::kFirstOffNs - 1));
+  EXPECT_TRUE(p.may_yield(t + YieldPolicy::kFirstOffNs, t + YieldPolicy::kFirstOffNs));
+}
+
+// The peer's running time is another process's word: one that claims more than the whole
+// yield (a stale or hostile value) judges the yield as the peer's, never as negative time.
+TEST(YieldPolicy, APeerClaimingMoreThanTheYieldCountsAsTheWholeYield) {
+  YieldPolicy p(true);
+  p.after_yield(yield_at(kT0, 2'000'000, UINT64_MAX));
+  EXPECT_EQ(p.counters().crowded, 0u);
+  // A clock that went backwards (back before start) took nothing.
+  YieldPolicy::Yield y;
+  y.start_ns = kT0;
+  y.back_ns = kT0 - 1;
+  p.after_yield(y);
+  EXPECT_EQ(p.counters().crowded, 0u);
+  EXPECT_EQ(p.counters().yields, 2u);
+}
+
+}  // namespace
+}  // namespace droce::droced
