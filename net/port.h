@@ -322,11 +322,11 @@ class Port {
     if (shm_ != nullptr) shm_->flush_wake_if_late(now_ns);
   }
   bool wake_owed() const { return shm_ != nullptr && shm_->wake_owed(); }
-  /// droce_shm: ShmLink::peer_busy_with_ours, publish_awake_ns, peer_awake_ns (false, nothing,
+  /// droce_shm: ShmLink::peer_busy_with_ours, publish_running, peer_awake_ns (false, nothing,
   /// 0 on other ports).
   bool peer_busy_with_ours(int cpu) const { return shm_ != nullptr && shm_->peer_busy_with_ours(cpu); }
-  void publish_awake_ns(uint64_t ns) {
-    if (shm_ != nullptr) shm_->publish_awake_ns(ns);
+  void publish_running(int cpu, uint64_t awake_ns) {
+    if (shm_ != nullptr) shm_->publish_running(cpu, awake_ns);
   }
   uint64_t peer_awake_ns() const { return shm_ != nullptr ? shm_->peer_awake_ns() : 0; }
   /// droce_shm: when and from where the peer last woke us (ShmLink::wake_stamp); none elsewhere.

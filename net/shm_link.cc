@@ -31,14 +31,16 @@ struct alignas(64) RingHeader {
   std::atomic<uint32_t> tail;  // frames consumed (consumer)
   uint8_t pad1[60];
   std::atomic<uint32_t> consumer_sleeping;  // set by the consumer; cleared by whoever wakes it
-  std::atomic<int32_t> consumer_cpu;        // the CPU the consumer last slept or woke on (a hint)
+  std::atomic<int32_t> consumer_cpu;        // the CPU the consumer went to sleep on (a hint)
   std::atomic<uint64_t> woken_ns;           // the waker: when it last woke the consumer (a hint)
   std::atomic<int32_t> waker_cpu;           // the waker: from which CPU (a hint)
   uint8_t pad2[44];
-  // The consumer's running time, written each loop (publish_awake_ns): a line of its own, so
-  // that the producer's look at the flag above after each publish does not fetch it.
+  // Where the consumer runs and for how long it has been awake, written each loop by an end
+  // that yields its CPU (publish_running): a line of its own, so that the producer's look at
+  // the flag above after each publish does not fetch it. cpu -1: not published.
   std::atomic<uint64_t> consumer_awake_ns;
-  uint8_t pad3[56];
+  std::atomic<int32_t> consumer_run_cpu;
+  uint8_t pad3[52];
 };
 static_assert(sizeof(RingHeader) == 256);
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
@@ -303,6 +305,7 @@ void ShmLink::serve_accept() {
   h->version = kVersion;
   h->slots = cfg_.slots;
   h->slot_bytes = kSlotBytes;
+  for (RingHeader& r : h->ring) r.consumer_run_cpu.store(-1, std::memory_order_relaxed);  // none published
   const Hello hello{kMagic, kVersion, cfg_.slots, kSlotBytes, conn->region.size(), hello_flags(), 0};
   const int fds[2] = {conn->region.fd(), wake_.get()};
   if (core::send_message(c.get(), {reinterpret_cast<const uint8_t*>(&hello), sizeof hello}, fds) != 0) return;
@@ -392,7 +395,7 @@ void ShmLink::try_connect() {
 void ShmLink::set_sleeping(bool on) {
   Conn* c = conn_.load(std::memory_order_acquire);
   if (c == nullptr) return;
-  c->rx->consumer_cpu.store(sched_getcpu(), std::memory_order_relaxed);
+  if (on) c->rx->consumer_cpu.store(sched_getcpu(), std::memory_order_relaxed);
   c->rx->consumer_sleeping.store(on ? 1 : 0, std::memory_order_seq_cst);
   home_->asleep.store(on, std::memory_order_seq_cst);
   // The flag before the caller's last look at the ring (Dekker with tx_burst), and before
@@ -406,14 +409,16 @@ void ShmLink::set_sleeping(bool on) {
 
 bool ShmLink::peer_busy_with_ours(int cpu) const {
   const Conn* c = conn_.load(std::memory_order_acquire);
-  return c != nullptr && c->tx->consumer_sleeping.load(std::memory_order_relaxed) == 0 &&
-         c->tx->consumer_cpu.load(std::memory_order_relaxed) == cpu &&
+  return c != nullptr && cpu >= 0 && c->tx->consumer_sleeping.load(std::memory_order_relaxed) == 0 &&
+         c->tx->consumer_run_cpu.load(std::memory_order_relaxed) == cpu &&
          c->tx_head != c->tx->tail.load(std::memory_order_relaxed);
 }
 
-void ShmLink::publish_awake_ns(uint64_t ns) {
+void ShmLink::publish_running(int cpu, uint64_t awake_ns) {
   Conn* c = conn_.load(std::memory_order_acquire);
-  if (c != nullptr) c->rx->consumer_awake_ns.store(ns, std::memory_order_relaxed);
+  if (c == nullptr) return;
+  c->rx->consumer_awake_ns.store(awake_ns, std::memory_order_relaxed);
+  c->rx->consumer_run_cpu.store(cpu, std::memory_order_relaxed);
 }
 
 uint64_t ShmLink::peer_awake_ns() const {

@@ -56,7 +56,7 @@
 // Threading: rx_burst from one thread; tx_alloc and tx_burst from one thread
 // at a time (the caller's TX queue lock; frames built in place need the
 // queue's own thread: PortQueueLink asks only when no other lcore shares it);
-// set_sleeping from the rx thread; counters from any thread.
+// set_sleeping and publish_running from the rx thread; counters from any thread.
 
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
@@ -116,8 +116,8 @@ class ShmLink {
   static constexpr uint32_t kMaxFrame = 9000 + 14 + 4;
   /// 2: the handshake carries the ICRC setting (ShmLinkConfig::icrc), a slot of length 0
   /// is empty (a frame built in place and dropped), and the ring header says which CPU a
-  /// sleeping consumer is on. 3: each ring header has a fourth line, the consumer's running
-  /// time (publish_awake_ns), and the CPU it names is the consumer's whether asleep or not.
+  /// sleeping consumer is on. 3: each ring header has a fourth line, where the consumer runs
+  /// and how long it has been awake (publish_running).
   static constexpr uint32_t kVersion = 3;
 
   /// Listens (server) or starts connecting (client). -errno: EINVAL (bad
@@ -164,13 +164,15 @@ class ShmLink {
   bool wake_owed() const { return wake_owed_.load(std::memory_order_relaxed); }
 
   /// For two ends that share a CPU and hand it over by yielding (droced's YieldPolicy): true
-  /// while the peer is awake on `cpu` and holds frames of ours (published, slots not yet
-  /// given back), so that it needs the CPU and no wake-up.
+  /// while the peer is awake, last ran on `cpu` (by its publish_running) and holds frames of
+  /// ours (published, slots not yet given back), so that it needs the CPU and no wake-up.
+  /// Never for a peer that does not publish (one that polls, or has several workers).
   bool peer_busy_with_ours(int cpu) const;
-  /// This end's running time (a monotonic clock less the time it spent yielding or blocked),
-  /// written each loop; the peer's, as it last wrote it (0: none, or the link is down). From
-  /// the two, a yielder tells how much of its yield the peer ran.
-  void publish_awake_ns(uint64_t ns);
+  /// An end that yields writes, each loop, the CPU it runs on and its awake time (a monotonic
+  /// clock less the time it spent yielding or blocked; time it was preempted counts as
+  /// awake). The peer's awake time as it last wrote it (0: none, or the link is down): from
+  /// the two readings around a yield, the yielder tells how much of it the peer had.
+  void publish_running(int cpu, uint64_t awake_ns);
   uint64_t peer_awake_ns() const;
 
   /// The descriptor the peer writes when this end sleeps (an eventfd).

@@ -410,7 +410,7 @@ void Worker::iterate(uint64_t now, uint64_t* idle_since) {
   if ((++counters_.loops & 63) == 0) control(0);
   if (adaptive_affinity_ && now - window_start_ns_ >= kAffinityWindowNs) adapt_affinity(now);
   net::Port& port = *core_->group().port();
-  port.publish_awake_ns(now - away_ns_);
+  if (yield_.enabled()) port.publish_running(sched_getcpu(), now - away_ns_);
   if (work != 0 || core_->engine().has_tx_work()) {
     *idle_since = now;
     sleep_us_ = kFirstSleepUs;
@@ -439,7 +439,8 @@ bool Worker::yield_to_peer(uint64_t now_ns, uint64_t idle_since_ns) {
   y.start_ns = core::monotonic_ns();
   sched_yield();
   y.back_ns = core::monotonic_ns();
-  y.peer_ran_ns = port.peer_awake_ns() - peer_before;
+  const uint64_t peer_after = port.peer_awake_ns();
+  y.peer_ran_ns = peer_after >= peer_before ? peer_after - peer_before : 0;  // gone back: a new peer
   away_ns_ += y.back_ns - y.start_ns;
   yield_.after_yield(y);
   return true;

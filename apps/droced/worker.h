@@ -183,7 +183,7 @@ class Worker {
   static std::string describe_affinity();
   SpinPolicy spin_;  ///< event mode: how long to spin before blocking
   YieldPolicy yield_;  ///< event mode on droce_shm: when to yield to the peer instead
-  uint64_t away_ns_ = 0;  ///< time spent yielding or blocked (the port's publish_awake_ns)
+  uint64_t away_ns_ = 0;  ///< time spent yielding or blocked (the port's publish_running)
   WorkerCounters counters_;
 };
 
