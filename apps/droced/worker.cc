@@ -418,20 +418,22 @@ void Worker::iterate(uint64_t now, uint64_t* idle_since) {
     // Frames to send and none went: the link's ring is full. A peer awake on this CPU that
     // holds our frames must run to empty it, and spinning would wait for the scheduler's tick
     // (64 KiB WRITEs over a 9000-byte MTU: 19-31 against 72 Gbit/s before this yield).
-    if (work == 0 && !polling_) (void)yield_to_peer(now, now);
+    if (work == 0 && !polling_) (void)yield_to_peer(now, now, /*stuck=*/true, port.wake_owed());
   } else if (!polling_) {
     // Owing a wake-up to a peer asleep on this CPU, spinning would only keep it from running:
     // such a sleep says nothing about the spin's length. A peer awake on this CPU with frames
     // of ours needs the CPU, not a wake-up.
     const bool owed = port.wake_owed();
-    if (!owed && yield_to_peer(now, *idle_since)) return;
+    if (yield_to_peer(now, *idle_since, /*stuck=*/false, owed)) return;
     if (owed || now - *idle_since > spin_.spin_ns()) sleep(now, owed);
   }
 }
 
-bool Worker::yield_to_peer(uint64_t now_ns, uint64_t idle_since_ns) {
+bool Worker::yield_to_peer(uint64_t now_ns, uint64_t idle_since_ns, bool stuck, bool owed) {
+  if (!yield_.enabled()) return false;
   net::Port& port = *core_->group().port();
-  if (!yield_.may_yield(now_ns, idle_since_ns) || !port.peer_busy_with_ours(sched_getcpu())) return false;
+  if (!yield_.should_yield({now_ns, idle_since_ns, stuck, owed, port.peer_busy_with_ours(sched_getcpu())}))
+    return false;
   // The peer publishes its running time each loop: what of the yield it did not run, a third
   // task on this CPU did (YieldPolicy).
   const uint64_t peer_before = port.peer_awake_ns();

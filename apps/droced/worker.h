@@ -138,9 +138,9 @@ class Worker {
   void push_port_events();
   /// for_peer: taken to let a droce_shm peer asleep on this CPU run (SpinPolicy::Sleep).
   void sleep(uint64_t now_ns, bool for_peer);
-  /// Idle since idle_since_ns: hands the CPU to a droce_shm peer that needs it (YieldPolicy)
-  /// and says whether it did.
-  bool yield_to_peer(uint64_t now_ns, uint64_t idle_since_ns);
+  /// A loop that did no work (idle since idle_since_ns, or stuck on a full ring): hands the
+  /// CPU to a droce_shm peer that needs it when YieldPolicy says so, and says whether it did.
+  bool yield_to_peer(uint64_t now_ns, uint64_t idle_since_ns, bool stuck, bool owed);
   void choose_mode();
   /// The earliest wake-up stamp (the port's, the clients') raised at or after since_ns.
   core::WakeStamp first_wake_since(uint64_t since_ns) const;

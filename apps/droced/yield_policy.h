@@ -58,9 +58,20 @@ class YieldPolicy {
   /// Never yields when disabled (a worker whose port is not a droce_shm link it alone reads).
   explicit YieldPolicy(bool enabled = false) : enabled_(enabled) {}
 
-  /// True when a worker idle since idle_since_ns may yield at now_ns (its peer needing the CPU).
-  bool may_yield(uint64_t now_ns, uint64_t idle_since_ns) const {
-    return enabled_ && now_ns - idle_since_ns < kWindowNs && now_ns >= paused_until_ns_;
+  /// What the worker found in one loop that did no work.
+  struct Loop {
+    uint64_t now_ns = 0;
+    uint64_t idle_since_ns = 0;  ///< its last work
+    bool stuck = false;          ///< frames wait to be sent and none went: the link's ring is full
+    bool owed = false;           ///< a wake-up is owed to the peer (asleep: it needs that instead)
+    bool peer_busy = false;      ///< the peer is awake on our CPU with frames of ours to take
+  };
+  /// Yield to the peer now? Only to a peer that needs the CPU and is awake (one asleep is
+  /// woken by the sleep that follows); while stuck at once, or else within kWindowNs of the
+  /// last work (later the worker spins and blocks); never while paused.
+  bool should_yield(const Loop& l) const {
+    if (!enabled_ || l.owed || !l.peer_busy || l.now_ns < paused_until_ns_) return false;
+    return l.stuck || l.now_ns - l.idle_since_ns < kWindowNs;
   }
 
   struct Yield {

@@ -17,17 +17,50 @@ YieldPolicy::Yield yield_at(uint64_t start_ns, uint64_t took_ns, uint64_t peer_n
   return y;
 }
 
-TEST(YieldPolicy, ADisabledPolicyNeverYields) {
-  const YieldPolicy p;
-  EXPECT_FALSE(p.may_yield(kT0, kT0));
-  EXPECT_FALSE(p.may_yield(kT0 + 1'000, kT0));
+// A loop at `now_ns` of a worker idle since `idle_since_ns`, its peer needing the CPU.
+YieldPolicy::Loop idle(uint64_t now_ns, uint64_t idle_since_ns) {
+  YieldPolicy::Loop l;
+  l.now_ns = now_ns;
+  l.idle_since_ns = idle_since_ns;
+  l.peer_busy = true;
+  return l;
 }
 
-TEST(YieldPolicy, YieldsOnlyWithinTheWindowAfterTheLastWork) {
+YieldPolicy::Loop stuck(uint64_t now_ns) {
+  YieldPolicy::Loop l = idle(now_ns, now_ns);
+  l.stuck = true;
+  return l;
+}
+
+TEST(YieldPolicy, ADisabledPolicyNeverYields) {
+  const YieldPolicy p;
+  EXPECT_FALSE(p.enabled());
+  EXPECT_FALSE(p.should_yield(idle(kT0, kT0)));
+  EXPECT_FALSE(p.should_yield(stuck(kT0)));
+}
+
+TEST(YieldPolicy, YieldsOnlyToAnAwakePeerThatNeedsTheCpu) {
   const YieldPolicy p(true);
-  EXPECT_TRUE(p.may_yield(kT0, kT0));
-  EXPECT_TRUE(p.may_yield(kT0 + YieldPolicy::kWindowNs - 1, kT0));
-  EXPECT_FALSE(p.may_yield(kT0 + YieldPolicy::kWindowNs, kT0)) << "idle this long: spin and block";
+  EXPECT_TRUE(p.should_yield(idle(kT0, kT0)));
+  YieldPolicy::Loop l = idle(kT0, kT0);
+  l.peer_busy = false;  // nothing of ours to take, or on another CPU, or not publishing
+  EXPECT_FALSE(p.should_yield(l));
+  l.stuck = true;
+  EXPECT_FALSE(p.should_yield(l)) << "stuck on a ring a peer elsewhere empties: nothing to give it";
+  l = idle(kT0, kT0);
+  l.owed = true;  // the peer sleeps: the sleep that follows wakes it
+  EXPECT_FALSE(p.should_yield(l));
+  l.stuck = true;
+  EXPECT_FALSE(p.should_yield(l));
+}
+
+TEST(YieldPolicy, YieldsOnlyWithinTheWindowAfterTheLastWorkUnlessStuck) {
+  const YieldPolicy p(true);
+  EXPECT_TRUE(p.should_yield(idle(kT0 + YieldPolicy::kWindowNs - 1, kT0)));
+  EXPECT_FALSE(p.should_yield(idle(kT0 + YieldPolicy::kWindowNs, kT0))) << "idle this long: spin and block";
+  YieldPolicy::Loop l = idle(kT0 + 10 * YieldPolicy::kWindowNs, kT0);
+  l.stuck = true;
+  EXPECT_TRUE(p.should_yield(l)) << "a full ring waits for the peer however long ago the last work was";
 }
 
 // The peer took the CPU and ran nearly all of the yield (the 1 QP turns): yields go on, even
@@ -39,7 +72,7 @@ TEST(YieldPolicy, AYieldThePeerRanGoesOnHoweverLongThePeerRan) {
   t += 30'000;
   p.after_yield(yield_at(t, 900'000, 890'000));
   t += 900'000;
-  EXPECT_TRUE(p.may_yield(t, t));
+  EXPECT_TRUE(p.should_yield(idle(t, t)));
   EXPECT_EQ(p.counters().yields, 2u);
   EXPECT_EQ(p.counters().crowded, 0u);
   // Up to kCrowdedNs that the peer did not run is the switches and the scheduler's own.
@@ -57,18 +90,19 @@ TEST(YieldPolicy, ASliceSomeoneElseRanPausesYieldsLongerEachTime) {
   t += slice + 10'000;
   EXPECT_EQ(p.counters().crowded, 1u);
   EXPECT_TRUE(p.paused(t));
-  EXPECT_FALSE(p.may_yield(t, t));
-  EXPECT_FALSE(p.may_yield(t + YieldPolicy::kFirstOffNs - 1, t + YieldPolicy::kFirstOffNs - 1));
+  EXPECT_FALSE(p.should_yield(idle(t, t)));
+  EXPECT_FALSE(p.should_yield(stuck(t))) << "paused is paused, stuck or not";
+  EXPECT_FALSE(p.should_yield(idle(t + YieldPolicy::kFirstOffNs - 1, t + YieldPolicy::kFirstOffNs - 1)));
   t += YieldPolicy::kFirstOffNs;
-  EXPECT_TRUE(p.may_yield(t, t)) << "the first pause is kFirstOffNs";
+  EXPECT_TRUE(p.should_yield(idle(t, t))) << "the first pause is kFirstOffNs";
   uint64_t pause = YieldPolicy::kFirstOffNs;
   for (int i = 0; i < 8; ++i) {
     p.after_yield(yield_at(t, slice, 0));  // the peer did not run at all
     t += slice;
     pause = std::min(pause * 2, YieldPolicy::kMaxOffNs);
-    EXPECT_FALSE(p.may_yield(t + pause - 1, t + pause - 1)) << "crowded " << i + 2 << " times";
+    EXPECT_FALSE(p.should_yield(idle(t + pause - 1, t + pause - 1))) << "crowded " << i + 2 << " times";
     t += pause;
-    EXPECT_TRUE(p.may_yield(t, t));
+    EXPECT_TRUE(p.should_yield(idle(t, t)));
   }
   EXPECT_EQ(pause, YieldPolicy::kMaxOffNs);
   EXPECT_EQ(p.counters().crowded, 9u);
@@ -76,8 +110,8 @@ TEST(YieldPolicy, ASliceSomeoneElseRanPausesYieldsLongerEachTime) {
   t += YieldPolicy::kForgetNs;
   p.after_yield(yield_at(t, slice, 0));
   t += slice;
-  EXPECT_FALSE(p.may_yield(t + YieldPolicy::kFirstOffNs - 1, t + YieldPolicy::kFirstOffNs - 1));
-  EXPECT_TRUE(p.may_yield(t + YieldPolicy::kFirstOffNs, t + YieldPolicy::kFirstOffNs));
+  EXPECT_FALSE(p.should_yield(idle(t + YieldPolicy::kFirstOffNs - 1, t + YieldPolicy::kFirstOffNs - 1)));
+  EXPECT_TRUE(p.should_yield(idle(t + YieldPolicy::kFirstOffNs, t + YieldPolicy::kFirstOffNs)));
 }
 
 // The peer's running time is another process's word: one that claims more than the whole
