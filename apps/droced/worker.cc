@@ -444,6 +444,9 @@ bool Worker::yield_to_peer(uint64_t now_ns, uint64_t idle_since_ns, bool stuck, 
   const uint64_t peer_after = port.peer_awake_ns();
   y.peer_ran_ns = peer_after >= peer_before ? peer_after - peer_before : 0;  // gone back: a new peer
   away_ns_ += y.back_ns - y.start_ns;
+  // Given away, as a sleep's is: a worker that yields half its time does not need a CPU of its
+  // own (adapt_affinity), or both would leave the CPU they hand over and stop yielding.
+  blocked_ns_ += y.back_ns - y.start_ns;
   yield_.after_yield(y);
   return true;
 }
