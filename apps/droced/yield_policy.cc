@@ -11,11 +11,14 @@ void YieldPolicy::after_yield(const Yield& y) {
   // what the yield took, but a peer that published late (it was preempted mid-loop) may
   // claim less; never more than the whole.
   const uint64_t others = took - std::min(took, y.peer_ran_ns);
-  if (others <= kCrowdedNs) return;
+  if (others <= kCrowdedNs) {
+    if (clean_yields_ < kForgetYields) ++clean_yields_;
+    return;
+  }
   ++counters_.crowded;
-  const bool again = pause_ns_ != 0 && y.back_ns - last_crowded_ns_ < kForgetNs;
+  const bool again = pause_ns_ != 0 && clean_yields_ < kForgetYields;
   pause_ns_ = again ? std::min(pause_ns_ * 2, kMaxOffNs) : kFirstOffNs;
-  last_crowded_ns_ = y.back_ns;
+  clean_yields_ = 0;
   paused_until_ns_ = y.back_ns + pause_ns_;
 }
 

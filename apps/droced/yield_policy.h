@@ -52,8 +52,11 @@ class YieldPolicy {
   /// vCPU away), up to a second where a spinner lives on the CPU.
   static constexpr uint64_t kFirstOffNs = 10'000'000;
   static constexpr uint64_t kMaxOffNs = 1'000'000'000;
-  /// A crowded yield this long after the last one starts the pause at kFirstOffNs again.
-  static constexpr uint64_t kForgetNs = 5'000'000'000;
+  /// A crowded yield after this many clean ones starts the pause at kFirstOffNs again: a
+  /// program that shares the CPU for good (a spinner) crowds a yield every few, one starting
+  /// up crowds a few and is gone. (By time, 5 s, back-to-back perftest runs on one pair kept
+  /// doubling the pause on each run's start-up, and 1 QP lost its yields for whole seconds.)
+  static constexpr uint32_t kForgetYields = 64;
 
   /// Never yields when disabled (a worker whose port is not a droce_shm link it alone reads).
   explicit YieldPolicy(bool enabled = false) : enabled_(enabled) {}
@@ -89,7 +92,7 @@ class YieldPolicy {
   bool enabled_;
   uint64_t paused_until_ns_ = 0;
   uint64_t pause_ns_ = 0;       ///< the last pause's length (0: none yet)
-  uint64_t last_crowded_ns_ = 0;
+  uint32_t clean_yields_ = 0;   ///< yields since the last crowded one
   YieldCounters counters_;
 };
 

@@ -106,8 +106,21 @@ TEST(YieldPolicy, ASliceSomeoneElseRanPausesYieldsLongerEachTime) {
   }
   EXPECT_EQ(pause, YieldPolicy::kMaxOffNs);
   EXPECT_EQ(p.counters().crowded, 9u);
-  // Long after the last crowded yield, the next one pauses only kFirstOffNs again.
-  t += YieldPolicy::kForgetNs;
+  // A few clean yields between crowded ones do not reset the pause: a spinner leaves a gap.
+  for (uint32_t i = 0; i + 1 < YieldPolicy::kForgetYields; ++i) {
+    p.after_yield(yield_at(t, 20'000, 19'000));
+    t += 20'000;
+  }
+  p.after_yield(yield_at(t, slice, 0));
+  t += slice;
+  EXPECT_FALSE(p.should_yield(idle(t + YieldPolicy::kMaxOffNs - 1, t + YieldPolicy::kMaxOffNs - 1)));
+  t += YieldPolicy::kMaxOffNs;
+  // After kForgetYields clean yields (a program that started up and is gone), the next crowded
+  // one pauses only kFirstOffNs again, however soon it comes.
+  for (uint32_t i = 0; i < YieldPolicy::kForgetYields; ++i) {
+    p.after_yield(yield_at(t, 20'000, 19'000));
+    t += 20'000;
+  }
   p.after_yield(yield_at(t, slice, 0));
   t += slice;
   EXPECT_FALSE(p.should_yield(idle(t + YieldPolicy::kFirstOffNs - 1, t + YieldPolicy::kFirstOffNs - 1)));
