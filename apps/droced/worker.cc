@@ -108,9 +108,10 @@ std::string Worker::describe_affinity() {
 
 void Worker::adapt_affinity(uint64_t now) {
   const uint64_t window = now - window_start_ns_;
-  const uint64_t busy = window > blocked_ns_ ? window - blocked_ns_ : 0;
+  const uint64_t away = away_ns_ - away_at_window_start_;
+  const uint64_t busy = window > away ? window - away : 0;
   window_start_ns_ = now;
-  blocked_ns_ = 0;
+  away_at_window_start_ = away_ns_;
   // Busy (not blocked) 70 % of the window: this worker needs a CPU of its own more than it needs
   // to stay out of its programs' way; back on its lcore's CPU below 40 % (hysteresis: a load
   // near one edge does not flap). Tried and dropped: leaving when the kernel kept the pinned
@@ -378,7 +379,6 @@ void Worker::sleep(uint64_t now_ns, bool for_peer) {
       const uint64_t blocked_from = core::monotonic_ns();
       const int events = control(static_cast<int>(us));
       slept.back_ns = core::monotonic_ns();
-      blocked_ns_ += slept.back_ns - blocked_from;
       away_ns_ += slept.back_ns - blocked_from;
       if (events <= 0) ++counters_.wakeups_by_timer;
       slept.by_event = events > 0;
@@ -443,10 +443,10 @@ bool Worker::yield_to_peer(uint64_t now_ns, uint64_t idle_since_ns, bool stuck, 
   y.back_ns = core::monotonic_ns();
   const uint64_t peer_after = port.peer_awake_ns();
   y.peer_ran_ns = peer_after >= peer_before ? peer_after - peer_before : 0;  // gone back: a new peer
+  // Given away, as a sleep's is: for the peer's guard, and for adapt_affinity (a worker that
+  // yields half its time does not need a CPU of its own, or both would leave the CPU they
+  // hand over and stop yielding).
   away_ns_ += y.back_ns - y.start_ns;
-  // Given away, as a sleep's is: a worker that yields half its time does not need a CPU of its
-  // own (adapt_affinity), or both would leave the CPU they hand over and stop yielding.
-  blocked_ns_ += y.back_ns - y.start_ns;
   yield_.after_yield(y);
   return true;
 }

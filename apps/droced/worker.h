@@ -179,11 +179,11 @@ class Worker {
   bool adaptive_affinity_ = false;
   bool pinned_ = true;
   uint64_t window_start_ns_ = 0;
-  uint64_t blocked_ns_ = 0;  ///< time blocked in the window (in control(), sleeping)
+  uint64_t away_at_window_start_ = 0;  ///< away_ns_ when the window began
   static std::string describe_affinity();
   SpinPolicy spin_;  ///< event mode: how long to spin before blocking
   YieldPolicy yield_;  ///< event mode on droce_shm: when to yield to the peer instead
-  uint64_t away_ns_ = 0;  ///< time spent yielding or blocked (the port's publish_running)
+  uint64_t away_ns_ = 0;  ///< time spent blocked or yielding: publish_running, adapt_affinity
   WorkerCounters counters_;
 };
 

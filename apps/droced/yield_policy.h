@@ -11,9 +11,9 @@
 // ACKs, the requester takes the ACKs. Handing the CPU over by blocking costs an
 // eventfd write that wakes the peer, the peer's epoll return and eventfd read,
 // and back the same way: six system calls and two wake-ups per turn (a
-// cpu-clock profile put 28 % of both daemons' time in the kernel). While the peer is awake on this CPU and still holds
-// frames of ours (ShmLink::peer_busy_with_ours), it needs the CPU, not a
-// wake-up: sched_yield hands it over in one system call, and the peer, which
+// cpu-clock profile put 28 % of both daemons' time in the kernel). While the
+// peer is awake on this CPU and still holds frames of ours
+// (ShmLink::peer_busy_with_ours), it needs the CPU, not a wake-up: sched_yield hands it over in one system call, and the peer, which
 // sees this worker awake, publishes its answer without an eventfd write.
 // Measured (1 QP 64 B, 3 M messages, 16 interleaved pairs): 3.03 against 2.58
 // M msg/s (docs/droced.md).
@@ -29,8 +29,9 @@
 // kCrowdedNs of that, and yields stop for kFirstOffNs, doubling up to kMaxOffNs
 // while they keep finding the CPU crowded (a first try prototype that judged
 // by the yield's length alone stopped yields whenever the peer itself ran long,
-// 64 KiB WRITEs: 5 % slower). And only within kWindowNs of the last work: a
-// worker idle longer than that spins (SpinPolicy) and blocks, as before.
+// 64 KiB WRITEs: 5 % slower). And only within kWindowNs of the last work (a
+// worker idle longer than that spins, SpinPolicy, and blocks, as before), or
+// while its frames wait for room in a ring the peer must empty (should_yield).
 
 #include <cstdint>
 

@@ -223,7 +223,7 @@ yields() {  # both daemons' yields so far
   for sock in "$DROCE_A_SOCK" "$DROCE_B_SOCK"; do
     # Without the preload the programs get (an ASan build's droce wants its runtime first).
     n=$(env -u LD_PRELOAD "$(dirname "$droced")/droce" cores --json --socket "$sock" |
-      grep -o '"yields":[0-9]*' | awk -F: '{s += $2} END {print s + 0}') || n=0
+      python3 -c 'import json,sys; print(sum(c["yields"] for c in json.load(sys.stdin)))') || n=0
     total=$((total + n))
   done
   echo "$total"
