@@ -14,12 +14,14 @@ packages=(
   # clang + its runtime give libFuzzer
   python3 python3-scapy tshark clang libclang-rt-14-dev iproute2 procps
   # the rdma-core provider: the libibverbs it loads into and its public headers, the programs
-  # that test it, and what scripts/fetch-rdma-core-headers.sh uses (objdump, apt-get source)
-  libibverbs-dev ibverbs-utils perftest binutils dpkg-dev
+  # that test it (python3-pyverbs brings rdma-core's own test suite, provider_pyverbs), and what
+  # scripts/fetch-rdma-core-headers.sh uses (objdump, apt-get source)
+  libibverbs-dev ibverbs-utils perftest python3-pyverbs binutils dpkg-dev
   qemu-system-x86 qemu-utils debootstrap busybox-static e2fsprogs cpio  # the rxe rig (docs/interop.md)
   # middleware the real_clients suite runs over droce: UCX's perftest, OpenMPI (pml ucx), NetPIPE,
-  # the rdma_cm programs (rping, ucmatose, udaddy, rstream, ...), qperf and libfabric's fi_pingpong
-  ucx-utils openmpi-bin libopenmpi-dev netpipe-openmpi rdmacm-utils qperf libfabric-bin
+  # the rdma_cm programs (rping, ucmatose, udaddy, rstream, ...), qperf and libfabric's fi_pingpong;
+  # librdmacm-dev builds the suite's own rdma_cm probe (tests/real_clients/cm_channels.c)
+  ucx-utils openmpi-bin libopenmpi-dev netpipe-openmpi rdmacm-utils qperf libfabric-bin librdmacm-dev
 )
 
 missing=()

@@ -103,23 +103,33 @@ if [ "$soak" != 0 ]; then
     --timeout-multiplier 40 || status=1
 fi
 
-# The closing line CI reads: every test of every configuration.
+# The closing lines CI reads: every test of every configuration, and what did not run and why
+# (a test's "SKIP: reason" line, or a passing test's "SKIP (part): reason"): on a machine where
+# scripts/install-deps.sh ran as root nothing should be listed there.
 /usr/bin/python3 - "${logs[@]}" <<'PY'
 import json, sys
 counts = {"passed": 0, "failed": 0, "skipped": 0}
+unrun = []
 for path in sys.argv[1:]:
     try:
         lines = open(path).read().splitlines()
     except OSError:
         continue
     for line in lines:
-        r = json.loads(line).get("result")
+        t = json.loads(line)
+        r, out = t.get("result"), t.get("stdout") or ""
         if r in ("OK", "EXPECTEDFAIL"):
             counts["passed"] += 1
         elif r == "SKIP":
             counts["skipped"] += 1
+            why = [l for l in out.splitlines() if l.startswith("SKIP")]
+            unrun.append(f"{t['name']}: {why[-1] if why else 'skipped (exit 77)'}")
         else:
             counts["failed"] += 1
+        if r != "SKIP":
+            unrun += [f"{t['name']}: {l}" for l in out.splitlines() if l.startswith("SKIP (part)")]
+for u in unrun:
+    print("not run:", u)
 print(f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped")
 PY
 exit $status
