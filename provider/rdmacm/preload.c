@@ -18,6 +18,14 @@
  * table lookup. Commands on one channel are serialised by its mutex; a thread blocked in
  * GET_EVENT holds no lock (rping connects from one thread while another waits for events).
  *
+ * close() while another thread is inside a command behaves as the kernel's: the descriptor goes
+ * at once, the channel lives on until the command returns (the kernel's write() holds the file),
+ * so a GET_EVENT blocked then stays blocked, and still gets an event that comes, and no thread
+ * touches a freed channel (before, close() freed it under a thread waiting for droced's answer).
+ * Debian 12's rping destroys its event channel while its CM thread waits in rdma_get_cm_event.
+ * So a command holds a reference on its channel, GET_EVENT waits on a private duplicate of the
+ * eventfd, and droced hears of the close (its socket closes) when the last reference goes.
+ *
  * Not covered: dup()/fork() of a channel descriptor (the copy is a plain eventfd).
  */
 /* The plain and the 64-bit names are both defined here, so none may alias the other. */
@@ -65,8 +73,10 @@ static const char kNode[] = "/dev/infiniband/rdma_cm";
 
 struct channel {
   int sock;
+  int wait_fd;      /* the eventfd again, for GET_EVENT: it outlives the program's close() */
   uint32_t id;      /* droced's channel number */
   int nonblocking;  /* the program's O_NONBLOCK (the descriptor itself always has it) */
+  int refs;         /* the table's and each command's in progress, under table_lock */
   pthread_mutex_t lock;
 };
 
@@ -104,6 +114,36 @@ static struct channel *lookup(int fd)
   if (!t || fd < 0 || fd >= MAX_FD)
     return NULL;
   return t[fd];
+}
+
+/* The channel behind fd with a reference the caller gives back with put(), or NULL. */
+static struct channel *get(int fd)
+{
+  struct channel *c;
+
+  if (!lookup(fd))
+    return NULL; /* not a channel: no lock on the program's every write() */
+  pthread_mutex_lock(&table_lock);
+  c = table[fd];
+  if (c)
+    c->refs++;
+  pthread_mutex_unlock(&table_lock);
+  return c;
+}
+
+static void put(struct channel *c)
+{
+  int last;
+
+  pthread_mutex_lock(&table_lock);
+  last = --c->refs == 0;
+  pthread_mutex_unlock(&table_lock);
+  if (!last)
+    return;
+  real_close(c->sock); /* droced destroys the channel's ids (DREQ/REJ to peers) */
+  real_close(c->wait_fd);
+  pthread_mutex_destroy(&c->lock);
+  free(c);
 }
 
 /* droced's CM socket: next to the control socket the device tree names. */
@@ -207,7 +247,7 @@ static int open_channel(int flags)
   struct sockaddr_un addr;
   struct droce_cm_reply reply;
   struct channel *c = NULL;
-  int efd = -1, sock, rc;
+  int efd = -1, wait_fd = -1, sock, rc;
 
   if (cm_socket_path(path, sizeof path) != 0 || strlen(path) >= sizeof addr.sun_path) {
     errno = ENOENT; /* as with no rdma_cm node */
@@ -226,6 +266,8 @@ static int open_channel(int flags)
     rc = reply.status;
   if (rc == 0 && (efd < 0 || efd >= MAX_FD))
     rc = efd < 0 ? -EPROTO : -EMFILE;
+  if (rc == 0 && (wait_fd = real_fcntl(efd, F_DUPFD_CLOEXEC, 0)) < 0)
+    rc = -errno;
   if (rc == 0 && !(c = calloc(1, sizeof *c)))
     rc = -ENOMEM;
   pthread_mutex_lock(&table_lock);
@@ -237,12 +279,16 @@ static int open_channel(int flags)
     real_close(sock);
     if (efd >= 0)
       real_close(efd);
+    if (wait_fd >= 0)
+      real_close(wait_fd);
     errno = -rc;
     return -1;
   }
   if (!(flags & O_CLOEXEC))
     real_fcntl(efd, F_SETFD, 0);
   c->sock = sock;
+  c->wait_fd = wait_fd;
+  c->refs = 1; /* the table's */
   c->id = reply.channel;
   c->nonblocking = (flags & O_NONBLOCK) != 0;
   pthread_mutex_init(&c->lock, NULL);
@@ -252,13 +298,13 @@ static int open_channel(int flags)
 }
 
 /* One queued event's count, waited for as the kernel's GET_EVENT waits. */
-static int take_count(int fd, struct channel *c)
+static int take_count(struct channel *c)
 {
   for (;;) {
     uint64_t one;
-    struct pollfd p = {fd, POLLIN, 0};
+    struct pollfd p = {c->wait_fd, POLLIN, 0};
 
-    if (read(fd, &one, sizeof one) == sizeof one)
+    if (read(c->wait_fd, &one, sizeof one) == sizeof one)
       return 0;
     if (errno != EAGAIN || c->nonblocking)
       return -1;
@@ -267,7 +313,7 @@ static int take_count(int fd, struct channel *c)
   }
 }
 
-static ssize_t cm_write(int fd, struct channel *c, const void *buf, size_t len)
+static ssize_t cm_write(struct channel *c, const void *buf, size_t len)
 {
   uint8_t cmd[DROCE_CM_MAX_CMD];
   uint8_t resp[DROCE_CM_MAX_RESPONSE];
@@ -316,15 +362,16 @@ static ssize_t cm_write(int fd, struct channel *c, const void *buf, size_t len)
     struct channel *old;
 
     memcpy(&old_fd, cmd + MIGRATE_FD_AT, 4);
-    old = lookup(old_fd);
+    old = get(old_fd);
     if (!old) {
       errno = ENOENT;
       return -1;
     }
     memcpy(cmd + MIGRATE_FD_AT, &old->id, 4);
+    put(old);
   }
   for (;;) {
-    if (hdr_cmd == CMD_GET_EVENT && take_count(fd, c) != 0)
+    if (hdr_cmd == CMD_GET_EVENT && take_count(c) != 0)
       return -1;
     pthread_mutex_lock(&c->lock);
     rc = call(c->sock, DROCE_CM_COMMAND, cmd, (uint32_t)len, optval, optval_len, &reply, resp, sizeof resp, NULL);
@@ -348,10 +395,16 @@ static ssize_t cm_write(int fd, struct channel *c, const void *buf, size_t len)
 
 EXPORT ssize_t write(int fd, const void *buf, size_t len)
 {
-  struct channel *c = lookup(fd);
+  struct channel *c = get(fd);
 
-  if (c)
-    return cm_write(fd, c, buf, len);
+  if (c) {
+    ssize_t n = cm_write(c, buf, len);
+    int saved = errno;
+
+    put(c);
+    errno = saved;
+    return n;
+  }
   if (!real_write)
     init();
   return real_write(fd, buf, len);
@@ -359,18 +412,18 @@ EXPORT ssize_t write(int fd, const void *buf, size_t len)
 
 EXPORT int close(int fd)
 {
-  struct channel *c = lookup(fd);
+  struct channel *c = NULL;
 
   if (!real_close)
     init();
-  if (c) {
+  if (lookup(fd)) {
     pthread_mutex_lock(&table_lock);
+    c = table[fd];
     table[fd] = NULL;
     pthread_mutex_unlock(&table_lock);
-    real_close(c->sock); /* droced destroys the channel's ids (DREQ/REJ to peers) */
-    pthread_mutex_destroy(&c->lock);
-    free(c);
   }
+  if (c)
+    put(c); /* the table's reference: the channel goes now, or when its last command returns */
   return real_close(fd);
 }
 
@@ -434,7 +487,7 @@ static int channel_fcntl(int fd, struct channel *c, int cmd, long arg)
 
 EXPORT int fcntl(int fd, int cmd, ...)
 {
-  struct channel *c = lookup(fd);
+  struct channel *c = cmd == F_SETFL || cmd == F_GETFL ? get(fd) : NULL;
   va_list ap;
   long arg;
 
@@ -443,8 +496,14 @@ EXPORT int fcntl(int fd, int cmd, ...)
   va_end(ap);
   if (!real_fcntl)
     init();
-  if (c && (cmd == F_SETFL || cmd == F_GETFL))
-    return channel_fcntl(fd, c, cmd, arg);
+  if (c) {
+    int rc = channel_fcntl(fd, c, cmd, arg);
+    int saved = errno;
+
+    put(c);
+    errno = saved;
+    return rc;
+  }
   return real_fcntl(fd, cmd, arg);
 }
 

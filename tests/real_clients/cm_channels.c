@@ -5,14 +5,45 @@
  * --cm-channels LIMIT: exactly LIMIT open, the next fails with EMFILE, and closing gives the
  * room back.
  *
+ * Then a thread waits in rdma_get_cm_event on a channel with no events while the main thread
+ * destroys that channel, as Debian 12's rping does at its end. The kernel's waiter stays blocked
+ * (its write() holds the file); one that returned with an error would make rping exit 255. It
+ * prints "a waiter when its channel closed: still waiting" or "...: returned, <error>".
+ *
  *   cm_channels LIMIT
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <rdma/rdma_cma.h>
+
+static atomic_int waiter_state; /* 0 not yet waiting, 1 about to wait, 2 returned */
+static int waiter_errno;
+
+static void *wait_for_event(void *arg)
+{
+	struct rdma_cm_event *event;
+
+	atomic_store(&waiter_state, 1);
+	if (rdma_get_cm_event(arg, &event) != 0)
+		waiter_errno = errno;
+	else
+		rdma_ack_cm_event(event);
+	atomic_store(&waiter_state, 2);
+	return NULL;
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+
+	nanosleep(&t, NULL);
+}
 
 int main(int argc, char **argv)
 {
@@ -43,5 +74,24 @@ int main(int argc, char **argv)
 	if (ch[0])
 		rdma_destroy_event_channel(ch[0]);
 	free(ch);
-	return 0;
+
+	struct rdma_event_channel *waited = rdma_create_event_channel();
+	pthread_t waiter;
+
+	if (!waited || pthread_create(&waiter, NULL, wait_for_event, waited) != 0) {
+		perror("a channel and a thread to wait on it");
+		return 1;
+	}
+	while (atomic_load(&waiter_state) == 0)
+		sleep_ms(1);
+	sleep_ms(200); /* into its wait: none of the lines this proves run in 200 ms */
+	rdma_destroy_event_channel(waited);
+	sleep_ms(300); /* a waiter woken by the close returns within microseconds */
+	if (atomic_load(&waiter_state) == 2)
+		printf("a waiter when its channel closed: returned, %s\n",
+		       waiter_errno ? strerror(waiter_errno) : "with an event");
+	else
+		printf("a waiter when its channel closed: still waiting\n");
+	fflush(stdout);
+	return 0; /* exit ends the waiter, as it ends rping's */
 }

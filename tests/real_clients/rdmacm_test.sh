@@ -17,7 +17,8 @@
 #
 # The pair runs with --cm-channels 64: CM_CHANNELS (tests/real_clients/cm_channels.c) checks that
 # a process gets exactly that many event channels, the next fails with EMFILE, and closing them
-# gives the room back.
+# gives the room back; and that a thread waiting in rdma_get_cm_event stays waiting when another
+# thread closes its channel, as the kernel's does (Debian 12's rping depends on it).
 #
 # Each case asserts both programs' exit status and what they print (the last verified rping
 # payload, "return status 0", perftest's result line). A server is started first and the client
@@ -176,13 +177,16 @@ for where in "b a" "a a"; do
 done
 
 # One process's rdma_cm event channels are bounded (droced --cm-channels 64): the 65th fails with
-# EMFILE, and closing them gives the room back.
+# EMFILE, and closing them gives the room back. A waiter on a channel another thread closes
+# stays waiting.
 if selected error.cm_channel_limit; then
   if [ -x "$cm_channels" ]; then
     why=""
     on a timeout 60 "$cm_channels" 64 >"$tmp/cm_channels.out" 2>&1 || why+=" exit $?;"
     grep -q '^opened 64, then Too many open files$' "$tmp/cm_channels.out" || why+=" not 64 then EMFILE;"
     grep -q '^after closing them: one more opens$' "$tmp/cm_channels.out" || why+=" no room after closing;"
+    grep -q '^a waiter when its channel closed: still waiting$' "$tmp/cm_channels.out" ||
+      why+=" rdma_get_cm_event failed when another thread closed its channel (rping would exit 255);"
     report error.cm_channel_limit "$why" "$tmp/cm_channels.out" /dev/null
   else
     echo "SKIP (part): cm_channels was not built (librdmacm-dev)"
