@@ -149,6 +149,26 @@ def cpu_ns(pid):
         return sum(int(open(f"/proc/{pid}/task/{t}/schedstat").read().split()[0]) for t in os.listdir(f"/proc/{pid}/task"))
     except (OSError, TypeError):
         return None
+if sys.argv[1] == "cores":
+    # cores BEFORE_A AFTER_A BEFORE_B AFTER_B: what each droced's workers did over one run (`droce
+    # cores --json` before and after, summed over workers), so that a slow run shows why: yields
+    # and crowded yields (a third task on the CPU), sleeps and what woke them, preemptions, CPU moves.
+    import json
+    counters = ["yields", "yields_crowded", "sleeps", "wakeups_by_port", "wakeups_by_client",
+                "wakeups_by_timer", "preempted", "affinity_changes", "loops"]
+    def load(f):
+        try:
+            return json.load(open(f))
+        except (OSError, ValueError):
+            return None
+    for side, (b, a) in zip("ab", [(sys.argv[2], sys.argv[3]), (sys.argv[4], sys.argv[5])]):
+        before, after = load(b), load(a)
+        if not before or not after:
+            continue
+        for c in counters:
+            print(f"core_{side}_{c}", sum(w.get(c, 0) for w in after) - sum(w.get(c, 0) for w in before))
+        print(f"core_{side}_spin_us", max(w.get("spin_us", 0) for w in after))
+    sys.exit(0)
 if sys.argv[1] == "parse":
     r = result(open(sys.argv[2], errors="replace").read())
     short = {"#iterations": "iters", "t_min": "min", "t_typical": "typical", "99% percentile": "p99",
@@ -271,7 +291,7 @@ fi
 
 # ---- droce: perftest between two droced -------------------------------------------------------
 # exec_a / exec_b run a verbs program on host A / B; dpid_a / dpid_b are the two droced.
-exec_a=() exec_b=() dpid_a='' dpid_b=''
+exec_a=() exec_b=() dpid_a='' dpid_b='' sock_a='' sock_b=''
 perftest() {  # perftest KIND NAME TOOL ARGS...: server on host A, client on host B
   local kind=$1 name=$2 tool=$3; shift 3
   perftest_median 1 "$kind" "$name" "$tool" "$@"
@@ -279,6 +299,20 @@ perftest() {  # perftest KIND NAME TOOL ARGS...: server on host A, client on hos
 # perftest_median N KIND NAME TOOL ARGS...: N runs, the one with the median rate kept (each
 # run's rate is in the JSON): the runs that issue #13's goals divide are repeated, so that one
 # run's placement by the scheduler does not decide them.
+# run_counters FILE: one run's droced counters, one line: per droced its CPU per message, yields
+# (crowded), sleeps and what woke them (port/client/timer), preemptions, CPU moves, final spin.
+run_counters() {
+  awk '{v[$1] = $2} END {
+    msgs = v["iters"] > 0 ? v["iters"] : 1
+    for (i = 1; i <= 2; i++) {
+      s = i == 1 ? "a" : "b"; p = "core_" s "_"
+      printf "droced %s %.3f us/msg, yields %d (%d crowded), sleeps %d (woken %d/%d/%d), preempted %d, moved %d, spin %d us%s",
+        toupper(s), v["cpu_droced_" s] / 1000 / msgs, v[p "yields"], v[p "yields_crowded"], v[p "sleeps"],
+        v[p "wakeups_by_port"], v[p "wakeups_by_client"], v[p "wakeups_by_timer"], v[p "preempted"],
+        v[p "affinity_changes"], v[p "spin_us"], i == 1 ? "; " : "\n"
+    }
+  }' "$1"
+}
 perftest_median() {
   local n=$1 kind=$2 name=$3 tool=$4 i ok=0 f v; shift 4
   for i in $(seq "$n"); do
@@ -294,14 +328,30 @@ perftest_median() {
   [ "$n" = 1 ] || pick=$(for i in "${!vals[@]}"; do echo "${vals[$i]} $i"; done | sort -g | awk -v m=$(((n + 1) / 2)) 'NR == m {print $2}')
   while read -r f v; do put "$kind" "$name" "$f" "$v"; done <"$work/run.$pick.txt"
   if [ "$n" -gt 1 ]; then
-    for i in "${!vals[@]}"; do put "$kind" "$name" "rep_${key}_$((i + 1))" "${vals[$i]}"; done
+    for i in "${!vals[@]}"; do
+      put "$kind" "$name" "rep_${key}_$((i + 1))" "${vals[$i]}"
+      # Every run's CPU and droced counters too (JSON reps_FIELD): a slow run next to the others.
+      while read -r f v; do
+        case "$f" in cpu_*|core_*) put "$kind" "$name" "rep_${f}_$((i + 1))" "$v" ;; esac
+      done <"$work/run.$i.txt"
+      [ "$kind" = bw ] && echo "    run $((i + 1)): ${vals[$i]} M msg/s; $(run_counters "$work/run.$i.txt")"
+    done
     note="(the median of $n runs: ${vals[*]})"
   fi
-  echo "  $name: $(grep -v '^cpu_' "$work/run.$pick.txt" | tr '\n' ' ')$note"
+  echo "  $name: $(grep -Ev '^(cpu|core)_' "$work/run.$pick.txt" | tr '\n' ' ')$note"
 }
-perftest_once() {  # leaves the result's fields in $work/fields.txt and the CPU in $work/cpu.txt
+# cores_snapshot N: both droced's `droce cores --json` into $work/coresN.a and .b (empty if it fails).
+cores_snapshot() {
+  local side sock
+  for side in a b; do
+    if [ $side = a ]; then sock=$sock_a; else sock=$sock_b; fi
+    build/release/apps/droce cores --json --socket "$sock" >"$work/cores$1.$side" 2>/dev/null || : >"$work/cores$1.$side"
+  done
+}
+perftest_once() {  # leaves the result's fields in $work/fields.txt, CPU and counters in $work/cpu.txt
   local kind=$1 name=$2 tool=$3 sv cl rc_s=0 rc_c=0; shift 3
   local cmd=(stdbuf -oL "$tool" -d droce0 -x 1 "$@")  # line-buffered: the watcher sees the header
+  [ "$kind" = bw ] && cores_snapshot 0
   timeout 60 "${exec_a[@]}" "${cmd[@]}" >"$work/server.out" 2>&1 & sv=$!
   for _ in $(seq 200); do grep -q 'Waiting for client' "$work/server.out" && break; sleep 0.05; done
   timeout 60 "${exec_b[@]}" "${cmd[@]}" "$srv_ip" >"$work/client.out" 2>&1 & cl=$!
@@ -312,6 +362,10 @@ perftest_once() {  # leaves the result's fields in $work/fields.txt and the CPU 
   wait "$cl" || rc_c=$?
   [ $rc_c = 0 ] || kill "$sv" 2>/dev/null || true  # a server with no client would wait out its timeout
   wait "$sv" || rc_s=$?
+  if [ "$kind" = bw ]; then
+    cores_snapshot 1
+    $py "$work/pt.py" cores "$work/cores0.a" "$work/cores1.a" "$work/cores0.b" "$work/cores1.b" >>"$work/cpu.txt" || true
+  fi
   if [ $rc_c != 0 ] || ! $py "$work/pt.py" parse "$work/client.out" >"$work/fields.txt"; then
     echo "  $name: failed (client exit $rc_c, server exit $rc_s):"; tail -3 "$work/client.out" | sed 's/^/    /'
     return 1
@@ -357,7 +411,7 @@ echo "== link between the droce hosts: $link ($why)"
 section="droce $link"
 exec_a=(build/release/apps/droce exec --run-dir "$work/hosts/a" --)
 exec_b=(build/release/apps/droce exec --run-dir "$work/hosts/b" --)
-dpid_a=$DROCE_A_PID dpid_b=$DROCE_B_PID
+dpid_a=$DROCE_A_PID dpid_b=$DROCE_B_PID sock_a=$DROCE_A_SOCK sock_b=$DROCE_B_SOCK
 droce_section
 
 echo "== an idle droced (5 s)"
@@ -422,6 +476,7 @@ if [ "$netns" = 1 ]; then
     section="kernel veth (netns)" srv_ip=10.79.0.1
     kernel_section
     exec_a=("${srv_ns[@]}" build/release/apps/droce exec --run-dir "$work/nsa" --)
+    sock_a=$work/nsa/droce0.sock sock_b=$work/nsb/droce0.sock
     exec_b=("${cli_ns[@]}" build/release/apps/droce exec --run-dir "$work/nsb" --)
     srv_ip=10.79.2.1  # perftest's TCP exchange, beside the veth droced owns
     # af_packet and af_xdp run at a tenth of droce_shm's rates: the same-host counts would take
