@@ -27,7 +27,10 @@
 # and 64 QPs; ib_write_bw and ib_read_bw at 64 KiB. Latencies are half a round trip (sockperf and
 # perftest both report so) except ib_read_lat's, a whole READ. The two figures issue #13's goals
 # divide, ib_write_bw 64 B 1 QP and 64 KiB, and the engine bench they are divided by, run three
-# times each and keep the median (every run's rate is in the JSON; --quick runs once). CPU per message: the CPU time of
+# times each and keep the median (every run's rate is in the JSON; --quick runs once); each of
+# those runs also prints, and the JSON keeps, both droced's counters over the run (`droce cores
+# --json` before and after: yields, sleeps and their wakers, preemptions, CPU moves), so that a
+# slow run shows what droced did differently. CPU per message: the CPU time of
 # both droced and both perftest processes while the transfer ran, over its messages. Then 5 s of
 # an idle droced. Nothing goes anywhere but 127.0.0.1, droce's same-host link and the namespaces
 # made here; a measurement that fails is reported as failed and the run goes on.
