@@ -228,7 +228,7 @@ int status_command(std::string_view cmd, const std::vector<std::string_view>& ar
     table(all.get("ports"), {"port", "state", "driver", "mac", "mtu", "speed_mbps", "offloads", "devargs"});
   if (cmd == "gids" || cmd == "status") table(all.get("gids"), {"index", "gid", "address", "type", "vlan"});
   if ((cmd == "cores" || cmd == "status") && all.get("cores") != nullptr)
-    table(all.get("cores"), {"core", "lcore", "mode", "cpus", "rx_queue", "tx_queue", "clients", "qps", "rx_frames",
+    table(all.get("cores"), {"core", "lcore", "mode", "policy", "cpus", "rx_queue", "tx_queue", "clients", "qps", "rx_frames",
                              "tx_frames", "handed_in", "handed_out", "hand_off_dropped", "sleeps",
                              "wakeups_by_port", "wakeups_by_client", "wakeups_by_timer", "on_cpu", "cpu_ms",
                              "wait_ms", "preempted", "mode_reason"});

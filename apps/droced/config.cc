@@ -35,6 +35,9 @@ const char* usage() {
          "  --max-sleep-us N     longest sleep on a port that cannot wake droced (1000)\n"
          "  --event-nice N       event mode: the workers' nice value, -20..19 (-10): a woken\n"
          "                       worker preempts a program spinning on its CPU at once\n"
+         "  --event-policy P     event mode: other (normal, at --event-nice) or rr (SCHED_RR\n"
+         "                       priority 1, needs CAP_SYS_NICE: no wait behind a spinning\n"
+         "                       program's slice; give both ends of a link the same) (other)\n"
          "  --event-affinity A   event mode: lcore (run on the lcore's CPU), any (where the\n"
          "                       scheduler puts it), auto (lcore while mostly idle, any while\n"
          "                       busy) (auto)\n"
@@ -131,6 +134,13 @@ int apply(const std::string& key, const std::string& value, DaemonConfig* c, std
       return -EINVAL;
     }
     c->event_nice = int(v);
+  }
+  else if (key == "event-policy") {
+    if (value != "other" && value != "rr") {
+      *err = "--event-policy is other or rr";
+      return -EINVAL;
+    }
+    c->event_policy = value;
   }
   else if (key == "event-affinity") {
     if (value != "lcore" && value != "any" && value != "auto") {

@@ -54,6 +54,19 @@ struct DaemonConfig {
   /// but 64 QPs, which keep the daemons busy, make 1.3 M msg/s pinned against
   /// 3.4 anywhere.
   std::string event_affinity = "auto";
+  /// Event mode: the workers' scheduling policy. "other": the normal one, at
+  /// event_nice. "rr": SCHED_RR at priority 1 (needs CAP_SYS_NICE; refused, the
+  /// worker stays at "other" and says so), above every normal program, as the
+  /// kernel's rxe runs in softirq above them: a worker preempted when it wakes its
+  /// peer, or woken while a program spins on its CPU, runs again at once instead
+  /// of after that program's slice. Measured on 2 vCPUs (docs/droced.md "Waking
+  /// up"): ib_write_lat 64 B p99.9 2.0-2.3 ms with "other" (a runnable worker
+  /// behind perftest's spinning client for a whole slice), 81-139 us with "rr";
+  /// ib_write_bw 64 B 1 QP 1.72 against 1.65 M msg/s (10 interleaved pairs, within
+  /// the noise). Give both droced of one same-host link the same policy: a worker
+  /// at "rr" stuck on a full ring waits for a peer at "other" on its CPU, which
+  /// then runs only in what RT throttling leaves (5 % by default).
+  std::string event_policy = "other";
   std::vector<std::string> eal_args;  ///< passed through to EAL
   std::string log_level;             ///< EAL --log-level for droce.* (e.g. "debug")
   /// Where the sysfs-shaped tree libibverbs reads goes (programs run with

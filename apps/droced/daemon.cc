@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <net/if.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -363,6 +364,20 @@ void Daemon::shutdown() {
 
 namespace {
 
+// The scheduling policy the kernel applies to a worker's thread, as chrt names it ("?" before
+// the thread runs): what --event-policy asked for, or what was refused, or what chrt changed.
+const char* policy_name(pid_t tid) {
+  const int p = tid > 0 ? sched_getscheduler(tid) : -1;
+  switch (p) {
+    case SCHED_OTHER: return "other";
+    case SCHED_RR: return "rr";
+    case SCHED_FIFO: return "fifo";
+    case SCHED_BATCH: return "batch";
+    case SCHED_IDLE: return "idle";
+    default: return "?";
+  }
+}
+
 // Every field of `c` added into *sum.
 void add_counters(const rocev2::EngineCounters& c, rocev2::EngineCounters* sum) {
   for (size_t i = 0; i < rocev2::kParseStatusCount; ++i) sum->parse.by_status[i] += c.parse.by_status[i];
@@ -589,6 +604,7 @@ std::string Daemon::render_locked() const {
         .str("mode", w->polling() ? "poll" : "event")
         .str("mode_reason", w->mode_reason())
         .str("cpus", w->cpus())
+        .str("policy", policy_name(w->tid()))
         .num("affinity_changes", w->counters().affinity_changes)
         .num("affinity_stays", w->counters().affinity_stays)
         .str("on_cpu", have_ts ? std::to_string(ts.cpu) : std::string("?"))

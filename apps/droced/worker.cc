@@ -473,6 +473,14 @@ void Worker::run() {
   if (!polling_ && setpriority(PRIO_PROCESS, tid(), daemon_->config().event_nice) != 0)
     DROCE_LOG(INFO, app, "worker %u: nice %d refused (%s); wake-ups may wait for a scheduler slice", index_,
               daemon_->config().event_nice, std::strerror(errno));
+  if (!polling_ && daemon_->config().event_policy == "rr") {
+    // Above every normal program (DaemonConfig::event_policy); `droce cores` shows the policy.
+    sched_param p{};
+    p.sched_priority = 1;
+    if (int rc = pthread_setschedparam(pthread_self(), SCHED_RR, &p); rc != 0)
+      DROCE_LOG(WARNING, app, "worker %u: SCHED_RR refused (%s); it stays a normal task at nice %d", index_,
+                std::strerror(rc), daemon_->config().event_nice);
+  }
   DROCE_LOG(INFO, app, "worker %u (lcore %u): %s mode (%s)", index_, lcore_, polling_ ? "poll" : "event",
             mode_reason_.c_str());
   link_generation_ = daemon_->link_generation();

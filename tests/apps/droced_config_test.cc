@@ -84,6 +84,20 @@ TEST(DrocedConfig, EventAffinityIsLcoreAnyOrAuto) {
   EXPECT_NE(err.find("--event-affinity"), std::string::npos) << err;
 }
 
+TEST(DrocedConfig, EventPolicyIsOtherOrRr) {
+  DaemonConfig c;
+  std::string err;
+  EXPECT_EQ(c.event_policy, "other");
+  for (const char* ok : {"rr", "other"}) {
+    ASSERT_EQ(parse({"--port", "x", "--address", "1.2.3.4", "--event-policy", ok}, &c, &err), 0) << err;
+    EXPECT_EQ(c.event_policy, ok);
+  }
+  for (const char* bad : {"fifo", "RR", ""}) {
+    EXPECT_EQ(parse({"--port", "x", "--address", "1.2.3.4", "--event-policy", bad}, &c, &err), -EINVAL) << bad;
+    EXPECT_NE(err.find("--event-policy"), std::string::npos) << err;
+  }
+}
+
 TEST(DrocedConfig, DropRateIsAPercentage) {
   DaemonConfig c;
   std::string err;

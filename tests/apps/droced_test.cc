@@ -8,6 +8,7 @@
 // DROCED_BIN and SELFTEST_BIN name the binaries (meson sets them).
 
 #include <gtest/gtest.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <spawn.h>
@@ -370,6 +371,23 @@ TEST_F(TwoDaemons, EachWorkerSaysWhetherItPollsOrWaitsForEvents) {
     EXPECT_EQ(json.find("\"cpus\":\"0\""), std::string::npos) << json;
     EXPECT_NE(json.find("\"cpus\":\""), std::string::npos) << json;
   }
+  // The normal scheduling policy unless told; SCHED_RR when told and allowed (CAP_SYS_NICE),
+  // traffic flowing either way; refused, the worker says it stayed normal.
+  EXPECT_NE(json.find("\"policy\":\"other\""), std::string::npos) << json;
+  EXPECT_EQ(stop(d_[0]), 0);
+  EXPECT_EQ(stop(d_[1]), 0);
+  start({"--event-policy", "rr"});
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(selftest({"--qps", "2"}, &out), 0) << out;
+  bool may = false;  // whether this machine lets us (and so droced) run a thread at SCHED_RR
+  std::thread([&may] {
+    sched_param p{};
+    p.sched_priority = 1;
+    may = pthread_setschedparam(pthread_self(), SCHED_RR, &p) == 0;
+  }).join();
+  for (auto& d : d_) {
+    ASSERT_EQ(client::query_stats(d.sock, &json), 0);
+    EXPECT_NE(json.find(may ? "\"policy\":\"rr\"" : "\"policy\":\"other\""), std::string::npos) << json;
+  }
 }
 
 // Several lcores (docs/droced.md): each context goes to the worker with the fewest, and frames
@@ -432,7 +450,7 @@ TEST_F(TwoDaemons, SeveralLcoresShareTheClientsAndHandFramesToTheOwningCore) {
   const int st = wait_for(spawn({env_or("DROCE_BIN", "apps/droce"), "cores", "--socket", d_[0].sock}, cli_log), 30);
   EXPECT_TRUE(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
   const std::string text = slurp(cli_log);
-  EXPECT_EQ(text.rfind("core  lcore  mode   cpus  rx_queue  tx_queue  clients", 0), 0u) << text;
+  EXPECT_EQ(text.rfind("core  lcore  mode   policy  cpus  rx_queue  tx_queue  clients", 0), 0u) << text;
   EXPECT_NE(text.find("handed_in"), std::string::npos) << text;
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 3) << text;  // the header and two cores
   EXPECT_EQ(stop(d_[0]), 0);
