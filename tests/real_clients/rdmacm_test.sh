@@ -18,7 +18,8 @@
 # The pair runs with --cm-channels 64: CM_CHANNELS (tests/real_clients/cm_channels.c) checks that
 # a process gets exactly that many event channels, the next fails with EMFILE, and closing them
 # gives the room back; and that a thread waiting in rdma_get_cm_event stays waiting when another
-# thread closes its channel, as the kernel's does (Debian 12's rping depends on it).
+# thread closes its channel, as the kernel's does (Debian 12's rping depends on it), and gets an
+# event that was due on it (10.77.0.99, which nobody owns: ADDR_ERROR).
 #
 # Each case asserts both programs' exit status and what they print (the last verified rping
 # payload, "return status 0", perftest's result line). A server is started first and the client
@@ -195,11 +196,13 @@ done
 if selected error.cm_channel_limit; then
   if [ -x "$cm_channels" ]; then
     why=""
-    on a timeout 60 "$cm_channels" 64 >"$tmp/cm_channels.out" 2>&1 || why+=" exit $?;"
+    on a timeout 60 "$cm_channels" 64 10.77.0.99 >"$tmp/cm_channels.out" 2>&1 || why+=" exit $?;"
     grep -q '^opened 64, then Too many open files$' "$tmp/cm_channels.out" || why+=" not 64 then EMFILE;"
     grep -q '^after closing them: one more opens$' "$tmp/cm_channels.out" || why+=" no room after closing;"
     grep -q '^a waiter when its channel closed: still waiting$' "$tmp/cm_channels.out" ||
       why+=" rdma_get_cm_event failed when another thread closed its channel (rping would exit 255);"
+    grep -q '^a waiter when its channel closed with an event due: RDMA_CM_EVENT_ADDR_ERROR$' "$tmp/cm_channels.out" ||
+      why+=" a waiter on a closed channel did not get the event that was due (the kernel delivers it);"
     report error.cm_channel_limit "$why" "$tmp/cm_channels.out" /dev/null
   else
     echo "SKIP (part): cm_channels was not built (librdmacm-dev)"
