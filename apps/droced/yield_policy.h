@@ -13,8 +13,9 @@
 // and back the same way: six system calls and two wake-ups per turn (a
 // cpu-clock profile put 28 % of both daemons' time in the kernel). While the
 // peer is awake on this CPU and still holds frames of ours
-// (ShmLink::peer_busy_with_ours), it needs the CPU, not a wake-up: sched_yield hands it over in one system call, and the peer, which
-// sees this worker awake, publishes its answer without an eventfd write.
+// (ShmLink::peer_busy_with_ours), it needs the CPU, not a wake-up: sched_yield
+// hands it over in one system call, and the peer, which sees this worker
+// awake, publishes its answer without an eventfd write.
 // Measured (1 QP 64 B, 3 M messages, 16 interleaved pairs): 3.03 against 2.58
 // M msg/s (docs/droced.md).
 //
