@@ -62,23 +62,26 @@ bool read_text(const std::string& path, std::string* out) {
 bool parse_thread_sched(std::string_view schedstat, std::string_view stat, std::string_view status, ThreadSched* out) {
   if (!take_u64(&schedstat, &out->run_ns) || !take_u64(&schedstat, &out->wait_ns)) return false;
   // stat: "pid (comm) state ppid ...": comm may hold blanks and parentheses, so count the
-  // fields after the last ')'. The CPU is field 39, the 37th after it (state is the 1st).
+  // fields after the last ')' (state is the 1st): the CPU is field 39, the 37th after it, then
+  // the real-time priority and the policy.
   const size_t paren = stat.rfind(')');
   if (paren == std::string_view::npos) return false;
   std::string_view rest = stat.substr(paren + 1);
-  for (int field = 1; field <= 37; ++field) {
+  uint64_t cpu = 0, rt_priority = 0, policy = 0;
+  for (int field = 1; field <= 39; ++field) {
     while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
-    const size_t end = rest.find(' ');
     if (rest.empty()) return false;
-    if (field == 37) {
-      uint64_t cpu = 0;
-      if (!whole_u64(rest.substr(0, end), &cpu) || cpu > 1u << 20) return false;
-      out->cpu = int(cpu);
-      break;
-    }
-    if (end == std::string_view::npos) return false;
+    const size_t end = std::min(rest.find_first_of(" \n"), rest.size());
+    const std::string_view value = rest.substr(0, end);
+    if ((field == 37 && !whole_u64(value, &cpu)) || (field == 38 && !whole_u64(value, &rt_priority)) ||
+        (field == 39 && !whole_u64(value, &policy)))
+      return false;
     rest.remove_prefix(end);
   }
+  if (cpu > 1u << 20 || rt_priority > 99 || policy > 7) return false;
+  out->cpu = int(cpu);
+  out->rt_priority = int(rt_priority);
+  out->policy = int(policy);
   return whole_u64(status_value(status, "voluntary_ctxt_switches"), &out->voluntary) &&
          whole_u64(status_value(status, "nonvoluntary_ctxt_switches"), &out->involuntary);
 }

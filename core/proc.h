@@ -28,6 +28,8 @@ bool read_text(const std::string& path, std::string* out);
 /// filesystems/proc).
 struct ThreadSched {
   int cpu = -1;                   ///< the CPU it last ran on (stat, field 39)
+  int rt_priority = 0;            ///< its real-time priority, 0 for a normal task (stat, field 40)
+  int policy = -1;                ///< its scheduling policy, SCHED_OTHER, SCHED_RR, ... (stat, field 41)
   uint64_t run_ns = 0;            ///< time on a CPU (schedstat, first field)
   uint64_t wait_ns = 0;           ///< time runnable but waiting for a CPU (schedstat, second)
   uint64_t voluntary = 0;         ///< context switches it asked for: it blocked (status)

@@ -63,9 +63,8 @@ struct DaemonConfig {
   /// up"): ib_write_lat 64 B p99.9 2.0-2.3 ms with "other" (a runnable worker
   /// behind perftest's spinning client for a whole slice), 81-139 us with "rr";
   /// ib_write_bw 64 B 1 QP 1.72 against 1.65 M msg/s (10 interleaved pairs, within
-  /// the noise). Give both droced of one same-host link the same policy: a worker
-  /// at "rr" stuck on a full ring waits for a peer at "other" on its CPU, which
-  /// then runs only in what RT throttling leaves (5 % by default).
+  /// the noise). A worker at "rr" stuck on a full ring blocks briefly for its peer
+  /// (Worker::block_stuck): a yield would not reach a peer at "other".
   std::string event_policy = "other";
   std::vector<std::string> eal_args;  ///< passed through to EAL
   std::string log_level;             ///< EAL --log-level for droce.* (e.g. "debug")

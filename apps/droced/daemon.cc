@@ -364,11 +364,11 @@ void Daemon::shutdown() {
 
 namespace {
 
-// The scheduling policy the kernel applies to a worker's thread, as chrt names it ("?" before
-// the thread runs): what --event-policy asked for, or what was refused, or what chrt changed.
-const char* policy_name(pid_t tid) {
-  const int p = tid > 0 ? sched_getscheduler(tid) : -1;
-  switch (p) {
+// The scheduling policy the kernel applies to a worker's thread (ThreadSched::policy), as chrt
+// names it ("?" before the thread runs): what --event-policy asked for, or what was refused, or
+// what chrt changed.
+const char* policy_name(int policy) {
+  switch (policy) {
     case SCHED_OTHER: return "other";
     case SCHED_RR: return "rr";
     case SCHED_FIFO: return "fifo";
@@ -414,6 +414,8 @@ void add_counters(const WorkerCounters& c, WorkerCounters* sum) {
   sum->sleeps += c.sleeps;
   sum->wakeups_by_client += c.wakeups_by_client;
   sum->wakeups_by_port += c.wakeups_by_port;
+  sum->wakeups_by_timer += c.wakeups_by_timer;
+  sum->stuck_blocks += c.stuck_blocks;
   sum->clients_closed += c.clients_closed;
   sum->clients_faulted += c.clients_faulted;
   sum->events_unrouted += c.events_unrouted;
@@ -536,6 +538,8 @@ std::string Daemon::render_locked() const {
       .num("sleeps", wc.sleeps)
       .num("wakeups_by_client", wc.wakeups_by_client)
       .num("wakeups_by_port", wc.wakeups_by_port)
+      .num("wakeups_by_timer", wc.wakeups_by_timer)
+      .num("stuck_blocks", wc.stuck_blocks)
       .num("clients_accepted", clients_accepted_)
       .num("clients_closed", wc.clients_closed)
       .num("clients_faulted", wc.clients_faulted)
@@ -604,7 +608,7 @@ std::string Daemon::render_locked() const {
         .str("mode", w->polling() ? "poll" : "event")
         .str("mode_reason", w->mode_reason())
         .str("cpus", w->cpus())
-        .str("policy", policy_name(w->tid()))
+        .str("policy", policy_name(have_ts ? ts.policy : -1))
         .num("affinity_changes", w->counters().affinity_changes)
         .num("affinity_stays", w->counters().affinity_stays)
         .str("on_cpu", have_ts ? std::to_string(ts.cpu) : std::string("?"))
@@ -624,6 +628,7 @@ std::string Daemon::render_locked() const {
         .num("wakeups_by_port", w->counters().wakeups_by_port)
         .num("wakeups_by_client", w->counters().wakeups_by_client)
         .num("wakeups_by_timer", w->counters().wakeups_by_timer)
+        .num("stuck_blocks", w->counters().stuck_blocks)
         .num("rx_frames", c.rx_frames)
         .num("tx_frames", c.tx_frames)
         .num("handed_in", d.handed_in)

@@ -64,6 +64,7 @@ struct WorkerCounters {
   uint64_t wakeups_by_client = 0;  ///< sleeps the eventfd ended (a doorbell or a hand-off)
   uint64_t wakeups_by_port = 0;    ///< sleeps a port RX interrupt ended
   uint64_t wakeups_by_timer = 0;   ///< sleeps that ended with no event (a timer, or a port that cannot wake us)
+  uint64_t stuck_blocks = 0;       ///< a worker at SCHED_RR blocked, frames waiting for room (Worker::block_stuck)
   uint64_t clients_closed = 0;
   uint64_t clients_faulted = 0;  ///< disconnected for breaking the protocol
   uint64_t events_unrouted = 0;  ///< engine events for objects no client owns
@@ -139,8 +140,13 @@ class Worker {
   /// for_peer: taken to let a droce_shm peer asleep on this CPU run (SpinPolicy::Sleep).
   void sleep(uint64_t now_ns, bool for_peer);
   /// A loop that did no work (idle since idle_since_ns, or stuck on a full ring): hands the
-  /// CPU to a droce_shm peer that needs it when YieldPolicy says so, and says whether it did.
-  bool yield_to_peer(uint64_t now_ns, uint64_t idle_since_ns, bool stuck, bool owed);
+  /// CPU to a droce_shm peer that needs it when YieldPolicy says so, and says whether it did
+  /// and, in *peer_ran_ns, how long the peer had of it.
+  bool yield_to_peer(uint64_t now_ns, uint64_t idle_since_ns, bool stuck, bool owed, uint64_t* peer_ran_ns = nullptr);
+  /// At SCHED_RR, frames waiting for room that only the peer can make (its ring, or the
+  /// kernel's socket) and no yield that let it run: block for kStuckBlockUs (see iterate).
+  static constexpr int kStuckBlockUs = 200;
+  void block_stuck();
   void choose_mode();
   /// The earliest wake-up stamp (the port's, the clients') raised at or after since_ns.
   core::WakeStamp first_wake_since(uint64_t since_ns) const;
@@ -165,6 +171,7 @@ class Worker {
   int rx_intr_fd_ = -1;  ///< the port's RX interrupt descriptor in epoll_ (not owned)
   uint64_t sleep_us_ = 16;  ///< the next unarmed sleep (grows while idle)
   bool polling_ = false;
+  bool realtime_ = false;  ///< --event-policy rr took: this thread runs at SCHED_RR
   std::string mode_reason_;
   std::string cpus_;
   std::atomic<pid_t> tid_{0};

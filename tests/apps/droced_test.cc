@@ -99,9 +99,10 @@ class TwoDaemons : public ::testing::Test {
     fs::remove_all(dir_);
   }
 
-  // Starts daemon A (the link's server) and B (its client) with `extra` flags,
-  // on droce_shm or (memif) net_memif.
-  void start(const std::vector<std::string>& extra = {}, bool ipv6 = false, bool memif_link = false) {
+  // Starts daemon A (the link's server) and B (its client) with `extra` flags (and B with
+  // `extra_b` after them), on droce_shm or (memif) net_memif.
+  void start(const std::vector<std::string>& extra = {}, bool ipv6 = false, bool memif_link = false,
+             const std::vector<std::string>& extra_b = {}) {
     const std::string memif = dir_ + "/memif.sock";
     const std::string shm = dir_ + "/link.sock";
     for (int i = 0; i < 2; ++i) {
@@ -121,6 +122,7 @@ class TwoDaemons : public ::testing::Test {
                                        "--memory", "256", "--mbufs", "8192"};
       if (ipv6) args.insert(args.end(), {"--address", i == 0 ? "fd00:77::1" : "fd00:77::2"});
       args.insert(args.end(), extra.begin(), extra.end());
+      if (i == 1) args.insert(args.end(), extra_b.begin(), extra_b.end());
       d.pid = spawn(args, d.log);
       ASSERT_GT(d.pid, 0);
       // The server's control socket (and its link's) must exist before the client starts.
@@ -388,6 +390,36 @@ TEST_F(TwoDaemons, EachWorkerSaysWhetherItPollsOrWaitsForEvents) {
     ASSERT_EQ(client::query_stats(d.sock, &json), 0);
     EXPECT_NE(json.find(may ? "\"policy\":\"rr\"" : "\"policy\":\"other\""), std::string::npos) << json;
   }
+}
+
+// A worker at SCHED_RR whose frames wait for room in its peer's ring, the peer a normal task on
+// the same CPU (both daemons on lcore 0: CPU 0): a yield hands the CPU only to a task at the
+// same policy, so spinning left the peer only what RT throttling leaves, and RC transfers
+// failed with retry-exceeded and flushed. Such a worker blocks instead (Worker::block_stuck),
+// and `droce cores` counts it. The selftest's benchmark at 8 QPs keeps 8 x 32 WRITEs and SENDs
+// of 64 KiB in flight, 2048 frames of 9000 bytes against a ring of 1024.
+TEST_F(TwoDaemons, AWorkerAtRrStuckOnAFullRingBlocksForItsPeerAtTheNormalPolicy) {
+  bool may = false;
+  std::thread([&may] {
+    sched_param p{};
+    p.sched_priority = 1;
+    may = pthread_setschedparam(pthread_self(), SCHED_RR, &p) == 0;
+  }).join();
+  if (!may) GTEST_SKIP() << "this machine refuses SCHED_RR (needs CAP_SYS_NICE)";
+  start({"--mtu", "9000", "--event-affinity", "lcore", "--event-policy", "rr"}, false, false,
+        {"--event-policy", "other"});
+  std::string out;
+  EXPECT_EQ(selftest({"--qps", "8", "--bench"}, &out), 0) << out;
+  EXPECT_EQ(out.find("errors"), std::string::npos) << out;
+  std::string json;
+  ASSERT_EQ(client::query_stats(d_[0].sock, &json), 0);
+  EXPECT_NE(json.find("\"policy\":\"rr\""), std::string::npos) << json;
+  EXPECT_GT(stat_of(d_[0].sock, "stuck_blocks"), 0) << json;
+  ASSERT_EQ(client::query_stats(d_[1].sock, &json), 0);
+  EXPECT_NE(json.find("\"policy\":\"other\""), std::string::npos) << json;
+  EXPECT_EQ(stat_of(d_[1].sock, "stuck_blocks"), 0) << "a worker at the normal policy yields, it never blocks so";
+  EXPECT_EQ(stop(d_[0]), 0);
+  EXPECT_EQ(stop(d_[1]), 0);
 }
 
 // Several lcores (docs/droced.md): each context goes to the worker with the fewest, and frames

@@ -18,10 +18,11 @@
 namespace droce::core {
 namespace {
 
-// A stat line whose comm holds blanks and a ')', as a program may name itself; CPU 3.
+// A stat line whose comm holds blanks and a ')', as a program may name itself; CPU 3, at
+// SCHED_RR (2) priority 1.
 const std::string kStat =
     "4242 (dro ce) x) S 1 4242 4242 0 -1 4194560 110 0 0 0 12 5 0 0 20 0 3 0 1000 1000000 200 "
-    "18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 3 0 0 0 0 0 0 0 0 0 0 0 0 0\n";
+    "18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 3 1 2 0 0 0 0 0 0 0 0 0 0 0\n";
 const std::string kStatus =
     "Name:\tdroced\nState:\tS (sleeping)\nvoluntary_ctxt_switches:\t105\nnonvoluntary_ctxt_switches:\t16\n";
 
@@ -41,6 +42,8 @@ TEST(Proc, AThreadFromItsThreeFiles) {
   EXPECT_EQ(t.run_ns, 123456789u);
   EXPECT_EQ(t.wait_ns, 4000u);
   EXPECT_EQ(t.cpu, 3);  // field 39, counted after the last ')'
+  EXPECT_EQ(t.rt_priority, 1);
+  EXPECT_EQ(t.policy, SCHED_RR);
   EXPECT_EQ(t.voluntary, 105u);
   EXPECT_EQ(t.involuntary, 16u);
 }
@@ -55,6 +58,11 @@ TEST(Proc, MalformedTextIsRefused) {
   std::string bad_cpu = kStat;
   bad_cpu.replace(bad_cpu.find(" 17 3 ") + 4, 1, "z");
   EXPECT_FALSE(parse_thread_sched("1 2 3", bad_cpu, kStatus, &t));
+  std::string bad_policy = kStat;
+  bad_policy.replace(bad_policy.find(" 17 3 1 2 ") + 9, 1, "9");  // no such policy
+  EXPECT_FALSE(parse_thread_sched("1 2 3", bad_policy, kStatus, &t));
+  const std::string no_policy = kStat.substr(0, kStat.find(" 17 3 1 ") + 8) + "\n";  // ends at field 40
+  EXPECT_FALSE(parse_thread_sched("1 2 3", no_policy, kStatus, &t));
   EXPECT_FALSE(parse_thread_sched("1 2 3", kStat, "voluntary_ctxt_switches:\t1\n", &t));  // no nonvoluntary
   EXPECT_FALSE(parse_thread_sched("1 2 3", kStat, "voluntary_ctxt_switches:\t1x\nnonvoluntary_ctxt_switches:\t1\n", &t));
 }
@@ -153,6 +161,7 @@ TEST(Proc, ThisThreadAsTheKernelSeesIt) {
   EXPECT_GE(after.voluntary, before.voluntary + 2);
   EXPECT_GE(after.cpu, 0);
   EXPECT_LT(after.cpu, CPU_SETSIZE);
+  EXPECT_EQ(after.policy, sched_getscheduler(0));  // the stat field and the system call agree
   EXPECT_FALSE(read_thread_sched(0, &after));  // no such thread
 }
 
