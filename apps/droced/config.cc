@@ -35,9 +35,10 @@ const char* usage() {
          "  --max-sleep-us N     longest sleep on a port that cannot wake droced (1000)\n"
          "  --event-nice N       event mode: the workers' nice value, -20..19 (-10): a woken\n"
          "                       worker preempts a program spinning on its CPU at once\n"
-         "  --event-policy P     event mode: other (normal, at --event-nice) or rr (SCHED_RR\n"
-         "                       priority 1, needs CAP_SYS_NICE: no wait behind a spinning\n"
-         "                       program's slice; give both ends of a link the same) (other)\n"
+         "  --event-policy P     event mode: rr (SCHED_RR priority 1, needs CAP_SYS_NICE: no\n"
+         "                       wait behind a spinning program's slice; normal after 2 ms\n"
+         "                       without a break), other (normal, at --event-nice), auto (rr\n"
+         "                       where allowed, else other) (auto)\n"
          "  --event-affinity A   event mode: lcore (run on the lcore's CPU), any (where the\n"
          "                       scheduler puts it), auto (lcore while mostly idle, any while\n"
          "                       busy) (auto)\n"
@@ -136,8 +137,8 @@ int apply(const std::string& key, const std::string& value, DaemonConfig* c, std
     c->event_nice = int(v);
   }
   else if (key == "event-policy") {
-    if (value != "other" && value != "rr") {
-      *err = "--event-policy is other or rr";
+    if (value != "auto" && value != "other" && value != "rr") {
+      *err = "--event-policy is auto, other or rr";
       return -EINVAL;
     }
     c->event_policy = value;

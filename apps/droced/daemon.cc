@@ -629,6 +629,7 @@ std::string Daemon::render_locked() const {
         .num("wakeups_by_client", w->counters().wakeups_by_client)
         .num("wakeups_by_timer", w->counters().wakeups_by_timer)
         .num("stuck_blocks", w->counters().stuck_blocks)
+        .num("rt_demotions", w->realtime_counters().demotions)
         .num("rx_frames", c.rx_frames)
         .num("tx_frames", c.tx_frames)
         .num("handed_in", d.handed_in)

@@ -376,10 +376,12 @@ void Worker::sleep(uint64_t now_ns, bool for_peer) {
       slept.spin_end_ns = now_ns;
       slept.for_peer = for_peer;
       slept.cpu = sched_getcpu();
+      apply(realtime_.before_block());
       const uint64_t blocked_from = core::monotonic_ns();
       const int events = control(static_cast<int>(us));
       slept.back_ns = core::monotonic_ns();
       away_ns_ += slept.back_ns - blocked_from;
+      realtime_.after_block(slept.back_ns);
       if (events <= 0) ++counters_.wakeups_by_timer;
       slept.by_event = events > 0;
       if (slept.by_event) slept.waker = first_wake_since(now_ns);
@@ -409,6 +411,7 @@ void Worker::iterate(uint64_t now, uint64_t* idle_since) {
   if (cm_ != nullptr && (cm_->has_completions() || now >= cm_->next_deadline_ns())) work += cm_->poll(now);
   if ((++counters_.loops & 63) == 0) control(0);
   if (adaptive_affinity_ && now - window_start_ns_ >= kAffinityWindowNs) adapt_affinity(now);
+  apply(realtime_.on_loop(now));
   net::Port& port = *core_->group().port();
   if (yield_.enabled()) port.publish_running(sched_getcpu(), now - away_ns_);
   if (work != 0 || core_->engine().has_tx_work()) {
@@ -420,13 +423,14 @@ void Worker::iterate(uint64_t now, uint64_t* idle_since) {
     // (64 KiB WRITEs over a 9000-byte MTU: 19-31 against 72 Gbit/s before this yield).
     if (work == 0 && !polling_) {
       uint64_t peer_ran_ns = 0;
-      const bool yielded = yield_to_peer(now, now, /*stuck=*/true, port.wake_owed(), &peer_ran_ns);
+      const bool owed = port.wake_owed();
+      const bool yielded = yield_to_peer(now, now, /*stuck=*/true, owed, &peer_ran_ns);
       // At SCHED_RR a yield hands the CPU only to a task at the same policy and priority: a
-      // peer at the normal policy on this CPU (or the kernel's softirq thread an af_packet
-      // socket waits for) never runs while we spin, save in what RT throttling leaves, 5 %.
-      // Measured: ib_write_bw 64 KiB from a droced at rr to one at other on the same CPU
-      // failed with retry-exceeded (status 12) before this block.
-      if (realtime_ && (!yielded || peer_ran_ns == 0)) block_stuck();
+      // peer at the normal policy on this CPU never runs while we spin (till RealtimeBudget
+      // sends us normal). Measured: ib_write_bw 64 KiB from a droced at rr to one at other on
+      // the same CPU failed with retry-exceeded (status 12) before this block. A peer on
+      // another CPU empties the ring meanwhile: spin on (blocking there cost 11 % at 64 KiB).
+      if (realtime_.realtime() && (owed || (yielded && peer_ran_ns == 0))) block_stuck();
     }
   } else if (!polling_) {
     // Owing a wake-up to a peer asleep on this CPU, spinning would only keep it from running:
@@ -443,8 +447,24 @@ void Worker::block_stuck() {
   port.flush_wake();  // a peer asleep on this CPU holds the frames that would make room
   ++counters_.stuck_blocks;
   const uint64_t from = core::monotonic_ns();
+  apply(realtime_.before_block());
   (void)control(kStuckBlockUs);
-  away_ns_ += core::monotonic_ns() - from;
+  const uint64_t back = core::monotonic_ns();
+  away_ns_ += back - from;
+  realtime_.after_block(back);
+}
+
+void Worker::apply(RealtimeBudget::Change change) {
+  if (change == RealtimeBudget::Change::none) return;
+  // Back to the normal policy keeps the nice value set at start (--event-nice).
+  const bool rt = change == RealtimeBudget::Change::to_realtime;
+  sched_param p{};
+  p.sched_priority = rt ? 1 : 0;
+  if (int rc = pthread_setschedparam(pthread_self(), rt ? SCHED_RR : SCHED_OTHER, &p); rc != 0) {
+    // Only taking SCHED_RR back can be refused (a capability dropped since): stay normal.
+    DROCE_LOG(WARNING, app, "worker %u: SCHED_RR refused (%s); it stays a normal task", index_, std::strerror(rc));
+    realtime_ = RealtimeBudget(false);
+  }
 }
 
 bool Worker::yield_to_peer(uint64_t now_ns, uint64_t idle_since_ns, bool stuck, bool owed, uint64_t* peer_ran_ns) {
@@ -492,15 +512,21 @@ void Worker::run() {
   if (!polling_ && setpriority(PRIO_PROCESS, tid(), daemon_->config().event_nice) != 0)
     DROCE_LOG(INFO, app, "worker %u: nice %d refused (%s); wake-ups may wait for a scheduler slice", index_,
               daemon_->config().event_nice, std::strerror(errno));
-  if (!polling_ && daemon_->config().event_policy == "rr") {
-    // Above every normal program (DaemonConfig::event_policy); `droce cores` shows the policy.
+  if (const std::string& policy = daemon_->config().event_policy; !polling_ && policy != "other") {
+    // Above every normal program while it blocks often (DaemonConfig::event_policy,
+    // RealtimeBudget); `droce cores` shows the policy.
     sched_param p{};
     p.sched_priority = 1;
-    if (int rc = pthread_setschedparam(pthread_self(), SCHED_RR, &p); rc != 0)
-      DROCE_LOG(WARNING, app, "worker %u: SCHED_RR refused (%s); it stays a normal task at nice %d", index_,
-                std::strerror(rc), daemon_->config().event_nice);
-    else
-      realtime_ = true;
+    if (int rc = pthread_setschedparam(pthread_self(), SCHED_RR, &p); rc != 0) {
+      if (policy == "rr")
+        DROCE_LOG(WARNING, app, "worker %u: SCHED_RR refused (%s); it stays a normal task at nice %d", index_,
+                  std::strerror(rc), daemon_->config().event_nice);
+      else
+        DROCE_LOG(INFO, app, "worker %u: normal policy at nice %d (SCHED_RR needs CAP_SYS_NICE: %s)", index_,
+                  daemon_->config().event_nice, std::strerror(rc));
+    } else {
+      realtime_ = RealtimeBudget(true, core::monotonic_ns());
+    }
   }
   DROCE_LOG(INFO, app, "worker %u (lcore %u): %s mode (%s)", index_, lcore_, polling_ ? "poll" : "event",
             mode_reason_.c_str());

@@ -49,6 +49,7 @@
 
 #include "apps/droced/cm_host.h"
 #include "apps/droced/device_core.h"
+#include "apps/droced/realtime_budget.h"
 #include "apps/droced/session.h"
 #include "apps/droced/spin_policy.h"
 #include "apps/droced/yield_policy.h"
@@ -126,6 +127,8 @@ class Worker {
   uint64_t wake_us() const { return spin_.wake_ns() / 1000; }
   /// Event mode on a droce_shm link: the CPU handed to the peer by yielding (YieldPolicy).
   const YieldCounters& yield_counters() const { return yield_.counters(); }
+  /// Event mode at SCHED_RR: the times it ran too long without a break (RealtimeBudget).
+  const RealtimeCounters& realtime_counters() const { return realtime_.counters(); }
   /// Call once in main() before EAL starts: the CPUs an event-mode worker may
   /// run on (EAL pins each lcore's thread to one).
   static void remember_startup_affinity();
@@ -171,7 +174,6 @@ class Worker {
   int rx_intr_fd_ = -1;  ///< the port's RX interrupt descriptor in epoll_ (not owned)
   uint64_t sleep_us_ = 16;  ///< the next unarmed sleep (grows while idle)
   bool polling_ = false;
-  bool realtime_ = false;  ///< --event-policy rr took: this thread runs at SCHED_RR
   std::string mode_reason_;
   std::string cpus_;
   std::atomic<pid_t> tid_{0};
@@ -190,6 +192,8 @@ class Worker {
   static std::string describe_affinity();
   SpinPolicy spin_;  ///< event mode: how long to spin before blocking
   YieldPolicy yield_;  ///< event mode on droce_shm: when to yield to the peer instead
+  RealtimeBudget realtime_;  ///< event mode at SCHED_RR: when to drop to the normal policy, and back
+  void apply(RealtimeBudget::Change change);
   uint64_t away_ns_ = 0;  ///< time spent blocked or yielding: publish_running, adapt_affinity
   WorkerCounters counters_;
 };

@@ -84,11 +84,11 @@ TEST(DrocedConfig, EventAffinityIsLcoreAnyOrAuto) {
   EXPECT_NE(err.find("--event-affinity"), std::string::npos) << err;
 }
 
-TEST(DrocedConfig, EventPolicyIsOtherOrRr) {
+TEST(DrocedConfig, EventPolicyIsAutoOtherOrRr) {
   DaemonConfig c;
   std::string err;
-  EXPECT_EQ(c.event_policy, "other");
-  for (const char* ok : {"rr", "other"}) {
+  EXPECT_EQ(c.event_policy, "auto");
+  for (const char* ok : {"rr", "other", "auto"}) {
     ASSERT_EQ(parse({"--port", "x", "--address", "1.2.3.4", "--event-policy", ok}, &c, &err), 0) << err;
     EXPECT_EQ(c.event_policy, ok);
   }

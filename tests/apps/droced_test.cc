@@ -373,22 +373,55 @@ TEST_F(TwoDaemons, EachWorkerSaysWhetherItPollsOrWaitsForEvents) {
     EXPECT_EQ(json.find("\"cpus\":\"0\""), std::string::npos) << json;
     EXPECT_NE(json.find("\"cpus\":\""), std::string::npos) << json;
   }
-  // The normal scheduling policy unless told; SCHED_RR when told and allowed (CAP_SYS_NICE),
-  // traffic flowing either way; refused, the worker says it stayed normal.
-  EXPECT_NE(json.find("\"policy\":\"other\""), std::string::npos) << json;
-  EXPECT_EQ(stop(d_[0]), 0);
-  EXPECT_EQ(stop(d_[1]), 0);
-  start({"--event-policy", "rr"});
-  for (int i = 0; i < 2; ++i) EXPECT_EQ(selftest({"--qps", "2"}, &out), 0) << out;
+  // SCHED_RR where the machine allows it (CAP_SYS_NICE), unless told "other"; told "rr" and
+  // refused, the worker says it stayed normal. Traffic flows either way.
   bool may = false;  // whether this machine lets us (and so droced) run a thread at SCHED_RR
   std::thread([&may] {
     sched_param p{};
     p.sched_priority = 1;
     may = pthread_setschedparam(pthread_self(), SCHED_RR, &p) == 0;
   }).join();
+  EXPECT_NE(json.find(may ? "\"policy\":\"rr\"" : "\"policy\":\"other\""), std::string::npos) << json;
+  EXPECT_EQ(stop(d_[0]), 0);
+  EXPECT_EQ(stop(d_[1]), 0);
+  for (const char* policy : {"rr", "other"}) {
+    SCOPED_TRACE(policy);
+    start({"--event-policy", policy});
+    for (int i = 0; i < 2; ++i) EXPECT_EQ(selftest({"--qps", "2"}, &out), 0) << out;
+    for (auto& d : d_) {
+      ASSERT_EQ(client::query_stats(d.sock, &json), 0);
+      EXPECT_NE(json.find(may && policy == std::string("rr") ? "\"policy\":\"rr\"" : "\"policy\":\"other\""),
+                std::string::npos)
+          << json;
+      EXPECT_EQ(stop(d), 0);
+    }
+  }
+}
+
+// A worker at SCHED_RR may not keep its CPU from normal programs for long: one told to spin
+// 10 ms after work before it blocks (--idle-spin-us) goes to the normal policy 2 ms into each
+// such spin (RealtimeBudget) and takes SCHED_RR back when it blocks.
+TEST_F(TwoDaemons, AWorkerAtRrThatDoesNotBlockFor2MsGoesNormalUntilItDoes) {
+  bool may = false;
+  std::thread([&may] {
+    sched_param p{};
+    p.sched_priority = 1;
+    may = pthread_setschedparam(pthread_self(), SCHED_RR, &p) == 0;
+  }).join();
+  if (!may) GTEST_SKIP() << "this machine refuses SCHED_RR (needs CAP_SYS_NICE)";
+  start({"--event-policy", "rr", "--idle-spin-us", "10000"});
+  std::string out;
+  EXPECT_EQ(selftest({"--qps", "2"}, &out), 0) << out;
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // past the spin: blocked again
   for (auto& d : d_) {
+    // One reading: the query wakes the worker, which then spins again.
+    std::string json;
     ASSERT_EQ(client::query_stats(d.sock, &json), 0);
-    EXPECT_NE(json.find(may ? "\"policy\":\"rr\"" : "\"policy\":\"other\""), std::string::npos) << json;
+    EXPECT_NE(json.find("\"policy\":\"rr\""), std::string::npos) << json;
+    const size_t at = json.find("\"rt_demotions\":");
+    ASSERT_NE(at, std::string::npos) << json;
+    EXPECT_GT(std::atoll(json.c_str() + at + 15), 0) << json;
+    EXPECT_EQ(stop(d), 0);
   }
 }
 

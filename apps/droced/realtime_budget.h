@@ -1,0 +1,71 @@
+#pragma once
+// RealtimeBudget: how long an event-mode worker at SCHED_RR (--event-policy
+// rr, or auto where the machine allows it) may run without a break before it
+// goes back to the normal policy (docs/droced.md, "Waking up"). I/O-free: the
+// worker reports its loops and its blocks and applies what this says;
+// tests/apps/realtime_budget_test.cc drives it with crafted times.
+//
+// Why a worker runs at SCHED_RR: as the kernel's rxe runs in softirq, above
+// every program, so a worker woken or preempted while a program spins on its
+// CPU runs again at once instead of after that program's slice (ib_write_lat
+// 64 B p99.9 2 ms at the normal policy on a 2-vCPU VM, 81-191 us at rr).
+// Why not for long: a task at SCHED_RR that never blocks keeps every normal
+// task off its CPU (save RT throttling's 5 %): a busy worker would starve the
+// very programs it serves, and a bug that spins would take the CPU from the
+// whole machine. The kernel's answer for softirq is the same budget: after
+// 2 ms of softirq work __do_softirq leaves the rest to ksoftirqd, a normal
+// thread. So a worker that has not blocked for kBurstNs drops to the normal
+// policy (at its nice) and takes SCHED_RR back when it next blocks: a worker
+// that serves messages one at a time (latency) keeps it; one streaming
+// (bandwidth, where it also yields its CPU to its peer without blocking)
+// runs as any other program, where rr and other measured alike.
+
+#include <cstdint>
+
+namespace droce::droced {
+
+struct RealtimeCounters {
+  uint64_t demotions = 0;  ///< times kBurstNs without a block sent the worker to the normal policy
+};
+
+class RealtimeBudget {
+ public:
+  /// The longest stretch at SCHED_RR without blocking (__do_softirq's MAX_SOFTIRQ_TIME).
+  static constexpr uint64_t kBurstNs = 2'000'000;
+
+  enum class Change { none, to_normal, to_realtime };
+
+  /// Never changes anything when disabled (a worker that did not get SCHED_RR).
+  explicit RealtimeBudget(bool enabled = false, uint64_t now_ns = 0) : enabled_(enabled), rested_ns_(now_ns) {}
+
+  /// Each loop: to_normal once the worker has run kBurstNs since it last blocked.
+  Change on_loop(uint64_t now_ns) {
+    if (!enabled_ || demoted_ || now_ns - rested_ns_ < kBurstNs) return Change::none;
+    demoted_ = true;
+    ++counters_.demotions;
+    return Change::to_normal;
+  }
+  /// Before each block (a sleep, a wait for room): to_realtime if it had gone to the normal
+  /// policy, so that what wakes it finds it at SCHED_RR again (woken at the normal policy, it
+  /// would wait behind a spinning program, the very thing rr is for).
+  Change before_block() {
+    if (!demoted_) return Change::none;
+    demoted_ = false;
+    return Change::to_realtime;
+  }
+  /// After each block: the budget starts again.
+  void after_block(uint64_t now_ns) { rested_ns_ = now_ns; }
+
+  bool enabled() const { return enabled_; }
+  /// At SCHED_RR now (enabled and not sent to the normal policy).
+  bool realtime() const { return enabled_ && !demoted_; }
+  const RealtimeCounters& counters() const { return counters_; }
+
+ private:
+  bool enabled_;
+  bool demoted_ = false;
+  uint64_t rested_ns_;
+  RealtimeCounters counters_;
+};
+
+}  // namespace droce::droced
