@@ -195,6 +195,18 @@ TEST_F(TwoDaemons, Ipv6OnAVlanWithPathMtu4096) {
 }
 
 // A counter from droced's stats JSON ("name":N), or -1.
+// Whether this machine lets us (and so droced) run a thread at SCHED_RR: tried on a thread of
+// our own that then ends.
+bool may_run_rr() {
+  bool may = false;
+  std::thread([&may] {
+    sched_param p{};
+    p.sched_priority = 1;
+    may = pthread_setschedparam(pthread_self(), SCHED_RR, &p) == 0;
+  }).join();
+  return may;
+}
+
 long long stat_of(const std::string& sock, const std::string& name) {
   std::string json;
   if (client::query_stats(sock, &json) != 0) return -1;
@@ -378,12 +390,7 @@ TEST_F(TwoDaemons, EachWorkerSaysWhetherItPollsOrWaitsForEvents) {
   EXPECT_NE(json.find("\"policy\":\"other\""), std::string::npos) << json;
   EXPECT_EQ(stop(d_[0]), 0);
   EXPECT_EQ(stop(d_[1]), 0);
-  bool may = false;  // whether this machine lets us (and so droced) run a thread at SCHED_RR
-  std::thread([&may] {
-    sched_param p{};
-    p.sched_priority = 1;
-    may = pthread_setschedparam(pthread_self(), SCHED_RR, &p) == 0;
-  }).join();
+  const bool may = may_run_rr();
   for (const char* policy : {"rr", "auto"}) {
     SCOPED_TRACE(policy);
     start({"--event-policy", policy});
@@ -400,13 +407,7 @@ TEST_F(TwoDaemons, EachWorkerSaysWhetherItPollsOrWaitsForEvents) {
 // 10 ms after work before it blocks (--idle-spin-us) goes to the normal policy 2 ms into each
 // such spin (RealtimeBudget) and takes SCHED_RR back when it blocks.
 TEST_F(TwoDaemons, AWorkerAtRrThatDoesNotBlockFor2MsGoesNormalUntilItDoes) {
-  bool may = false;
-  std::thread([&may] {
-    sched_param p{};
-    p.sched_priority = 1;
-    may = pthread_setschedparam(pthread_self(), SCHED_RR, &p) == 0;
-  }).join();
-  if (!may) GTEST_SKIP() << "this machine refuses SCHED_RR (needs CAP_SYS_NICE)";
+  if (!may_run_rr()) GTEST_SKIP() << "this machine refuses SCHED_RR (needs CAP_SYS_NICE)";
   start({"--event-policy", "rr", "--idle-spin-us", "10000"});
   std::string out;
   EXPECT_EQ(selftest({"--qps", "2"}, &out), 0) << out;
@@ -430,13 +431,7 @@ TEST_F(TwoDaemons, AWorkerAtRrThatDoesNotBlockFor2MsGoesNormalUntilItDoes) {
 // and `droce cores` counts it. The selftest's benchmark at 8 QPs keeps 8 x 32 WRITEs and SENDs
 // of 64 KiB in flight, 2048 frames of 9000 bytes against a ring of 1024.
 TEST_F(TwoDaemons, AWorkerAtRrStuckOnAFullRingBlocksForItsPeerAtTheNormalPolicy) {
-  bool may = false;
-  std::thread([&may] {
-    sched_param p{};
-    p.sched_priority = 1;
-    may = pthread_setschedparam(pthread_self(), SCHED_RR, &p) == 0;
-  }).join();
-  if (!may) GTEST_SKIP() << "this machine refuses SCHED_RR (needs CAP_SYS_NICE)";
+  if (!may_run_rr()) GTEST_SKIP() << "this machine refuses SCHED_RR (needs CAP_SYS_NICE)";
   start({"--mtu", "9000", "--event-affinity", "lcore", "--event-policy", "rr"}, false, false,
         {"--event-policy", "other"});
   std::string out;
