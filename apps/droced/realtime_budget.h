@@ -56,6 +56,12 @@ class RealtimeBudget {
   /// After each block: the budget starts again.
   void after_block(uint64_t now_ns) { rested_ns_ = now_ns; }
 
+  /// Never again (SCHED_RR refused when taken back); the counters stay.
+  void disable() {
+    enabled_ = false;
+    demoted_ = false;
+  }
+
   bool enabled() const { return enabled_; }
   /// At SCHED_RR now (enabled and not sent to the normal policy).
   bool realtime() const { return enabled_ && !demoted_; }

@@ -463,7 +463,7 @@ void Worker::apply(RealtimeBudget::Change change) {
   if (int rc = pthread_setschedparam(pthread_self(), rt ? SCHED_RR : SCHED_OTHER, &p); rc != 0) {
     // Only taking SCHED_RR back can be refused (a capability dropped since): stay normal.
     DROCE_LOG(WARNING, app, "worker %u: SCHED_RR refused (%s); it stays a normal task", index_, std::strerror(rc));
-    realtime_ = RealtimeBudget(false);
+    realtime_.disable();
   }
 }
 

@@ -146,8 +146,9 @@ class Worker {
   /// CPU to a droce_shm peer that needs it when YieldPolicy says so, and says whether it did
   /// and, in *peer_ran_ns, how long the peer had of it.
   bool yield_to_peer(uint64_t now_ns, uint64_t idle_since_ns, bool stuck, bool owed, uint64_t* peer_ran_ns = nullptr);
-  /// At SCHED_RR, frames waiting for room that only the peer can make (its ring, or the
-  /// kernel's socket) and no yield that let it run: block for kStuckBlockUs (see iterate).
+  /// At SCHED_RR, frames waiting for room in the ring of a droce_shm peer on this CPU that
+  /// needs the CPU to make it (a wake-up owed, or a yield it did not run in): block for
+  /// kStuckBlockUs (see iterate).
   static constexpr int kStuckBlockUs = 200;
   void block_stuck();
   void choose_mode();

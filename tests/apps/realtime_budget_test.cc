@@ -49,6 +49,16 @@ TEST(RealtimeBudget, ABurstPastTheBudgetGoesNormalOnceAndTheNextBlockTakesRealti
   EXPECT_EQ(b.counters().demotions, 2u);
 }
 
+TEST(RealtimeBudget, DisabledAfterARefusalItChangesNothingAndKeepsItsCounts) {
+  RealtimeBudget b(true, kT0);
+  EXPECT_EQ(b.on_loop(kT0 + kBurst), Change::to_normal);
+  b.disable();  // taking SCHED_RR back was refused
+  EXPECT_FALSE(b.realtime());
+  EXPECT_EQ(b.before_block(), Change::none);
+  EXPECT_EQ(b.on_loop(kT0 + 10 * kBurst), Change::none);
+  EXPECT_EQ(b.counters().demotions, 1u);
+}
+
 TEST(RealtimeBudget, TheBudgetStartsWhenTheWorkerDoes) {
   RealtimeBudget b(true, kT0);
   EXPECT_EQ(b.on_loop(kT0 + kBurst / 2), Change::none);
