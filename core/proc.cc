@@ -78,6 +78,7 @@ bool parse_thread_sched(std::string_view schedstat, std::string_view stat, std::
       return false;
     rest.remove_prefix(end);
   }
+  // Linux's highest RT priority is 99, its highest policy number SCHED_EXT's 7.
   if (cpu > 1u << 20 || rt_priority > 99 || policy > 7) return false;
   out->cpu = int(cpu);
   out->rt_priority = int(rt_priority);

@@ -376,12 +376,7 @@ void Worker::sleep(uint64_t now_ns, bool for_peer) {
       slept.spin_end_ns = now_ns;
       slept.for_peer = for_peer;
       slept.cpu = sched_getcpu();
-      apply(realtime_.before_block());
-      const uint64_t blocked_from = core::monotonic_ns();
-      const int events = control(static_cast<int>(us));
-      slept.back_ns = core::monotonic_ns();
-      away_ns_ += slept.back_ns - blocked_from;
-      realtime_.after_block(slept.back_ns);
+      const int events = block(static_cast<int>(us), &slept.back_ns);
       if (events <= 0) ++counters_.wakeups_by_timer;
       slept.by_event = events > 0;
       if (slept.by_event) slept.waker = first_wake_since(now_ns);
@@ -446,21 +441,30 @@ void Worker::block_stuck() {
   net::Port& port = *core_->group().port();
   port.flush_wake();  // a peer asleep on this CPU holds the frames that would make room
   ++counters_.stuck_blocks;
-  const uint64_t from = core::monotonic_ns();
+  uint64_t back_ns = 0;
+  (void)block(kStuckBlockUs, &back_ns);
+}
+
+int Worker::block(int timeout_us, uint64_t* back_ns) {
   apply(realtime_.before_block());
-  (void)control(kStuckBlockUs);
-  const uint64_t back = core::monotonic_ns();
-  away_ns_ += back - from;
-  realtime_.after_block(back);
+  const uint64_t from = core::monotonic_ns();
+  const int events = control(timeout_us);
+  *back_ns = core::monotonic_ns();
+  away_ns_ += *back_ns - from;
+  realtime_.after_block(*back_ns);
+  return events;
+}
+
+int Worker::set_realtime(bool on) {
+  // Back to the normal policy keeps the nice value set at start (--event-nice).
+  sched_param p{};
+  p.sched_priority = on ? 1 : 0;
+  return pthread_setschedparam(pthread_self(), on ? SCHED_RR : SCHED_OTHER, &p);
 }
 
 void Worker::apply(RealtimeBudget::Change change) {
   if (change == RealtimeBudget::Change::none) return;
-  // Back to the normal policy keeps the nice value set at start (--event-nice).
-  const bool rt = change == RealtimeBudget::Change::to_realtime;
-  sched_param p{};
-  p.sched_priority = rt ? 1 : 0;
-  if (int rc = pthread_setschedparam(pthread_self(), rt ? SCHED_RR : SCHED_OTHER, &p); rc != 0) {
+  if (int rc = set_realtime(change == RealtimeBudget::Change::to_realtime); rc != 0) {
     // Only taking SCHED_RR back can be refused (a capability dropped since): stay normal.
     DROCE_LOG(WARNING, app, "worker %u: SCHED_RR refused (%s); it stays a normal task", index_, std::strerror(rc));
     realtime_.disable();
@@ -515,9 +519,7 @@ void Worker::run() {
   if (const std::string& policy = daemon_->config().event_policy; !polling_ && policy != "other") {
     // Above every normal program while it blocks often (DaemonConfig::event_policy,
     // RealtimeBudget); `droce cores` shows the policy.
-    sched_param p{};
-    p.sched_priority = 1;
-    if (int rc = pthread_setschedparam(pthread_self(), SCHED_RR, &p); rc != 0) {
+    if (int rc = set_realtime(true); rc != 0) {
       if (policy == "rr")
         DROCE_LOG(WARNING, app, "worker %u: SCHED_RR refused (%s); it stays a normal task at nice %d", index_,
                   std::strerror(rc), daemon_->config().event_nice);

@@ -195,6 +195,12 @@ class Worker {
   YieldPolicy yield_;  ///< event mode on droce_shm: when to yield to the peer instead
   RealtimeBudget realtime_;  ///< event mode at SCHED_RR: when to drop to the normal policy, and back
   void apply(RealtimeBudget::Change change);
+  /// SCHED_RR priority 1 (on) or the normal policy: pthread_setschedparam's result.
+  static int set_realtime(bool on);
+  /// Blocks in control() up to timeout_us, as a sleep or a wait for room: the time counts as
+  /// given away (away_ns_) and RealtimeBudget hears of it. control()'s result; *back_ns: when
+  /// it returned.
+  int block(int timeout_us, uint64_t* back_ns);
   uint64_t away_ns_ = 0;  ///< time spent blocked or yielding: publish_running, adapt_affinity
   WorkerCounters counters_;
 };
