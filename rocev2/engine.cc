@@ -308,6 +308,14 @@ Qp* Engine::lookup(uint32_t qpn) {
 
 Qp* Engine::qp(uint32_t qpn) { return lookup(qpn); }
 
+QpCounters Engine::qp_totals() const {
+  QpCounters sum = retired_qp_counters_;
+  if (gsi_) sum += gsi_->counters;
+  for (const auto& q : qps_)
+    if (q) sum += q->counters;
+  return sum;
+}
+
 int Engine::modify_qp(uint32_t qpn, const QpAttr& a, uint32_t mask) {
   Qp* q = lookup(qpn);
   if (q == nullptr) return -EINVAL;
@@ -424,6 +432,7 @@ int Engine::destroy_qp(uint32_t qpn) {
   drop_held(q);
   detach_all(qpn);
   --pd_refs_[q->pd];
+  retired_qp_counters_ += q->counters;
   if (qpn == kGsiQpn) {
     gsi_.reset();
     return 0;

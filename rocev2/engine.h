@@ -223,6 +223,9 @@ class Engine {
 
   std::vector<AsyncEvent>& events() { return events_; }
   const EngineCounters& counters() const { return counters_; }
+  /// Every QP's counters added up, the destroyed ones' included (as rxe's device-wide
+  /// hw_counters): a run's retransmissions and timeouts outlive its QPs.
+  QpCounters qp_totals() const;
 
  private:
   friend class EngineRoles;
@@ -349,6 +352,7 @@ class Engine {
   uint32_t incarnations_ = 0;
   std::vector<AsyncEvent> events_;
   EngineCounters counters_;
+  QpCounters retired_qp_counters_;        ///< of the QPs destroyed so far
   RecvRefill recv_refill_ = nullptr;
   void* recv_refill_ctx_ = nullptr;
   uint64_t now_ns_ = 0;

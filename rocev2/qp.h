@@ -93,7 +93,51 @@ struct QpCounters {
   uint64_t read_replays = 0, atomic_replays = 0;
   uint64_t dropped = 0;                 ///< packets the QP dropped (UC gap, bad Q_Key, ...)
   uint64_t held_requests = 0;           ///< requests held behind a streaming READ
+
+  QpCounters& operator+=(const QpCounters& o);
 };
+
+/// Calls f(name, member) for every counter of QpCounters, in output order: the one list
+/// that sums (operator+=) and the JSON of droced (`droce qps`, the device's totals) use.
+template <class F>
+constexpr void for_each_qp_counter(F&& f) {
+  f("tx_packets", &QpCounters::tx_packets);
+  f("rx_packets", &QpCounters::rx_packets);
+  f("tx_bytes", &QpCounters::tx_bytes);
+  f("rx_bytes", &QpCounters::rx_bytes);
+  f("retransmits", &QpCounters::retransmits);
+  f("timeouts", &QpCounters::timeouts);
+  f("seq_naks_sent", &QpCounters::seq_naks_sent);
+  f("seq_naks_received", &QpCounters::seq_naks_received);
+  f("rnr_naks_sent", &QpCounters::rnr_naks_sent);
+  f("rnr_naks_received", &QpCounters::rnr_naks_received);
+  f("duplicate_requests", &QpCounters::duplicate_requests);
+  f("out_of_sequence", &QpCounters::out_of_sequence);
+  f("implied_naks", &QpCounters::implied_naks);
+  f("window_cuts", &QpCounters::window_cuts);
+  f("retry_exceeded", &QpCounters::retry_exceeded);
+  f("rnr_retry_exceeded", &QpCounters::rnr_retry_exceeded);
+  f("acks_coalesced", &QpCounters::acks_coalesced);
+  f("rdma_sends", &QpCounters::rdma_sends);
+  f("rdma_recvs", &QpCounters::rdma_recvs);
+  f("send_errors", &QpCounters::send_errors);
+  f("read_replays", &QpCounters::read_replays);
+  f("atomic_replays", &QpCounters::atomic_replays);
+  f("dropped", &QpCounters::dropped);
+  f("held_requests", &QpCounters::held_requests);
+}
+
+// A counter added to QpCounters but not to the list above fails here.
+static_assert([] {
+  size_t n = 0;
+  for_each_qp_counter([&](const char*, auto) { ++n; });
+  return n * sizeof(uint64_t);
+}() == sizeof(QpCounters));
+
+inline QpCounters& QpCounters::operator+=(const QpCounters& o) {
+  for_each_qp_counter([&](const char*, uint64_t QpCounters::*m) { this->*m += o.*m; });
+  return *this;
+}
 
 struct Qp {
   // Identity and attributes.

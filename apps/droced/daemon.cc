@@ -423,6 +423,11 @@ void add_counters(const WorkerCounters& c, WorkerCounters* sum) {
   sum->affinity_stays += c.affinity_stays;
 }
 
+// Every QP counter as a JSON number.
+void put_qp_counters(Json& j, const rocev2::QpCounters& c) {
+  rocev2::for_each_qp_counter([&](const char* name, uint64_t rocev2::QpCounters::*m) { j.num(name, c.*m); });
+}
+
 // "239.1.2.3,ff0e::42" or "-".
 std::string groups_text(const std::vector<net::IpAddr>& groups) {
   std::string out;
@@ -505,7 +510,9 @@ std::string Daemon::render_locked() const {
   rocev2::EngineCounters ec;
   DeviceCoreCounters dc;
   WorkerCounters wc;
+  rocev2::QpCounters qc;
   for (const auto& w : workers_) {
+    qc += w->core().engine().qp_totals();
     add_counters(w->core().engine().counters(), &ec);
     add_counters(w->core().counters(), &dc);
     add_counters(w->counters(), &wc);
@@ -570,6 +577,10 @@ std::string Daemon::render_locked() const {
         .num("cm_events_orphaned", cm->ucma().counters().events_orphaned)
         .num("cm_addr_errors", cm->ucma().counters().addr_errors);
   }
+  // The transport: every QP's counters added up since droced started, destroyed QPs' too.
+  j.open("transport", '{');
+  put_qp_counters(j, qc);
+  j.close('}');
   j.open("parse", '{');
   for (size_t i = 0; i < rocev2::kParseStatusCount; ++i)
     if (ec.parse.by_status[i] != 0) j.num(rocev2::to_string(static_cast<rocev2::ParseStatus>(i)), ec.parse.by_status[i]);
@@ -672,7 +683,6 @@ std::string Daemon::render_locked() const {
       for (uint32_t qpn : s->qpns()) {
         const rocev2::Qp* q = e.qp(qpn);
         if (q == nullptr) continue;
-        const rocev2::QpCounters& c = q->counters;
         j.open(nullptr, '{')
             .num("qpn", qpn)
             .num("client", s->id())
@@ -680,27 +690,12 @@ std::string Daemon::render_locked() const {
             .str("type", rocev2::to_string(q->type))
             .str("state", rocev2::to_string(q->state))
             .num("dest_qpn", q->attr.dest_qp_num)
-            .str("dest", rocev2::format_ip(q->attr.ah_attr.dgid))
-            .num("tx_packets", c.tx_packets)
-            .num("rx_packets", c.rx_packets)
-            .num("tx_bytes", c.tx_bytes)
-            .num("rx_bytes", c.rx_bytes)
-            .num("retransmits", c.retransmits)
-            .num("timeouts", c.timeouts)
-            .num("seq_naks_sent", c.seq_naks_sent)
-            .num("seq_naks_received", c.seq_naks_received)
-            .num("rnr_naks_sent", c.rnr_naks_sent)
-            .num("rnr_naks_received", c.rnr_naks_received)
-            .num("duplicate_requests", c.duplicate_requests)
-            .num("out_of_sequence", c.out_of_sequence)
-            .num("retry_exceeded", c.retry_exceeded)
-            .num("rnr_retry_exceeded", c.rnr_retry_exceeded)
-            .num("send_errors", c.send_errors)
-            .num("dropped", c.dropped)
-            // Where the QP's transport stands (a stalled QP shows it here): WQEs posted and
-            // completed, the requester's next and oldest unacknowledged PSN and how long until
-            // its ACK timeout (-1: not armed), the responder's expected PSN and a pending ACK.
-            .num("sq_posted", q->sq_head)
+            .str("dest", rocev2::format_ip(q->attr.ah_attr.dgid));
+        put_qp_counters(j, q->counters);
+        // Where the QP's transport stands (a stalled QP shows it here): WQEs posted and
+        // completed, the requester's next and oldest unacknowledged PSN and how long until
+        // its ACK timeout (-1: not armed), the responder's expected PSN and a pending ACK.
+        j.num("sq_posted", q->sq_head)
             .num("sq_completed", q->sq_tail)
             .num("next_psn", q->req.next_psn)
             .num("unacked_psn", q->req.unacked_psn)

@@ -447,6 +447,34 @@ TEST_F(EnginePairTest, RcUnderLossReorderDuplicationAndCorruption) {
   EXPECT_GT(p.b().counters().parse[ParseStatus::bad_icrc] + p.a().counters().parse[ParseStatus::bad_icrc], 0u);
 }
 
+TEST_F(EnginePairTest, TheEnginesQpTotalsKeepTheCountsOfDestroyedQps) {
+  EnginePair& p = make();
+  auto src = p.buffer(0, 4096);
+  auto dst = p.buffer(1, 4096);
+  uint64_t tx = 0, rx = 0;
+  for (int round = 0; round < 2; ++round) {
+    QpPair q = p.connect(EnginePair::RcOptions{});
+    SendWr w = wr(WrOpcode::rdma_write, 1, src->sge(0, 4096));
+    w.remote_addr = dst->va();
+    w.rkey = dst->mr->rkey;
+    ASSERT_EQ(p.a().post_send(q.a, w), 0);
+    std::vector<Completion> sc;
+    ASSERT_TRUE(p.wait_completions(p.host(0).scq, &sc, 1)) << p.dump();
+    const QpCounters c = p.a().qp(q.a)->counters;
+    ASSERT_GT(c.tx_packets, 0u);
+    tx += c.tx_packets;
+    rx += p.b().qp(q.b)->counters.rx_packets;
+    EXPECT_EQ(p.a().qp_totals().tx_packets, tx);
+    EXPECT_EQ(p.a().qp_totals().rdma_sends, uint64_t(round + 1));
+    // Expect: destroying the QP moves its counts into the totals, nothing lost or doubled.
+    ASSERT_EQ(p.a().destroy_qp(q.a), 0);
+    ASSERT_EQ(p.b().destroy_qp(q.b), 0);
+    EXPECT_EQ(p.a().qp_totals().tx_packets, tx);
+    EXPECT_EQ(p.a().qp_totals().rdma_sends, uint64_t(round + 1));
+    EXPECT_EQ(p.b().qp_totals().rx_packets, rx);
+  }
+}
+
 TEST_F(EnginePairTest, SrqFeedsReceivesAndRaisesItsLimitEventOnce) {
   EnginePair& p = make();
   Srq* srq = nullptr;
