@@ -1249,7 +1249,9 @@ int Port::xstats(std::vector<std::pair<std::string, uint64_t>>* out) const {
             {"refused_peers", v(c.refused_peers)},  {"tx_in_place", v(c.tx_in_place)},
             {"tx_void_slots", v(c.tx_void_slots)},  {"tx_stale", v(c.tx_stale)},
             {"tx_ring_used", shm_->tx_ring_used()},
-            {"rx_ring_used", shm_->rx_ring_used()}};
+            {"rx_ring_used", shm_->rx_ring_used()},
+            {"rx_ring_lent", shm_->rx_ring_lent()},
+            {"tx_ring_unpublished", shm_->tx_ring_unpublished()}};
     return 0;
   }
   const int n = rte_eth_xstats_get_names(port_id_, nullptr, 0);

@@ -675,6 +675,16 @@ uint32_t ShmLink::rx_ring_used() const {
   return c == nullptr ? 0 : c->rx->head.load(std::memory_order_acquire) - c->rx_next;
 }
 
+uint32_t ShmLink::rx_ring_lent() const {
+  const Conn* c = conn_.load(std::memory_order_acquire);
+  return c == nullptr ? 0 : c->rx_next - c->rx_tail;
+}
+
+uint32_t ShmLink::tx_ring_unpublished() const {
+  const Conn* c = conn_.load(std::memory_order_acquire);
+  return c == nullptr ? 0 : c->tx_reserved - c->tx_head;
+}
+
 void ShmLink::reset_counters() {
   for (auto* a : {&counters_.rx_frames, &counters_.rx_bytes, &counters_.tx_frames, &counters_.tx_bytes,
                   &counters_.tx_ring_full, &counters_.tx_too_long, &counters_.rx_no_mbuf, &counters_.rx_bad_slot,

@@ -192,6 +192,12 @@ class ShmLink {
   /// Frames waiting in the peer's receive ring (sent, not yet taken) and in ours; 0 when down.
   uint32_t tx_ring_used() const;
   uint32_t rx_ring_used() const;
+  /// Receive slots read and not yet given back (lent to mbufs, or freed since the last
+  /// give-back), and transmit slots taken and not yet published (built in place, or waiting
+  /// behind one that is): the peer's ring is full when either reaches the ring's size.
+  /// Read from another thread than the data path's: a moment's view, for `droce ports`.
+  uint32_t rx_ring_lent() const;
+  uint32_t tx_ring_unpublished() const;
   void reset_counters();
   const ShmLinkConfig& config() const { return cfg_; }
 

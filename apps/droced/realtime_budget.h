@@ -26,7 +26,7 @@
 namespace droce::droced {
 
 struct RealtimeCounters {
-  uint64_t demotions = 0;  ///< times kBurstNs without a block sent the worker to the normal policy
+  uint64_t demotions = 0;  ///< times kBurstNs without sleeping sent the worker to the normal policy
 };
 
 class RealtimeBudget {
@@ -54,8 +54,17 @@ class RealtimeBudget {
     demoted_ = false;
     return Change::to_realtime;
   }
-  /// After each block: the budget starts again.
-  void after_block(uint64_t now_ns) { rested_ns_ = now_ns; }
+  /// After each block: the budget starts again if the worker really slept (left its CPU).
+  /// A wait that returned at once (an event already there) is no rest: past the budget the
+  /// worker goes back to the normal policy at once, or a wait that never sleeps (a readable
+  /// descriptor nobody drains) would keep it at SCHED_RR, spinning, for ever.
+  Change after_block(uint64_t now_ns, bool slept) {
+    if (slept) {
+      rested_ns_ = now_ns;
+      return Change::none;
+    }
+    return on_loop(now_ns);
+  }
 
   /// Never again (SCHED_RR refused when taken back); the counters stay.
   void disable() {

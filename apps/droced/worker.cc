@@ -272,7 +272,13 @@ int Worker::control(int timeout_us) {
   for (int i = 0; i < n; ++i) {
     const uint64_t key = evs[i].data.u64;
     if (key == kRxInterruptKey) {
-      ++counters_.wakeups_by_port;  // acknowledged when the sleep ends
+      ++counters_.wakeups_by_port;
+      // Consumed now, not only when a sleep ends: a peer that saw our sleeping flag just
+      // before we cleared it writes after that sleep's read, and the event, level-triggered,
+      // would stay readable. Every later wait returned at once: a worker at SCHED_RR stuck on
+      // a full ring "blocked" 270 000 times in half a second without leaving its CPU, and a
+      // peer on that CPU never emptied the ring (ib_write_bw 64 KiB at rr: retry-exceeded).
+      core_->group().port()->rx_interrupt_ack(uint16_t(rx_queue_));
     } else if (key == kWakeKey) {
       uint64_t v;
       [[maybe_unused]] ssize_t r = ::read(wake_.get(), &v, sizeof v);
@@ -447,12 +453,20 @@ void Worker::block_stuck() {
 
 int Worker::block(int timeout_us, uint64_t* back_ns) {
   apply(realtime_.before_block());
+  // At SCHED_RR, whether the wait left the CPU (a voluntary switch) decides whether it was a
+  // rest (RealtimeBudget::after_block); a wait whose event is already there does not.
+  const uint64_t switches = realtime_.enabled() ? voluntary_switches() : 0;
   const uint64_t from = core::monotonic_ns();
   const int events = control(timeout_us);
   *back_ns = core::monotonic_ns();
   away_ns_ += *back_ns - from;
-  realtime_.after_block(*back_ns);
+  if (realtime_.enabled()) apply(realtime_.after_block(*back_ns, voluntary_switches() != switches));
   return events;
+}
+
+uint64_t Worker::voluntary_switches() {
+  rusage ru{};
+  return ::getrusage(RUSAGE_THREAD, &ru) == 0 ? uint64_t(ru.ru_nvcsw) : 0;
 }
 
 int Worker::set_realtime(bool on) {

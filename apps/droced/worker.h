@@ -201,6 +201,8 @@ class Worker {
   /// given away (away_ns_) and RealtimeBudget hears of it. control()'s result; *back_ns: when
   /// it returned.
   int block(int timeout_us, uint64_t* back_ns);
+  /// This thread's voluntary context switches so far (getrusage RUSAGE_THREAD).
+  static uint64_t voluntary_switches();
   uint64_t away_ns_ = 0;  ///< time spent blocked or yielding: publish_running, adapt_affinity
   WorkerCounters counters_;
 };

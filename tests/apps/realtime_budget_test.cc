@@ -26,7 +26,7 @@ TEST(RealtimeBudget, AWorkerThatBlocksOftenStaysRealtime) {
     EXPECT_EQ(b.on_loop(t), Change::none);
     EXPECT_EQ(b.before_block(), Change::none);
     t += 10 * kBurst;  // a long sleep is no work
-    b.after_block(t);
+    EXPECT_EQ(b.after_block(t, /*slept=*/true), Change::none);
   }
   EXPECT_TRUE(b.realtime());
   EXPECT_EQ(b.counters().demotions, 0u);
@@ -41,12 +41,39 @@ TEST(RealtimeBudget, ABurstPastTheBudgetGoesNormalOnceAndTheNextBlockTakesRealti
   EXPECT_EQ(b.before_block(), Change::to_realtime) << "what wakes it must find it at SCHED_RR";
   EXPECT_TRUE(b.realtime());
   EXPECT_EQ(b.before_block(), Change::none);
-  b.after_block(kT0 + 51 * kBurst);
+  EXPECT_EQ(b.after_block(kT0 + 51 * kBurst, /*slept=*/true), Change::none);
   // The budget counts from the end of that block, not from the start.
   EXPECT_EQ(b.on_loop(kT0 + 52 * kBurst - 1), Change::none);
   EXPECT_EQ(b.on_loop(kT0 + 52 * kBurst), Change::to_normal);
   EXPECT_EQ(b.on_loop(kT0 + 53 * kBurst), Change::none);
   EXPECT_EQ(b.counters().demotions, 2u);
+}
+
+// A wait whose event was already there (a descriptor left readable) returns without leaving the
+// CPU: no rest. Counted as one, a worker stuck on a full ring kept SCHED_RR while it "blocked"
+// 270 000 times in half a second, and the peer that had to empty the ring never ran.
+TEST(RealtimeBudget, AWaitThatDidNotSleepIsNoRest) {
+  RealtimeBudget b(true, kT0);
+  uint64_t t = kT0;
+  for (int i = 0; i < 7; ++i) {  // waits that return at once, 0.3 ms apart: 2.1 ms in all
+    t += kBurst * 3 / 40;
+    EXPECT_EQ(b.on_loop(t), Change::none);
+    EXPECT_EQ(b.before_block(), Change::none);
+    t += kBurst * 3 / 40;
+    ASSERT_EQ(b.after_block(t, /*slept=*/false), i < 6 ? Change::none : Change::to_normal) << i;
+  }
+  EXPECT_FALSE(b.realtime());
+  EXPECT_EQ(b.counters().demotions, 1u);
+  // Each later wait takes SCHED_RR back (it may sleep), and one that did not sleep gives it up
+  // again at once: at the normal policy but for the wait itself.
+  EXPECT_EQ(b.before_block(), Change::to_realtime);
+  EXPECT_EQ(b.after_block(t + 1000, /*slept=*/false), Change::to_normal);
+  EXPECT_EQ(b.counters().demotions, 2u);
+  // A wait that slept is a rest: SCHED_RR kept, the budget full again.
+  EXPECT_EQ(b.before_block(), Change::to_realtime);
+  EXPECT_EQ(b.after_block(t + 2000, /*slept=*/true), Change::none);
+  EXPECT_TRUE(b.realtime());
+  EXPECT_EQ(b.on_loop(t + 2000 + kBurst - 1), Change::none);
 }
 
 TEST(RealtimeBudget, DisabledAfterARefusalItChangesNothingAndKeepsItsCounts) {
