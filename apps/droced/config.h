@@ -54,21 +54,19 @@ struct DaemonConfig {
   /// but 64 QPs, which keep the daemons busy, make 1.3 M msg/s pinned against
   /// 3.4 anywhere.
   std::string event_affinity = "auto";
-  /// Event mode: the workers' scheduling policy. "other" (the default): the
-  /// normal policy, at event_nice. "rr": SCHED_RR at priority 1 (needs
-  /// CAP_SYS_NICE; refused, the worker stays at "other" with a warning), above
-  /// every normal program, as the kernel's rxe runs in softirq above them: a
-  /// worker preempted when it wakes its peer, or woken while a program spins on
+  /// Event mode: the workers' scheduling policy. "rr": SCHED_RR at priority 1
+  /// (needs CAP_SYS_NICE; refused, the worker stays at "other" with a warning),
+  /// above every normal program, as the kernel's rxe runs in softirq above them:
+  /// a worker preempted when it wakes its peer, or woken while a program spins on
   /// its CPU, runs again at once instead of after that program's slice; after 2 ms
-  /// without blocking it goes normal until it next blocks (RealtimeBudget), and
-  /// stuck on a full ring it blocks for its peer (Worker::block_stuck). "auto": rr
-  /// where the machine allows it, else other (said at INFO). Measured on 2 vCPUs
-  /// (docs/droced.md "Waking up"): ib_write_lat 64 B p99.9 2.1-2.5 ms with "other"
-  /// (a runnable worker behind perftest's spinning client for a whole slice),
-  /// 97-789 us with "rr"; 64 KiB 10-16 % slower with "rr", and one ib_write_bw
-  /// 64 KiB run of about thirty failed with retry-exceeded (not understood: why
-  /// it is not the default).
-  std::string event_policy = "other";
+  /// without sleeping it goes normal until it next blocks (RealtimeBudget), and
+  /// stuck on a full ring it blocks for its peer (Worker::block_stuck). "other":
+  /// the normal policy, at event_nice. "auto" (the default): rr where the machine
+  /// allows it, else other (said at INFO). Measured on 2 vCPUs (docs/droced.md
+  /// "Waking up"): ib_write_lat 64 B p99.9 2.1-2.5 ms with "other" (a runnable
+  /// worker behind perftest's spinning client for a whole slice), 0.1-0.8 ms with
+  /// "rr"; 64 KiB alike since 2e73a52 and the commit after it.
+  std::string event_policy = "auto";
   std::vector<std::string> eal_args;  ///< passed through to EAL
   std::string log_level;             ///< EAL --log-level for droce.* (e.g. "debug")
   /// Where the sysfs-shaped tree libibverbs reads goes (programs run with

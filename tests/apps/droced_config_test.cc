@@ -87,7 +87,7 @@ TEST(DrocedConfig, EventAffinityIsLcoreAnyOrAuto) {
 TEST(DrocedConfig, EventPolicyIsAutoOtherOrRr) {
   DaemonConfig c;
   std::string err;
-  EXPECT_EQ(c.event_policy, "other");
+  EXPECT_EQ(c.event_policy, "auto");
   for (const char* ok : {"rr", "other", "auto"}) {
     ASSERT_EQ(parse({"--port", "x", "--address", "1.2.3.4", "--event-policy", ok}, &c, &err), 0) << err;
     EXPECT_EQ(c.event_policy, ok);
