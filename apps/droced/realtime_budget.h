@@ -14,12 +14,13 @@
 // very programs it serves, and a bug that spins would take the CPU from the
 // whole machine. The kernel's answer for softirq is the same budget: after
 // 2 ms of softirq work __do_softirq leaves the rest to ksoftirqd, a normal
-// thread. So a worker that has not blocked for kBurstNs drops to the normal
+// thread. So a worker that has not slept for kBurstNs drops to the normal
 // policy (at its nice) and takes SCHED_RR back when it next blocks: a worker
-// that serves messages one at a time (latency) keeps it; one streaming
-// (bandwidth, where it also yields its CPU to its peer without blocking)
-// runs as any other program part of the time (64 KiB WRITEs at rr were still
-// 10-16 % slower than at other on 2 vCPUs: docs/droced.md).
+// that serves messages one at a time (latency) keeps it; one streaming runs as
+// any other program part of the time. A wait that returned without leaving the
+// CPU is no sleep (after_block): a descriptor left readable once made every
+// wait of a worker return at once, and it spun at SCHED_RR (docs/droced.md,
+// "That failure, found").
 
 #include <cstdint>
 
