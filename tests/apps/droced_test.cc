@@ -212,18 +212,12 @@ long long number_in(const std::string& json, const std::string& name) {
   return at == std::string::npos ? -1 : std::atoll(json.c_str() + at + name.size() + 3);
 }
 
-// A counter from droced's stats JSON, or -1.
-long long stat_of(const std::string& sock, const std::string& name) {
+// A counter from droced's stats JSON, or -1; with `object`, the first one inside that object
+// (e.g. "transport": every QP's counters added up, destroyed QPs' too).
+long long stat_of(const std::string& sock, const std::string& name, const std::string& object = {}) {
   std::string json;
   if (client::query_stats(sock, &json) != 0) return -1;
-  return number_in(json, name);
-}
-
-// A counter of the "transport" object (every QP's counters added up, destroyed QPs' too), or -1.
-long long transport_stat(const std::string& sock, const std::string& name) {
-  std::string json;
-  if (client::query_stats(sock, &json) != 0) return -1;
-  const size_t at = json.find("\"transport\":{");
+  const size_t at = object.empty() ? 0 : json.find("\"" + object + "\":{");
   return at == std::string::npos ? -1 : number_in(json.substr(at), name);
 }
 
@@ -265,8 +259,8 @@ TEST_F(TwoDaemons, DropRateLosesFramesAndRcRetransmitsThroughIt) {
   EXPECT_LT(lost * 100, (rx + lost) * 10) << lost << " of " << rx + lost;
   // The selftest has exited and its QPs are gone; the device's transport totals keep what they
   // did: the retransmissions that carried the data through the loss.
-  EXPECT_GT(transport_stat(d_[0].sock, "retransmits") + transport_stat(d_[1].sock, "retransmits"), 0);
-  EXPECT_GT(transport_stat(d_[0].sock, "tx_packets"), 0);
+  EXPECT_GT(stat_of(d_[0].sock, "retransmits", "transport") + stat_of(d_[1].sock, "retransmits", "transport"), 0);
+  EXPECT_GT(stat_of(d_[0].sock, "tx_packets", "transport"), 0);
   EXPECT_TRUE(alive(d_[0]) && alive(d_[1]));
 }
 
