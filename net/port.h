@@ -322,9 +322,10 @@ class Port {
     if (shm_ != nullptr) shm_->flush_wake_if_late(now_ns);
   }
   bool wake_owed() const { return shm_ != nullptr && shm_->wake_owed(); }
-  /// droce_shm: ShmLink::peer_busy_with_ours, publish_running, peer_awake_ns (false, nothing,
+  /// droce_shm: ShmLink::peer_busy_with_ours, peer_awake_on, publish_running, peer_awake_ns (false, nothing,
   /// 0 on other ports).
   bool peer_busy_with_ours(int cpu) const { return shm_ != nullptr && shm_->peer_busy_with_ours(cpu); }
+  bool peer_awake_on(int cpu) const { return shm_ != nullptr && shm_->peer_awake_on(cpu); }
   void publish_running(int cpu, uint64_t awake_ns) {
     if (shm_ != nullptr) shm_->publish_running(cpu, awake_ns);
   }

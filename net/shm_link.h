@@ -168,6 +168,9 @@ class ShmLink {
   /// ours (published, slots not yet given back), so that it needs the CPU and no wake-up.
   /// Never for a peer that does not publish (one that polls, or has several workers).
   bool peer_busy_with_ours(int cpu) const;
+  /// True while the peer is awake and last ran on `cpu`, whatever it holds: it waits for that
+  /// CPU while this end runs there (both at SCHED_RR: it never preempts us). Same publishing.
+  bool peer_awake_on(int cpu) const;
   /// An end that yields writes, each loop, the CPU it runs on and its awake time (a monotonic
   /// clock less the time it spent yielding or blocked; time it was preempted counts as
   /// awake). The peer's awake time as it last wrote it (0: none, or the link is down): from

@@ -632,6 +632,7 @@ std::string Daemon::render_locked() const {
         .num("spin_grown", w->spin_counters().grown)
         .num("spin_shrunk", w->spin_counters().shrunk)
         .num("spin_woken_here", w->spin_counters().woken_here)
+        .num("spin_unjudged", w->spin_counters().unjudged)
         .num("yields", w->yield_counters().yields)
         .num("yields_crowded", w->yield_counters().crowded)
         .num("loops", w->counters().loops)

@@ -25,7 +25,8 @@
 //
 // Sleeps that say nothing about the spin's length:
 //   - a sleep taken to let a peer on the worker's own CPU run (it owed it a
-//     wake-up, ShmLink::set_defer_wakes): left out;
+//     wake-up, ShmLink::set_defer_wakes; or, at SCHED_RR, the peer was awake
+//     there and could not run while the worker spun): left out;
 //   - a sleep ended by a waker on the worker's own CPU: the waker could only
 //     run because the worker stopped spinning, so spinning longer would have
 //     delayed that event, not caught it: halves, like a sleep nothing ended.

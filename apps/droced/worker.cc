@@ -354,6 +354,7 @@ void Worker::sleep(uint64_t now_ns, bool for_peer) {
   bool work = core_->has_inbound();
   for (auto& [k, s] : sessions_) work = work || s->doorbells_waiting();
   const bool armed = !work && arm_rx_interrupt();
+  bool port_acked = false;
   if (armed) {
     // A frame that arrived before the interrupt was armed raises nothing: look once more.
     const rocev2::EngineCounters& ec = core_->engine().counters();
@@ -382,7 +383,9 @@ void Worker::sleep(uint64_t now_ns, bool for_peer) {
       slept.spin_end_ns = now_ns;
       slept.for_peer = for_peer;
       slept.cpu = sched_getcpu();
+      const uint64_t port_wakes = counters_.wakeups_by_port;
       const int events = block(static_cast<int>(us), &slept.back_ns);
+      port_acked = counters_.wakeups_by_port != port_wakes;  // control() read the event
       if (events <= 0) ++counters_.wakeups_by_timer;
       slept.by_event = events > 0;
       if (slept.by_event) slept.waker = first_wake_since(now_ns);
@@ -392,7 +395,9 @@ void Worker::sleep(uint64_t now_ns, bool for_peer) {
   if (armed) {
     net::Port& port = *group.port();
     port.rx_interrupt_arm(uint16_t(rx_queue_), false);
-    port.rx_interrupt_ack(uint16_t(rx_queue_));
+    // One that came after control() returned (or while it did not wait): a read that finds
+    // nothing costs a syscall (350 ns), each sleep a port ended.
+    if (!port_acked) port.rx_interrupt_ack(uint16_t(rx_queue_));
   }
   group.set_sleeping(index_, false);
   for (auto& [k, s] : sessions_) s->set_daemon_sleeping(false);
@@ -440,9 +445,18 @@ void Worker::iterate(uint64_t now, uint64_t* idle_since) {
     // peer at rr for a few frames at a time and back (a receiver yielded 25-43 k times per
     // 40000 x 64 KiB): sleeping, it is woken when the peer blocks or half a ring waits, and
     // 64 KiB went from 3.6 to 4.8 GB/s (other: 4.9), ib_write_lat 64 B unchanged.
-    const bool owed = port.wake_owed();
-    if (!realtime_.realtime() && yield_to_peer(now, *idle_since, /*stuck=*/false, owed)) return;
-    if (owed || now - *idle_since > spin_.spin_ns()) sleep(now, owed);
+    // At SCHED_RR a peer awake on this CPU runs only once we block: sleep at once, as for a
+    // peer we owe a wake-up, and leave the spin's length alone. Spinning first, each such
+    // sleep was "woken here" and halved the spin (1 us), which then missed the client's next
+    // post: 5 000 more cross-CPU wake-ups (25-30 us each, the CPU idle) per 3 M messages in a
+    // 1 QP ib_write_bw than at the normal policy.
+    bool for_peer = port.wake_owed();
+    if (realtime_.realtime()) {
+      for_peer = for_peer || (yield_.enabled() && port.peer_awake_on(sched_getcpu()));
+    } else if (yield_to_peer(now, *idle_since, /*stuck=*/false, for_peer)) {
+      return;
+    }
+    if (for_peer || now - *idle_since > spin_.spin_ns()) sleep(now, for_peer);
   }
 }
 
@@ -456,14 +470,20 @@ void Worker::block_stuck() {
 
 int Worker::block(int timeout_us, uint64_t* back_ns) {
   apply(realtime_.before_block());
-  // At SCHED_RR, whether the wait left the CPU (a voluntary switch) decides whether it was a
-  // rest (RealtimeBudget::after_block); a wait whose event is already there does not.
-  const uint64_t switches = realtime_.enabled() ? voluntary_switches() : 0;
   const uint64_t from = core::monotonic_ns();
   const int events = control(timeout_us);
   *back_ns = core::monotonic_ns();
   away_ns_ += *back_ns - from;
-  if (realtime_.enabled()) apply(realtime_.after_block(*back_ns, voluntary_switches() != switches));
+  if (realtime_.enabled()) {
+    // At SCHED_RR, whether the thread left its CPU decides whether the wait was a rest
+    // (RealtimeBudget::after_block); a wait whose event is already there does not. Counted
+    // from the last block's end, not read again before this one (getrusage: 450 ns on a
+    // 2-vCPU VM, twice per hand-over): a voluntary switch between the two, the thread blocked
+    // elsewhere, left the CPU too. A yield is an involuntary switch to the kernel.
+    const uint64_t switches = voluntary_switches();
+    apply(realtime_.after_block(*back_ns, switches != switches_at_last_block_));
+    switches_at_last_block_ = switches;
+  }
   return events;
 }
 

@@ -203,6 +203,8 @@ class Worker {
   int block(int timeout_us, uint64_t* back_ns);
   /// This thread's voluntary context switches so far (getrusage RUSAGE_THREAD).
   static uint64_t voluntary_switches();
+  /// voluntary_switches() when the last block returned (at SCHED_RR only).
+  uint64_t switches_at_last_block_ = 0;
   uint64_t away_ns_ = 0;  ///< time spent blocked or yielding: publish_running, adapt_affinity
   WorkerCounters counters_;
 };

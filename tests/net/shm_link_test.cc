@@ -400,7 +400,8 @@ TEST(PortShm, AReceiverAsleepOnTheSendersCpuIsWokenWhenTheSenderBlocks) {
 
 // Two ends on one CPU hand it over by yielding (droced's YieldPolicy): the sender asks whether
 // the peer, by what it publishes, runs on its CPU with frames of its own to take, and reads how
-// long the peer has been awake.
+// long the peer has been awake. At SCHED_RR the sender blocks instead for a peer awake on its
+// CPU, whatever that peer holds (peer_awake_on).
 TEST(PortShm, APeerAwakeOnOurCpuWithOurFramesIsBusyWithOurs) {
   const int cpu = 3;  // any number: the ends compare what they publish
   Pair p;
@@ -411,11 +412,15 @@ TEST(PortShm, APeerAwakeOnOurCpuWithOurFramesIsBusyWithOurs) {
   }
   EXPECT_FALSE(p.a->peer_busy_with_ours(cpu)) << "a peer that publishes nothing (polls, or several workers)";
   EXPECT_FALSE(p.a->peer_busy_with_ours(0)) << "nothing published reads as no CPU, not CPU 0";
+  EXPECT_FALSE(p.a->peer_awake_on(cpu));
+  EXPECT_FALSE(p.a->peer_awake_on(0));
   EXPECT_EQ(p.a->peer_awake_ns(), 0u);
   p.b->publish_running(cpu, 1234);
   EXPECT_TRUE(p.a->peer_busy_with_ours(cpu));
   EXPECT_EQ(p.a->peer_awake_ns(), 1234u);
   EXPECT_FALSE(p.a->peer_busy_with_ours(cpu + 1)) << "a peer on another CPU needs no yield";
+  EXPECT_TRUE(p.a->peer_awake_on(cpu));
+  EXPECT_FALSE(p.a->peer_awake_on(cpu + 1));
   p.a->publish_running(cpu, 99);
   EXPECT_EQ(p.b->peer_awake_ns(), 99u);
   EXPECT_FALSE(p.b->peer_busy_with_ours(cpu)) << "the other way holds nothing";
@@ -426,17 +431,21 @@ TEST(PortShm, APeerAwakeOnOurCpuWithOurFramesIsBusyWithOurs) {
   rte_mbuf* burst[32];
   EXPECT_EQ(p.b->rx_burst(0, burst, 32), 0);  // gives the freed slots back
   EXPECT_FALSE(p.a->peer_busy_with_ours(cpu)) << "all taken and given back";
+  EXPECT_TRUE(p.a->peer_awake_on(cpu)) << "awake without frames of ours: it still waits for the CPU";
   // Asleep, the peer needs a wake-up (the deferred one), not a yield.
   rte_mbuf* m = frame(p.a->pool(), 64, 9);
   ASSERT_EQ(p.a->tx_burst(0, &m, 1), 1);
   EXPECT_TRUE(p.a->peer_busy_with_ours(cpu));
   ASSERT_EQ(p.b->rx_interrupt_arm(0, true), 0);
   EXPECT_FALSE(p.a->peer_busy_with_ours(cpu));
+  EXPECT_FALSE(p.a->peer_awake_on(cpu)) << "asleep";
   ASSERT_EQ(p.b->rx_interrupt_arm(0, false), 0);
   EXPECT_TRUE(p.a->peer_busy_with_ours(cpu));
   // Moved to another CPU: says so in its next loop.
   p.b->publish_running(cpu + 1, 2000);
   EXPECT_FALSE(p.a->peer_busy_with_ours(cpu));
+  EXPECT_FALSE(p.a->peer_awake_on(cpu));
+  EXPECT_TRUE(p.a->peer_awake_on(cpu + 1));
   got = receive(*p.b, 1);
   ASSERT_EQ(got.size(), 1u);
   rte_pktmbuf_free(got[0]);
