@@ -407,16 +407,18 @@ void ShmLink::set_sleeping(bool on) {
   }
 }
 
-bool ShmLink::peer_busy_with_ours(int cpu) const {
-  const Conn* c = conn_.load(std::memory_order_acquire);
-  return peer_awake_on(cpu) && c->tx_head != c->tx->tail.load(std::memory_order_relaxed);
-}
-
-bool ShmLink::peer_awake_on(int cpu) const {
-  const Conn* c = conn_.load(std::memory_order_acquire);
+// One load of the connection for both questions: it may come or go between two.
+bool ShmLink::awake_on(const Conn* c, int cpu) {
   return c != nullptr && cpu >= 0 && c->tx->consumer_sleeping.load(std::memory_order_relaxed) == 0 &&
          c->tx->consumer_run_cpu.load(std::memory_order_relaxed) == cpu;
 }
+
+bool ShmLink::peer_busy_with_ours(int cpu) const {
+  const Conn* c = conn_.load(std::memory_order_acquire);
+  return awake_on(c, cpu) && c->tx_head != c->tx->tail.load(std::memory_order_relaxed);
+}
+
+bool ShmLink::peer_awake_on(int cpu) const { return awake_on(conn_.load(std::memory_order_acquire), cpu); }
 
 void ShmLink::publish_running(int cpu, uint64_t awake_ns) {
   Conn* c = conn_.load(std::memory_order_acquire);

@@ -206,6 +206,8 @@ class ShmLink {
 
  private:
   struct Conn;
+  /// peer_awake_on for the connection `c` (null: no peer).
+  static bool awake_on(const Conn* c, int cpu);
   struct RxLoan;
   struct TxLoan;
   /// What a lent frame's free callback touches (net/shm_link.cc): it may run after the link
