@@ -216,6 +216,7 @@ TEST(PortShm, FullRingTakesNoMoreAndTooLongIsDropped) {
   EXPECT_EQ(used, 16u);
   ASSERT_EQ(p.b->xstat("rx_ring_used", &used), 0);
   EXPECT_EQ(used, 0u) << "nothing left to read";
+  EXPECT_EQ(xstat_of(*p.b, "rx_ring_lent"), 16u) << "read and held: lent, not given back";
   // Freed out of order: the first slot is still held, so none goes back yet.
   for (size_t i = 1; i < got.size(); ++i) {
     EXPECT_TRUE(frame_is(got[i], 64, uint32_t(i)));
@@ -225,12 +226,14 @@ TEST(PortShm, FullRingTakesNoMoreAndTooLongIsDropped) {
   EXPECT_EQ(p.b->rx_burst(0, none, 1), 0);
   ASSERT_EQ(p.a->xstat("tx_ring_used", &used), 0);
   EXPECT_EQ(used, 16u);
+  EXPECT_EQ(xstat_of(*p.b, "rx_ring_lent"), 16u) << "freed behind a held one: still lent";
   EXPECT_TRUE(frame_is(got[0], 64, 0));
   rte_pktmbuf_free(got[0]);
   // The first one freed: at the receiver's next look, all sixteen go back.
   EXPECT_EQ(p.b->rx_burst(0, none, 1), 0);
   ASSERT_EQ(p.a->xstat("tx_ring_used", &used), 0);
   EXPECT_EQ(used, 0u);
+  EXPECT_EQ(xstat_of(*p.b, "rx_ring_lent"), 0u);
   // Room again; a frame longer than a slot is taken (and counted), never delivered.
   rte_mbuf* big = rte_pktmbuf_alloc(p.a->pool());
   ASSERT_NE(big, nullptr);
@@ -546,6 +549,8 @@ TEST(PortShm, FramesBuiltInPlaceKeepTheirOrderAndADroppedOneLeavesNoTrace) {
   ASSERT_EQ(p.a->tx_burst(0, &copied, 1), 1);
   rte_mbuf* burst[32];
   EXPECT_EQ(p.b->rx_burst(0, burst, 32), 0) << "the copied frame must wait for the two before it";
+  EXPECT_EQ(xstat_of(*p.a, "tx_ring_unpublished"), 3u) << "two slots being built, one waiting behind them";
+  EXPECT_EQ(xstat_of(*p.a, "tx_ring_used"), 0u);
   rte_pktmbuf_free(dropped);
   ASSERT_EQ(p.a->tx_burst(0, &first, 1), 1);
   rte_mbuf* last = frame_in_place(*p.a, 1500, 3);
@@ -559,6 +564,7 @@ TEST(PortShm, FramesBuiltInPlaceKeepTheirOrderAndADroppedOneLeavesNoTrace) {
   EXPECT_EQ(p.b->rx_burst(0, burst, 32), 0);
   EXPECT_EQ(xstat_of(*p.a, "tx_in_place"), 2u);
   EXPECT_EQ(xstat_of(*p.a, "tx_void_slots"), 1u);
+  EXPECT_EQ(xstat_of(*p.a, "tx_ring_unpublished"), 0u);
   EXPECT_EQ(xstat_of(*p.a, "tx_good_packets"), 3u);
   EXPECT_EQ(xstat_of(*p.b, "rx_good_packets"), 3u);
   EXPECT_EQ(xstat_of(*p.b, "rx_bad_slot"), 0u);
