@@ -439,17 +439,13 @@ void Worker::iterate(uint64_t now, uint64_t* idle_since) {
       if (realtime_.realtime() && (owed || (yielded && peer_ran_ns == 0))) block_stuck();
     }
   } else if (!polling_) {
-    // Owing a wake-up to a peer asleep on this CPU, spinning would only keep it from running:
-    // such a sleep says nothing about the spin's length. A peer awake on this CPU with frames
-    // of ours needs the CPU, not a wake-up. Not at SCHED_RR: there a yield hands the CPU to a
-    // peer at rr for a few frames at a time and back (a receiver yielded 25-43 k times per
-    // 40000 x 64 KiB): sleeping, it is woken when the peer blocks or half a ring waits, and
-    // 64 KiB went from 3.6 to 4.8 GB/s (other: 4.9), ib_write_lat 64 B unchanged.
-    // At SCHED_RR a peer awake on this CPU runs only once we block: sleep at once, as for a
-    // peer we owe a wake-up, and leave the spin's length alone. Spinning first, each such
-    // sleep was "woken here" and halved the spin (1 us), which then missed the client's next
-    // post: 5 000 more cross-CPU wake-ups (25-30 us each, the CPU idle) per 3 M messages in a
-    // 1 QP ib_write_bw than at the normal policy.
+    // A peer on this CPU we owe a wake-up: spinning would only keep it from running, so sleep
+    // at once (a sleep that says nothing about the spin's length). At the normal policy a peer
+    // awake on this CPU with frames of ours gets it by a yield. At SCHED_RR no idle yield (a
+    // yield there hands the CPU over a few frames at a time: 64 KiB 3.6 against 4.8 GB/s
+    // without), and a peer awake on this CPU runs only once we block: sleep at once for it
+    // too (spinning first halved the spin to 1 us, which then missed the client's next post:
+    // ~5 000 cross-CPU wake-ups per 3 M messages at 1 QP, docs/droced.md).
     bool for_peer = port.wake_owed();
     if (realtime_.realtime()) {
       for_peer = for_peer || (yield_.enabled() && port.peer_awake_on(sched_getcpu()));
@@ -480,16 +476,20 @@ int Worker::block(int timeout_us, uint64_t* back_ns) {
     // from the last block's end, not read again before this one (getrusage: 450 ns on a
     // 2-vCPU VM, twice per hand-over): a voluntary switch between the two, the thread blocked
     // elsewhere, left the CPU too. A yield is an involuntary switch to the kernel.
-    const uint64_t switches = voluntary_switches();
-    apply(realtime_.after_block(*back_ns, switches != switches_at_last_block_));
+    // A failed read is no rest (the safe side: the worker goes normal) and keeps the count.
+    uint64_t switches = switches_at_last_block_;
+    const bool known = voluntary_switches(&switches);
+    apply(realtime_.after_block(*back_ns, known && switches != switches_at_last_block_));
     switches_at_last_block_ = switches;
   }
   return events;
 }
 
-uint64_t Worker::voluntary_switches() {
+bool Worker::voluntary_switches(uint64_t* n) {
   rusage ru{};
-  return ::getrusage(RUSAGE_THREAD, &ru) == 0 ? uint64_t(ru.ru_nvcsw) : 0;
+  if (::getrusage(RUSAGE_THREAD, &ru) != 0) return false;
+  *n = uint64_t(ru.ru_nvcsw);
+  return true;
 }
 
 int Worker::set_realtime(bool on) {

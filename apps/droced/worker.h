@@ -201,8 +201,9 @@ class Worker {
   /// given away (away_ns_) and RealtimeBudget hears of it. control()'s result; *back_ns: when
   /// it returned.
   int block(int timeout_us, uint64_t* back_ns);
-  /// This thread's voluntary context switches so far (getrusage RUSAGE_THREAD).
-  static uint64_t voluntary_switches();
+  /// This thread's voluntary context switches so far into *n (getrusage RUSAGE_THREAD); false
+  /// if it could not be read.
+  static bool voluntary_switches(uint64_t* n);
   /// voluntary_switches() when the last block returned (at SCHED_RR only).
   uint64_t switches_at_last_block_ = 0;
   uint64_t away_ns_ = 0;  ///< time spent blocked or yielding: publish_running, adapt_affinity
