@@ -11,7 +11,8 @@
 #   --out DIR   where failures are kept (default bench/out/soak-DATE)
 #   --no-build  use build/release as it is
 #   --droced A  pass A to both droced (repeatable), e.g. --droced --event-policy=other
-#   -- TOOL ARGS  the perftest run (default: ib_write_bw -s 65536 -n 200000); -d and -x are added
+#   -- TOOL ARGS  the perftest run (default: ib_write_bw -s 65536 -n 200000); -d, -x and -p
+#               (a TCP port of its own; the client starts once the server listens) are added
 #
 # Per run, one line: the tool's exit status and its result line, then per droced (A serves, B is the client)
 # what the run added to `droce counters`: retransmits, ACK timeouts, sequence NAKs sent and
@@ -61,6 +62,8 @@ cleanup() {
 }
 trap cleanup EXIT
 droced_pair_start build/release/apps "$work/hosts" --mtu 9000 "${droced_args[@]}"
+# perftest's TCP exchange: a port of our own, below the kernel's ephemeral range (32768 up).
+port=$((10000 + $$ % 20000))
 
 # One line of numbers: what a run adds to droced's counters (the transport totals outlive the QPs).
 counters() {
@@ -88,11 +91,15 @@ failed=0
 for i in $(seq "$runs"); do
   a0=$(counters "$DROCE_A_SOCK") b0=$(counters "$DROCE_B_SOCK")
   snapshots & snapper=$!
-  cmd=(timeout 120 "${tool[@]}" -d droce0 -x 1)
+  cmd=(timeout 120 "${tool[@]}" -d droce0 -x 1 -p "$port")
   "$droce" exec --run-dir "$work/hosts/a" -- "${cmd[@]}" >"$work/server.out" 2>&1 & server=$!
-  sleep 0.3
   rc=0
-  "$droce" exec --run-dir "$work/hosts/b" -- "${cmd[@]}" 127.0.0.1 >"$work/client.out" 2>&1 || rc=$?
+  if droced_wait_listen "$port" "$server"; then
+    "$droce" exec --run-dir "$work/hosts/b" -- "${cmd[@]}" 127.0.0.1 >"$work/client.out" 2>&1 || rc=$?
+  else
+    rc=255
+    echo "(the server did not listen on TCP $port)" >"$work/client.out"
+  fi
   [ "$rc" = 0 ] || kill "$server" 2>/dev/null || true  # a server whose client failed waits out its timeout
   wait "$server" 2>/dev/null || true
   kill "$snapper" 2>/dev/null || true

@@ -59,3 +59,16 @@ droced_pair_stop() {
   done
   DROCE_A_PID= DROCE_B_PID=
 }
+
+# droced_wait_listen PORT PID: waits until something listens on TCP PORT in this network
+# namespace (a perftest or pingpong server's exchange socket), or PID ends; 10 s at most.
+droced_wait_listen() {
+  local hex
+  hex=$(printf '%04X' "$1")
+  for _ in $(seq 200); do
+    grep -Eq ":$hex [0-9A-F]+:0000 0A" /proc/net/tcp /proc/net/tcp6 2>/dev/null && return 0
+    kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.05
+  done
+  return 1
+}

@@ -91,18 +91,6 @@ gid=1  # droced's GID table: 0 the link-local GID, 1 the IPv4-mapped 10.77.0.x
 # and below the kernel's ephemeral range (32768 up), where a connection's own port may sit.
 port=$((10000 + $$ % 20000))
 
-# Waits until something listens on TCP $1 (the server's exchange socket), or its pid $2 ends.
-wait_listen() {
-  local hex
-  hex=$(printf '%04X' "$1")
-  for _ in $(seq 200); do
-    grep -Eq ":$hex [0-9A-F]+:0000 0A" /proc/net/tcp /proc/net/tcp6 2>/dev/null && return 0
-    kill -0 "$2" 2>/dev/null || return 1
-    sleep 0.05
-  done
-  return 1
-}
-
 # run_pair NAME SERVER_SYS CLIENT_SYS PROG ARGS...: server and client, each with a 90 s limit.
 # Leaves their output in $tmp/NAME.server and $tmp/NAME.client and their statuses in src/crc.
 run_pair() {
@@ -113,7 +101,7 @@ run_pair() {
   local spid=$!
   src=0
   crc=0
-  if ! wait_listen "$port" "$spid"; then
+  if ! droced_wait_listen "$port" "$spid"; then
     wait "$spid" || src=$?
     crc=255
     echo "(the server did not listen)" >"$tmp/$name.client"
@@ -195,7 +183,7 @@ port=$((port + 1))
 # Without `timeout`: $! must be the server itself (stdbuf execs it), not a parent it outlives.
 SYSFS_PATH=$A stdbuf -oL ib_write_bw -d droce0 -x $gid -D 30 -p $port >"$tmp/kill.server" 2>&1 &
 kpid=$!
-if wait_listen $port $kpid; then
+if droced_wait_listen $port $kpid; then
   SYSFS_PATH=$B timeout 90 stdbuf -oL ib_write_bw -d droce0 -x $gid -D 30 -p $port 127.0.0.1 \
     >"$tmp/kill.client" 2>&1 &
   cpid=$!
