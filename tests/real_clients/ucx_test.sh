@@ -55,7 +55,8 @@ run_case() {
   local slog=$tmp/$name.server clog=$tmp/$name.client
   on "$shost" timeout 120 ucx_perftest -p "$port" "$@" >"$slog" 2>&1 &
   local server=$!
-  sleep 0.5
+  # Until the server listens (its exit is judged below); a fixed wait raced a slow start.
+  droced_wait_listen "$port" "$server" || true
   local crc=0 src=0
   on "$chost" timeout 110 ucx_perftest -p "$port" "$@" 127.0.0.1 >"$clog" 2>&1 || crc=$?
   wait "$server" || src=$?
