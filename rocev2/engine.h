@@ -100,6 +100,7 @@ struct AsyncEvent {
 struct EngineCounters {
   ParseCounters parse;                ///< every RX frame by parse status
   uint64_t rx_frames = 0, tx_frames = 0;
+  uint64_t tx_acks = 0;               ///< of the frames built, acknowledgements (ACK, NAK) a responder sent
   uint64_t rx_unknown_qp = 0;         ///< valid RoCEv2 for a QPN we do not have
   uint64_t rx_wrong_state = 0;        ///< QP not in a state that receives
   uint64_t rx_bad_pkey = 0;

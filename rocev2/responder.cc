@@ -101,6 +101,7 @@ void Engine::responder_send_ack(Qp* q) {
   ext.aeth = {s.ack_syndrome, s.ack_msn};
   rte_mbuf* m = build(q, q->attr.ah_attr, bth, ext, 0);
   if (m == nullptr) return;  // lost like a dropped ACK: the requester's timer recovers
+  ++counters_.tx_acks;
   send_frame(m, q);
 }
 

@@ -383,6 +383,7 @@ void add_counters(const rocev2::EngineCounters& c, rocev2::EngineCounters* sum) 
   for (size_t i = 0; i < rocev2::kParseStatusCount; ++i) sum->parse.by_status[i] += c.parse.by_status[i];
   sum->rx_frames += c.rx_frames;
   sum->tx_frames += c.tx_frames;
+  sum->tx_acks += c.tx_acks;
   sum->rx_unknown_qp += c.rx_unknown_qp;
   sum->rx_wrong_state += c.rx_wrong_state;
   sum->rx_bad_pkey += c.rx_bad_pkey;
@@ -520,6 +521,7 @@ std::string Daemon::render_locked() const {
   j.open("counters", '{')
       .num("rx_frames", ec.rx_frames)
       .num("tx_frames", ec.tx_frames)
+      .num("tx_acks", ec.tx_acks)
       .num("rx_unknown_qp", ec.rx_unknown_qp)
       .num("rx_wrong_state", ec.rx_wrong_state)
       .num("rx_bad_pkey", ec.rx_bad_pkey)

@@ -111,6 +111,7 @@ TEST_F(ResponderTest, ExpectedPsnIsAcceptedAndAcked) {
   ASSERT_EQ(out.size(), 1u);
   expect_ack(out[0], kE, kAckSyndrome, 1);
   EXPECT_FALSE(out[0].bth().ackreq);
+  EXPECT_EQ(engine().counters().tx_acks, 1u) << "droced tells ACK-only traffic by it (AckHold)";
   // Expect: one receive completion with the bytes.
   auto wc = drain(rcq_);
   ASSERT_EQ(wc.size(), 1u);
@@ -138,6 +139,7 @@ TEST_F(ResponderTest, ExpectedPsnIsAcceptedAndAcked) {
   EXPECT_EQ(wc[0].byte_len, 2548u);
   EXPECT_EQ(slice(buf->bytes, 4096, 2548), msg);
   EXPECT_EQ(epsn(qpn), psn(kE, 4));
+  EXPECT_EQ(engine().counters().tx_acks, out.size() + 1);
 }
 
 TEST_F(ResponderTest, DuplicateSendAndWriteAreAckedAgainNotDeliveredTwice) {
@@ -432,6 +434,7 @@ TEST_F(ResponderTest, ReadAnsweredWithFirstMiddleLastFromMemory) {
   EXPECT_EQ(out[0].psn(), psn(kE, 3));
   EXPECT_EQ(out[0].ext().aeth.msn, 2u);
   EXPECT_EQ(out[0].payload(), slice(mem->bytes, 0, 8));
+  EXPECT_EQ(engine().counters().tx_acks, 0u) << "READ responses carry an AETH but are no acknowledgements";
 }
 
 TEST_F(ResponderTest, DuplicateReadOutsideTheSavedRangeIsNotReplayed) {
