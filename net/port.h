@@ -322,6 +322,7 @@ class Port {
     if (shm_ != nullptr) shm_->flush_wake_if_late(now_ns);
   }
   bool wake_owed() const { return shm_ != nullptr && shm_->wake_owed(); }
+  uint64_t wake_owed_since_ns() const { return shm_ != nullptr ? shm_->owed_since_ns() : 0; }
   /// droce_shm: ShmLink::peer_busy_with_ours, peer_awake_on, publish_running, peer_awake_ns (false, nothing,
   /// 0 on other ports).
   bool peer_busy_with_ours(int cpu) const { return shm_ != nullptr && shm_->peer_busy_with_ours(cpu); }

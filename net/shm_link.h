@@ -158,10 +158,16 @@ class ShmLink {
   /// sender is about to give it the CPU anyway. Only for a sender that blocks when idle and
   /// calls both flushes (droced's single event-mode worker).
   void set_defer_wakes(bool on) { defer_wakes_.store(on, std::memory_order_relaxed); }
-  /// Writes a wake-up deferred since; call before blocking.
+  /// Writes a wake-up deferred since; call before blocking. Also safe from another thread
+  /// while the sender is blocked (droced's IdleWaker): the peer's flag is exchanged, so one
+  /// wake-up is written however the two calls meet.
   void flush_wake();
   void flush_wake_if_late(uint64_t now_ns);
   bool wake_owed() const { return wake_owed_.load(std::memory_order_relaxed); }
+  /// When the wake-up owed now became owed (0: none is).
+  uint64_t owed_since_ns() const {
+    return wake_owed() ? owed_since_ns_.load(std::memory_order_relaxed) : 0;
+  }
 
   /// For two ends that share a CPU and hand it over by yielding (droced's YieldPolicy): true
   /// while the peer is awake, last ran on `cpu` (by its publish_running) and holds frames of

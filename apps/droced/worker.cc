@@ -201,6 +201,34 @@ core::WakeStamp Worker::first_wake_since(uint64_t since_ns) const {
   return first;
 }
 
+core::WakeStamp Worker::last_client_wake() const {
+  core::WakeStamp last;
+  for (const auto& [k, s] : sessions_) {
+    const core::WakeStamp w = s->wake_stamp();
+    if (w.ns > last.ns) last = w;
+  }
+  return last;
+}
+
+bool Worker::acks_only_owed() const {
+  const rocev2::EngineCounters& ec = core_->engine().counters();
+  return ec.tx_frames - ec.tx_acks == non_acks_unowed_;
+}
+
+uint64_t Worker::ack_hold_ns() {
+  const net::Port& port = *core_->group().port();
+  AckHold::Block b;
+  b.owed_since_ns = port.wake_owed_since_ns();
+  if (b.owed_since_ns == 0) return 0;
+  b.acks_only = acks_only_owed();
+  b.client = last_client_wake();
+  b.cpu = sched_getcpu();
+  // Only where the idle waker watches: a CPU that goes idle wakes the peer at once.
+  if (!idle_waker_.running() || b.cpu != idle_waker_.cpu()) return 0;
+  b.now_ns = core::monotonic_ns();  // the loop's is older than the wake-up it owes
+  return ack_hold_.hold_ns(b);
+}
+
 int Worker::launch(void* worker) {
   static_cast<Worker*>(worker)->run();
   return 0;
@@ -375,17 +403,30 @@ void Worker::sleep(uint64_t now_ns, bool for_peer) {
     uint64_t us = armed ? kArmedSleepUs : std::min<uint64_t>(sleep_us_, max_sleep_us);
     if (!armed) sleep_us_ = std::min<uint64_t>(sleep_us_ * 2, max_sleep_us);
     if (deadline != UINT64_MAX) us = deadline <= now_ns ? 0 : std::min<uint64_t>(us, (deadline - now_ns) / 1000);
+    // Last, after the last look (which may have sent): a peer asleep on our CPU runs now,
+    // unless all it would get is acknowledgements and a client of ours waits for the CPU.
+    const uint64_t hold_ns = us > 0 ? ack_hold_ns() : 0;
+    if (hold_ns != 0) us = std::min<uint64_t>(us, hold_ns / 1000);
+    const uint64_t idle_wakes = idle_wakes_.load(std::memory_order_relaxed);
     if (us > 0) {
-      // Last, after the last look (which may have sent): a peer asleep on our CPU runs now.
-      group.port()->flush_wake();
+      if (hold_ns == 0) group.port()->flush_wake();
+      else idle_waker_.arm();
       ++counters_.sleeps;
       SpinPolicy::Sleep slept;
       slept.spin_end_ns = now_ns;
       slept.for_peer = for_peer;
       slept.cpu = sched_getcpu();
       const uint64_t port_wakes = counters_.wakeups_by_port;
+      const uint64_t client_wakes = counters_.wakeups_by_client;
       const int events = block(static_cast<int>(us), &slept.back_ns);
       port_acked = counters_.wakeups_by_port != port_wakes;  // control() read the event
+      if (hold_ns != 0) {
+        AckHold::End end = AckHold::End::other;
+        if (counters_.wakeups_by_client != client_wakes) end = AckHold::End::client;
+        else if (idle_wakes_.load(std::memory_order_relaxed) != idle_wakes) end = AckHold::End::idle;
+        else if (events <= 0) end = AckHold::End::timer;
+        ack_hold_.after_hold(end, slept.back_ns);
+      }
       if (events <= 0) ++counters_.wakeups_by_timer;
       slept.by_event = events > 0;
       if (slept.by_event) slept.waker = first_wake_since(now_ns);
@@ -406,6 +447,8 @@ void Worker::sleep(uint64_t now_ns, bool for_peer) {
 void Worker::iterate(uint64_t now, uint64_t* idle_since) {
   const rocev2::EngineCounters& ec = core_->engine().counters();
   const DeviceCoreCounters& cc = core_->counters();
+  net::Port& port = *core_->group().port();
+  if (!port.wake_owed()) non_acks_unowed_ = ec.tx_frames - ec.tx_acks;
   uint64_t work = 0;
   for (auto& [k, s] : sessions_) work += s->poll(now);
   const uint64_t before = ec.rx_frames + ec.tx_frames + cc.neighbor_frames_in + cc.handed_out;
@@ -418,7 +461,6 @@ void Worker::iterate(uint64_t now, uint64_t* idle_since) {
   if ((++counters_.loops & 63) == 0) control(0);
   if (adaptive_affinity_ && now - window_start_ns_ >= kAffinityWindowNs) adapt_affinity(now);
   apply(realtime_.on_loop(now));
-  net::Port& port = *core_->group().port();
   if (yield_.enabled()) port.publish_running(sched_getcpu(), now - away_ns_);
   if (work != 0 || core_->engine().has_tx_work()) {
     *idle_since = now;
@@ -548,6 +590,14 @@ void Worker::run() {
     core_->group().port()->set_defer_wakes(true);
     // And one that alone reads its droce_shm link may yield its CPU to the peer (YieldPolicy).
     yield_ = YieldPolicy(true);
+    // And hold a wake-up for acknowledgements alone while a client of its own needs the CPU
+    // (AckHold), never while the CPU would idle: a SCHED_IDLE thread on the lcore's CPU wakes
+    // the peer then. Started before this thread takes SCHED_RR (a new thread inherits it).
+    if (const int cpu = int(rte_lcore_to_cpu_id(int(lcore_))); core_->group().port()->shm_link() != nullptr) {
+      if (int rc = idle_waker_.start(cpu, &Worker::wake_peer_when_idle, this); rc != 0)
+        DROCE_LOG(INFO, app, "worker %u: no idle waker on CPU %d (%s): acknowledgements never wait", index_, cpu,
+                  std::strerror(-rc));
+    }
   }
   std::string cpus = describe_affinity();
   if (!polling_ && setpriority(PRIO_PROCESS, tid(), daemon_->config().event_nice) != 0)
@@ -604,7 +654,17 @@ void Worker::run() {
   tls_current = nullptr;
 }
 
+void Worker::wake_peer_when_idle(void* worker) {
+  // The idle waker's thread, while this worker sleeps: a wake-up still owed is a held one.
+  auto* w = static_cast<Worker*>(worker);
+  net::Port& port = *w->core_->group().port();
+  if (!port.wake_owed()) return;
+  port.flush_wake();
+  w->idle_wakes_.fetch_add(1, std::memory_order_relaxed);
+}
+
 void Worker::shutdown() {
+  idle_waker_.stop();
   take_inbox();
   if (sessions_.empty()) return;
   DROCE_LOG(INFO, app, "%s: stopping; %zu clients on worker %u told the device is gone", device_.name.c_str(),

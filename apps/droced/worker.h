@@ -47,7 +47,9 @@
 #include <string>
 #include <vector>
 
+#include "apps/droced/ack_hold.h"
 #include "apps/droced/cm_host.h"
+#include "apps/droced/idle_waker.h"
 #include "apps/droced/device_core.h"
 #include "apps/droced/realtime_budget.h"
 #include "apps/droced/session.h"
@@ -129,6 +131,8 @@ class Worker {
   const YieldCounters& yield_counters() const { return yield_.counters(); }
   /// Event mode at SCHED_RR: the times it ran too long without a break (RealtimeBudget).
   const RealtimeCounters& realtime_counters() const { return realtime_.counters(); }
+  /// Event mode on a droce_shm link: wake-ups for acknowledgements alone held past a block (AckHold).
+  const AckHoldCounters& ack_hold_counters() const { return ack_hold_.counters(); }
   /// Call once in main() before EAL starts: the CPUs an event-mode worker may
   /// run on (EAL pins each lcore's thread to one).
   static void remember_startup_affinity();
@@ -154,6 +158,11 @@ class Worker {
   void choose_mode();
   /// The earliest wake-up stamp (the port's, the clients') raised at or after since_ns.
   core::WakeStamp first_wake_since(uint64_t since_ns) const;
+  /// The newest wake-up stamp of a client here (ns 0: none).
+  core::WakeStamp last_client_wake() const;
+  /// Before blocking with a wake-up owed: how long the sleep may keep it (AckHold), 0: flush it.
+  uint64_t ack_hold_ns();
+  bool acks_only_owed() const;
   bool arm_rx_interrupt();
   void shutdown();
 
@@ -194,6 +203,13 @@ class Worker {
   SpinPolicy spin_;  ///< event mode: how long to spin before blocking
   YieldPolicy yield_;  ///< event mode on droce_shm: when to yield to the peer instead
   RealtimeBudget realtime_;  ///< event mode at SCHED_RR: when to drop to the normal policy, and back
+  AckHold ack_hold_;         ///< event mode on droce_shm: when a wake-up for ACKs alone may wait
+  IdleWaker idle_waker_;     ///< wakes the peer when this worker's CPU would idle with one held
+  std::atomic<uint64_t> idle_wakes_{0};  ///< held wake-ups the idle waker sent
+  static void wake_peer_when_idle(void* worker);
+  /// The engine's frames other than acknowledgements (tx_frames - tx_acks) when no wake-up was
+  /// owed, last looked at the start of a loop: more now, and the owed one is not for ACKs alone.
+  uint64_t non_acks_unowed_ = 0;
   void apply(RealtimeBudget::Change change);
   /// SCHED_RR priority 1 (on) or the normal policy: pthread_setschedparam's result.
   static int set_realtime(bool on);
