@@ -229,6 +229,40 @@ for h in "A $pa $((ya1 - ya0)) $((wa1 - wa0))" "B $pb $((yb1 - yb0)) $((wb1 - wb
     bad "droced $host ($policy) never handed its CPU over in a 1 QP stream ($y yields, $w wake-ups by frames)"
 done
 
+# A ping-pong whose client shares a CPU with both droced (the server on another): droced B
+# acknowledges each of the server's WRITEs and, as its client waits for that CPU to post the
+# next one, must hold the wake-up that would run droced A for that ACK alone (AckHold), and
+# its client's next post must end those holds (ack_holds_paid).
+holds_paid() {  # "CPUS PAID" of the daemon at socket $1: its first worker's CPUs, and its holds paid
+  env -u LD_PRELOAD "$(dirname "$droced")/droce" cores --json --socket "$1" |
+    python3 -c 'import json,sys; c=json.load(sys.stdin); print(c[0]["cpus"], sum(w["ack_holds_paid"] for w in c))'
+}
+read -r cpus_b paid0 <<<"$(holds_paid "$DROCE_B_SOCK")"
+other_cpu=$(python3 -c 'import os,sys; c=sorted(os.sched_getaffinity(0)); d=sys.argv[1]; print(next((x for x in c if str(x) != d), ""))' "$cpus_b")
+if [[ "$cpus_b" =~ ^[0-9]+$ ]] && [ -n "$other_cpu" ]; then
+  port=$((port + 1))
+  SYSFS_PATH=$A timeout 90 taskset -c "$other_cpu" ib_write_lat -d droce0 -x $gid -n 2000 -p $port \
+    >"$tmp/hold.server" 2>&1 &
+  hpid=$!
+  hrc=0
+  if droced_wait_listen $port $hpid; then
+    SYSFS_PATH=$B timeout 90 taskset -c "$cpus_b" ib_write_lat -d droce0 -x $gid -n 2000 -p $port 127.0.0.1 \
+      >"$tmp/hold.client" 2>&1 || hrc=$?
+  else
+    hrc=255
+  fi
+  wait $hpid || hrc=$((hrc + 1))
+  read -r _ paid1 <<<"$(holds_paid "$DROCE_B_SOCK")"
+  if [ $hrc -eq 0 ] && [ $((paid1 - paid0)) -gt 0 ]; then
+    pass "ib_write_lat, client on droced's CPU $cpus_b: droced B held $((paid1 - paid0)) ACK wake-ups its client's next post ended"
+  else
+    bad "ib_write_lat, client on droced's CPU $cpus_b: status $hrc, ACK wake-ups held and paid: $((paid1 - paid0))"
+    cat "$tmp/hold.server" "$tmp/hold.client"
+  fi
+else
+  echo "note: no held ACKs checked (droced B on CPUs '$cpus_b', no other CPU to put the server on)"
+fi
+
 perf "ib_send_bw" 100 ib_send_bw -n 100
 perf "ib_send_bw -a" 5 ib_send_bw -a -n 5
 perf "ib_write_bw" 100 ib_write_bw -n 100
