@@ -49,8 +49,8 @@
 
 #include "apps/droced/ack_hold.h"
 #include "apps/droced/cm_host.h"
-#include "apps/droced/idle_waker.h"
 #include "apps/droced/device_core.h"
+#include "apps/droced/idle_waker.h"
 #include "apps/droced/realtime_budget.h"
 #include "apps/droced/session.h"
 #include "apps/droced/spin_policy.h"
