@@ -65,6 +65,15 @@ class AckHold {
   /// How long the worker may sleep with the wake-up still owed, in ns; 0: wake the peer now.
   uint64_t hold_ns(const Block& b);
 
+  /// Whether the wake-up owed now is for acknowledgements alone, from the engine's count of
+  /// frames other than ACKs and NAKs (tx_frames - tx_acks): the worker tells it at the start of
+  /// each loop whether a wake-up is owed, and asks before it blocks. The count seen last with
+  /// none owed is the mark; any other frame since, and it is not.
+  void loop_start(bool owed, uint64_t non_ack_frames) {
+    if (!owed) non_acks_unowed_ = non_ack_frames;
+  }
+  bool acks_only(uint64_t non_ack_frames) const { return non_ack_frames == non_acks_unowed_; }
+
   /// client: its doorbell; idle: the CPU went idle and the peer was woken then; timer: the
   /// sleep's timer; other: anything else (the peer's frames, a socket).
   enum class End { client, idle, timer, other };
@@ -77,6 +86,7 @@ class AckHold {
  private:
   uint64_t quiet_until_ns_ = 0;
   uint64_t due_ns_ = 0;  ///< the last hold's bound
+  uint64_t non_acks_unowed_ = 0;  ///< see loop_start
   AckHoldCounters counters_;
 };
 

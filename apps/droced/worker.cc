@@ -210,21 +210,21 @@ core::WakeStamp Worker::last_client_wake() const {
   return last;
 }
 
-bool Worker::acks_only_owed() const {
+uint64_t Worker::non_ack_frames() const {
   const rocev2::EngineCounters& ec = core_->engine().counters();
-  return ec.tx_frames - ec.tx_acks == non_acks_unowed_;
+  return ec.tx_frames - ec.tx_acks;
 }
 
 uint64_t Worker::ack_hold_ns() {
-  const net::Port& port = *core_->group().port();
-  AckHold::Block b;
-  b.owed_since_ns = port.wake_owed_since_ns();
-  if (b.owed_since_ns == 0) return 0;
-  b.acks_only = acks_only_owed();
-  b.client = last_client_wake();
-  b.cpu = sched_getcpu();
   // Only where the idle waker watches: a CPU that goes idle wakes the peer at once.
-  if (!idle_waker_.running() || b.cpu != idle_waker_.cpu()) return 0;
+  if (!idle_waker_.running()) return 0;
+  AckHold::Block b;
+  b.owed_since_ns = core_->group().port()->wake_owed_since_ns();
+  if (b.owed_since_ns == 0) return 0;
+  b.cpu = sched_getcpu();
+  if (b.cpu != idle_waker_.cpu()) return 0;
+  b.acks_only = ack_hold_.acks_only(non_ack_frames());
+  b.client = last_client_wake();
   b.now_ns = core::monotonic_ns();  // the loop's is older than the wake-up it owes
   return ack_hold_.hold_ns(b);
 }
@@ -448,7 +448,7 @@ void Worker::iterate(uint64_t now, uint64_t* idle_since) {
   const rocev2::EngineCounters& ec = core_->engine().counters();
   const DeviceCoreCounters& cc = core_->counters();
   net::Port& port = *core_->group().port();
-  if (!port.wake_owed()) non_acks_unowed_ = ec.tx_frames - ec.tx_acks;
+  ack_hold_.loop_start(port.wake_owed(), non_ack_frames());
   uint64_t work = 0;
   for (auto& [k, s] : sessions_) work += s->poll(now);
   const uint64_t before = ec.rx_frames + ec.tx_frames + cc.neighbor_frames_in + cc.handed_out;

@@ -162,7 +162,8 @@ class Worker {
   core::WakeStamp last_client_wake() const;
   /// Before blocking with a wake-up owed: how long the sleep may keep it (AckHold), 0: flush it.
   uint64_t ack_hold_ns();
-  bool acks_only_owed() const;
+  /// The engine's frames other than acknowledgements (AckHold::loop_start, acks_only).
+  uint64_t non_ack_frames() const;
   bool arm_rx_interrupt();
   void shutdown();
 
@@ -207,9 +208,6 @@ class Worker {
   IdleWaker idle_waker_;     ///< wakes the peer when this worker's CPU would idle with one held
   std::atomic<uint64_t> idle_wakes_{0};  ///< held wake-ups the idle waker sent
   static void wake_peer_when_idle(void* worker);
-  /// The engine's frames other than acknowledgements (tx_frames - tx_acks) when no wake-up was
-  /// owed, last looked at the start of a loop: more now, and the owed one is not for ACKs alone.
-  uint64_t non_acks_unowed_ = 0;
   void apply(RealtimeBudget::Change change);
   /// SCHED_RR priority 1 (on) or the normal policy: pthread_setschedparam's result.
   static int set_realtime(bool on);

@@ -85,6 +85,25 @@ TEST(AckHold, AHoldItsBoundEndedPausesHolds) {
   EXPECT_NE(h.hold_ns(b), 0u) << "tried again after the quiet time";
 }
 
+TEST(AckHold, TellsAWakeUpForAcksAloneFromOneForData) {
+  AckHold h;
+  // Loops with nothing owed: each sets the mark (10 frames other than ACKs so far).
+  h.loop_start(false, 7);
+  h.loop_start(false, 10);
+  // An ACK goes out: the count of other frames stays 10, and the wake-up it owes is for it alone.
+  EXPECT_TRUE(h.acks_only(10));
+  // Still owed at the next loop: the mark stays where the wake-up became owed.
+  h.loop_start(true, 10);
+  EXPECT_TRUE(h.acks_only(10));
+  // A WRITE goes out behind the ACK: the owed wake-up now carries data.
+  EXPECT_FALSE(h.acks_only(11));
+  h.loop_start(true, 11);
+  EXPECT_FALSE(h.acks_only(11)) << "owed throughout: the WRITE still waits behind the same wake-up";
+  // Flushed: the next loop owes nothing and takes the new mark.
+  h.loop_start(false, 11);
+  EXPECT_TRUE(h.acks_only(11));
+}
+
 TEST(AckHold, AHoldTheIdleCpuEndedIsNoMiss) {
   AckHold h;
   ASSERT_NE(h.hold_ns(ack_only()), 0u);
