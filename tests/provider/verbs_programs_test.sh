@@ -209,10 +209,13 @@ kill -0 "$DROCE_A_PID" 2>/dev/null || bad "droced A died after its client was ki
 # yielding (YieldPolicy); at SCHED_RR (the default as root) an idle worker does not yield, it
 # blocks and the other's frames wake it (wakeups_by_port). Each daemon must have handed over in
 # its policy's way. (Early: latency tests before it may pause yielding for up to 1 s.)
-handovers() {  # "POLICY YIELDS PORT_WAKEUPS" of the daemon at socket $1 (its workers' sums)
+cores() {  # SOCKET EXPR: EXPR (Python, over `c`, the list of `droce cores --json`) for that daemon
   # Without the preload the programs get (an ASan build's droce wants its runtime first).
   env -u LD_PRELOAD "$(dirname "$droced")/droce" cores --json --socket "$1" |
-    python3 -c 'import json,sys; c=json.load(sys.stdin); print(c[0]["policy"], sum(w["yields"] for w in c), sum(w["wakeups_by_port"] for w in c))'
+    python3 -c "import json,sys; c=json.load(sys.stdin); print($2)"
+}
+handovers() {  # "POLICY YIELDS PORT_WAKEUPS" of the daemon at socket $1 (its workers' sums)
+  cores "$1" 'c[0]["policy"], sum(w["yields"] for w in c), sum(w["wakeups_by_port"] for w in c)'
 }
 read -r _ ya0 wa0 <<<"$(handovers "$DROCE_A_SOCK")"
 read -r _ yb0 wb0 <<<"$(handovers "$DROCE_B_SOCK")"
@@ -234,8 +237,7 @@ done
 # next one, must hold the wake-up that would run droced A for that ACK alone (AckHold), and
 # its client's next post must end those holds (ack_holds_paid).
 holds_paid() {  # "CPUS PAID" of the daemon at socket $1: its first worker's CPUs, and its holds paid
-  env -u LD_PRELOAD "$(dirname "$droced")/droce" cores --json --socket "$1" |
-    python3 -c 'import json,sys; c=json.load(sys.stdin); print(c[0]["cpus"], sum(w["ack_holds_paid"] for w in c))'
+  cores "$1" 'c[0]["cpus"], sum(w["ack_holds_paid"] for w in c)'
 }
 read -r cpus_b paid0 <<<"$(holds_paid "$DROCE_B_SOCK")"
 other_cpu=$(python3 -c 'import os,sys; c=sorted(os.sched_getaffinity(0)); d=sys.argv[1]; print(next((x for x in c if str(x) != d), ""))' "$cpus_b")
