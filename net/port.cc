@@ -985,6 +985,8 @@ int Port::rx_interrupt_arm(uint16_t queue, bool on) {
   return on ? rte_eth_dev_rx_intr_enable(port_id_, queue) : rte_eth_dev_rx_intr_disable(port_id_, queue);
 }
 
+bool Port::rx_interrupt_edge(uint16_t queue) const { return rx_interrupt_fd(queue) >= 0 && shm_ != nullptr; }
+
 void Port::rx_interrupt_ack(uint16_t queue) {
   if (shm_ != nullptr) {
     shm_->ack_wake();  // its own eventfd, non-blocking: one read

@@ -425,6 +425,12 @@ class Port {
   int rx_interrupt_arm(uint16_t queue, bool on);
   /// Consumes what made the fd readable (an eventfd count).
   void rx_interrupt_ack(uint16_t queue);
+  /// True when the queue's descriptor is an eventfd written once per wake-up
+  /// that a waiter may watch edge-triggered (EPOLLET) and never read: every
+  /// write is a new edge, whatever the count (droce_shm). An ack then costs a
+  /// read per sleep for nothing. False for descriptors that stay readable
+  /// while frames wait (tap, af_packet, af_xdp) and for VFIO's eventfds.
+  bool rx_interrupt_edge(uint16_t queue) const;
   bool promiscuous() const;
   MulticastMode multicast_mode() const { return multicast_mode_; }
 

@@ -64,8 +64,12 @@ Worker::Worker(Daemon* daemon, unsigned index, unsigned lcore, std::unique_ptr<D
     *rc = -errno;
     return;
   }
+  // Edge-triggered and never read: each write (a client's doorbell while we sleep, a frame
+  // handed over, a session adopted) is an edge of its own whatever the count, so a wake-up
+  // costs no read (a system call, 300-350 ns on the 2-vCPU VM) and no stale count can keep
+  // the descriptor readable. The count would overflow after 2^64 - 2 writes.
   epoll_event ev{};
-  ev.events = EPOLLIN;
+  ev.events = EPOLLIN | EPOLLET;
   ev.data.u64 = kWakeKey;
   if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &ev) != 0) {
     *rc = -errno;
@@ -306,10 +310,9 @@ int Worker::control(int timeout_us) {
       // would stay readable. Every later wait returned at once: a worker at SCHED_RR stuck on
       // a full ring "blocked" 270 000 times in half a second without leaving its CPU, and a
       // peer on that CPU never emptied the ring (ib_write_bw 64 KiB at rr: retry-exceeded).
-      core_->group().port()->rx_interrupt_ack(uint16_t(rx_queue_));
+      // Watched edge-triggered (droce_shm), there is nothing to consume.
+      if (!rx_intr_edge_) core_->group().port()->rx_interrupt_ack(uint16_t(rx_queue_));
     } else if (key == kWakeKey) {
-      uint64_t v;
-      [[maybe_unused]] ssize_t r = ::read(wake_.get(), &v, sizeof v);
       ++counters_.wakeups_by_client;
     } else if (key == kCmKey) {
       if (cm_ != nullptr) cm_->on_control(now);
@@ -365,11 +368,13 @@ bool Worker::arm_rx_interrupt() {
     // A new descriptor (memif makes one per connection): watch it instead.
     if (rx_intr_fd_ >= 0) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, rx_intr_fd_, nullptr);
     rx_intr_fd_ = -1;
+    const bool edge = port.rx_interrupt_edge(uint16_t(rx_queue_));
     epoll_event ev{};
-    ev.events = EPOLLIN;
+    ev.events = EPOLLIN | (edge ? EPOLLET : 0u);
     ev.data.u64 = kRxInterruptKey;
     if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) return false;
     rx_intr_fd_ = fd;
+    rx_intr_edge_ = edge;
   }
   return port.rx_interrupt_arm(uint16_t(rx_queue_), true) == 0;
 }
@@ -438,7 +443,7 @@ void Worker::sleep(uint64_t now_ns, bool for_peer) {
     port.rx_interrupt_arm(uint16_t(rx_queue_), false);
     // One that came after control() returned (or while it did not wait): a read that finds
     // nothing costs a syscall (350 ns), each sleep a port ended.
-    if (!port_acked) port.rx_interrupt_ack(uint16_t(rx_queue_));
+    if (!port_acked && !rx_intr_edge_) port.rx_interrupt_ack(uint16_t(rx_queue_));
   }
   group.set_sleeping(index_, false);
   for (auto& [k, s] : sessions_) s->set_daemon_sleeping(false);
@@ -514,15 +519,27 @@ int Worker::block(int timeout_us, uint64_t* back_ns) {
   away_ns_ += *back_ns - from;
   if (realtime_.enabled()) {
     // At SCHED_RR, whether the thread left its CPU decides whether the wait was a rest
-    // (RealtimeBudget::after_block); a wait whose event is already there does not. Counted
-    // from the last block's end, not read again before this one (getrusage: 450 ns on a
-    // 2-vCPU VM, twice per hand-over): a voluntary switch between the two, the thread blocked
-    // elsewhere, left the CPU too. A yield is an involuntary switch to the kernel.
-    // A failed read is no rest (the safe side: the worker goes normal) and keeps the count.
-    uint64_t switches = switches_at_last_block_;
-    const bool known = voluntary_switches(&switches);
-    apply(realtime_.after_block(*back_ns, known && switches != switches_at_last_block_));
-    switches_at_last_block_ = switches;
+    // (RealtimeBudget::after_block); a wait whose event is already there does not. A wait of
+    // kSurelySleptNs or more did: one that finds its event returns in about a microsecond, and
+    // a sleep is two switches and the peer's run. Only shorter waits read the switch count
+    // (getrusage: 400-450 ns on a 2-vCPU VM, once per hand-over before), counted from the
+    // last block's end: a voluntary switch between the two, the thread blocked elsewhere, left
+    // the CPU too. A yield is an involuntary switch to the kernel. After a wait judged by its
+    // length the count is stale, and the next short wait is no rest (the safe side: at worst
+    // the budget runs on); so is one whose read failed (the worker goes normal), which keeps
+    // the count.
+    bool rested = false;
+    if (*back_ns - from >= kSurelySleptNs) {
+      rested = true;
+      switches_known_ = false;
+    } else {
+      uint64_t switches = switches_at_last_block_;
+      const bool known = voluntary_switches(&switches);
+      rested = known && switches_known_ && switches != switches_at_last_block_;
+      switches_at_last_block_ = switches;
+      switches_known_ = known;
+    }
+    apply(realtime_.after_block(*back_ns, rested));
   }
   return events;
 }

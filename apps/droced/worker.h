@@ -183,6 +183,7 @@ class Worker {
   uint64_t link_generation_ = 0;  ///< the daemon's link changes already told to the clients here
   int rx_queue_ = -1;
   int rx_intr_fd_ = -1;  ///< the port's RX interrupt descriptor in epoll_ (not owned)
+  bool rx_intr_edge_ = false;  ///< watched edge-triggered, never read (Port::rx_interrupt_edge)
   uint64_t sleep_us_ = 16;  ///< the next unarmed sleep (grows while idle)
   bool polling_ = false;
   std::string mode_reason_;
@@ -218,8 +219,12 @@ class Worker {
   /// This thread's voluntary context switches so far into *n (getrusage RUSAGE_THREAD); false
   /// if it could not be read.
   static bool voluntary_switches(uint64_t* n);
-  /// voluntary_switches() when the last block returned (at SCHED_RR only).
+  /// voluntary_switches() when the last block returned (at SCHED_RR only), and whether that
+  /// count is current (false after a wait judged by its length).
   uint64_t switches_at_last_block_ = 0;
+  bool switches_known_ = false;
+  /// A wait at least this long left the CPU (block()).
+  static constexpr uint64_t kSurelySleptNs = 10'000;
   uint64_t away_ns_ = 0;  ///< time spent blocked or yielding: publish_running, adapt_affinity
   WorkerCounters counters_;
 };

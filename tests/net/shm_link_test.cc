@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -310,6 +311,47 @@ TEST(PortShm, SleepingReceiverIsWokenOnceBusyOneNever) {
     EXPECT_TRUE(frame_is(got[i], 64, 100 + i));
     rte_pktmbuf_free(got[i]);
   }
+}
+
+// droced watches droce_shm's descriptor edge-triggered and never reads it (a read per sleep
+// saved): each sleep's wake-up must be an event of its own though the count was never read,
+// and nothing must be reported while no frame was sent.
+TEST(PortShm, TheWakeUpIsAnEdgePerSleepWithoutReads) {
+  Pair p;
+  open_pair(&p);
+  EXPECT_TRUE(p.b->rx_interrupt_edge(0));
+  EXPECT_FALSE(p.b->rx_interrupt_edge(1)) << "a queue the port does not have";
+  const int fd = p.b->rx_interrupt_fd(0);
+  ASSERT_GE(fd, 0);
+  const core::Fd ep(::epoll_create1(EPOLL_CLOEXEC));
+  ASSERT_TRUE(ep.valid());
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLET;
+  ASSERT_EQ(::epoll_ctl(ep.get(), EPOLL_CTL_ADD, fd, &ev), 0);
+  auto events = [&](int ms) {
+    epoll_event out[4];
+    return ::epoll_wait(ep.get(), out, 4, ms);
+  };
+  // The connect's kick may have come already (then it is reported once, at the add).
+  (void)events(50);
+  EXPECT_EQ(events(0), 0) << "an edge reported twice";
+  for (uint32_t sleep = 0; sleep < 3; ++sleep) {
+    ASSERT_EQ(p.b->rx_interrupt_arm(0, true), 0);
+    rte_mbuf* burst[32];
+    ASSERT_EQ(p.b->rx_burst(0, burst, 32), 0);
+    EXPECT_EQ(events(20), 0) << "sleep " << sleep << ": an event with nothing sent";
+    for (uint32_t i = 0; i < 2; ++i) {
+      rte_mbuf* m = frame(p.a->pool(), 64, sleep * 10 + i);
+      ASSERT_EQ(p.a->tx_burst(0, &m, 1), 1);
+    }
+    EXPECT_EQ(events(5000), 1) << "sleep " << sleep << ": the frames did not wake the receiver";
+    EXPECT_EQ(events(0), 0) << "sleep " << sleep << ": one wake-up reported twice";
+    ASSERT_EQ(p.b->rx_interrupt_arm(0, false), 0);
+    auto got = receive(*p.b, 2);
+    ASSERT_EQ(got.size(), 2u);
+    for (rte_mbuf* m : got) rte_pktmbuf_free(m);
+  }
+  EXPECT_TRUE(readable(fd, 0)) << "never read, the count stays (an edge each write regardless)";
 }
 
 // Deferred wake-ups (droced's single event-mode worker): a receiver that went to sleep on the
