@@ -517,30 +517,11 @@ int Worker::block(int timeout_us, uint64_t* back_ns) {
   const int events = control(timeout_us);
   *back_ns = core::monotonic_ns();
   away_ns_ += *back_ns - from;
-  if (realtime_.enabled()) {
-    // At SCHED_RR, whether the thread left its CPU decides whether the wait was a rest
-    // (RealtimeBudget::after_block); a wait whose event is already there does not. A wait of
-    // kSurelySleptNs or more did: one that finds its event returns in about a microsecond, and
-    // a sleep is two switches and the peer's run. Only shorter waits read the switch count
-    // (getrusage: 400-450 ns on a 2-vCPU VM, once per hand-over before), counted from the
-    // last block's end: a voluntary switch between the two, the thread blocked elsewhere, left
-    // the CPU too. A yield is an involuntary switch to the kernel. After a wait judged by its
-    // length the count is stale, and the next short wait is no rest (the safe side: at worst
-    // the budget runs on); so is one whose read failed (the worker goes normal), which keeps
-    // the count.
-    bool rested = false;
-    if (*back_ns - from >= kSurelySleptNs) {
-      rested = true;
-      switches_known_ = false;
-    } else {
-      uint64_t switches = switches_at_last_block_;
-      const bool known = voluntary_switches(&switches);
-      rested = known && switches_known_ && switches != switches_at_last_block_;
-      switches_at_last_block_ = switches;
-      switches_known_ = known;
-    }
-    apply(realtime_.after_block(*back_ns, rested));
-  }
+  // At SCHED_RR, whether the thread left its CPU decides whether the wait was a rest
+  // (RealtimeBudget::after_block); a wait whose event is already there does not (SleepJudge).
+  // A yield is an involuntary switch to the kernel.
+  if (realtime_.enabled())
+    apply(realtime_.after_block(*back_ns, sleep_judge_.slept(*back_ns - from, &voluntary_switches)));
   return events;
 }
 

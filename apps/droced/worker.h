@@ -219,12 +219,7 @@ class Worker {
   /// This thread's voluntary context switches so far into *n (getrusage RUSAGE_THREAD); false
   /// if it could not be read.
   static bool voluntary_switches(uint64_t* n);
-  /// voluntary_switches() when the last block returned (at SCHED_RR only), and whether that
-  /// count is current (false after a wait judged by its length).
-  uint64_t switches_at_last_block_ = 0;
-  bool switches_known_ = false;
-  /// A wait at least this long left the CPU (block()).
-  static constexpr uint64_t kSurelySleptNs = 10'000;
+  SleepJudge sleep_judge_;  ///< whether each block left the CPU (at SCHED_RR only)
   uint64_t away_ns_ = 0;  ///< time spent blocked or yielding: publish_running, adapt_affinity
   WorkerCounters counters_;
 };

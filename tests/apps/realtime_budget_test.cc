@@ -92,5 +92,67 @@ TEST(RealtimeBudget, TheBudgetStartsWhenTheWorkerDoes) {
   EXPECT_EQ(b.on_loop(kT0 + kBurst), Change::to_normal);
 }
 
+// SleepJudge: a long wait is a sleep without the system call; a short one only if the switch
+// count moved since a read that is still current.
+struct SwitchCounter {
+  uint64_t count = 0;
+  bool ok = true;
+  int reads = 0;
+  auto reader() {
+    return [this](uint64_t* n) {
+      ++reads;
+      if (ok) *n = count;
+      return ok;
+    };
+  }
+};
+
+TEST(SleepJudge, AWaitAsLongAsASleepIsOneWithoutReadingTheCount) {
+  SleepJudge j;
+  SwitchCounter c;
+  EXPECT_TRUE(j.slept(SleepJudge::kSurelySleptNs, c.reader()));
+  EXPECT_TRUE(j.slept(50'000, c.reader()));
+  EXPECT_EQ(c.reads, 0);
+}
+
+TEST(SleepJudge, AShortWaitSleptOnlyIfTheCountMoved) {
+  SleepJudge j;
+  SwitchCounter c;
+  c.count = 7;
+  EXPECT_FALSE(j.slept(500, c.reader())) << "the first read has nothing to compare with";
+  EXPECT_FALSE(j.slept(500, c.reader())) << "the count did not move: the event was already there";
+  c.count = 8;
+  EXPECT_TRUE(j.slept(SleepJudge::kSurelySleptNs - 1, c.reader()));
+  EXPECT_EQ(c.reads, 3);
+}
+
+TEST(SleepJudge, TheCountIsStaleAfterAWaitJudgedByItsLength) {
+  SleepJudge j;
+  SwitchCounter c;
+  c.count = 3;
+  EXPECT_FALSE(j.slept(500, c.reader()));  // a baseline: 3
+  c.count = 4;                              // the long wait's own switch
+  EXPECT_TRUE(j.slept(40'000, c.reader()));
+  // A wait that found its event: 4 against the baseline 3 would read as a sleep.
+  EXPECT_FALSE(j.slept(500, c.reader()));
+  c.count = 5;
+  EXPECT_TRUE(j.slept(500, c.reader())) << "current again after a read";
+}
+
+TEST(SleepJudge, AFailedReadIsNoRestAndLeavesNoBaseline) {
+  SleepJudge j;
+  SwitchCounter c;
+  c.count = 1;
+  EXPECT_FALSE(j.slept(500, c.reader()));
+  c.ok = false;
+  c.count = 2;
+  EXPECT_FALSE(j.slept(500, c.reader()));
+  c.ok = true;
+  c.count = 3;
+  EXPECT_FALSE(j.slept(500, c.reader())) << "compared with a count from before the failed read";
+  c.count = 4;
+  EXPECT_TRUE(j.slept(500, c.reader()));
+}
+
 }  // namespace
 }  // namespace droce::droced
