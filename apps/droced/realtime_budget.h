@@ -88,9 +88,10 @@ class RealtimeBudget {
 /// Whether a wait left the CPU (RealtimeBudget::after_block's `slept`), asking the thread's
 /// voluntary switch count, a system call (getrusage: 400-450 ns on a 2-vCPU VM; read after
 /// every wait, it was one per hand-over between two droced), only when the wait's length does
-/// not say. A wait of
-/// kSurelySleptNs or more slept: one that finds its event returns in about a microsecond, and a
-/// sleep is two switches and whatever ran meanwhile. A shorter one slept if the count moved
+/// not say. A wait of kSurelySleptNs or more slept: one that finds its event returns in about
+/// a microsecond, and a sleep is two switches and whatever ran meanwhile (a wait stretched by
+/// a host that took the vCPU away is taken for a sleep too: one early rest now and then, and a
+/// wait that never sleeps is still caught). A shorter one slept if the count moved
 /// since the last read; a count last read before a wait judged by its length is stale (a
 /// switch since may belong to that wait), so the first short wait after one, like the first
 /// of all and one whose read failed, is no rest: the safe side, the budget runs on.
