@@ -1,20 +1,35 @@
 // The data path: post send/receive, poll and arm CQs, the extended CQ and QP
 // APIs. No allocation, no locks beyond the client library's per-queue
 // spinlocks, no syscalls (the client library's doorbell writes droced's wake
-// eventfd only when droced said it sleeps).
+// eventfd only when droced said it sleeps) but a sched_yield when a thread's
+// polls keep finding nothing (provider/verbs/poll_yield.h).
 #include <endian.h>
+#include <sched.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
+#include "core/clock.h"
 #include "provider/verbs/convert.h"
 #include "provider/verbs/objects.h"
+#include "provider/verbs/poll_yield.h"
 
 namespace droce::verbs {
 
 namespace {
 
 constexpr int kPollBurst = 16;
+
+// Per polling thread (a program may poll its CQs from several), counted over all its CQs.
+void after_poll(bool found) {
+  static const uint32_t every = provider::EmptyPollYield::every_from(std::getenv("DROCE_POLL_YIELD"));
+  thread_local provider::EmptyPollYield policy(every);
+  if (!policy.after_poll(found)) return;
+  const uint64_t from = core::monotonic_ns();
+  sched_yield();
+  policy.after_yield(core::monotonic_ns() - from);
+}
 
 int post_one(VerbsQp* q, const ibv_send_wr& wr, rocev2::SendWr* s) {
   uint32_t ah = 0;
@@ -43,7 +58,9 @@ int cq_ex_next(ibv_cq_ex* cq) {
 
 int cq_ex_start_poll(ibv_cq_ex* cq, ibv_poll_cq_attr* attr) {
   if (attr != nullptr && attr->comp_mask != 0) return EINVAL;
-  return cq_ex_next(cq);
+  const int rc = cq_ex_next(cq);
+  after_poll(rc != ENOENT);
+  return rc;
 }
 void cq_ex_end_poll(ibv_cq_ex*) {}
 ibv_wc_opcode cq_ex_read_opcode(ibv_cq_ex* cq) { return static_cast<ibv_wc_opcode>(cq_ex_of(cq)->current.opcode); }
@@ -310,6 +327,7 @@ int droce_poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
     done += got;
     if (got < want) break;
   }
+  if (num_entries > 0) after_poll(done != 0);
   return done;
 }
 
