@@ -70,7 +70,9 @@ TEST(IdleWaker, RefusesWhatItCannotDo) {
   EXPECT_EQ(w.start(CPU_SETSIZE, &note, &seen), -EINVAL);
   // A CPU this process may not use (beyond the machine's): the thread cannot pin itself.
   const long n = sysconf(_SC_NPROCESSORS_CONF);
-  if (n > 0 && n < CPU_SETSIZE) EXPECT_LT(w.start(int(n), &note, &seen), 0);
+  if (n > 0 && n < CPU_SETSIZE) {
+    EXPECT_LT(w.start(int(n), &note, &seen), 0);
+  }
   EXPECT_FALSE(w.running());
   w.arm();
   w.stop();

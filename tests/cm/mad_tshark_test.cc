@@ -126,7 +126,10 @@ TEST(CmMadTshark, WiresharkReadsEachMessageAsIbCmWithItsFields) {
     net::PcapWriter w(pcap);
     ASSERT_TRUE(w.ok()) << w.error();
     uint32_t psn = 1;
-    for (const Mad& m : mads) w.write(frame_for(m, psn++), psn * 1000);
+    for (const Mad& m : mads) {
+      w.write(frame_for(m, psn), psn * 1000);  // one PSN and one timestamp per frame
+      ++psn;
+    }
   }
 
   // The MAD header of every frame: class CM, method Send, the attribute, the TID.

@@ -34,7 +34,9 @@ TEST(Capabilities, ALiveProcessAsItsStatusSays) {
   std::stringstream text;
   text << in.rdbuf();
   EXPECT_EQ(process_has_capability(getpid(), kCapNetRaw), status_has_capability(text.str(), kCapNetRaw));
-  if (geteuid() == 0) EXPECT_TRUE(process_has_capability(getpid(), kCapNetRaw));
+  if (geteuid() == 0) {
+    EXPECT_TRUE(process_has_capability(getpid(), kCapNetRaw));
+  }
   EXPECT_FALSE(process_has_capability(-1, kCapNetRaw));
 }
 
