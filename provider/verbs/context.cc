@@ -87,23 +87,27 @@ bool VerbsContext::deliver(const client::AsyncEvent& ev) {
   d.event_type = ev.type;
   std::lock_guard<std::mutex> g(objects_mutex);
   // An object destroyed meanwhile is nobody to tell (find fails).
+  uint32_t* reported = nullptr;
   switch (client::event_element(ev.type)) {
     case client::EventElement::cq: {
       auto it = cqs.find(ev.id);
       if (it == cqs.end()) return false;
       d.element = reinterpret_cast<uintptr_t>(it->second->ibv);
+      reported = &it->second->async_events_reported;
       break;
     }
     case client::EventElement::qp: {
       auto it = qps.find(ev.id);
       if (it == qps.end()) return false;
       d.element = reinterpret_cast<uintptr_t>(it->second->ibv);
+      reported = &it->second->events_reported;
       break;
     }
     case client::EventElement::srq: {
       auto it = srqs.find(ev.id);
       if (it == srqs.end()) return false;
       d.element = reinterpret_cast<uintptr_t>(it->second->ibv);
+      reported = &it->second->events_reported;
       break;
     }
     case client::EventElement::port:
@@ -114,28 +118,12 @@ bool VerbsContext::deliver(const client::AsyncEvent& ev) {
     events_dropped.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
+  // Counted here, not in an async_event op after libibverbs' read: between
+  // that read and the op a destroy waited for one acknowledgement too few, and
+  // the acknowledgement then left the counts unequal for good (UCX's teardown
+  // hung in ibv_destroy_qp when its async thread was preempted there).
+  if (reported != nullptr) ++*reported;
   return true;
-}
-
-void VerbsContext::count_read_event(const ibv_async_event& ev) {
-  std::lock_guard<std::mutex> g(objects_mutex);
-  // Only objects still in the tables: a destroyed one's pointer may dangle.
-  switch (client::event_element(ev.event_type)) {
-    case client::EventElement::qp:
-      for (auto& [qpn, q] : qps)
-        if (q->ibv == ev.element.qp) ++q->events_reported;
-      break;
-    case client::EventElement::cq:
-      for (auto& [id, c] : cqs)
-        if (c->ibv == ev.element.cq) ++c->async_events_reported;
-      break;
-    case client::EventElement::srq:
-      for (auto& [id, s] : srqs)
-        if (s->ibv == ev.element.srq) ++s->events_reported;
-      break;
-    case client::EventElement::port:
-      break;
-  }
 }
 
 uint32_t VerbsContext::forget(const void* ibv_object, uint32_t* reported) {
@@ -148,13 +136,21 @@ uint32_t VerbsContext::forget(const void* ibv_object, uint32_t* reported) {
   // this moment may take a record before it goes back, which only reorders.)
   std::vector<ib_uverbs_async_event_desc> keep;
   ib_uverbs_async_event_desc d;
+  uint32_t removed = 0;
   while (::recv(event_read_.get(), &d, sizeof d, MSG_DONTWAIT) == sizeof d) {
     const bool about = client::event_element(d.event_type) != client::EventElement::port && d.element == reinterpret_cast<uintptr_t>(ibv_object);
-    if (!about) keep.push_back(d);
+    if (about)
+      ++removed;
+    else
+      keep.push_back(d);
   }
   for (const auto& k : keep)
     if (::send(event_write_.get(), &k, sizeof k, MSG_DONTWAIT | MSG_NOSIGNAL) != sizeof k)
       events_dropped.fetch_add(1, std::memory_order_relaxed);
+  // Every record handed out and not taken back here has left async_fd: the
+  // application has read it (libibverbs' read, whether or not the async_event
+  // op has run yet) and will acknowledge it.
+  *reported -= removed;
   return *reported;
 }
 
@@ -234,10 +230,6 @@ int droce_query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* port
   if (int rc = ctx->client->query_port(port_num, &r); rc != 0) return positive(rc);
   to_port_attr(r, port_attr);
   return 0;
-}
-
-void droce_async_event(ibv_context* context, ibv_async_event* event) {
-  if (event != nullptr) context_of(context)->count_read_event(*event);
 }
 
 // ---- PDs ---------------------------------------------------------------------------

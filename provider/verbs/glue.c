@@ -201,7 +201,6 @@ static int droce_destroy_qp(struct ibv_qp *ibqp)
 static const struct verbs_context_ops droce_ctx_ops = {
   .alloc_pd = droce_alloc_pd,
   .attach_mcast = droce_attach_mcast,
-  .async_event = droce_async_event,
   .cq_event = droce_cq_event,
   .create_ah = droce_create_ah,
   .create_cq = droce_create_cq,

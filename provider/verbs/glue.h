@@ -89,7 +89,6 @@ void droce_glue_free_context(void *impl);
 int droce_query_device_ex(struct ibv_context *context, const struct ibv_query_device_ex_input *input,
                           struct ibv_device_attr_ex *attr, size_t attr_size);
 int droce_query_port(struct ibv_context *context, uint8_t port_num, struct ibv_port_attr *port_attr);
-void droce_async_event(struct ibv_context *context, struct ibv_async_event *event);
 
 struct ibv_pd *droce_alloc_pd(struct ibv_context *context);
 int droce_dealloc_pd(struct ibv_pd *pd);

@@ -58,9 +58,10 @@ struct VerbsCq {
   VerbsContext* ctx = nullptr;
   client::Cq* cq = nullptr;
   ibv_cq* ibv = nullptr;
-  /// Completion and async events the application has read (the cq_event
-  /// and async_event ops); destroy waits until it has acknowledged as many
-  /// (ibv_ack_cq_events, ibv_ack_async_event), as the kernel's uverbs does.
+  /// Completion and async events the application has read (completion events
+  /// counted by the cq_event op, async events by VerbsContext as it hands them
+  /// out and takes back unread ones); destroy waits until it has acknowledged
+  /// as many (ibv_ack_cq_events, ibv_ack_async_event), as the kernel's uverbs does.
   uint32_t comp_events_reported = 0;
   uint32_t async_events_reported = 0;
   /// The extended CQ's current completion (start_poll/next_poll).
@@ -123,13 +124,12 @@ class VerbsContext {
   std::unordered_map<uint32_t, VerbsCq*> cqs;    ///< by droced's CQ id
   std::unordered_map<uint32_t, VerbsSrq*> srqs;  ///< by droced's SRQ id
 
-  /// Counts an async event the application has read (the async_event op),
-  /// on its object when that still exists.
-  void count_read_event(const ibv_async_event& ev);
   /// Takes `ibv_object` (a QP, CQ or SRQ being destroyed) out of the tables
   /// and removes the events about it the application has not read yet (the
   /// kernel drops them too: their element would dangle), under
-  /// objects_mutex. Returns the object's events_reported as it then stands.
+  /// objects_mutex. Returns the object's events_reported as it then stands:
+  /// the events about it the application has read, as the kernel's uverbs
+  /// counts them for a destroy to wait on.
   uint32_t forget(const void* ibv_object, uint32_t* reported);
 
   /// Events dropped because the application did not read async_fd.
