@@ -37,6 +37,8 @@ droce=$(realpath "$1")
 droced=$(realpath "$2")
 pair_lib=$(realpath "$3")
 cm_channels=${4:-}
+# timeout(1) that prints a stuck program's stacks first
+deadline=$(dirname "$(realpath "$0")")/deadline.sh
 
 skip() { echo "SKIP: $*"; exit 77; }
 command -v rping >/dev/null || skip "rping not installed (Debian package rdmacm-utils)"
@@ -95,8 +97,8 @@ report() {  # report NAME WHY CLIENT_LOG SERVER_LOG
     echo "ok: $1"
   else
     echo "FAIL: $1:$2"
-    echo "--- client"; tail -15 "$3"
-    echo "--- server"; tail -15 "$4"
+    echo "--- client"; "$deadline" --show "$3"
+    echo "--- server"; "$deadline" --show "$4"
     fail=1
   fi
 }
@@ -130,7 +132,7 @@ pair() {
   # perftest -R connects twice and its server listens anew for the second connection: droced's CM
   # holds a REQ that comes between the two listens (cm::Agent::stop_listening).
   # shellcheck disable=SC2086
-  on "$s" timeout 120 stdbuf -o0 $sargs >"$slog" 2>&1 &
+  on "$s" "$deadline" 120 stdbuf -o0 $sargs >"$slog" 2>&1 &
   server=$! why="" crc=0 src=0
   if [ "$listen" = tcp ]; then
     for _ in $(seq 200); do ip netns exec "${netns[$s]}" ss -ltn | grep -q ":$lport " && break; sleep 0.05; done
@@ -140,7 +142,7 @@ pair() {
     wait_listener "$s" "$lport" || why+=" the server never listened;"
   fi
   # shellcheck disable=SC2086
-  on "$c" timeout 100 stdbuf -o0 $cargs >"$clog" 2>&1 || crc=$?
+  on "$c" "$deadline" 100 stdbuf -o0 $cargs >"$clog" 2>&1 || crc=$?
   # A client that failed leaves its server waiting for it: 5 s, then it is stopped.
   if [ "$crc" -ne 0 ]; then
     for _ in $(seq 100); do kill -0 "$server" 2>/dev/null || break; sleep 0.05; done
@@ -198,7 +200,7 @@ done
 if selected error.cm_channel_limit; then
   if [ -x "$cm_channels" ]; then
     why=""
-    on a timeout 60 "$cm_channels" 64 10.77.0.98 >"$tmp/cm_channels.out" 2>&1 || why+=" exit $?;"
+    on a "$deadline" 60 "$cm_channels" 64 10.77.0.98 >"$tmp/cm_channels.out" 2>&1 || why+=" exit $?;"
     grep -q '^opened 64, then Too many open files$' "$tmp/cm_channels.out" || why+=" not 64 then EMFILE;"
     grep -q '^after closing them: one more opens$' "$tmp/cm_channels.out" || why+=" no room after closing;"
     grep -q '^a waiter when its channel closed: still waiting$' "$tmp/cm_channels.out" ||
@@ -218,7 +220,7 @@ expect() {
   shift 4
   selected "$name" || return 0
   local clog=$tmp/$name.client rc=0 why=""
-  on "$c" timeout 60 stdbuf -o0 "$@" >"$clog" 2>&1 || rc=$?
+  on "$c" "$deadline" 60 stdbuf -o0 "$@" >"$clog" 2>&1 || rc=$?
   [ "$rc" -eq "$status" ] || why+=" exit $rc, expected $status;"
   grep -Eq -- "$pat" "$clog" || why+=" output lacks /$pat/;"
   report "$name" "$why" "$clog" /dev/null
@@ -351,10 +353,10 @@ qperf_case() {
   selected "$name" || return 0
   local slog=$tmp/$name.server clog=$tmp/$name.client why="" crc=0
   port=$((port + 1))
-  on b timeout 60 qperf -lp "$port" >"$slog" 2>&1 &
+  on b "$deadline" 60 qperf -lp "$port" >"$slog" 2>&1 &
   local server=$!
   for _ in $(seq 100); do ip netns exec "${netns[b]}" ss -ltn | grep -q ":$port " && break; sleep 0.05; done
-  on a timeout 50 qperf -lp "$port" -cm1 -t 1 "${ip[b]}" "$test" >"$clog" 2>&1 || crc=$?
+  on a "$deadline" 50 qperf -lp "$port" -cm1 -t 1 "${ip[b]}" "$test" >"$clog" 2>&1 || crc=$?
   kill "$server" 2>/dev/null
   wait "$server" 2>/dev/null
   [ "$crc" -eq 0 ] || why+=" client exit $crc;"

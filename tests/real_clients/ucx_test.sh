@@ -21,6 +21,8 @@ fi
 droce=$(realpath "$1")
 droced=$(realpath "$2")
 pair_lib=$(realpath "$3")
+# timeout(1) that prints a stuck program's stacks first
+deadline=$(dirname "$(realpath "$0")")/deadline.sh
 
 skip() { echo "SKIP: $*"; exit 77; }
 command -v ucx_perftest >/dev/null || skip "ucx_perftest not installed (Debian package ucx-utils)"
@@ -53,12 +55,12 @@ run_case() {
   if [ -n "${DROCE_UCX_CASES:-}" ] && ! [[ $name =~ $DROCE_UCX_CASES ]]; then return; fi
   port=$((port + 1))
   local slog=$tmp/$name.server clog=$tmp/$name.client
-  on "$shost" timeout 120 ucx_perftest -p "$port" "$@" >"$slog" 2>&1 &
+  on "$shost" "$deadline" 120 ucx_perftest -p "$port" "$@" >"$slog" 2>&1 &
   local server=$!
   # Until the server listens (its exit is judged below); a fixed wait raced a slow start.
   droced_wait_listen "$port" "$server" || true
   local crc=0 src=0
-  on "$chost" timeout 110 ucx_perftest -p "$port" "$@" 127.0.0.1 >"$clog" 2>&1 || crc=$?
+  on "$chost" "$deadline" 110 ucx_perftest -p "$port" "$@" 127.0.0.1 >"$clog" 2>&1 || crc=$?
   wait "$server" || src=$?
   local why=""
   [ "$crc" -eq 0 ] || why+=" client exit $crc;"
@@ -71,8 +73,8 @@ run_case() {
     echo "ok: $name: $(grep '^Final:' "$clog" | tr -s ' ')"
   else
     echo "FAIL: $name:$why"
-    echo "--- client"; tail -15 "$clog"
-    echo "--- server"; tail -15 "$slog"
+    echo "--- client"; "$deadline" --show "$clog"
+    echo "--- server"; "$deadline" --show "$slog"
     fail=1
   fi
 }
