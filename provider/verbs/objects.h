@@ -120,6 +120,9 @@ class VerbsContext {
   core::ctl::QueryDeviceReply device{};
 
   std::mutex objects_mutex;
+  /// One destroy_cq at a time takes records out of a completion channel and puts the others
+  /// back (two at once could put back a record the other took out).
+  std::mutex channel_mutex;
   std::unordered_map<uint32_t, VerbsQp*> qps;    ///< by QPN
   std::unordered_map<uint32_t, VerbsCq*> cqs;    ///< by droced's CQ id
   std::unordered_map<uint32_t, VerbsSrq*> srqs;  ///< by droced's SRQ id

@@ -1,9 +1,13 @@
 // CQs, SRQs and QPs: create, modify, query, destroy (the control path).
+#include <fcntl.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <new>
+#include <string>
+#include <vector>
 
 #include "provider/preload/comp_channel.h"
 #include "provider/verbs/convert.h"
@@ -41,6 +45,32 @@ int channel_id(VerbsContext* ctx, ibv_comp_channel* channel, uint32_t* id) {
   *id = ch->droced_id;
   pthread_mutex_unlock(&ctx->ibv->mutex);
   return rc;
+}
+
+// Takes the unread completion events of `cq` (gone from droced: no more come) out of its
+// channel, as the kernel takes them out of the event file: ibv_get_cq_event would hand out the
+// freed CQ. Records are 8-byte CQ pointers in a pipe whose only lasting write end is droced's
+// (so that the reader sees end-of-file when droced dies); the other CQs' records go back, in
+// their order, through a write end opened for the moment. Both ends are opened anew through
+// /proc (non-blocking, whatever the application set on channel->fd); without /proc the records
+// stay. They fit back: the pipe held them a moment ago, and droced writes at most one record per
+// arming of a CQ.
+void take_back_comp_events(VerbsContext* ctx, ibv_cq* cq) {
+  if (cq->channel == nullptr) return;
+  int queued = 0;
+  if (::ioctl(cq->channel->fd, FIONREAD, &queued) != 0 || queued == 0) return;
+  const std::string path = "/proc/self/fd/" + std::to_string(cq->channel->fd);
+  std::lock_guard<std::mutex> g(ctx->channel_mutex);
+  core::Fd r(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!r.valid()) return;
+  std::vector<uint64_t> keep;
+  uint64_t record;
+  while (::read(r.get(), &record, sizeof record) == sizeof record)
+    if (record != reinterpret_cast<uintptr_t>(cq)) keep.push_back(record);
+  if (keep.empty()) return;
+  core::Fd w(::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!w.valid()) return;
+  [[maybe_unused]] ssize_t n = ::write(w.get(), keep.data(), keep.size() * sizeof keep[0]);
 }
 
 constexpr uint64_t kCqExWcFlags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM |
@@ -125,6 +155,7 @@ int droce_destroy_cq(ibv_cq* ibcq) {
   // EBUSY while a QP uses it (droced counts the users).
   if (int rc = ctx->client->destroy_cq(v->cq); rc != 0) return positive(rc);
   const uint32_t async_reported = ctx->forget(ibcq, &v->async_events_reported);
+  take_back_comp_events(ctx, ibcq);
   pthread_mutex_lock(&ibcq->mutex);
   while (ibcq->comp_events_completed != v->comp_events_reported ||
          ibcq->async_events_completed != async_reported)

@@ -17,6 +17,7 @@
 #include <rdma/ib_user_verbs.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -718,6 +719,53 @@ void channels_and_events(Dev& a, Dev& b) {
   check(xcq != nullptr && ibv_destroy_cq(ibv_cq_ex_to_cq(xcq)) == 0 && ch->refcnt == 0,
         "destroy_cq of the extended CQ gives the reference back");
   check(ibv_destroy_comp_channel(ch) == 0, "destroy_comp_channel: 0");
+  ibv_destroy_cq(acq);
+
+  // Unread completion events of a destroyed CQ leave its channel, as the kernel takes them out of
+  // the event file (ibv_get_cq_event would hand out the freed CQ); another CQ's stay, in order.
+  ch = ibv_create_comp_channel(b.ctx);
+  ibv_cq* c1 = ibv_create_cq(b.ctx, 16, nullptr, ch, 0);
+  ibv_cq* c2 = ibv_create_cq(b.ctx, 16, nullptr, ch, 0);
+  acq = ibv_create_cq(a.ctx, 16, nullptr, nullptr, 0);
+  ibv_qp* a1 = make_qp(a, IBV_QPT_RC, acq, acq);
+  ibv_qp* a2 = make_qp(a, IBV_QPT_RC, acq, acq);
+  ibv_qp* b1 = make_qp(b, IBV_QPT_RC, c1, c1);
+  ibv_qp* b2 = make_qp(b, IBV_QPT_RC, c2, c2);
+  connect_rc(a1, b1->qp_num, b.gid);
+  connect_rc(b1, a1->qp_num, a.gid);
+  connect_rc(a2, b2->qp_num, b.gid);
+  connect_rc(b2, a2->qp_num, a.gid);
+  post_recv(b1, nullptr, 1, b.buf, 256, b.mr->lkey);
+  post_recv(b2, nullptr, 2, b.buf + 256, 256, b.mr->lkey);
+  ibv_req_notify_cq(c1, 0);
+  ibv_req_notify_cq(c2, 0);
+  auto send_on = [&](ibv_qp* q) {
+    ibv_sge s{reinterpret_cast<uintptr_t>(a.buf), 16, a.mr->lkey};
+    ibv_send_wr wr{};
+    wr.sg_list = &s;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    return ibv_post_send(q, &wr, &bad) == 0 && poll_n(acq, &wc, 1) == 1;
+  };
+  check(send_on(a1) && poll_n(c1, &wc, 1) == 1 && send_on(a2) && poll_n(c2, &wc, 1) == 1,
+        "a SEND to each of two CQs on one channel");
+  int queued = 0;  // bytes in the channel's pipe: two 8-byte records, unread
+  for (const uint64_t end = now_ms() + 5000; now_ms() < end && queued < 16; ::usleep(1000))
+    ::ioctl(ch->fd, FIONREAD, &queued);
+  check(queued == 16, "both CQs' events wait in the channel (%d bytes)", queued);
+  ibv_destroy_qp(b1);
+  check(ibv_destroy_cq(c1) == 0, "destroy_cq of the first with its event unread");
+  ::ioctl(ch->fd, FIONREAD, &queued);
+  check(queued == 8, "its record left the channel, the other's stayed (%d bytes)", queued);
+  ev_cq = nullptr;
+  check(event_within(1000) && ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == 0 && ev_cq == c2,
+        "the event read next is the second CQ's");
+  if (ev_cq == c2) ibv_ack_cq_events(c2, 1);
+  ibv_destroy_qp(b2);
+  ibv_destroy_qp(a1);
+  ibv_destroy_qp(a2);
+  check(ibv_destroy_cq(c2) == 0 && ibv_destroy_comp_channel(ch) == 0, "destroy_cq, destroy_comp_channel");
   ibv_destroy_cq(acq);
 
   // The SRQ limit: armed at 6 with 8 posted; 3 SENDs take it to 5.
