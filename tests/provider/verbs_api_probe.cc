@@ -674,15 +674,17 @@ void channels_and_events(Dev& a, Dev& b) {
   connect_rc(bq, aq->qp_num, a.gid);
   ibv_wc wc;
   ibv_send_wr* bad = nullptr;
-  auto send = [&](bool solicited) {
+  // A signaled SEND of 16 bytes from A's QP q, and its completion on acq.
+  auto send_on = [&](ibv_qp* q, bool solicited) {
     ibv_sge s{reinterpret_cast<uintptr_t>(a.buf), 16, a.mr->lkey};
     ibv_send_wr wr{};
     wr.sg_list = &s;
     wr.num_sge = 1;
     wr.opcode = IBV_WR_SEND;
     wr.send_flags = IBV_SEND_SIGNALED | (solicited ? IBV_SEND_SOLICITED : 0);
-    return ibv_post_send(aq, &wr, &bad) == 0 && poll_n(acq, &wc, 1) == 1;
+    return ibv_post_send(q, &wr, &bad) == 0 && poll_n(acq, &wc, 1) == 1;
   };
+  auto send = [&](bool solicited) { return send_on(aq, solicited); };
   auto event_within = [&](int ms) {
     pollfd p{ch->fd, POLLIN, 0};
     return ::poll(&p, 1, ms) == 1;
@@ -739,16 +741,7 @@ void channels_and_events(Dev& a, Dev& b) {
   post_recv(b2, nullptr, 2, b.buf + 256, 256, b.mr->lkey);
   ibv_req_notify_cq(c1, 0);
   ibv_req_notify_cq(c2, 0);
-  auto send_on = [&](ibv_qp* q) {
-    ibv_sge s{reinterpret_cast<uintptr_t>(a.buf), 16, a.mr->lkey};
-    ibv_send_wr wr{};
-    wr.sg_list = &s;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_SEND;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    return ibv_post_send(q, &wr, &bad) == 0 && poll_n(acq, &wc, 1) == 1;
-  };
-  check(send_on(a1) && poll_n(c1, &wc, 1) == 1 && send_on(a2) && poll_n(c2, &wc, 1) == 1,
+  check(send_on(a1, false) && poll_n(c1, &wc, 1) == 1 && send_on(a2, false) && poll_n(c2, &wc, 1) == 1,
         "a SEND to each of two CQs on one channel");
   int queued = 0;  // bytes in the channel's pipe: two 8-byte records, unread
   for (const uint64_t end = now_ms() + 5000; now_ms() < end && queued < 16; ::usleep(1000))
