@@ -303,13 +303,14 @@ class Port {
     if (shm_ != nullptr) return shm_->rx_burst(pool_, out, n);
     return rte_eth_rx_burst(port_id_, queue, out, n);
   }
-  /// A frame to build where the port sends it from (droce_shm: a slot of the peer's ring,
-  /// zero copy), then to pass to tx_burst on `queue` in the order of these calls; nullptr on
-  /// ports that copy (build in a pool mbuf), or with *none_now when such a port has no room
+  /// A frame of `len` bytes to build where the port sends it from (droce_shm: a slot of the
+  /// peer's ring, zero copy, for a frame long enough that a copy would cost more), then to
+  /// pass to tx_burst on `queue` in the order of these calls; nullptr on ports that copy and
+  /// for short frames (build in a pool mbuf), or with *none_now when such a port has no room
   /// now. One thread per queue, the one that sends on it.
-  rte_mbuf* tx_alloc(uint16_t /*queue*/, bool* none_now) {
+  rte_mbuf* tx_alloc(uint16_t /*queue*/, uint32_t len, bool* none_now) {
     *none_now = false;
-    return shm_ != nullptr ? shm_->tx_alloc(pool_, none_now) : nullptr;
+    return shm_ != nullptr ? shm_->tx_alloc(pool_, len, none_now) : nullptr;
   }
   /// droce_shm: ShmLink::set_defer_wakes and its flushes (no-ops on other ports).
   void set_defer_wakes(bool on) {

@@ -474,10 +474,10 @@ uint16_t ShmLink::rx_burst(rte_mempool* pool, rte_mbuf** out, uint16_t n) {
     return 0;  // the frames wait in the ring
   }
   // Zero copy: each frame stays in its slot, which the mbuf borrows as an external buffer
-  // until it is freed (return_slot). The peer cannot write a lent slot (the tail has not
+  // until it is freed (return_slot); a short one is copied out (kCopyMax). The peer cannot write a lent slot (the tail has not
   // passed it); should it write anyway, it only changes the bytes of its own frame: every
   // length droce uses is the mbuf's, read here once.
-  uint16_t got = 0;
+  uint16_t got = 0, lent = 0;
   uint64_t bytes = 0;
   uint64_t bad = 0;
   for (uint16_t i = 0; i < want; ++i) {
@@ -490,21 +490,29 @@ uint16_t ShmLink::rx_burst(rte_mempool* pool, rte_mbuf** out, uint16_t n) {
       ++bad;
       continue;  // the slot is not lent; the mbuf is used for the next one
     }
+    rte_mbuf* m = out[got];
+    m->data_len = static_cast<uint16_t>(len);
+    m->pkt_len = len;
+    bytes += len;
+    ++got;
+    if (len <= kCopyMax) {
+      // Short: copied out, and the slot is free again at once (kCopyMax).
+      std::memcpy(rte_pktmbuf_mtod(m, void*), slot + kSlotHeader, len);
+      continue;
+    }
+    ++lent;
     RxLoan& loan = c->loans[index];
     loan.home = home_;
     loan.out.store(1, std::memory_order_relaxed);
     loan.shinfo.free_cb = &ShmLink::return_slot;
     loan.shinfo.fcb_opaque = &loan;
     rte_mbuf_ext_refcnt_set(&loan.shinfo, 1);
-    rte_mbuf* m = out[got];
     rte_pktmbuf_attach_extbuf(m, slot + kSlotHeader, RTE_BAD_IOVA, static_cast<uint16_t>(len), &loan.shinfo);
     m->data_len = static_cast<uint16_t>(len);
     m->pkt_len = len;
-    bytes += len;
-    ++got;
   }
   for (uint16_t i = got; i < want; ++i) rte_pktmbuf_free(out[i]);
-  home_->refs.fetch_add(got, std::memory_order_relaxed);
+  if (lent != 0) home_->refs.fetch_add(lent, std::memory_order_relaxed);
   c->rx_next += want;
   give_back(c);  // bad slots at the tail go back at once
   counters_.rx_frames.store(counters_.rx_frames.load(std::memory_order_relaxed) + got, std::memory_order_relaxed);
@@ -527,8 +535,9 @@ ShmLink::TxLoan* ShmLink::tx_loan_of(const rte_mbuf* m) const {
   return loan->link == this ? loan : nullptr;
 }
 
-rte_mbuf* ShmLink::tx_alloc(rte_mempool* pool, bool* none_now) {
+rte_mbuf* ShmLink::tx_alloc(rte_mempool* pool, uint32_t len, bool* none_now) {
   *none_now = false;
+  if (len <= kCopyMax) return nullptr;  // cheaper copied at tx_burst
   Conn* c = conn_.load(std::memory_order_acquire);
   if (c == nullptr || !enabled_.load(std::memory_order_relaxed)) return nullptr;
   *none_now = true;

@@ -52,6 +52,8 @@
 // each once its frame has been through tx_burst or freed unsent (then it goes
 // empty: a length of 0, which the receiver skips). Frames from elsewhere are
 // copied into the next free slot as before, behind any still being built.
+// Short frames (kCopyMax: 64 B messages, acknowledgements) are copied both
+// ways: a copy of a few cache lines costs less than lending a slot.
 //
 // Threading: rx_burst from one thread; tx_alloc and tx_burst from one thread
 // at a time (the caller's TX queue lock; frames built in place need the
@@ -119,6 +121,12 @@ class ShmLink {
   /// sleeping consumer is on. 3: each ring header has a fourth line, where the consumer runs
   /// and how long it has been awake (publish_running).
   static constexpr uint32_t kVersion = 3;
+  /// Frames up to this long are copied, not lent: tx_alloc leaves them to a pool mbuf that
+  /// tx_burst copies into a slot, and rx_burst copies them out. Lending a slot costs an mbuf attached to it, a loan and
+  /// its free callback, more than copying a few cache lines: ib_write_bw 64 B (138-byte
+  /// frames) 1 QP went 1.45 to 1.53-1.63 M msg/s with every frame copied (three interleaved
+  /// pairs on the 2-vCPU VM); at 1024 B, copying lost (1.05-1.25 against 1.29-1.39).
+  static constexpr uint32_t kCopyMax = 256;
 
   /// Listens (server) or starts connecting (client). -errno: EINVAL (bad
   /// config), or what socket, bind, eventfd return.
@@ -130,14 +138,16 @@ class ShmLink {
   /// Up to n frames, each in an mbuf of `pool` that borrows the frame's ring slot as an
   /// external buffer (no copy). The slot goes back to the peer when the mbuf is freed, in
   /// order: a frame held long holds the slots after it (the peer's ring fills, and it waits).
+  /// A frame of at most kCopyMax bytes is copied into the mbuf, and its slot is free at once.
   uint16_t rx_burst(rte_mempool* pool, rte_mbuf** out, uint16_t n);
-  /// A frame to build in place: an mbuf of `pool` whose buffer is the next free slot of the
-  /// peer's ring (zero copy). Sent through tx_burst like any frame, in the order of these
-  /// calls; freed unsent, its slot goes to the peer empty (a "void" slot it skips). nullptr
-  /// with *none_now: the ring has no free slot now (try again later); nullptr without it:
-  /// the link is down (build in a pool mbuf; tx_burst refuses it).
+  /// A frame of `len` bytes to build in place: an mbuf of `pool` whose buffer is the next
+  /// free slot of the peer's ring (zero copy). Sent through tx_burst like any frame, in the
+  /// order of these calls; freed unsent, its slot goes to the peer empty (a "void" slot it
+  /// skips). nullptr with *none_now: the ring has no free slot now (try again later);
+  /// nullptr without it: a frame of at most kCopyMax bytes, or the link is down (build it in
+  /// a pool mbuf; tx_burst copies it, or refuses it while the link is down).
   /// One thread at a time, the one that calls tx_burst.
-  rte_mbuf* tx_alloc(rte_mempool* pool, bool* none_now);
+  rte_mbuf* tx_alloc(rte_mempool* pool, uint32_t len, bool* none_now);
   /// Takes up to n frames and frees them: tx_alloc's are published where they were built,
   /// others copied into the next free slots. Returns how many it took (fewer when the ring
   /// is full, none when the link is down).

@@ -692,9 +692,9 @@ void Engine::flush_qp(Qp* q) {
 
 // ---- Frames ----------------------------------------------------------------------
 
-rte_mbuf* Engine::new_frame(const net::MacAddr& dst) {
+rte_mbuf* Engine::new_frame(const net::MacAddr& dst, uint32_t len) {
   bool none_now = false;
-  rte_mbuf* m = cfg_.port->alloc_frame(dst, &none_now);
+  rte_mbuf* m = cfg_.port->alloc_frame(dst, len, &none_now);
   if (m == nullptr && !none_now) m = rte_pktmbuf_alloc(cfg_.pool);
   if (m == nullptr) ++counters_.tx_no_mbuf;
   return m;
@@ -702,8 +702,6 @@ rte_mbuf* Engine::new_frame(const net::MacAddr& dst) {
 
 rte_mbuf* Engine::build(Qp* q, const AddressVector& av, const Bth& bth, const ExtHeaders& ext,
                         uint32_t payload_len) {
-  rte_mbuf* m = new_frame(av.dmac);
-  if (m == nullptr) return nullptr;
   PacketHeaders h;
   h.l2.dst = av.dmac;
   h.l2.src = av.smac;
@@ -722,6 +720,8 @@ rte_mbuf* Engine::build(Qp* q, const AddressVector& av, const Bth& bth, const Ex
   h.bth = bth;
   h.ext = ext;
   const size_t len = frame_len(h, payload_len);
+  rte_mbuf* m = new_frame(av.dmac, static_cast<uint32_t>(len));
+  if (m == nullptr) return nullptr;
   if (len > rte_pktmbuf_tailroom(m)) {
     rte_pktmbuf_free(m);
     return nullptr;

@@ -41,11 +41,11 @@ class PacketPort {
   virtual ~PacketPort() = default;
   /// Takes ownership of the frames it accepts; returns how many (a prefix).
   virtual uint16_t tx_burst(rte_mbuf** frames, uint16_t n) = 0;
-  /// A frame for `dst` to build in place where the port sends it from (no copy at
-  /// tx_burst), or nullptr: build it in a pool mbuf, unless *none_now (the port has no
-  /// room now: try later, as for an empty pool). Frames come back through tx_burst in
+  /// A frame of `len` bytes for `dst` to build in place where the port sends it from (no
+  /// copy at tx_burst), or nullptr: build it in a pool mbuf, unless *none_now (the port has
+  /// no room now: try later, as for an empty pool). Frames come back through tx_burst in
   /// the order they were asked for, or are freed.
-  virtual rte_mbuf* alloc_frame(const net::MacAddr& /*dst*/, bool* none_now) {
+  virtual rte_mbuf* alloc_frame(const net::MacAddr& /*dst*/, uint32_t /*len*/, bool* none_now) {
     *none_now = false;
     return nullptr;
   }
@@ -245,7 +245,7 @@ class Engine {
   bool take_recv(Qp* qp, RecvWqe* out);
   bool take_recv_now(Qp* qp, RecvWqe* out);
   /// A frame buffer: the port's own (PacketPort::alloc_frame) or the pool's.
-  rte_mbuf* new_frame(const net::MacAddr& dst);
+  rte_mbuf* new_frame(const net::MacAddr& dst, uint32_t len);
   rte_mbuf* build(Qp* qp, const AddressVector& av, const Bth& bth, const ExtHeaders& ext,
                   uint32_t payload_len);
   void send_frame(rte_mbuf* m, Qp* qp);

@@ -81,10 +81,10 @@ class PortQueueLink : public PacketPort {
   /// Built in place on a port that offers it (droce_shm), when this queue is ours alone (the
   /// slots are taken in order; lcores sharing the queue would interleave them) and the frame
   /// goes to the wire (a frame to our own MAC stays here, and would hold its slot meanwhile).
-  rte_mbuf* alloc_frame(const net::MacAddr& dst, bool* none_now) override {
+  rte_mbuf* alloc_frame(const net::MacAddr& dst, uint32_t len, bool* none_now) override {
     *none_now = false;
     if (tx_lock_ != nullptr || (loopback_ && net::same_mac(dst, loop_mac_))) return nullptr;
-    return port_->tx_alloc(queue_, none_now);
+    return port_->tx_alloc(queue_, len, none_now);
   }
 
   /// Moves the looped-back frames, oldest first, to *out (cleared first).

@@ -68,6 +68,9 @@ void open_pair(Pair* p, uint16_t mtu = 1500, const std::string& extra = "") {
   ASSERT_TRUE(wait_for([&] { return p->a->link().up && p->b->link().up; })) << "the link never came up";
 }
 
+// A frame long enough to be lent, not copied (ShmLink::kCopyMax): it holds its slot while held.
+constexpr uint32_t kLent = ShmLink::kCopyMax + 44;
+
 // A frame of `len` bytes whose payload encodes `seq`, from `pool`.
 rte_mbuf* frame(rte_mempool* pool, uint32_t len, uint32_t seq) {
   rte_mbuf* m = rte_pktmbuf_alloc(pool);
@@ -197,7 +200,7 @@ TEST(PortShm, FullRingTakesNoMoreAndTooLongIsDropped) {
   open_pair(&p, 1500, ",slots=16");
   uint32_t taken = 0;
   for (uint32_t i = 0; i < 20; ++i) {
-    rte_mbuf* m = frame(p.a->pool(), 64, i);
+    rte_mbuf* m = frame(p.a->pool(), kLent, i);
     if (p.a->tx_burst(0, &m, 1) == 1) ++taken;
     else rte_pktmbuf_free(m);
   }
@@ -220,7 +223,7 @@ TEST(PortShm, FullRingTakesNoMoreAndTooLongIsDropped) {
   EXPECT_EQ(xstat_of(*p.b, "rx_ring_lent"), 16u) << "read and held: lent, not given back";
   // Freed out of order: the first slot is still held, so none goes back yet.
   for (size_t i = 1; i < got.size(); ++i) {
-    EXPECT_TRUE(frame_is(got[i], 64, uint32_t(i)));
+    EXPECT_TRUE(frame_is(got[i], kLent, uint32_t(i)));
     rte_pktmbuf_free(got[i]);
   }
   rte_mbuf* none[1];
@@ -228,7 +231,7 @@ TEST(PortShm, FullRingTakesNoMoreAndTooLongIsDropped) {
   ASSERT_EQ(p.a->xstat("tx_ring_used", &used), 0);
   EXPECT_EQ(used, 16u);
   EXPECT_EQ(xstat_of(*p.b, "rx_ring_lent"), 16u) << "freed behind a held one: still lent";
-  EXPECT_TRUE(frame_is(got[0], 64, 0));
+  EXPECT_TRUE(frame_is(got[0], kLent, 0));
   rte_pktmbuf_free(got[0]);
   // The first one freed: at the receiver's next look, all sixteen go back.
   EXPECT_EQ(p.b->rx_burst(0, none, 1), 0);
@@ -452,7 +455,7 @@ TEST(PortShm, APeerAwakeOnOurCpuWithOurFramesIsBusyWithOurs) {
   Pair p;
   open_pair(&p, 1500, ",slots=16");
   for (uint32_t i = 0; i < 2; ++i) {
-    rte_mbuf* m = frame(p.a->pool(), 64, i);
+    rte_mbuf* m = frame(p.a->pool(), kLent, i);
     ASSERT_EQ(p.a->tx_burst(0, &m, 1), 1);
   }
   EXPECT_FALSE(p.a->peer_busy_with_ours(cpu)) << "a peer that publishes nothing (polls, or several workers)";
@@ -478,7 +481,7 @@ TEST(PortShm, APeerAwakeOnOurCpuWithOurFramesIsBusyWithOurs) {
   EXPECT_FALSE(p.a->peer_busy_with_ours(cpu)) << "all taken and given back";
   EXPECT_TRUE(p.a->peer_awake_on(cpu)) << "awake without frames of ours: it still waits for the CPU";
   // Asleep, the peer needs a wake-up (the deferred one), not a yield.
-  rte_mbuf* m = frame(p.a->pool(), 64, 9);
+  rte_mbuf* m = frame(p.a->pool(), kLent, 9);
   ASSERT_EQ(p.a->tx_burst(0, &m, 1), 1);
   EXPECT_TRUE(p.a->peer_busy_with_ours(cpu));
   ASSERT_EQ(p.b->rx_interrupt_arm(0, true), 0);
@@ -508,7 +511,7 @@ TEST(PortShm, AFrameFreedWhileTheReceiverSleepsWakesItToGiveTheSlotBack) {
   ASSERT_TRUE(wait_for([&] { return readable(fd, 0); }));
   p.b->rx_interrupt_ack(0);
   for (uint32_t i = 0; i < 16; ++i) {
-    rte_mbuf* m = frame(p.a->pool(), 64, i);
+    rte_mbuf* m = frame(p.a->pool(), kLent, i);
     ASSERT_EQ(p.a->tx_burst(0, &m, 1), 1);
   }
   auto got = receive(*p.b, 16);
@@ -568,7 +571,7 @@ TEST(PortShm, LinkFollowsThePeerAndOnePeerAtATime) {
 // A frame built in place (tx_alloc: the mbuf's buffer is the next slot of the peer's ring).
 rte_mbuf* frame_in_place(Port& p, uint32_t len, uint32_t seq) {
   bool none_now = true;
-  rte_mbuf* m = p.tx_alloc(0, &none_now);
+  rte_mbuf* m = p.tx_alloc(0, ShmLink::kMaxFrame, &none_now);
   EXPECT_FALSE(none_now);
   if (m == nullptr) return nullptr;
   EXPECT_GE(rte_pktmbuf_tailroom(m), ShmLink::kMaxFrame);
@@ -612,6 +615,40 @@ TEST(PortShm, FramesBuiltInPlaceKeepTheirOrderAndADroppedOneLeavesNoTrace) {
   EXPECT_EQ(xstat_of(*p.b, "rx_bad_slot"), 0u);
 }
 
+// Short frames (at most ShmLink::kCopyMax bytes) are copied both ways: tx_alloc leaves them to a
+// pool mbuf (tx_burst copies it), and the receiver copies them out, so their slots go back at once
+// while the mbufs are held; longer ones are built and read in place, their slots lent. Order holds
+// across the two kinds.
+TEST(PortShm, ShortFramesAreCopiedAndLongOnesLent) {
+  Pair p;
+  open_pair(&p, 1500, ",slots=16");
+  bool none_now = true;
+  EXPECT_EQ(p.a->tx_alloc(0, ShmLink::kCopyMax, &none_now), nullptr);
+  EXPECT_FALSE(none_now) << "a short frame is built in a pool mbuf, not told to wait";
+  rte_mbuf* long_one = frame_in_place(*p.a, kLent, 1);
+  ASSERT_NE(long_one, nullptr);
+  EXPECT_TRUE(RTE_MBUF_HAS_EXTBUF(long_one));
+  rte_mbuf* short_one = frame(p.a->pool(), ShmLink::kCopyMax, 2);
+  rte_mbuf* pair[2] = {long_one, short_one};
+  ASSERT_EQ(p.a->tx_burst(0, pair, 2), 2);
+  EXPECT_EQ(xstat_of(*p.a, "tx_in_place"), 1u);
+  std::vector<rte_mbuf*> got = receive(*p.b, 2);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_TRUE(frame_is(got[0], kLent, 1));
+  EXPECT_TRUE(frame_is(got[1], ShmLink::kCopyMax, 2));
+  EXPECT_TRUE(RTE_MBUF_HAS_EXTBUF(got[0])) << "a long frame is read in its slot";
+  EXPECT_FALSE(RTE_MBUF_HAS_EXTBUF(got[1])) << "a short frame is copied out";
+  // Held, the long one keeps its slot (and the short one's behind it); freed, both go back.
+  EXPECT_EQ(xstat_of(*p.b, "rx_ring_lent"), 2u);
+  rte_pktmbuf_free(got[0]);
+  rte_mbuf* none[1];
+  EXPECT_EQ(p.b->rx_burst(0, none, 1), 0);
+  EXPECT_EQ(xstat_of(*p.b, "rx_ring_lent"), 0u) << "the copied frame's slot went back while its mbuf is held";
+  EXPECT_TRUE(frame_is(got[1], ShmLink::kCopyMax, 2)) << "the copy is the mbuf's own, not the slot";
+  rte_pktmbuf_free(got[1]);
+  EXPECT_EQ(xstat_of(*p.a, "tx_ring_used"), 0u);
+}
+
 // No free slot: tx_alloc says "none now" (the caller waits); the link down: it gives nothing and
 // says build elsewhere. A frame built in the region of a connection since replaced is dropped
 // and counted, never written into the new one.
@@ -621,7 +658,7 @@ TEST(PortShm, BuildingInPlaceFollowsTheRingAndTheLink) {
   std::vector<rte_mbuf*> held;
   for (int i = 0; i < 16; ++i) held.push_back(frame_in_place(*p.a, 64, uint32_t(i)));
   bool none_now = false;
-  EXPECT_EQ(p.a->tx_alloc(0, &none_now), nullptr);
+  EXPECT_EQ(p.a->tx_alloc(0, ShmLink::kMaxFrame, &none_now), nullptr);
   EXPECT_TRUE(none_now) << "a full ring means: try again later";
   ASSERT_EQ(p.a->tx_burst(0, held.data(), 16), 16);
   std::vector<rte_mbuf*> got = receive(*p.b, 16);
@@ -632,13 +669,13 @@ TEST(PortShm, BuildingInPlaceFollowsTheRingAndTheLink) {
   ASSERT_TRUE(wait_for([&] {  // the peer gives the slots back when it next looks
     rte_mbuf* b[1];
     (void)p.b->rx_burst(0, b, 1);
-    old = p.a->tx_alloc(0, &none_now);
+    old = p.a->tx_alloc(0, ShmLink::kMaxFrame, &none_now);
     return old != nullptr;
   }));
   // The client goes and comes back: `old` belongs to the first connection's region.
   p.b.reset();
   ASSERT_TRUE(wait_for([&] { return !p.a->link().up; }));
-  EXPECT_EQ(p.a->tx_alloc(0, &none_now), nullptr);
+  EXPECT_EQ(p.a->tx_alloc(0, ShmLink::kMaxFrame, &none_now), nullptr);
   EXPECT_FALSE(none_now) << "link down: build in a pool mbuf (tx_burst refuses it)";
   PortConfig cfg;
   cfg.rx_interrupts = true;
@@ -665,12 +702,13 @@ TEST(PortShm, FramesFreedAfterTheLinkClosedTouchNothingOfIt) {
   ASSERT_EQ(Port::open_device("droce_shm0,role=server,socket=" + sock, cfg, &a), 0);
   ASSERT_EQ(Port::open_device("droce_shm1,role=client,socket=" + sock, cfg, &b), 0);
   ASSERT_TRUE(wait_for([&] { return a->link().up && b->link().up; }));
-  rte_mbuf* m = frame(pool, 64, 1);
+  rte_mbuf* m = frame(pool, kLent, 1);  // lent to the mbuf that receives it
   ASSERT_EQ(a->tx_burst(0, &m, 1), 1);
   std::vector<rte_mbuf*> received = receive(*b, 1);
   ASSERT_EQ(received.size(), 1u);
+  EXPECT_TRUE(RTE_MBUF_HAS_EXTBUF(received[0]));
   bool none_now = true;
-  rte_mbuf* unsent = a->tx_alloc(0, &none_now);
+  rte_mbuf* unsent = a->tx_alloc(0, ShmLink::kMaxFrame, &none_now);
   ASSERT_NE(unsent, nullptr);
   // b asleep, as droced is between loops: a late free would write its wake-up descriptor.
   ASSERT_EQ(b->rx_interrupt_arm(0, true), 0);
@@ -768,8 +806,8 @@ TEST(PortShm, HostilePeerIndicesAndLengthsAreCountedAndDropped) {
   uint64_t bad_ring = 0, bad_slot = 0;
   ASSERT_EQ(server->xstat("rx_bad_ring", &bad_ring), 0);
   EXPECT_EQ(bad_ring, 1u);
-  // Two slots: one claims 1 GB, one is a fine 64-byte frame.
-  const uint32_t huge = 1u << 30, fine = 64;
+  // Two slots: one claims 1 GB, one is a fine frame (long enough to be lent, not copied).
+  const uint32_t huge = 1u << 30, fine = kLent;
   std::memcpy(slots0 + (1000 % 16) * kSlot, &huge, 4);
   std::memcpy(slots0 + (1001 % 16) * kSlot, &fine, 4);
   std::memset(slots0 + (1001 % 16) * kSlot + 64, 0x5a, fine);
