@@ -310,8 +310,7 @@ int Worker::control(int timeout_us) {
       // would stay readable. Every later wait returned at once: a worker at SCHED_RR stuck on
       // a full ring "blocked" 270 000 times in half a second without leaving its CPU, and a
       // peer on that CPU never emptied the ring (ib_write_bw 64 KiB at rr: retry-exceeded).
-      // Watched edge-triggered (droce_shm), there is nothing to consume.
-      if (!rx_intr_edge_) core_->group().port()->rx_interrupt_ack(uint16_t(rx_queue_));
+      consume_rx_interrupt();
     } else if (key == kWakeKey) {
       ++counters_.wakeups_by_client;
     } else if (key == kCmKey) {
@@ -357,6 +356,11 @@ void Worker::push_port_events() {
   link_generation_ = gen;
   const bool up = daemon_->link_up();
   for (auto& [k, s] : sessions_) s->push_event(up ? 9 /* IBV_EVENT_PORT_ACTIVE */ : 10 /* IBV_EVENT_PORT_ERR */, 1);
+}
+
+void Worker::consume_rx_interrupt() {
+  // Watched edge-triggered (droce_shm), there is nothing to consume.
+  if (!rx_intr_edge_) core_->group().port()->rx_interrupt_ack(uint16_t(rx_queue_));
 }
 
 bool Worker::arm_rx_interrupt() {
@@ -443,7 +447,7 @@ void Worker::sleep(uint64_t now_ns, bool for_peer) {
     port.rx_interrupt_arm(uint16_t(rx_queue_), false);
     // One that came after control() returned (or while it did not wait): a read that finds
     // nothing costs a syscall (350 ns), each sleep a port ended.
-    if (!port_acked && !rx_intr_edge_) port.rx_interrupt_ack(uint16_t(rx_queue_));
+    if (!port_acked) consume_rx_interrupt();
   }
   group.set_sleeping(index_, false);
   for (auto& [k, s] : sessions_) s->set_daemon_sleeping(false);

@@ -165,6 +165,8 @@ class Worker {
   /// The engine's frames other than acknowledgements (AckHold::loop_start, acks_only).
   uint64_t non_ack_frames() const;
   bool arm_rx_interrupt();
+  /// Reads the port's interrupt event (a level-triggered one stays readable until read).
+  void consume_rx_interrupt();
   void shutdown();
 
   Daemon* daemon_;
