@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -78,6 +79,22 @@ int wait_for(pid_t pid, double seconds) {
 std::string slurp(const std::string& path) {
   std::ifstream in(path);
   return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::string tail(const std::string& text, size_t n) { return text.size() <= n ? text : text.substr(text.size() - n); }
+
+// Every thread's stack of a running process (gdb, when installed: scripts/install-deps.sh).
+std::string stacks_of(pid_t pid) {
+  const std::string cmd = "gdb -p " + std::to_string(pid) +
+                          " -batch -nx -ex 'set pagination off' -ex 'thread apply all bt' 2>&1 | grep -E '^(Thread|#)'";
+  std::string out;
+  if (FILE* f = ::popen(cmd.c_str(), "r"); f != nullptr) {
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+    ::pclose(f);
+  }
+  return out.empty() ? "(no stacks: gdb missing or not allowed)\n" : out;
 }
 
 struct DaemonProc {
@@ -141,6 +158,10 @@ class TwoDaemons : public ::testing::Test {
     kill(d.pid, sig);
     int st = wait_for(d.pid, 30);
     if (st == -1) {
+      // Stuck: what each of its threads was doing, and what it last said, before it goes.
+      ADD_FAILURE() << "droced (pid " << d.pid << ") still running 30 s after signal " << sig << "\n"
+                    << stacks_of(d.pid) << "--- its log's end:\n"
+                    << tail(slurp(d.log), 4000);
       kill(d.pid, SIGKILL);
       waitpid(d.pid, nullptr, 0);
     }
