@@ -47,11 +47,7 @@ int main(int argc, char** argv) {
   net::EalOptions eal;
   eal.program = "droced";
   eal.lcores.clear();
-  for (unsigned l : cfg.lcores) {
-    // Not `"," + std::to_string(l)`: GCC 12's -O2 warns there (-Wrestrict, a false positive).
-    if (!eal.lcores.empty()) eal.lcores += ',';
-    eal.lcores += std::to_string(l);
-  }
+  for (unsigned l : cfg.lcores) eal.lcores += (eal.lcores.empty() ? "" : ",") + std::to_string(l);
   eal.memory_mb = cfg.memory_mb;
   eal.extra = {"--file-prefix=droced-" + cfg.name + "-" + std::to_string(getpid()), "--log-level=lib.eal:error",
                "--log-level=pmd.*:error"};
