@@ -537,11 +537,16 @@ ShmLink::TxLoan* ShmLink::tx_loan_of(const rte_mbuf* m) const {
 
 rte_mbuf* ShmLink::tx_alloc(rte_mempool* pool, uint32_t len, bool* none_now) {
   *none_now = false;
-  if (len <= kCopyMax) return nullptr;  // cheaper copied at tx_burst
   Conn* c = conn_.load(std::memory_order_acquire);
   if (c == nullptr || !enabled_.load(std::memory_order_relaxed)) return nullptr;
   *none_now = true;
   if (!c->tx_room(c->tx->tail.load(std::memory_order_acquire))) return nullptr;
+  if (len <= kCopyMax) {
+    // Cheaper copied at tx_burst: build it in a pool mbuf. A full ring still says "wait"
+    // (above): building frames it cannot take would only fill the pool and the caches.
+    *none_now = false;
+    return nullptr;
+  }
   rte_mbuf* m = rte_pktmbuf_alloc(pool);
   if (m == nullptr) return nullptr;
   const uint32_t at = c->tx_reserved++;

@@ -143,9 +143,9 @@ class ShmLink {
   /// A frame of `len` bytes to build in place: an mbuf of `pool` whose buffer is the next
   /// free slot of the peer's ring (zero copy). Sent through tx_burst like any frame, in the
   /// order of these calls; freed unsent, its slot goes to the peer empty (a "void" slot it
-  /// skips). nullptr with *none_now: the ring has no free slot now (try again later);
-  /// nullptr without it: a frame of at most kCopyMax bytes, or the link is down (build it in
-  /// a pool mbuf; tx_burst copies it, or refuses it while the link is down).
+  /// skips). nullptr with *none_now: the ring has no free slot now (try again later), for
+  /// short frames too; nullptr without it: a frame of at most kCopyMax bytes, or the link is
+  /// down (build it in a pool mbuf; tx_burst copies it, or refuses it while the link is down).
   /// One thread at a time, the one that calls tx_burst.
   rte_mbuf* tx_alloc(rte_mempool* pool, uint32_t len, bool* none_now);
   /// Takes up to n frames and frees them: tx_alloc's are published where they were built,

@@ -660,6 +660,9 @@ TEST(PortShm, BuildingInPlaceFollowsTheRingAndTheLink) {
   bool none_now = false;
   EXPECT_EQ(p.a->tx_alloc(0, ShmLink::kMaxFrame, &none_now), nullptr);
   EXPECT_TRUE(none_now) << "a full ring means: try again later";
+  none_now = false;
+  EXPECT_EQ(p.a->tx_alloc(0, ShmLink::kCopyMax, &none_now), nullptr);
+  EXPECT_TRUE(none_now) << "a short frame too: built now, it would only wait in a pool mbuf";
   ASSERT_EQ(p.a->tx_burst(0, held.data(), 16), 16);
   std::vector<rte_mbuf*> got = receive(*p.b, 16);
   ASSERT_EQ(got.size(), 16u);
