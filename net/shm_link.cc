@@ -474,9 +474,9 @@ uint16_t ShmLink::rx_burst(rte_mempool* pool, rte_mbuf** out, uint16_t n) {
     return 0;  // the frames wait in the ring
   }
   // Zero copy: each frame stays in its slot, which the mbuf borrows as an external buffer
-  // until it is freed (return_slot); a short one is copied out (kCopyMax). The peer cannot write a lent slot (the tail has not
-  // passed it); should it write anyway, it only changes the bytes of its own frame: every
-  // length droce uses is the mbuf's, read here once.
+  // until it is freed (return_slot); a short one is copied out (kCopyMax). The peer cannot
+  // write a lent slot (the tail has not passed it); should it write anyway, it only changes
+  // the bytes of its own frame: every length droce uses is the mbuf's, read here once.
   uint16_t got = 0, lent = 0;
   uint64_t bytes = 0;
   uint64_t bad = 0;
