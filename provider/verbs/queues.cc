@@ -54,7 +54,8 @@ int channel_id(VerbsContext* ctx, ibv_comp_channel* channel, uint32_t* id) {
 // their order, through a write end opened for the moment. Both ends are opened anew through
 // /proc (non-blocking, whatever the application set on channel->fd); without /proc the records
 // stay. They fit back: the pipe held them a moment ago, and droced writes at most one record per
-// arming of a CQ.
+// arming of a CQ. Both ends are opened before anything is read, so that a write end that cannot
+// be opened leaves every record where it was instead of losing the other CQs'.
 void take_back_comp_events(VerbsContext* ctx, ibv_cq* cq) {
   if (cq->channel == nullptr) return;
   int queued = 0;
@@ -62,14 +63,13 @@ void take_back_comp_events(VerbsContext* ctx, ibv_cq* cq) {
   const std::string path = "/proc/self/fd/" + std::to_string(cq->channel->fd);
   std::lock_guard<std::mutex> g(ctx->channel_mutex);
   core::Fd r(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
-  if (!r.valid()) return;
+  core::Fd w(::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!r.valid() || !w.valid()) return;
   std::vector<uint64_t> keep;
   uint64_t record;
   while (::read(r.get(), &record, sizeof record) == sizeof record)
     if (record != reinterpret_cast<uintptr_t>(cq)) keep.push_back(record);
   if (keep.empty()) return;
-  core::Fd w(::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC));
-  if (!w.valid()) return;
   [[maybe_unused]] ssize_t n = ::write(w.get(), keep.data(), keep.size() * sizeof keep[0]);
 }
 
