@@ -29,6 +29,16 @@ uint32_t pow2_at_least(uint32_t n) { return n <= 1 ? 1 : std::bit_ceil(n); }
 void store_flag(uint32_t* p, uint32_t v) { std::atomic_ref<uint32_t>(*p).store(v); }
 uint32_t take_flag(uint32_t* p) { return std::atomic_ref<uint32_t>(*p).exchange(0); }
 
+// Clears a doorbell flag, then a full fence, so what is read next (a producer
+// index) is read after the clear: the client publishes, fences, then tests the
+// flag (Context::ring_doorbell), and one of the two sides sees the other. The
+// fence orders the store; a seq_cst store would add a second locked
+// instruction on x86 (an xchg) to every drain.
+void clear_flag_fenced(uint32_t* p) {
+  std::atomic_ref<uint32_t>(*p).store(0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
 void write_eventfd(int fd) {
   const uint64_t one = 1;
   // A full counter (2^64 - 2 unread events) or a closed reader loses nothing
@@ -1072,8 +1082,7 @@ namespace {
 template <class Queue, class Used, class Post, class Refuse>
 bool drain_queue(Queue& q, std::vector<uint8_t>& scratch, uint32_t header, Used used, Post post, Refuse refuse,
                  uint64_t* posted) {
-  store_flag(q.pending, 0);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  clear_flag_fenced(q.pending);
   scratch.resize(q.ring.entry_size());
   q.backlog = false;
   for (;;) {
@@ -1210,8 +1219,7 @@ void Session::track(SharedSrq& s, bool busy) {
 }
 
 void Session::arm_cq(SharedCq& c) {
-  store_flag(&c.block->sq_pending, 0);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  clear_flag_fenced(&c.block->sq_pending);
   const uint32_t mode = take_flag(&c.block->rq_pending);
   if ((mode & (abi::kCqArmNext | abi::kCqArmSolicited)) == 0) return;
   const bool solicited_only = (mode & abi::kCqArmNext) == 0;

@@ -243,6 +243,7 @@ void Worker::adopt(uint64_t key, std::unique_ptr<Session> s) {
   {
     std::lock_guard l(inbox_mutex_);
     inbox_.emplace_back(key, std::move(s));
+    inbox_filled_.store(true, std::memory_order_release);
   }
   // Past the sleeping flag's check, a plain write: the loop reads the inbox each iteration.
   const uint64_t one = 1;
@@ -257,10 +258,12 @@ void Worker::lock_state() {
 
 void Worker::take_inbox() {
   std::vector<std::pair<uint64_t, std::unique_ptr<Session>>> joining;
+  // Every loop looks; the lock only when a client came (no locked instruction per loop).
+  if (!inbox_filled_.load(std::memory_order_acquire)) return;
   {
     std::lock_guard l(inbox_mutex_);
-    if (inbox_.empty()) return;
     joining.swap(inbox_);
+    inbox_filled_.store(false, std::memory_order_relaxed);
   }
   for (auto& [key, s] : joining) {
     epoll_event ev{};

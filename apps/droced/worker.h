@@ -179,6 +179,7 @@ class Worker {
   std::map<uint64_t, std::unique_ptr<Session>> sessions_;  ///< by epoll key
   std::mutex inbox_mutex_;
   std::vector<std::pair<uint64_t, std::unique_ptr<Session>>> inbox_;
+  std::atomic<bool> inbox_filled_{false};  ///< inbox_ not empty; set and cleared under inbox_mutex_
   std::atomic<size_t> load_{0};
   std::mutex state_;
   std::atomic<unsigned> state_waiters_{0};
