@@ -491,13 +491,13 @@ uint16_t ShmLink::rx_burst(rte_mempool* pool, rte_mbuf** out, uint16_t n) {
       continue;  // the slot is not lent; the mbuf is used for the next one
     }
     rte_mbuf* m = out[got];
-    m->data_len = static_cast<uint16_t>(len);
-    m->pkt_len = len;
     bytes += len;
     ++got;
     if (len <= kCopyMax) {
       // Short: copied out, and the slot is free again at once (kCopyMax).
       std::memcpy(rte_pktmbuf_mtod(m, void*), slot + kSlotHeader, len);
+      m->data_len = static_cast<uint16_t>(len);
+      m->pkt_len = len;
       continue;
     }
     ++lent;

@@ -103,7 +103,8 @@ struct ShmLinkCounters {
   std::atomic<uint64_t> rx_bad_ring{0};    ///< times the peer's head claimed more than a ring holds
   std::atomic<uint64_t> wakeups_sent{0};   ///< eventfd writes to a sleeping peer
   std::atomic<uint64_t> wakeups_deferred{0};  ///< wake-ups of a peer asleep on our CPU left for later
-  std::atomic<uint64_t> wakeups_late{0};      ///< of those, sent because kMaxWakeDeferNs passed (the rest: when we blocked)
+  std::atomic<uint64_t> wakeups_late{0};      ///< of those, sent because kMaxWakeDeferNs passed
+                                              ///< (the rest: when we blocked)
   std::atomic<uint64_t> tx_in_place{0};    ///< frames built in their slot (tx_alloc), not copied
   std::atomic<uint64_t> tx_void_slots{0};  ///< slots of tx_alloc frames freed unsent, sent empty
   std::atomic<uint64_t> tx_stale{0};       ///< tx_alloc frames of an earlier connection, dropped
@@ -122,10 +123,11 @@ class ShmLink {
   /// and how long it has been awake (publish_running).
   static constexpr uint32_t kVersion = 3;
   /// Frames up to this long are copied, not lent: tx_alloc leaves them to a pool mbuf that
-  /// tx_burst copies into a slot, and rx_burst copies them out. Lending a slot costs an mbuf attached to it, a loan and
-  /// its free callback, more than copying a few cache lines: ib_write_bw 64 B (138-byte
-  /// frames) 1 QP went 1.45 to 1.53-1.63 M msg/s with every frame copied (three interleaved
-  /// pairs on the 2-vCPU VM); at 1024 B, copying lost (1.05-1.25 against 1.29-1.39).
+  /// tx_burst copies into a slot, and rx_burst copies them out. Lending a slot costs an
+  /// mbuf attached to it, a loan and its free callback, more than copying a few cache
+  /// lines: ib_write_bw 64 B (138-byte frames) 1 QP went 1.45 to 1.53-1.63 M msg/s with
+  /// every frame copied (three interleaved pairs on the 2-vCPU VM); at 1024 B, copying
+  /// lost (1.05-1.25 against 1.29-1.39).
   static constexpr uint32_t kCopyMax = 256;
 
   /// Listens (server) or starts connecting (client). -errno: EINVAL (bad
