@@ -33,7 +33,8 @@ inline constexpr uint16_t kAbiMajor = 1;
 /// 3: resize_cq.
 /// 4: attach_mcast, detach_mcast; QueryDeviceReply's multicast limits.
 /// 5: CreateQpRequest's flags (kQpBlockSelfMcastLoopback).
-inline constexpr uint16_t kAbiMinor = 5;
+/// 6: destroy_cq's reply (DestroyCqReply).
+inline constexpr uint16_t kAbiMinor = 6;
 /// Largest message either side sends or accepts.
 inline constexpr size_t kMaxMessage = 4096;
 
@@ -134,6 +135,17 @@ struct IdReply {  ///< alloc_pd (pd), create_ah (ah)
   uint32_t reserved;
 };
 static_assert(sizeof(IdReply) == 8);
+
+/// destroy_cq's reply (minor 6; an older droced's has no body: zeros). How many
+/// completion-event records droced wrote to the CQ's channel over the CQ's life,
+/// all of them before this reply: the client takes back those still unread and
+/// waits for the application to acknowledge the rest, which have left the
+/// channel (the kernel's comp_events_reported, counted where the record is
+/// written, not after a reader's read).
+struct DestroyCqReply {
+  uint64_t comp_events_written;
+};
+static_assert(sizeof(DestroyCqReply) == 8);
 
 /// The registered range [va, va + length) lies in whole pages
 /// [page_va, page_va + sum of segment lengths); each segment is a run of

@@ -74,6 +74,7 @@ struct Session::SharedCq final : rocev2::CqSink {
   // 8-byte record, the client's handle for the CQ, instead of to event_fd.
   std::shared_ptr<core::Fd> channel;
   uint64_t user_handle = 0;
+  uint64_t events_written = 0;  ///< records written to `channel` (DestroyCqReply)
 
   Session* session = nullptr;
   /// The ring's producer index just after the last completion that would end
@@ -92,7 +93,7 @@ struct Session::SharedCq final : rocev2::CqSink {
     if (!channel) return write_eventfd(event_fd.get());
     // Non-blocking; a full pipe (thousands of unread events) or a reader
     // that is gone loses the record, and SIGPIPE is ignored by droced.
-    [[maybe_unused]] ssize_t n = ::write(channel->get(), &user_handle, sizeof user_handle);
+    if (::write(channel->get(), &user_handle, sizeof user_handle) == sizeof user_handle) ++events_written;
   }
 };
 
@@ -396,7 +397,9 @@ void Session::handle(const std::vector<uint8_t>& msg, std::vector<core::Fd>& fds
     }
     case MsgType::destroy_cq: {
       IdRequest q;
-      reply(h, decode_body(msg, &q) == 0 ? destroy_cq(q.id) : -EINVAL);
+      DestroyCqReply r{};
+      const int rc = decode_body(msg, &q) == 0 ? destroy_cq(q.id, &r.comp_events_written) : -EINVAL;
+      reply(h, rc, &r, sizeof r);
       return;
     }
     case MsgType::create_srq: {
@@ -791,12 +794,13 @@ int Session::on_resize_cq(const ResizeCqRequest& q, ResizeCqReply* out) {
   return 0;
 }
 
-int Session::destroy_cq(uint32_t id) {
+int Session::destroy_cq(uint32_t id, uint64_t* events_written) {
   auto it = cqs_.find(id);
   if (it == cqs_.end()) return -EINVAL;
   if (it->second->users != 0) return -EBUSY;
   int rc = dev_->core->engine().destroy_cq(it->second->cq);
   if (rc != 0) return rc;
+  *events_written = it->second->events_written;
   cqs_.erase(it);
   dev_->cq_owner.erase(id);
   return 0;

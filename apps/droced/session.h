@@ -162,7 +162,8 @@ class Session {
   int on_query_qp(uint32_t qpn, core::ctl::WireQpAttr* out);
   int on_create_ah(const core::ctl::CreateAhRequest& r, uint64_t now_ns, uint32_t* ah);
   int destroy_qp(uint32_t qpn);
-  int destroy_cq(uint32_t id);
+  /// *events_written: the records written to the CQ's completion channel (DestroyCqReply).
+  int destroy_cq(uint32_t id, uint64_t* events_written);
   int destroy_srq(uint32_t id);
   /// Fills the address vector from the client's: source GID, VLAN, MACs.
   int build_av(const core::ctl::WireAv& w, rocev2::AddressVector* av) const;

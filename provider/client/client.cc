@@ -336,7 +336,7 @@ int Context::resize_cq(Cq* cq, uint32_t cqe) {
   return 0;
 }
 
-int Context::destroy_cq(Cq* cq) {
+int Context::destroy_cq(Cq* cq, uint64_t* comp_events_written) {
   {
     // A QP still on it keeps it (droced says so too, but not once it is gone).
     std::lock_guard<std::mutex> l(ctl_mutex_);
@@ -344,8 +344,11 @@ int Context::destroy_cq(Cq* cq) {
       if (qp->send_cq_ == cq || qp->recv_cq_ == cq) return -EBUSY;
   }
   IdRequest q{cq->id_, 0};
-  int rc = call(MsgType::destroy_cq, &q, sizeof q, nullptr, 0);
+  DestroyCqReply r{};
+  int rc = call(MsgType::destroy_cq, &q, sizeof q, &r, sizeof r);
   if (rc != 0 && rc != -EIO) return rc;
+  if (comp_events_written != nullptr)
+    *comp_events_written = rc == 0 && daemon_minor_ >= 6 ? r.comp_events_written : kEventsUnknown;
   std::lock_guard<std::mutex> l(ctl_mutex_);
   cqs_.erase(cq);
   return 0;

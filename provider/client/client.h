@@ -216,7 +216,11 @@ class Context {
   /// ShmRegion::map_peer returns, or -EPROTO for a ring that does not go on
   /// where this side stopped), the CQ is lost: poll answers -EIO.
   int resize_cq(Cq* cq, uint32_t cqe);
-  int destroy_cq(Cq* cq);
+  /// *comp_events_written: the completion-channel records droced wrote for the CQ
+  /// (core::ctl::DestroyCqReply), or kEventsUnknown from a droced before protocol minor 6
+  /// or one gone (-EIO is taken as destroyed).
+  int destroy_cq(Cq* cq, uint64_t* comp_events_written = nullptr);
+  static constexpr uint64_t kEventsUnknown = UINT64_MAX;
   int create_srq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit, Srq** out);
   int modify_srq(Srq* srq, uint32_t mask, uint32_t max_wr, uint32_t limit);
   int query_srq(Srq* srq, uint32_t* max_wr, uint32_t* max_sge, uint32_t* limit);

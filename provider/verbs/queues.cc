@@ -56,21 +56,27 @@ int channel_id(VerbsContext* ctx, ibv_comp_channel* channel, uint32_t* id) {
 // stay. They fit back: the pipe held them a moment ago, and droced writes at most one record per
 // arming of a CQ. Both ends are opened before anything is read, so that a write end that cannot
 // be opened leaves every record where it was instead of losing the other CQs'.
-void take_back_comp_events(VerbsContext* ctx, ibv_cq* cq) {
-  if (cq->channel == nullptr) return;
+// Returns how many of `cq`'s records it took, or -1 when some may still be in the channel.
+int64_t take_back_comp_events(VerbsContext* ctx, ibv_cq* cq) {
+  if (cq->channel == nullptr) return 0;
   int queued = 0;
-  if (::ioctl(cq->channel->fd, FIONREAD, &queued) != 0 || queued == 0) return;
+  if (::ioctl(cq->channel->fd, FIONREAD, &queued) != 0) return -1;
+  if (queued == 0) return 0;
   const std::string path = "/proc/self/fd/" + std::to_string(cq->channel->fd);
   std::lock_guard<std::mutex> g(ctx->channel_mutex);
   core::Fd r(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
   core::Fd w(::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC));
-  if (!r.valid() || !w.valid()) return;
+  if (!r.valid() || !w.valid()) return -1;
   std::vector<uint64_t> keep;
+  int64_t taken = 0;
   uint64_t record;
-  while (::read(r.get(), &record, sizeof record) == sizeof record)
-    if (record != reinterpret_cast<uintptr_t>(cq)) keep.push_back(record);
-  if (keep.empty()) return;
+  while (::read(r.get(), &record, sizeof record) == sizeof record) {
+    if (record == reinterpret_cast<uintptr_t>(cq)) ++taken;
+    else keep.push_back(record);
+  }
+  if (keep.empty()) return taken;
   [[maybe_unused]] ssize_t n = ::write(w.get(), keep.data(), keep.size() * sizeof keep[0]);
+  return taken;
 }
 
 constexpr uint64_t kCqExWcFlags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM |
@@ -153,11 +159,19 @@ int droce_destroy_cq(ibv_cq* ibcq) {
   VerbsCq* v = cq_of(ibcq);
   VerbsContext* ctx = v->ctx;
   // EBUSY while a QP uses it (droced counts the users).
-  if (int rc = ctx->client->destroy_cq(v->cq); rc != 0) return positive(rc);
+  uint64_t written = client::Context::kEventsUnknown;
+  if (int rc = ctx->client->destroy_cq(v->cq, &written); rc != 0) return positive(rc);
   const uint32_t async_reported = ctx->forget(ibcq, &v->async_events_reported);
-  take_back_comp_events(ctx, ibcq);
+  const int64_t taken = take_back_comp_events(ctx, ibcq);
+  // The completion events the application must acknowledge, as the kernel's
+  // comp_events_reported: every record droced wrote that has left the channel,
+  // including one a thread has read but not yet passed to the cq_event op. Only
+  // without droced's count (an older droced, or gone) or with records maybe left
+  // behind, those counted by the op.
+  const bool counted = written != client::Context::kEventsUnknown && taken >= 0 && uint64_t(taken) <= written;
+  const uint32_t comp_reported = counted ? uint32_t(written - uint64_t(taken)) : 0;
   pthread_mutex_lock(&ibcq->mutex);
-  while (ibcq->comp_events_completed != v->comp_events_reported ||
+  while (ibcq->comp_events_completed != (counted ? comp_reported : v->comp_events_reported) ||
          ibcq->async_events_completed != async_reported)
     pthread_cond_wait(&ibcq->cond, &ibcq->mutex);
   pthread_mutex_unlock(&ibcq->mutex);
