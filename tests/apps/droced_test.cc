@@ -12,6 +12,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -289,6 +290,30 @@ TEST_F(TwoDaemons, DropRateLosesFramesAndRcRetransmitsThroughIt) {
 // Each daemon sleeps between the selftest's exchanges (event mode, the default on a shared
 // CPU); the sleeps its port's descriptor ended are counted apart from those a client's
 // doorbell or a timer ended. Over net_memif, which cannot wake a DPDK receiver, none are.
+// The events mask of every eventfd `pid`'s epoll instances watch under `key` (the epoll data
+// droced gives it, apps/droced/daemon.h), read from /proc/PID/fdinfo (DPDK's own epoll uses
+// small keys too, for a pipe).
+std::vector<uint32_t> epoll_events_of(pid_t pid, uint64_t key) {
+  std::vector<uint32_t> out;
+  std::error_code ec;
+  const std::string proc = "/proc/" + std::to_string(pid);
+  for (const auto& e : fs::directory_iterator(proc + "/fdinfo", ec)) {
+    std::ifstream in(e.path());
+    std::string line;
+    while (std::getline(in, line)) {
+      // "tfd:        7 events:       19 data:                3  pos:0 ino:..." (hex but tfd)
+      int tfd = -1;
+      unsigned events = 0;
+      unsigned long long data = 0;
+      if (std::sscanf(line.c_str(), "tfd: %d events: %x data: %llx", &tfd, &events, &data) != 3 || data != key)
+        continue;
+      if (fs::read_symlink(proc + "/fd/" + std::to_string(tfd), ec).string() == "anon_inode:[eventfd]")
+        out.push_back(events);
+    }
+  }
+  return out;
+}
+
 TEST_F(TwoDaemons, AFrameWakesABlockedDaemonOnTheSameHostLinkButNotOnMemif) {
   for (const bool memif : {false, true}) {
     SCOPED_TRACE(memif ? "net_memif" : "droce_shm");
@@ -311,6 +336,14 @@ TEST_F(TwoDaemons, AFrameWakesABlockedDaemonOnTheSameHostLinkButNotOnMemif) {
       for (const DaemonProc* d : {&d_[0], &d_[1]}) {
         EXPECT_GT(stat_of(d->sock, "spin_grown") + stat_of(d->sock, "spin_shrunk"), 0);
         EXPECT_GE(stat_of(d->sock, "wake_us"), 0);
+        // The worker's wake eventfd and droce_shm's wake descriptor are never read: watched
+        // level-triggered, one write would keep epoll_wait returning at once for ever.
+        for (const uint64_t key : {3 /* kWakeKey */, 4 /* kRxInterruptKey */}) {
+          SCOPED_TRACE("epoll key " + std::to_string(key));
+          const std::vector<uint32_t> events = epoll_events_of(d->pid, key);
+          ASSERT_EQ(events.size(), 1u) << "one worker, one such descriptor";
+          EXPECT_EQ(events[0] & (EPOLLIN | EPOLLET), uint32_t{EPOLLIN | EPOLLET}) << std::hex << events[0];
+        }
       }
     }
     EXPECT_EQ(stop(d_[0]), 0);
