@@ -123,6 +123,10 @@ class VerbsContext {
   /// One destroy_cq at a time takes records out of a completion channel and puts the others
   /// back (two at once could put back a record the other took out).
   std::mutex channel_mutex;
+  /// Under channel_mutex: records of other CQs a take-back could not put back (a pipe droced
+  /// filled meanwhile), by CQ handle; their CQ's destroy_cq counts them as taken back (it
+  /// would otherwise wait for the acknowledgement of events nobody can read).
+  std::unordered_map<uint64_t, uint64_t> comp_records_lost;
   std::unordered_map<uint32_t, VerbsQp*> qps;    ///< by QPN
   std::unordered_map<uint32_t, VerbsCq*> cqs;    ///< by droced's CQ id
   std::unordered_map<uint32_t, VerbsSrq*> srqs;  ///< by droced's SRQ id

@@ -53,29 +53,40 @@ int channel_id(VerbsContext* ctx, ibv_comp_channel* channel, uint32_t* id) {
 // (so that the reader sees end-of-file when droced dies); the other CQs' records go back, in
 // their order, through a write end opened for the moment. Both ends are opened anew through
 // /proc (non-blocking, whatever the application set on channel->fd); without /proc the records
-// stay. They fit back: the pipe held them a moment ago, and droced writes at most one record per
-// arming of a CQ. Both ends are opened before anything is read, so that a write end that cannot
-// be opened leaves every record where it was instead of losing the other CQs'.
-// Returns how many of `cq`'s records it took, or -1 when some may still be in the channel.
+// stay. They fit back unless droced wrote more meanwhile (it writes at most one record per
+// arming of a CQ); those that do not are counted lost for their CQ's destroy_cq. Both ends are
+// opened before anything is read, so that a write end that cannot be opened leaves every record
+// where it was instead of losing the other CQs'.
+// Returns how many of `cq`'s records it took (with those an earlier take-back could not put
+// back), or -1 when some may still be in the channel.
 int64_t take_back_comp_events(VerbsContext* ctx, ibv_cq* cq) {
   if (cq->channel == nullptr) return 0;
+  // Locked before the channel is looked at: another destroy_cq may hold this CQ's records
+  // out of the pipe, to be put back.
+  std::lock_guard<std::mutex> g(ctx->channel_mutex);
+  int64_t taken = 0;
+  if (auto lost = ctx->comp_records_lost.find(reinterpret_cast<uintptr_t>(cq)); lost != ctx->comp_records_lost.end()) {
+    taken = int64_t(lost->second);
+    ctx->comp_records_lost.erase(lost);
+  }
   int queued = 0;
   if (::ioctl(cq->channel->fd, FIONREAD, &queued) != 0) return -1;
-  if (queued == 0) return 0;
+  if (queued == 0) return taken;
   const std::string path = "/proc/self/fd/" + std::to_string(cq->channel->fd);
-  std::lock_guard<std::mutex> g(ctx->channel_mutex);
   core::Fd r(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
   core::Fd w(::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC));
   if (!r.valid() || !w.valid()) return -1;
   std::vector<uint64_t> keep;
-  int64_t taken = 0;
   uint64_t record;
   while (::read(r.get(), &record, sizeof record) == sizeof record) {
     if (record == reinterpret_cast<uintptr_t>(cq)) ++taken;
     else keep.push_back(record);
   }
   if (keep.empty()) return taken;
-  [[maybe_unused]] ssize_t n = ::write(w.get(), keep.data(), keep.size() * sizeof keep[0]);
+  // droced may have filled the pipe meanwhile: what does not fit is lost, and counted for its
+  // CQ's destroy. Records stay whole: every write to the pipe is a multiple of 8 bytes.
+  const ssize_t n = ::write(w.get(), keep.data(), keep.size() * sizeof keep[0]);
+  for (size_t i = n > 0 ? size_t(n) / sizeof keep[0] : 0; i < keep.size(); ++i) ++ctx->comp_records_lost[keep[i]];
   return taken;
 }
 

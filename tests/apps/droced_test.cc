@@ -286,10 +286,6 @@ TEST_F(TwoDaemons, DropRateLosesFramesAndRcRetransmitsThroughIt) {
   EXPECT_TRUE(alive(d_[0]) && alive(d_[1]));
 }
 
-// Waking up (docs/droced.md): on droce_shm a blocked droced is woken by the frame itself.
-// Each daemon sleeps between the selftest's exchanges (event mode, the default on a shared
-// CPU); the sleeps its port's descriptor ended are counted apart from those a client's
-// doorbell or a timer ended. Over net_memif, which cannot wake a DPDK receiver, none are.
 // The events mask of every eventfd `pid`'s epoll instances watch under `key` (the epoll data
 // droced gives it, apps/droced/daemon.h), read from /proc/PID/fdinfo (DPDK's own epoll uses
 // small keys too, for a pipe).
@@ -314,6 +310,10 @@ std::vector<uint32_t> epoll_events_of(pid_t pid, uint64_t key) {
   return out;
 }
 
+// Waking up (docs/droced.md): on droce_shm a blocked droced is woken by the frame itself.
+// Each daemon sleeps between the selftest's exchanges (event mode, the default on a shared
+// CPU); the sleeps its port's descriptor ended are counted apart from those a client's
+// doorbell or a timer ended. Over net_memif, which cannot wake a DPDK receiver, none are.
 TEST_F(TwoDaemons, AFrameWakesABlockedDaemonOnTheSameHostLinkButNotOnMemif) {
   for (const bool memif : {false, true}) {
     SCOPED_TRACE(memif ? "net_memif" : "droce_shm");
