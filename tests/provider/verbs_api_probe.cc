@@ -58,6 +58,33 @@ uint64_t now_ms() {
   return uint64_t(ts.tv_sec) * 1000 + uint64_t(ts.tv_nsec) / 1000000;
 }
 
+// `destroy` runs in a thread of its own while an event of the object it destroys has been read
+// and not acknowledged: it must still be waiting 300 ms later (checked as `waits`), and return 0
+// once `ack` acknowledges the event (`returns`). Acknowledged only while it waits: not an
+// object already freed. A destroy that never returns ends the probe (nothing further can run).
+template <class Destroy, class Ack>
+void destroy_waits_for_ack(Destroy destroy, Ack ack, const char* waits, const char* returns) {
+  std::atomic<bool> destroyed{false};
+  int destroy_rc = -1;
+  std::thread destroyer([&] {
+    destroy_rc = destroy();
+    destroyed = true;
+  });
+  ::usleep(300 * 1000);
+  const bool waited = !destroyed;
+  check(waited, "%s", waits);
+  if (waited) ack();
+  const uint64_t end = now_ms() + 10000;
+  while (!destroyed && now_ms() < end) ::usleep(1000);
+  check(destroyed && destroy_rc == 0, "%s", returns);
+  if (!destroyed) {
+    std::printf("%d failures\n", failures);
+    std::fflush(stdout);
+    std::_Exit(1);
+  }
+  destroyer.join();
+}
+
 // Polls until n completions arrived (5 s at most); returns how many did.
 int poll_n(ibv_cq* cq, ibv_wc* wc, int n) {
   int got = 0;
@@ -776,29 +803,12 @@ void channels_and_events(Dev& a, Dev& b) {
                             record == reinterpret_cast<uintptr_t>(c3);
   check(read_by_hand, "a third CQ's event, its record read from the channel by hand");
   ibv_destroy_qp(b3);
-  if (read_by_hand) {
-    std::atomic<bool> destroyed{false};
-    int destroy_rc = -1;
-    std::thread destroyer([&] {
-      destroy_rc = ibv_destroy_cq(c3);
-      destroyed = true;
-    });
-    ::usleep(300 * 1000);
-    const bool waited = !destroyed;
-    check(waited, "destroy_cq waits for the acknowledgement of an event read but not yet reported");
-    if (waited) ibv_ack_cq_events(c3, 1);  // not once it is freed
-    const uint64_t end = now_ms() + 10000;
-    while (!destroyed && now_ms() < end) ::usleep(1000);
-    check(destroyed && destroy_rc == 0, "destroy_cq returns 0 once that event is acknowledged");
-    if (!destroyed) {  // blocked for good: nothing further can be checked
-      std::printf("%d failures\n", failures);
-      std::fflush(stdout);
-      std::_Exit(1);
-    }
-    destroyer.join();
-  } else {
+  if (read_by_hand)
+    destroy_waits_for_ack([&] { return ibv_destroy_cq(c3); }, [&] { ibv_ack_cq_events(c3, 1); },
+                          "destroy_cq waits for the acknowledgement of an event read but not yet reported",
+                          "destroy_cq returns 0 once that event is acknowledged");
+  else
     ibv_destroy_cq(c3);
-  }
   ibv_destroy_qp(a3);
   check(ibv_destroy_comp_channel(ch) == 0, "destroy_comp_channel");
   ibv_destroy_cq(acq);
@@ -864,27 +874,10 @@ void channels_and_events(Dev& a, Dev& b) {
   check(cq_err.element.cq == bcq && qp_fatal.element.qp == bq,
         "CQ overrun: async events CQ_ERR on the CQ and QP_FATAL on the QP");
   if (cq_err.element.cq == bcq) ibv_ack_async_event(&cq_err);
-  if (qp_fatal.element.qp == bq) {
-    std::atomic<bool> destroyed{false};
-    int destroy_rc = -1;
-    std::thread destroyer([&] {
-      destroy_rc = ibv_destroy_qp(bq);
-      destroyed = true;
-    });
-    ::usleep(200 * 1000);
-    const bool waited = !destroyed;
-    check(waited, "destroy_qp waits for the acknowledgement of the QP's event read before it");
-    if (waited) ibv_ack_async_event(&qp_fatal);
-    const uint64_t end = now_ms() + 10000;
-    while (!destroyed && now_ms() < end) ::usleep(1000);
-    check(destroyed && destroy_rc == 0, "destroy_qp returns 0 once that event is acknowledged");
-    if (!destroyed) {  // blocked for good: nothing further can be checked
-      std::printf("%d failures\n", failures);
-      std::fflush(stdout);
-      std::_Exit(1);
-    }
-    destroyer.join();
-  }
+  if (qp_fatal.element.qp == bq)
+    destroy_waits_for_ack([&] { return ibv_destroy_qp(bq); }, [&] { ibv_ack_async_event(&qp_fatal); },
+                          "destroy_qp waits for the acknowledgement of the QP's event read before it",
+                          "destroy_qp returns 0 once that event is acknowledged");
   check(ibv_destroy_cq(bcq) == 0, "destroy_cq after its event was acknowledged");
   ibv_destroy_qp(aq);
   ibv_destroy_cq(acq);
