@@ -28,11 +28,14 @@
 # perftest both report so) except ib_read_lat's, a whole READ. The two figures issue #13's goals
 # divide, ib_write_bw 64 B 1 QP and 64 KiB, and the engine bench they are divided by, run three
 # times each and keep the median (every run's rate is in the JSON; --quick runs once); each of
-# those runs also prints, and the JSON keeps, both droced's counters over the run (`droce cores
-# --json` before and after: yields, sleeps and their wakers, preemptions, CPU moves), so that a
-# slow run shows what droced did differently. CPU per message: the CPU time of
-# both droced and both perftest processes while the transfer ran, over its messages. Then 5 s of
-# an idle droced. Nothing goes anywhere but 127.0.0.1, droce's same-host link and the namespaces
+# those two perftest runs comes right after a run of the engine bench it is divided by, and the
+# goal is the median of those paired ratios (one rate on this VM moves by a third from one minute
+# to the next, and both sides of a ratio should see the same minute). Each of those runs also
+# prints, and the JSON keeps, both droced's counters over the run (`droce cores --json` before and
+# after: yields, sleeps and their wakers, preemptions, CPU moves) and the share of the vCPUs the
+# hypervisor gave to others meanwhile (steal), so that a slow run shows what was different. CPU
+# per message: the CPU time of both droced and both perftest processes while the transfer ran,
+# over its messages. Then 5 s of an idle droced. Nothing goes anywhere but 127.0.0.1, droce's same-host link and the namespaces
 # made here; a measurement that fails is reported as failed and the run goes on.
 set -euo pipefail
 
@@ -312,15 +315,20 @@ run_counters() {
       printf "droced %s %.3f us/msg, yields %d (%d crowded), sleeps %d (woken %d/%d/%d), preempted %d, moved %d, spin %d us%s",
         toupper(s), v["cpu_droced_" s] / 1000 / msgs, v[p "yields"], v[p "yields_crowded"], v[p "sleeps"],
         v[p "wakeups_by_port"], v[p "wakeups_by_client"], v[p "wakeups_by_timer"], v[p "preempted"],
-        v[p "affinity_changes"], v[p "spin_us"], i == 1 ? "; " : "\n"
+        v[p "affinity_changes"], v[p "spin_us"], i == 1 ? "; " : ""
     }
+    printf "; the host took %.1f %% of the vCPUs\n", v["host_steal_pct"]
   }' "$1"
 }
+# With pair_engine=FILTER set, each run follows one droce_engine_bench run of FILTER (the figure
+# that run is divided by), so both sides of issue #13's ratio see the host in the same minute.
 perftest_median() {
-  local n=$1 kind=$2 name=$3 tool=$4 i ok=0 f v; shift 4
+  local n=$1 kind=$2 name=$3 tool=$4 i ok=0 f v e; shift 4
   for i in $(seq "$n"); do
+    e=''; [ -z "${pair_engine:-}" ] || e=$(engine_once "$pair_engine") || e=''
     perftest_once "$kind" "$name" "$tool" "$@" || continue
     cat "$work/fields.txt" "$work/cpu.txt" >"$work/run.$ok.txt"
+    [ -z "$e" ] || echo "$e" >>"$work/run.$ok.txt"
     ok=$((ok + 1))
   done
   if [ $ok -lt "$n" ]; then put "$kind" "$name" failed 1; return 0; fi
@@ -335,13 +343,14 @@ perftest_median() {
       put "$kind" "$name" "rep_${key}_$((i + 1))" "${vals[$i]}"
       # Every run's CPU and droced counters too (JSON reps_FIELD): a slow run next to the others.
       while read -r f v; do
-        case "$f" in cpu_*|core_*) put "$kind" "$name" "rep_${f}_$((i + 1))" "$v" ;; esac
+        case "$f" in cpu_*|core_*|gbps|eng_*|host_*) put "$kind" "$name" "rep_${f}_$((i + 1))" "$v" ;; esac
       done <"$work/run.$i.txt"
-      [ "$kind" = bw ] && echo "    run $((i + 1)): ${vals[$i]} M msg/s; $(run_counters "$work/run.$i.txt")"
+      [ "$kind" = bw ] && echo "    run $((i + 1)): ${vals[$i]} M msg/s$(awk '$1 == "eng_mpps" {
+        printf " (the engine just before: %s)", $2 }' "$work/run.$i.txt"); $(run_counters "$work/run.$i.txt")"
     done
     note="(the median of $n runs: ${vals[*]})"
   fi
-  echo "  $name: $(grep -Ev '^(cpu|core)_' "$work/run.$pick.txt" | tr '\n' ' ')$note"
+  echo "  $name: $(grep -Ev '^(cpu|core|eng|host)_' "$work/run.$pick.txt" | tr '\n' ' ')$note"
 }
 # cores_snapshot N: both droced's `droce cores --json` into $work/coresN.a and .b (empty if it fails).
 cores_snapshot() {
@@ -355,6 +364,7 @@ perftest_once() {  # leaves the result's fields in $work/fields.txt, CPU and cou
   local kind=$1 name=$2 tool=$3 sv cl rc_s=0 rc_c=0; shift 3
   local cmd=(stdbuf -oL "$tool" -d droce0 -x 1 "$@")  # line-buffered: the watcher sees the header
   [ "$kind" = bw ] && cores_snapshot 0
+  local steal0; steal0=$(cpu_jiffies)
   timeout 60 "${exec_a[@]}" "${cmd[@]}" >"$work/server.out" 2>&1 & sv=$!
   for _ in $(seq 200); do grep -q 'Waiting for client' "$work/server.out" && break; sleep 0.05; done
   timeout 60 "${exec_b[@]}" "${cmd[@]}" "$srv_ip" >"$work/client.out" 2>&1 & cl=$!
@@ -368,6 +378,9 @@ perftest_once() {  # leaves the result's fields in $work/fields.txt, CPU and cou
   if [ "$kind" = bw ]; then
     cores_snapshot 1
     $py "$work/pt.py" cores "$work/cores0.a" "$work/cores1.a" "$work/cores0.b" "$work/cores1.b" >>"$work/cpu.txt" || true
+    # Steal: time the hypervisor gave this VM's vCPUs to others, a share of all the CPU time of
+    # the run (a slow run on an unchanged binary is often the host's).
+    echo "$steal0 $(cpu_jiffies)" | awk '{d = $4 - $2; printf "host_steal_pct %.2f\n", (d > 0 ? ($3 - $1) * 100 / d : 0)}' >>"$work/cpu.txt"
   fi
   if [ $rc_c != 0 ] || ! $py "$work/pt.py" parse "$work/client.out" >"$work/fields.txt"; then
     echo "  $name: failed (client exit $rc_c, server exit $rc_s):"; tail -3 "$work/client.out" | sed 's/^/    /'
@@ -388,12 +401,25 @@ droce_section() {
   # -N: no peak bandwidth, which perftest computes in time quadratic in the iterations when each
   # QP has at most 20000 of them (2 s of a spinning client after 64 QPs' 0.3 s transfer).
   local q
-  perftest_median "$reps" bw "ib_write_bw 64 B, 1 QP" ib_write_bw -s 64 -q 1 -N --report_gbits -n "$n_bw"
+  pair_engine='BM_EngineWrite/64/' \
+    perftest_median "$reps" bw "ib_write_bw 64 B, 1 QP" ib_write_bw -s 64 -q 1 -N --report_gbits -n "$n_bw"
   for q in 8 64; do
     perftest bw "ib_write_bw 64 B, $q QP" ib_write_bw -s 64 -q "$q" -N --report_gbits -n $(((n_bw / q + 99) / 100 * 100))
   done
-  perftest_median "$reps" bw "ib_write_bw 64 KiB" ib_write_bw -s 65536 -N --report_gbits -n "$n_big"
+  pair_engine='BM_EngineWrite/65536/' \
+    perftest_median "$reps" bw "ib_write_bw 64 KiB" ib_write_bw -s 65536 -N --report_gbits -n "$n_big"
   perftest bw "ib_read_bw 64 KiB" ib_read_bw -s 65536 -N --report_gbits -n "$n_big"
+}
+# cpu_jiffies: "STEAL TOTAL" of all CPUs from /proc/stat (user .. steal).
+cpu_jiffies() { awk '$1 == "cpu" {t = 0; for (i = 2; i <= 9; i++) t += $i; print $9, t; exit}' /proc/stat; }
+# engine_once FILTER: one droce_engine_bench run of FILTER: "eng_mpps X" and "eng_gbps Y" lines.
+engine_once() {
+  build/release/bench/droce_engine_bench --benchmark_filter="$1" --benchmark_format=json \
+      --benchmark_min_time="$([ "$quick" = 1 ] && echo 0.2 || echo 1)" 2>/dev/null | $py -c '
+import json, sys
+b = [b for b in json.load(sys.stdin)["benchmarks"] if b.get("run_type") != "aggregate"][0]
+print("eng_mpps", round(b["items_per_second"] / 1e6, 4))
+print("eng_gbps", round(b["bytes_per_second"] * 8 / 1e9, 2))'
 }
 cpu_of() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f", s}'; }
 
@@ -588,8 +614,29 @@ def goal(text, x, limit, higher_is_better):
         goals.append(f"  {text}: {x:.2f} ({'met' if ok else 'NOT met'}; goal {'>=' if higher_is_better else '<='} {limit})")
 goal("ib_write_lat 64 B typical / TCP ping-pong typical", lat / tcp if lat and tcp else None, 2, False)
 goal("ib_write_lat 64 B p99 / typical", p99 / lat if p99 and lat else None, 5, False)
-goal("ib_write_bw 64 B 1 QP / engine WRITE 64 B rate", rate / erate if rate and erate else None, 0.5, True)
-goal("ib_write_bw 64 KiB / engine WRITE 64 KiB bandwidth", big / ebig if big and ebig else None, 0.8, True)
+# Each run of these two was divided by an engine run just before it (pair_engine): the median of
+# those ratios is the goal's figure; the section medians divided stay beside it, for comparison.
+def paired(name, key):
+    r = res.get(dsec, {}).get(name, {})
+    a, b = r.get("reps_" + key) or [r.get(key)], r.get("reps_eng_" + key) or [r.get("eng_" + key)]
+    rs = [x / y for x, y in zip(a, b) if x and y]
+    if "failed" in r or not rs or len(rs) != len(a):
+        return None, ""
+    note = f" (each run over the engine run just before it: {' '.join(f'{x:.2f}' for x in rs)}, the median kept)" \
+        if len(rs) > 1 else " (over the engine run just before it)"
+    return sorted(rs)[(len(rs) - 1) // 2], note
+def goal_paired(text, name, key, x_apart, limit):
+    x, note = paired(name, key)
+    if x is None:  # no paired engine runs: the section medians
+        goal(text, x_apart, limit, True)
+    else:
+        goal(text + note, x, limit, True)
+        goals.append(f"    (the medians of the two sections divided: "
+                     f"{x_apart:.2f})" if x_apart else "    (the engine section did not run)")
+goal_paired("ib_write_bw 64 B 1 QP / engine WRITE 64 B rate", "ib_write_bw 64 B, 1 QP", "mpps",
+            rate / erate if rate and erate else None, 0.5)
+goal_paired("ib_write_bw 64 KiB / engine WRITE 64 KiB bandwidth", "ib_write_bw 64 KiB", "gbps",
+            big / ebig if big and ebig else None, 0.8)
 if "icrc" in offloads:
     # The link carries no ICRC, so droce's figures above skip work the engine bench does; the
     # same ratios against the engine without the ICRC show droced's own overhead.
