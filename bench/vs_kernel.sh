@@ -22,22 +22,23 @@
 #               busy); without it the kernel's figures include what waking an idle CPU costs
 #
 # The kernel: sockperf ping-pong, TCP and UDP, 64 B and 4 KiB, and iperf3 TCP, over 127.0.0.1.
-# droce: Debian's unmodified perftest between two droced on this machine (scripts/lib/droced-pair.sh,
-# MTU 9000): ib_write_lat, ib_send_lat, ib_read_lat at 64 B and 4 KiB; ib_write_bw 64 B with 1, 8
-# and 64 QPs; ib_write_bw and ib_read_bw at 64 KiB. Latencies are half a round trip (sockperf and
-# perftest both report so) except ib_read_lat's, a whole READ. The two figures issue #13's goals
-# divide, ib_write_bw 64 B 1 QP and 64 KiB, and the engine bench they are divided by, run three
-# times each and keep the median (every run's rate is in the JSON; --quick runs once); over the
-# same-host link each run of those two comes right after a run of the engine bench it is divided
-# by, and the goal is the median of those paired ratios (JSON paired_ratio: one rate on this VM
-# moves by a third from one minute to the next, and both sides of a ratio should see the same
-# minute). Each of those runs also prints, and the JSON keeps, both droced's counters over the
-# run (`droce cores --json` before and after: yields, sleeps and their wakers, preemptions, CPU
-# moves) and the share of the vCPUs the hypervisor gave to others meanwhile (steal, kept for
-# every throughput run), so that a slow run shows what was different. CPU per message: the CPU
-# time of both droced and both perftest processes while the transfer ran, over its messages.
-# Then 5 s of an idle droced. Nothing goes anywhere but 127.0.0.1, droce's same-host link and the
-# namespaces made here; a measurement that fails is reported as failed and the run goes on.
+# droce: Debian's unmodified perftest between two droced on this machine
+# (scripts/lib/droced-pair.sh, MTU 9000): ib_write_lat, ib_send_lat, ib_read_lat at 64 B and 4 KiB,
+# ib_send_lat 64 B over completion events (-e); ib_write_bw 64 B with 1, 8 and 64 QPs; ib_write_bw
+# and ib_read_bw at 64 KiB. Latencies are half a round trip (sockperf and perftest both report so)
+# except ib_read_lat's, a whole READ. The two figures issue #13's goals divide, ib_write_bw 64 B 1
+# QP and 64 KiB, and the engine bench they are divided by, run three times each and keep the median
+# (every run's rate is in the JSON; --quick runs once); over the same-host link each run of those
+# two comes right after a run of the engine bench it is divided by, and the goal is the median of
+# those paired ratios (JSON paired_ratio: one rate on this VM moves by a third from one minute to
+# the next, and both sides of a ratio should see the same minute). Each of those runs also prints,
+# and the JSON keeps, both droced's counters over the run (`droce cores --json` before and after:
+# yields, sleeps and their wakers, preemptions, CPU moves) and the share of the vCPUs the hypervisor
+# gave to others meanwhile (steal, kept for every throughput run), so that a slow run shows what was
+# different. CPU per message: the CPU time of both droced and both perftest processes while the
+# transfer ran, over its messages. Then 5 s of an idle droced. Nothing goes anywhere but 127.0.0.1,
+# droce's same-host link and the namespaces made here; a measurement that fails is reported as
+# failed and the run goes on.
 set -euo pipefail
 
 link=auto quick=0 out=bench/out netns=0 build=1 droced_args=() no_idle=0
@@ -400,6 +401,10 @@ droce_section() {
   perftest lat "ib_write_lat 4 KiB" ib_write_lat -s 4096 -n "$n_lat"
   perftest lat "ib_send_lat 64 B" ib_send_lat -s 64 -n "$n_lat"
   perftest lat "ib_send_lat 4 KiB" ib_send_lat -s 4096 -n "$n_lat"
+  # Completion events (-e: the client blocks on its completion channel, as sockperf's ping-pong
+  # blocks in recv): three wake-ups a half round trip (the sender's droced, the receiver's, the
+  # receiving client) against the kernel's one.
+  perftest lat "ib_send_lat 64 B, events (-e)" ib_send_lat -s 64 -e -n "$n_lat"
   perftest lat "ib_read_lat 64 B (a whole READ)" ib_read_lat -s 64 -n "$n_lat"
   perftest lat "ib_read_lat 4 KiB (a whole READ)" ib_read_lat -s 4096 -n "$n_lat"
   # -n is per QP and must be a multiple of perftest's CQ moderation (100): otherwise each QP's
@@ -699,7 +704,7 @@ colour = lambda s: "tab:gray" if s.startswith("kernel loop") else "silver" if s.
     "tab:blue" if "netns" not in s else "tab:green" if "af_xdp" in s else "tab:orange"
 short = lambda s, n: ("kernel " if s.startswith("kernel") else "droce ") + \
     ("xdp " if "af_xdp" in s else "pkt " if "af_packet" in s else "veth " if "netns" in s else "") + \
-    n.replace(" (sockperf)", "").replace(" (a whole READ)", "*").replace("ping-pong ", "")
+    n.replace(" (sockperf)", "").replace(" (a whole READ)", "*").replace("ping-pong ", "").replace(", events (-e)", " -e")
 lat = [(s, n, r) for s, rows in res.items() for n, r in rows.items() if r["kind"] == "lat" and r.get("typical")]
 x = range(len(lat))
 ax.bar(x, [r["typical"] for *_, r in lat], 0.7, color=[colour(s) for s, *_ in lat])
