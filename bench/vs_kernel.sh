@@ -28,17 +28,15 @@
 # and ib_read_bw at 64 KiB. Latencies are half a round trip (sockperf and perftest both report so)
 # except ib_read_lat's, a whole READ. The two figures issue #13's goals divide, ib_write_bw 64 B 1
 # QP and 64 KiB, and the engine bench they are divided by, run three times each and keep the median
-# (every run's rate is in the JSON; --quick runs once), and the goals divide the medians; over the
-# same-host link each run of those two also comes right after a run of the engine bench, and those
-# paired ratios are printed beside the goal (JSON paired_ratios: how far one run of either side
-# moves; the engine alone moves by a half within seconds on the development VM). Each of those runs
-# also prints, and the JSON keeps, both droced's counters over the run (`droce cores --json` before
-# and after: yields, sleeps and their wakers, preemptions, CPU moves) and the share of the vCPUs the
-# hypervisor gave to others meanwhile (steal, kept for every throughput run), so that a slow run
-# shows what was different. CPU per message: the CPU time of both droced and both perftest processes
-# while the transfer ran, over its messages. Then 5 s of an idle droced. Nothing goes anywhere but
-# 127.0.0.1, droce's same-host link and the namespaces made here; a measurement that fails is
-# reported as failed and the run goes on.
+# (every run's rate is in the JSON; --quick runs once), and the goals divide the medians (the engine
+# alone moves by a half within seconds on the development VM: a median of three on each side filters
+# a slow run on either side). Each of those runs also prints, and the JSON keeps, both droced's
+# counters over the run (`droce cores --json` before and after: yields, sleeps and their wakers,
+# preemptions, CPU moves) and the share of the vCPUs the hypervisor gave to others meanwhile (steal,
+# kept for every throughput run), so that a slow run shows what was different. CPU per message: the
+# CPU time of both droced and both perftest processes while the transfer ran, over its messages.
+# Then 5 s of an idle droced. Nothing goes anywhere but 127.0.0.1, droce's same-host link and the
+# namespaces made here; a measurement that fails is reported as failed and the run goes on.
 set -euo pipefail
 
 link=auto quick=0 out=bench/out netns=0 build=1 droced_args=() no_idle=0
@@ -323,19 +321,11 @@ run_counters() {
     printf "; the host took %.1f %% of the vCPUs\n", v["host_steal_pct"]
   }' "$1"
 }
-# With pair_engine=FILTER set, each run follows one droce_engine_bench run of FILTER (the figure
-# that run is divided by): a ratio per run, beside the goal's ratio of the medians.
 perftest_median() {
-  local n=$1 kind=$2 name=$3 tool=$4 i ok=0 f v e quiet; shift 4
+  local n=$1 kind=$2 name=$3 tool=$4 i ok=0 f v; shift 4
   for i in $(seq "$n"); do
-    e=''
-    if [ -n "${pair_engine:-}" ]; then
-      quiet=1; quiet_droced || quiet=0
-      e=$(engine_once "$pair_engine") && e+=$'\n'"eng_after_quiet $quiet" || e=''
-    fi
     perftest_once "$kind" "$name" "$tool" "$@" || continue
     cat "$work/fields.txt" "$work/cpu.txt" >"$work/run.$ok.txt"
-    [ -z "$e" ] || echo "$e" >>"$work/run.$ok.txt"
     ok=$((ok + 1))
   done
   if [ $ok -lt "$n" ]; then put "$kind" "$name" failed 1; return 0; fi
@@ -350,15 +340,13 @@ perftest_median() {
       put "$kind" "$name" "rep_${key}_$((i + 1))" "${vals[$i]}"
       # Every run's CPU and droced counters too (JSON reps_FIELD): a slow run next to the others.
       while read -r f v; do
-        case "$f" in cpu_*|core_*|gbps|eng_*|host_*) put "$kind" "$name" "rep_${f}_$((i + 1))" "$v" ;; esac
+        case "$f" in cpu_*|core_*|host_*) put "$kind" "$name" "rep_${f}_$((i + 1))" "$v" ;; esac
       done <"$work/run.$i.txt"
-      [ "$kind" = bw ] && echo "    run $((i + 1)): ${vals[$i]} M msg/s$(awk '{v[$1] = $2} END {
-        if ("eng_mpps" in v) printf " (the engine just before: %s%s)", v["eng_mpps"],
-          v["eng_after_quiet"] == 1 ? "" : ", droced still busy after 3 s" }' "$work/run.$i.txt"); $(run_counters "$work/run.$i.txt")"
+      [ "$kind" = bw ] && echo "    run $((i + 1)): ${vals[$i]} M msg/s; $(run_counters "$work/run.$i.txt")"
     done
     note="(the median of $n runs: ${vals[*]})"
   fi
-  echo "  $name: $(grep -Ev '^(cpu|core|eng|host)_' "$work/run.$pick.txt" | tr '\n' ' ')$note"
+  echo "  $name: $(grep -Ev '^(cpu|core|host)_' "$work/run.$pick.txt" | tr '\n' ' ')$note"
 }
 # cores_snapshot N: both droced's `droce cores --json` into $work/coresN.a and .b (empty if it fails).
 cores_snapshot() {
@@ -412,44 +400,16 @@ droce_section() {
   # polling them (seen with -q 64 -n 1562: a stall until the timeout).
   # -N: no peak bandwidth, which perftest computes in time quadratic in the iterations when each
   # QP has at most 20000 of them (2 s of a spinning client after 64 QPs' 0.3 s transfer).
-  # Over the same-host link (the goals' section) each run of the two that the goals divide is
-  # paired with an engine run (perftest_median), for the spread of single runs.
-  local q pair64='' pair_big=''
-  [ "$section" != "droce $link" ] || pair64='BM_EngineWrite/64/' pair_big='BM_EngineWrite/65536/'
-  pair_engine=$pair64 \
-    perftest_median "$reps" bw "ib_write_bw 64 B, 1 QP" ib_write_bw -s 64 -q 1 -N --report_gbits -n "$n_bw"
+  local q
+  perftest_median "$reps" bw "ib_write_bw 64 B, 1 QP" ib_write_bw -s 64 -q 1 -N --report_gbits -n "$n_bw"
   for q in 8 64; do
     perftest bw "ib_write_bw 64 B, $q QP" ib_write_bw -s 64 -q "$q" -N --report_gbits -n $(((n_bw / q + 99) / 100 * 100))
   done
-  pair_engine=$pair_big \
-    perftest_median "$reps" bw "ib_write_bw 64 KiB" ib_write_bw -s 65536 -N --report_gbits -n "$n_big"
+  perftest_median "$reps" bw "ib_write_bw 64 KiB" ib_write_bw -s 65536 -N --report_gbits -n "$n_big"
   perftest bw "ib_read_bw 64 KiB" ib_read_bw -s 65536 -N --report_gbits -n "$n_big"
 }
 # cpu_jiffies: "STEAL TOTAL" of all CPUs from /proc/stat (user .. steal).
 cpu_jiffies() { awk '$1 == "cpu" {t = 0; for (i = 2; i <= 9; i++) t += $i; print $9, t; exit}' /proc/stat; }
-# quiet_droced: waits (3 s at most) until both droced used under 1 ms of CPU in 100 ms, the last
-# client's teardown done, so that an engine run has the CPUs to itself (right after a 1 QP run
-# the engine ran about 5 % slower, by hand at 978ce74). Returns 1 if they did not.
-quiet_droced() {
-  local before now
-  before=$(($(cpu_of "$dpid_a") + $(cpu_of "$dpid_b")))
-  for _ in $(seq 30); do
-    sleep 0.1
-    now=$(($(cpu_of "$dpid_a") + $(cpu_of "$dpid_b")))
-    [ $((now - before)) -lt 1000000 ] && return 0
-    before=$now
-  done
-  return 1
-}
-# engine_once FILTER: one droce_engine_bench run of FILTER: "eng_mpps X" and "eng_gbps Y" lines.
-engine_once() {
-  build/release/bench/droce_engine_bench --benchmark_filter="$1" --benchmark_format=json \
-      --benchmark_min_time="$([ "$quick" = 1 ] && echo 0.2 || echo 1)" 2>/dev/null | $py -c '
-import json, sys
-b = [b for b in json.load(sys.stdin)["benchmarks"] if b.get("run_type") != "aggregate"][0]
-print("eng_mpps", round(b["items_per_second"] / 1e6, 4))
-print("eng_gbps", round(b["bytes_per_second"] * 8 / 1e9, 2))' 2>/dev/null
-}
 # cpu_of PID: its threads' run time, ns (0 once it is gone: a daemon that died mid-run must not
 # end the script under pipefail).
 cpu_of() { { cat /proc/"$1"/task/*/schedstat 2>/dev/null || :; } | awk '{s += $1} END {printf "%.0f", s}'; }
@@ -591,19 +551,6 @@ for rows in res.values():  # the watcher's CPU ns over the transfer, per message
         for k in who:
             if r.get("cpu_" + k) is not None and r.get("iters"):
                 r["cpu_us_per_msg_" + k] = round(r.pop("cpu_" + k) / 1e3 / r["iters"], 4)
-# Runs paired with an engine run (pair_engine): each run's ratio, and their median, into the row
-# (paired_ratios, paired_ratio), printed beside the goals for 1 QP and 64 KiB.
-for name, key in (("ib_write_bw 64 B, 1 QP", "mpps"), ("ib_write_bw 64 KiB", "gbps")):
-    for rows in res.values():
-        r = rows.get(name)
-        if not r or "failed" in r or r.get("eng_" + key) is None:
-            continue
-        a, b = r.get("reps_" + key) or [r.get(key)], r.get("reps_eng_" + key) or [r.get("eng_" + key)]
-        if len(a) == len(b) and all(a) and all(b):
-            r["paired_ratios"] = [round(x / y, 4) for x, y in zip(a, b)]
-            r["paired_ratio"] = sorted(r["paired_ratios"])[(len(a) - 1) // 2]
-        else:
-            r["paired_ratio"] = None  # some run lost its engine run: the goal falls back
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 machine = {"nproc": os.cpu_count(), "cpu": cpu, "kernel": platform.release(), "droce_commit": commit, "droced_built": built,
            "link": link, "droced_mode": mode, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -658,30 +605,13 @@ def goal(text, x, limit, higher_is_better):
         goals.append(f"  {text}: {x:.2f} ({'met' if ok else 'NOT met'}; goal {'>=' if higher_is_better else '<='} {limit})")
 goal("ib_write_lat 64 B typical / TCP ping-pong typical", lat / tcp if lat and tcp else None, 2, False)
 goal("ib_write_lat 64 B p99 / typical", p99 / lat if p99 and lat else None, 5, False)
-# The goal's figure is the droce median over the engine section's median. Each run of these two
-# was also divided by an engine run just before it (paired_ratio), printed under the goal: those
-# ratios spread wider than the medians' (2026-11-27, four runs: single pairs 0.46-0.89, their
-# medians 0.48-0.77, the medians divided 0.61-0.74), because the engine alone moves by a half
-# within seconds (2.31, 1.30, 2.18 M msg/s in three runs 30 s apart), not only from minute to
-# minute: a median of three on each side filters a slow run on either side, a pair does not.
-def goal_paired(text, name, x_apart, limit):
-    goal(text, x_apart, limit, True)
-    r = res.get(dsec, {}).get(name, {})
-    rs = r.get("paired_ratios")
-    if rs:
-        goals.append(f"    (each run over the engine run just before it: {' '.join(f'{x:.2f}' for x in rs)}"
-                     + (f"; their median {r['paired_ratio']:.2f})" if len(rs) > 1 else ")"))
-    elif "paired_ratio" in r:
-        goals.append("    (not every run had its engine run just before it)")
-goal_paired("ib_write_bw 64 B 1 QP / engine WRITE 64 B rate", "ib_write_bw 64 B, 1 QP",
-            rate / erate if rate and erate else None, 0.5)
-goal_paired("ib_write_bw 64 KiB / engine WRITE 64 KiB bandwidth", "ib_write_bw 64 KiB",
-            big / ebig if big and ebig else None, 0.8)
+goal("ib_write_bw 64 B 1 QP / engine WRITE 64 B rate", rate / erate if rate and erate else None, 0.5, True)
+goal("ib_write_bw 64 KiB / engine WRITE 64 KiB bandwidth", big / ebig if big and ebig else None, 0.8, True)
 if "icrc" in offloads:
     # The link carries no ICRC, so droce's figures above skip work the engine bench does; the
     # same ratios against the engine without the ICRC show droced's own overhead.
     nrate, nbig = val("engine alone", "WRITE 64 B, no ICRC", "mpps"), val("engine alone", "WRITE 64 KiB, no ICRC", "gbps")
-    goals.append(f"  (the link carries no ICRC: {offloads}; like for like, the medians against the engine without it:"
+    goals.append(f"  (the link carries no ICRC: {offloads}; like for like, against the engine without it:"
                  f" 64 B {rate / nrate if rate and nrate else float('nan'):.2f},"
                  f" 64 KiB {big / nbig if big and nbig else float('nan'):.2f})")
 goal("idle droced, % of a CPU (the busier of the two)", max(idle) if None not in idle else None, 0.5, False)
