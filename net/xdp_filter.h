@@ -1,0 +1,58 @@
+#pragma once
+// XdpFilter: droce's XDP program (net/xdp/droce_xdp.bpf.c) on a netdev droce
+// shares with the kernel, seen from droced.
+//
+// DPDK's af_xdp PMD loads the program and attaches it (its xdp_prog devarg) and
+// fills the program's xsks_map with its sockets; the program sends only RoCEv2
+// for droce's addresses to droce and passes everything else to the kernel. What
+// is left is telling the program which addresses are droce's: XdpFilter finds
+// the program attached to the netdev (bpf_xdp_query_id), and among its maps the
+// address map and the counters, by name; set_addresses() then keeps the address
+// map equal to droce's GIDs (the GID table's addresses, as they follow the
+// netdev's).
+//
+// object_path() says where the compiled program is: $DROCE_XDP_PROG if set, else
+// the build tree's copy when it exists, else the installed one.
+//
+// Threading: none; control path. Needs CAP_SYS_ADMIN / CAP_BPF (as the PMD does).
+// Open it in the netdev's namespace. Errors: -errno (ENOENT: no program, or not
+// droce's, on the netdev).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/unix_socket.h"
+#include "net/addr.h"
+
+namespace droce::net {
+
+struct XdpFilterCounters {
+  uint64_t redirected = 0;  ///< RoCEv2 frames sent to droce's sockets
+  uint64_t not_ours = 0;    ///< RoCEv2 frames for addresses droce does not own (to the kernel)
+  uint64_t passed = 0;      ///< all frames passed to the kernel, not_ours included
+};
+
+class XdpFilter {
+ public:
+  /// The compiled program droced gives the PMD (see the header).
+  static std::string object_path();
+  /// Finds droce's program on `ifname` and its maps. -ENOENT when the netdev has no
+  /// program or one without droce's maps.
+  static int open(const std::string& ifname, std::unique_ptr<XdpFilter>* out);
+
+  /// Makes the address map hold exactly `gids` (duplicates ignored). 0 or -errno.
+  int set_addresses(const std::vector<IpAddr>& gids);
+  /// The program's counters summed over CPUs. 0 or -errno.
+  int counters(XdpFilterCounters* out) const;
+  uint32_t program_id() const { return prog_id_; }
+
+ private:
+  XdpFilter() = default;
+  uint32_t prog_id_ = 0;
+  core::Fd addrs_;
+  core::Fd stats_;
+};
+
+}  // namespace droce::net
