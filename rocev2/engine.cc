@@ -803,6 +803,12 @@ void Engine::mark_ready(Qp* q) {
   ready_.push_back(q->qpn);
 }
 
+void Engine::set_local_ips(const std::vector<IpAddr>& ips) {
+  if (ips.empty()) return;
+  cfg_.local_ip = ips.front();
+  cfg_.local_ips = ips;
+}
+
 bool Engine::is_local_ip(const IpAddr& a) const {
   if (net::same_ip(a, cfg_.local_ip)) return true;
   for (const IpAddr& l : cfg_.local_ips)

@@ -179,6 +179,11 @@ class Engine {
   Qp* qp(uint32_t qpn);
   MrTable& mrs() { return mrs_; }
 
+  /// This host's addresses changed (a netdev whose addresses the kernel changes): frames
+  /// are taken for `ips` from now on (EngineConfig::local_ips); the first is the default
+  /// source. QPs keep the source they were given. Owning lcore only.
+  void set_local_ips(const std::vector<IpAddr>& ips);
+
   // ---- Multicast (UD) --------------------------------------------------------
   /// The destination QPN of a multicast datagram (IBA 10.5.2.5).
   static constexpr uint32_t kMulticastQpn = 0xffffff;

@@ -10,6 +10,7 @@ packages=(
   # libraries
   libdpdk-dev dpdk-dev libtbb-dev libisal-dev libpcap-dev
   libgtest-dev libbenchmark-dev
+  libbpf-dev  # droce's XDP program (net/xdp) is built with clang and found on the netdev with libbpf
   # test oracles and tools: scapy computes ICRCs, tshark decodes RoCEv2,
   # clang + its runtime give libFuzzer
   python3 python3-scapy tshark clang libclang-rt-14-dev iproute2 procps

@@ -10,12 +10,21 @@
 namespace droce::droced {
 
 const char* usage() {
-  return "usage: droced --port DEVARGS --address IP [options]\n"
+  return "usage: droced --port DEVARGS --address IP[/LEN] [options]\n"
+         "       droced --netdev IFACE [options]       (share a kernel netdev, as rxe does)\n"
          "  --name NAME          device name (droce0)\n"
          "  --run-dir DIR        control socket directory (/run/droce, or $DROCE_RUN_DIR)\n"
          "  --port DEVARGS       the DPDK port, e.g. net_af_packet0,iface=eth1 or\n"
          "                       net_memif0,role=server,socket=/tmp/m.sock\n"
-         "  --address IP         an IPv4 or IPv6 address of this host (repeatable)\n"
+         "  --address IP[/LEN]   an IPv4 or IPv6 address of this host (repeatable); with /LEN\n"
+         "                       its subnet is on link and other destinations need a --route\n"
+         "  --route ROUTE        own addresses: \"PREFIX|default via GATEWAY [metric N]\n"
+         "                       [hoplimit N]\" (repeatable), as `ip route` takes it\n"
+         "  --netdev IFACE       share the kernel netdev IFACE: droce takes only RoCEv2 for\n"
+         "                       the netdev's addresses, which its GIDs follow; routes and\n"
+         "                       neighbours come from the kernel (no --port, --address)\n"
+         "  --link KIND          with --netdev: af_xdp (an XDP program of droce's own passes\n"
+         "                       everything else to the kernel) or af_packet (af_xdp)\n"
          "  --vlan ID            802.1Q VLAN of the addresses\n"
          "  --mtu BYTES          Ethernet MTU to set on the port\n"
          "  --lcores LIST        the poll cores, one worker each: 0-3 or 0,2 (0); clients\n"
@@ -107,6 +116,15 @@ int apply(const std::string& key, const std::string& value, DaemonConfig* c, std
   else if (key == "run-dir") c->run_dir = value;
   else if (key == "port") c->port = value;
   else if (key == "address") c->addresses.push_back(value);
+  else if (key == "route") c->routes.push_back(value);
+  else if (key == "netdev") c->netdev = value;
+  else if (key == "link") {
+    if (value != "af_xdp" && value != "af_packet") {
+      *err = "--link is af_xdp or af_packet";
+      return -EINVAL;
+    }
+    c->link = value;
+  }
   else if (key == "vlan") { if (!num(4094) || n == 0) { *err = "--vlan is 1..4094"; return -EINVAL; } c->vlan = uint16_t(n); }
   else if (key == "mtu") { if (!num(9702)) return -EINVAL; c->mtu = uint16_t(n); }
   else if (key == "lcore") { if (!num(1023)) return -EINVAL; c->lcores = {unsigned(n)}; }
@@ -240,8 +258,18 @@ int parse_config(int argc, char** argv, DaemonConfig* out, std::string* err) {
     if (int rc = apply(k, v, &c, err); rc != 0) return err->empty() ? (*err = "bad value for " + k, rc) : rc;
   for (auto& [k, v] : flags)
     if (int rc = apply(k, v, &c, err); rc != 0) return err->empty() ? (*err = "bad value for --" + k, rc) : rc;
+  if (!c.netdev.empty()) {
+    // The kernel's view is droce's: its addresses and routes, not ours.
+    if (!c.port.empty() || !c.addresses.empty() || !c.routes.empty() || c.vlan != net::kNoVlan) {
+      *err = "--netdev takes the port, addresses and routes from the kernel: drop --port, --address, --route "
+             "and --vlan (use a VLAN netdev, eth0.100, for a VLAN)";
+      return -EINVAL;
+    }
+    *out = c;
+    return 0;
+  }
   if (c.port.empty()) {
-    *err = "--port is required";
+    *err = "--port (or --netdev) is required";
     return -EINVAL;
   }
   if (c.addresses.empty()) {

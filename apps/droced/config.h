@@ -15,7 +15,13 @@ struct DaemonConfig {
   std::string name = "droce0";       ///< the device name clients see
   std::string run_dir = "/run/droce";  ///< where <name>.sock lives ($DROCE_RUN_DIR)
   std::string port;                  ///< DPDK devargs ("net_memif0,role=server,socket=/tmp/m.sock")
-  std::vector<std::string> addresses;  ///< IPv4 / IPv6 addresses of this host on the port
+  std::vector<std::string> addresses;  ///< IPv4 / IPv6 addresses of this host on the port ("A" or "A/LEN")
+  /// Own-address mode: routes as `ip route` writes them ("10.2.0.0/16 via 10.1.0.1").
+  std::vector<std::string> routes;
+  /// Shared-NIC mode (the rxe model): the kernel netdev droce shares. Then the port is
+  /// `link` on it, the GIDs are the netdev's addresses and next hops the kernel's.
+  std::string netdev;
+  std::string link = "af_xdp";
   uint16_t vlan = net::kNoVlan;      ///< 802.1Q VLAN of the addresses (none by default)
   uint16_t mtu = 0;                  ///< Ethernet MTU to set (0: the port's)
   /// The poll cores (EAL lcores), one worker each; the first is EAL's main

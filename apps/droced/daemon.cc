@@ -28,6 +28,8 @@
 #include <rte_lcore.h>
 #include "hw_offload/select.h"
 #include "net/kernel_sink.h"
+#include "net/route_table.h"
+#include "net/xdp_filter.h"
 #include "rocev2/format.h"
 #include "rocev2/headers.h"
 
@@ -147,9 +149,20 @@ int Daemon::start(const DaemonConfig& cfg) {
   pc.mtu = cfg.mtu;
   pc.allmulticast = true;  // IPv6 neighbour discovery's solicited-node groups
   pc.rx_interrupts = true;  // sleep until a frame comes, where the port can say so
-  if (int rc = net::Port::open_device(cfg.port, pc, &port_); rc != 0) {
-    DROCE_LOG(ERR, app, "cannot open port %s: %s", cfg.port.c_str(), std::strerror(-rc));
-    explain_open_failure(cfg.port);
+  if (!cfg.netdev.empty()) {
+    // The rxe model: a kernel netdev droce shares. On af_xdp droce's XDP program passes the
+    // kernel everything but RoCEv2 for droce's addresses (net/xdp/droce_xdp.bpf.c).
+    cfg_.port = "net_" + cfg.link + "_" + cfg.name + ",iface=" + cfg.netdev;
+    if (cfg.link == "af_xdp") cfg_.port += ",xdp_prog=" + net::XdpFilter::object_path();
+    if (int rc = net::KernelNet::open(cfg.netdev, &kernel_); rc != 0) {
+      DROCE_LOG(ERR, app, "%s: cannot watch netdev %s over rtnetlink: %s%s", cfg.name.c_str(), cfg.netdev.c_str(),
+                std::strerror(-rc), rc == -ENODEV ? " (not in this network namespace?)" : "");
+      return rc;
+    }
+  }
+  if (int rc = net::Port::open_device(cfg_.port, pc, &port_); rc != 0) {
+    DROCE_LOG(ERR, app, "cannot open port %s: %s", cfg_.port.c_str(), std::strerror(-rc));
+    explain_open_failure(cfg_.port);
     return rc;
   }
   if (port_->kernel_netdev() && port_->driver_name() != "net_af_xdp") {
@@ -166,17 +179,39 @@ int Daemon::start(const DaemonConfig& cfg) {
   DeviceCoreConfig dc;
   dc.port = port_.get();
   dc.vlan = cfg.vlan;
+  net::RouteTable routes;
   for (const auto& text : cfg.addresses) {
     net::IpAddr ip;
-    if (!rocev2::parse_ip(text, &ip)) {
-      DROCE_LOG(ERR, app, "not an IP address: %s", text.c_str());
+    int len = -1;
+    if (net::parse_address_prefix(text, &ip, &len) != 0) {
+      DROCE_LOG(ERR, app, "not an IP address (ADDRESS or ADDRESS/LEN): %s", text.c_str());
       return -EINVAL;
     }
-    dc.addresses.push_back(ip);
     if (int rc = gids_->add(ip, cfg.vlan); rc < 0) return rc;
+    if (len >= 0) (void)routes.add_on_link(ip, uint8_t(len));
   }
-  // GID 0, the link-local one, is a source too.
-  dc.addresses.push_back(gids_->at(0)->gid);
+  for (const auto& text : cfg.routes) {
+    net::Route r;
+    std::string err;
+    if (net::parse_route(text, &r, &err) != 0) {
+      DROCE_LOG(ERR, app, "--route %s: %s", text.c_str(), err.c_str());
+      return -EINVAL;
+    }
+    if (int rc = routes.add(r); rc != 0) {
+      DROCE_LOG(ERR, app, "--route %s: %s", text.c_str(), std::strerror(-rc));
+      return rc;
+    }
+  }
+  if (kernel_ != nullptr) {
+    std::vector<net::KernelAddress> addrs;
+    if (int rc = kernel_->addresses(&addrs); rc != 0) {
+      DROCE_LOG(ERR, app, "%s: cannot read %s's addresses: %s", cfg.name.c_str(), cfg.netdev.c_str(), std::strerror(-rc));
+      return rc;
+    }
+    for (const auto& a : addrs)
+      if (a.usable()) (void)gids_->add(a.ip, net::kNoVlan, cfg.netdev);  // the link-local one is GID 0 already
+  }
+  dc.addresses = addresses_of(*gids_);
   dc.engine.max_qps = cfg.max_qps;
   const uint16_t mtu = port_->wire_mtu();
   dc.engine.active_mtu = rocev2::path_mtu_for(mtu);
@@ -188,6 +223,15 @@ int Daemon::start(const DaemonConfig& cfg) {
   group_ = std::make_unique<CoreGroup>(port_.get(), cores, dc.neighbor, cfg.vlan, &rc);
   if (rc != 0) return rc;
   dc.group = group_.get();
+  group_->routes() = std::move(routes);
+  if (port_->driver_name() == "net_af_xdp" && !cfg.netdev.empty()) {
+    if (int r = net::XdpFilter::open(port_->ifname(), &xdp_); r != 0) {
+      DROCE_LOG(ERR, app, "%s: droce's XDP program is not on %s (%s): the kernel would lose the netdev",
+                cfg.name.c_str(), port_->ifname().c_str(), std::strerror(-r));
+      return r;
+    }
+    if (int r = xdp_->set_addresses(dc.addresses); r != 0) return r;
+  }
 
   shared_.name = cfg.name;
   shared_.node_guid = net::node_guid_from_mac(port_->mac());
@@ -243,10 +287,20 @@ int Daemon::start(const DaemonConfig& cfg) {
     ev.data.u64 = key;
     if (::epoll_ctl(workers_[0]->epoll_fd(), EPOLL_CTL_ADD, fd, &ev) != 0) return -errno;
   }
+  if (kernel_ != nullptr) {
+    // The netdev's address changes (worker 0, on_daemon_key). The KernelNet itself moves to
+    // the cores' group, which resolves through it; its event socket stays usable from here.
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kKernelNetKey;
+    if (::epoll_ctl(workers_[0]->epoll_fd(), EPOLL_CTL_ADD, kernel_->event_fd(), &ev) != 0) return -errno;
+    kernel_events_ = kernel_.get();
+    group_->set_kernel(std::move(kernel_));
+  }
   std::string lcores;
   for (unsigned l : cfg.lcores) lcores += (lcores.empty() ? "" : ",") + std::to_string(l);
   DROCE_LOG(INFO, app, "%s: port %s (%s, %s, MTU %u), node GUID %s, socket %s, lcores %s (queues rx %u tx %u)",
-            cfg.name.c_str(), cfg.port.c_str(), port_->driver_name().c_str(),
+            cfg.name.c_str(), cfg_.port.c_str(), port_->driver_name().c_str(),
             rocev2::format_mac(port_->mac()).c_str(), unsigned(mtu), net::format_guid(shared_.node_guid).c_str(),
             socket_path_.c_str(), lcores.c_str(), unsigned(port_->rx_queues()), unsigned(port_->tx_queues()));
   return 0;
@@ -304,7 +358,9 @@ void Daemon::accept_clients() {
 }
 
 void Daemon::on_daemon_key(uint64_t key) {
-  if (key == kListenKey) {
+  if (key == kKernelNetKey) {
+    on_address_events();
+  } else if (key == kListenKey) {
     accept_clients();
   } else if (key == kSignalKey) {
     signalfd_siginfo si;
@@ -313,6 +369,79 @@ void Daemon::on_daemon_key(uint64_t key) {
       stopping_ = true;
     }
   }
+}
+
+std::vector<net::IpAddr> Daemon::addresses_of(const net::GidTable& gids) {
+  // The engine's default source first (the first address added), GID 0 last, as before.
+  std::vector<net::IpAddr> out;
+  for (uint32_t i = 1; i < gids.capacity(); ++i)
+    if (const net::GidEntry* g = gids.at(i)) out.push_back(g->gid);
+  out.push_back(gids.at(0)->gid);
+  return out;
+}
+
+void Daemon::on_address_events() {
+  std::vector<net::KernelAddress> events;
+  std::unique_lock nl(group_->neighbor_mutex());  // the KernelNet is the group's
+  int rc = kernel_events_->read_events(&events);
+  if (rc == -ENOBUFS) {
+    // Events were lost: read the whole table again and make the GIDs match it.
+    DROCE_LOG(NOTICE, app, "%s: address events overflowed; reading %s's addresses again", cfg_.name.c_str(),
+              cfg_.netdev.c_str());
+    events.clear();
+    rc = kernel_events_->addresses(&events);
+    if (rc == 0) {
+      std::lock_guard g(gid_mutex_);
+      for (uint32_t i = 1; i < gids_->capacity(); ++i) {
+        const net::GidEntry* e = gids_->at(i);
+        if (e == nullptr) continue;
+        bool present = false;
+        for (const auto& a : events) present = present || (a.usable() && net::same_ip(a.ip, e->gid));
+        if (!present) events.push_back(net::KernelAddress{kernel_events_->ifindex(), e->gid, 0, 0, false});
+      }
+    }
+  }
+  if (rc != 0) {
+    DROCE_LOG(WARNING, app, "%s: reading address changes of %s: %s", cfg_.name.c_str(), cfg_.netdev.c_str(),
+              std::strerror(-rc));
+    return;
+  }
+  bool changed = false;
+  std::vector<net::IpAddr> now;
+  {
+    std::lock_guard g(gid_mutex_);
+    for (const auto& a : events) {
+      const int r = a.usable() ? gids_->add(a.ip, net::kNoVlan, cfg_.netdev) : gids_->remove(a.ip, net::kNoVlan);
+      if (r >= 0) {
+        changed = true;
+        DROCE_LOG(INFO, app, "%s: GID %s %s", cfg_.name.c_str(), rocev2::format_ip(a.ip).c_str(),
+                  a.usable() ? "added" : "removed");
+      }
+    }
+    if (!changed) return;
+    now = addresses_of(*gids_);
+    // The neighbour table answers (af_packet) and loops back for exactly these.
+    net::NeighborTable& nt = group_->neighbors();
+    for (const net::IpAddr& ip : now) (void)nt.add_local(ip, port_->mac(), net::kNoVlan);
+    for (const auto& a : events)
+      if (!a.usable()) (void)nt.remove_local(a.ip, net::kNoVlan);
+    gid_generation_.fetch_add(1, std::memory_order_release);  // each worker takes the new table
+  }
+  nl.unlock();
+  if (xdp_ != nullptr) {
+    if (int r = xdp_->set_addresses(now); r != 0)
+      DROCE_LOG(WARNING, app, "%s: cannot update the XDP program's addresses: %s", cfg_.name.c_str(), std::strerror(-r));
+  }
+  if (sysfs_) {
+    std::lock_guard g(gid_mutex_);
+    sysfs_->set_gids(1, provider::SysfsTree::gids_from_table(*gids_));
+  }
+}
+
+void Daemon::copy_gids(net::GidTable* out, std::vector<net::IpAddr>* addresses) const {
+  std::lock_guard g(gid_mutex_);
+  *out = *gids_;
+  *addresses = addresses_of(*gids_);
 }
 
 void Daemon::check_link(uint64_t now_ns) {

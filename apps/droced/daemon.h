@@ -23,6 +23,7 @@
 #include <map>
 #include <vector>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "apps/droced/config.h"
@@ -31,14 +32,17 @@
 #include "apps/droced/worker.h"
 #include "core/unix_socket.h"
 #include "net/gid_table.h"
+#include "net/kernel_net.h"
 #include "net/port.h"
+#include "net/xdp_filter.h"
 #include "provider/discovery/sysfs_tree.h"
 
 namespace droce::droced {
 
 /// epoll keys: the daemon's descriptors (in worker 0's epoll) and each
 /// worker's own; sessions count up from kFirstSessionKey.
-inline constexpr uint64_t kListenKey = 1, kSignalKey = 2, kWakeKey = 3, kRxInterruptKey = 4, kCmKey = 5;
+inline constexpr uint64_t kListenKey = 1, kSignalKey = 2, kWakeKey = 3, kRxInterruptKey = 4, kCmKey = 5,
+                          kKernelNetKey = 6;
 inline constexpr uint64_t kFirstSessionKey = 16;
 
 class Daemon {
@@ -72,9 +76,19 @@ class Daemon {
   /// Worker 0's duties: the daemon's descriptors, and the link check.
   void on_daemon_key(uint64_t key);
   void check_link(uint64_t now_ns);
+  /// GID table changes so far (a netdev shared with the kernel: its addresses come and
+  /// go); each worker copies the table and its addresses when the count moves, and tells
+  /// its clients (IBV_EVENT_GID_CHANGE).
+  uint64_t gid_generation() const { return gid_generation_.load(std::memory_order_acquire); }
+  void copy_gids(net::GidTable* out, std::vector<net::IpAddr>* addresses) const;
 
  private:
   void accept_clients();
+  /// Address messages from the kernel: the GID table, the neighbour table's own
+  /// addresses, the XDP program's address map and the sysfs tree follow them.
+  void on_address_events();
+  /// The table's addresses, the engine's source first and GID 0 last.
+  static std::vector<net::IpAddr> addresses_of(const net::GidTable& gids);
   std::string render_locked() const;
   /// Writes the sysfs-shaped tree and the char node (docs/discovery.md).
   void publish_device();
@@ -82,7 +96,12 @@ class Daemon {
 
   DaemonConfig cfg_;
   std::unique_ptr<net::Port> port_;
-  std::unique_ptr<net::GidTable> gids_;
+  std::unique_ptr<net::GidTable> gids_;  ///< the master copy (gid_mutex_); workers keep their own
+  mutable std::mutex gid_mutex_;
+  std::atomic<uint64_t> gid_generation_{0};
+  std::unique_ptr<net::KernelNet> kernel_;  ///< until start() hands it to the group
+  net::KernelNet* kernel_events_ = nullptr;  ///< the group's, for its event socket
+  std::unique_ptr<net::XdpFilter> xdp_;
   std::unique_ptr<CoreGroup> group_;
   std::vector<std::unique_ptr<Worker>> workers_;
   Device shared_;  ///< what every worker's Device starts from

@@ -141,6 +141,12 @@ uint64_t DeviceCore::next_deadline() const {
     std::lock_guard l(group_->neighbor_mutex());
     d = std::min({d, group_->neighbors().next_deadline_ns(), group_->membership().next_deadline_ns()});
   }
+  if (net::KernelNet* k = group_->kernel(); k != nullptr) {
+    // A verb waiting for the kernel's neighbour is asked about again (nothing wakes us
+    // when the kernel learns it). Any core: the waiting client may be any core's.
+    std::lock_guard l(group_->neighbor_mutex());
+    d = std::min(d, k->next_deadline_ns());
+  }
   return d;
 }
 
@@ -324,19 +330,42 @@ int DeviceCore::detach_mcast(uint32_t qpn, const net::IpAddr& gid) {
   return rc;
 }
 
-net::ResolveStatus DeviceCore::resolve(rocev2::AddressVector* av, uint64_t now_ns) {
+net::ResolveStatus DeviceCore::resolve(rocev2::AddressVector* av, uint64_t now_ns, int* err) {
   if (av->sgid == net::IpAddr{}) av->sgid = cfg_.addresses.front();
   av->smac = cfg_.port->mac();
   const uint16_t vlan = av->vlan_id == 0xffff ? cfg_.vlan : av->vlan_id;
   net::MacAddr mac{};
   net::ResolveStatus st;
+  net::NextHop nh;
+  int rc = 0;
   {
     std::lock_guard l(group_->neighbor_mutex());
-    st = group_->neighbors().resolve_from(av->sgid, av->dgid, now_ns, &mac, vlan);
+    net::KernelNet* k = group_->kernel();
+    if (group_->neighbors().is_local(av->dgid, vlan)) {
+      // Another client of this droced: looped back (rocev2/port_link.h).
+      nh = net::NextHop{av->dgid, false, av->hop_limit};
+      st = group_->neighbors().resolve_from(av->sgid, av->dgid, now_ns, &mac, vlan);
+    } else if ((rc = k != nullptr ? k->route(av->dgid, av->sgid, &nh) : group_->routes().lookup(av->dgid, &nh)) != 0) {
+      st = net::ResolveStatus::failed;
+    } else if (k != nullptr) {
+      st = k->neighbor(nh.ip, now_ns, &mac);
+    } else {
+      st = group_->neighbors().resolve_from(av->sgid, nh.ip, now_ns, &mac, vlan);
+    }
   }
-  if (st == net::ResolveStatus::resolved) av->dmac = mac;
+  if (st == net::ResolveStatus::resolved) {
+    av->dmac = mac;
+    if (!net::is_multicast(av->dgid)) av->hop_limit = nh.hop_limit;
+  }
+  if (err != nullptr) *err = st != net::ResolveStatus::failed ? 0 : rc == -ENETUNREACH ? -ENETUNREACH : -EHOSTUNREACH;
   send_neighbor_frames();
   return st;
+}
+
+void DeviceCore::set_addresses(const std::vector<net::IpAddr>& addresses) {
+  if (addresses.empty()) return;  // GID 0 never leaves; an empty list is a caller's mistake
+  cfg_.addresses = addresses;
+  engine_->set_local_ips(addresses);
 }
 
 }  // namespace droce::droced

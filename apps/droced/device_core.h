@@ -19,9 +19,14 @@
 // whoever hands it a frame (its flag, then its eventfd).
 //
 // Next hops are resolved where the kernel resolves them for RoCE devices: when
-// a QP's address vector is set (modify to RTR) or an AH is created. A peer
-// that never answers fails that verb (EHOSTUNREACH) after the neighbour
-// table's retries, instead of leaving sends to hang.
+// a QP's address vector is set (modify to RTR) or an AH is created. The route
+// comes from the group's RouteTable (own addresses: --address A/LEN and --route)
+// or, on a netdev shared with the kernel, from the kernel's FIB (KernelNet); the
+// next hop's MAC from droce's neighbour table or from the kernel's. The route's
+// hop limit replaces the address vector's, as the kernel does for RoCE. A
+// destination without a route fails the verb with ENETUNREACH; a next hop that
+// never answers with EHOSTUNREACH after the retries, instead of leaving sends to
+// hang.
 //
 // Threading: a DeviceCore belongs to the lcore that calls run_once(); what it
 // shares (CoreGroup) is locked (the neighbour table: rare, uncontended) or
@@ -40,8 +45,10 @@
 #include "net/frame_loss.h"
 #include "net/gid_table.h"
 #include "net/membership.h"
+#include "net/kernel_net.h"
 #include "net/neighbor.h"
 #include "net/port.h"
+#include "net/route_table.h"
 #include "rocev2/engine.h"
 #include "rocev2/port_link.h"
 
@@ -93,6 +100,12 @@ class CoreGroup {
   net::NeighborTable& neighbors() { return neighbors_; }
   net::MembershipReporter& membership() { return membership_; }
   std::mutex& neighbor_mutex() { return neighbor_mutex_; }
+  /// Own addresses: the routes (under neighbor_mutex, like the table).
+  net::RouteTable& routes() { return routes_; }
+  /// A netdev shared with the kernel: the kernel's routes and neighbours (under
+  /// neighbor_mutex); nullptr in own-address mode.
+  net::KernelNet* kernel() { return kernel_.get(); }
+  void set_kernel(std::unique_ptr<net::KernelNet> k) { kernel_ = std::move(k); }
   net::Port* port() const { return port_; }
 
   /// Bit k: core k's engine has multicast groups (then what any core sends to a multicast
@@ -113,6 +126,8 @@ class CoreGroup {
   std::vector<rte_spinlock_t> tx_locks_;
   std::mutex neighbor_mutex_;
   net::NeighborTable neighbors_;
+  net::RouteTable routes_;
+  std::unique_ptr<net::KernelNet> kernel_;
   net::MembershipReporter membership_;
 };
 
@@ -162,9 +177,14 @@ class DeviceCore {
 
   void run_once(uint64_t now_ns);
 
-  /// Fills av->smac, av->sgid (if unset) and av->dmac for av->dgid. resolved;
-  /// pending (call again after more run_once); failed (no answer).
-  net::ResolveStatus resolve(rocev2::AddressVector* av, uint64_t now_ns);
+  /// Fills av->smac, av->sgid (if unset), av->dmac for av->dgid and, for a
+  /// unicast destination, av->hop_limit from the route. resolved; pending (call
+  /// again after more run_once); failed (no answer: *err EHOSTUNREACH; no route:
+  /// ENETUNREACH).
+  net::ResolveStatus resolve(rocev2::AddressVector* av, uint64_t now_ns, int* err = nullptr);
+  /// This host's addresses changed (a netdev shared with the kernel): the engine takes
+  /// frames for `addresses` (GID form, GID 0 included) from now on. This core's thread.
+  void set_addresses(const std::vector<net::IpAddr>& addresses);
 
   rocev2::Engine& engine() { return *engine_; }
   /// The group's table (shared: lock group().neighbor_mutex() from any

@@ -461,6 +461,9 @@ void Session::handle(const std::vector<uint8_t>& msg, std::vector<core::Fd>& fds
         return;
       }
       const int rc = on_modify_qp(q, now_ns);
+      if (rc < 0)
+        DROCE_LOG(DEBUG, app, "client %u: modify_qp %u (mask 0x%x): %s", id_, q.qpn, unsigned(q.mask),
+                  std::strerror(-rc));
       if (rc == 1) {
         pending_.active = true;
         pending_.header = h;
@@ -969,9 +972,10 @@ int Session::on_modify_qp(const ModifyQpRequest& r, uint64_t now_ns) {
   if ((r.mask & rocev2::kAttrQkey) && (a.qkey & 0x80000000u) && !privileged_) return -EPERM;
   if (r.mask & rocev2::kAttrAv) {
     if (int rc = build_av(r.attr.ah_attr, &a.ah_attr); rc != 0) return rc;
-    switch (dev_->core->resolve(&a.ah_attr, now_ns)) {
+    int err = 0;
+    switch (dev_->core->resolve(&a.ah_attr, now_ns, &err)) {
       case net::ResolveStatus::pending: return 1;
-      case net::ResolveStatus::failed: return -EHOSTUNREACH;
+      case net::ResolveStatus::failed: return err;  // EHOSTUNREACH, or ENETUNREACH: no route
       case net::ResolveStatus::resolved: break;
     }
   }
@@ -1008,9 +1012,10 @@ int Session::on_create_ah(const CreateAhRequest& r, uint64_t now_ns, uint32_t* a
   if (ahs_.size() >= dev_->session_limits.max_ahs) return -ENOMEM;
   rocev2::AddressVector av;
   if (int rc = build_av(r.av, &av); rc != 0) return rc;
-  switch (dev_->core->resolve(&av, now_ns)) {
+  int err = 0;
+  switch (dev_->core->resolve(&av, now_ns, &err)) {
     case net::ResolveStatus::pending: return 1;
-    case net::ResolveStatus::failed: return -EHOSTUNREACH;
+    case net::ResolveStatus::failed: return err;
     case net::ResolveStatus::resolved: break;
   }
   int rc = dev_->core->engine().create_ah(r.pd, av, ah);

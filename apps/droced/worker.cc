@@ -77,6 +77,9 @@ Worker::Worker(Daemon* daemon, unsigned index, unsigned lcore, std::unique_ptr<D
   }
   device_.core = core_.get();
   device_.wake_fd = wake_.get();
+  // A copy of its own: the daemon's changes while this worker reads it (push_port_events).
+  gids_ = std::make_unique<net::GidTable>(*shared.gids);
+  device_.gids = gids_.get();
   core_->group().set_wake_fd(index, wake_.get());
   core_->engine().set_recv_refill(
       [](void* ctx, uint32_t qpn) {
@@ -354,6 +357,13 @@ void Worker::route_events() {
 }
 
 void Worker::push_port_events() {
+  if (const uint64_t g = daemon_->gid_generation(); g != gid_generation_) [[unlikely]] {
+    gid_generation_ = g;
+    std::vector<net::IpAddr> addresses;
+    daemon_->copy_gids(gids_.get(), &addresses);
+    core_->set_addresses(addresses);
+    for (auto& [k, s] : sessions_) s->push_event(18 /* IBV_EVENT_GID_CHANGE */, 1);
+  }
   const uint64_t gen = daemon_->link_generation();
   if (gen == link_generation_) return;
   link_generation_ = gen;

@@ -184,6 +184,8 @@ class Worker {
   std::mutex state_;
   std::atomic<unsigned> state_waiters_{0};
   uint64_t link_generation_ = 0;  ///< the daemon's link changes already told to the clients here
+  uint64_t gid_generation_ = 0;   ///< the daemon's GID table changes already taken here
+  std::unique_ptr<net::GidTable> gids_;  ///< this worker's copy of the GID table
   int rx_queue_ = -1;
   int rx_intr_fd_ = -1;  ///< the port's RX interrupt descriptor in epoll_ (not owned)
   bool rx_intr_edge_ = false;  ///< watched edge-triggered, never read (Port::rx_interrupt_edge)

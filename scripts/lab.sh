@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# A lab of droce hosts on this machine: network namespaces standing in for machines, each
+# with a netdev the kernel owns (its addresses, routes, ARP/ND, TCP) and a droced sharing that
+# netdev as the kernel's rxe would (--netdev eth0).
+#
+#   scripts/lab.sh up [--hosts N] [--routed] [--link af_xdp|af_packet] [--name LAB] [--build DIR]
+#   scripts/lab.sh exec HOST -- COMMAND [ARGS...]   run a verbs program on HOST's droce0
+#   scripts/lab.sh addr HOST [4|6]                  HOST's address
+#   scripts/lab.sh status                           the hosts, their addresses and droced
+#   scripts/lab.sh down [--name LAB]
+#
+# Topology (root; everything it makes is named after LAB, default "dlab", and removed by down):
+#   default:  hosts LAB-h1..hN (N default 2) on one bridge in LAB-sw, one subnet:
+#             10.71.0.(10+i)/24 and fd71:0::(10+i)/64 on each host's eth0
+#   --routed: two subnets joined by a router namespace LAB-rt that forwards between them:
+#             odd hosts on 10.71.1.0/24 (router 10.71.1.1), even hosts on 10.71.2.0/24
+#             (router 10.71.2.1), IPv6 fd71:1::/64 and fd71:2::/64 likewise; each host's
+#             default route is its router, so RoCEv2 between subnets crosses it.
+# Each host's droced: `droced --netdev eth0 --link LINK` with its run directory, log and sysfs
+# tree under /run/droce-lab/LAB/hN (the kernel's ping, TCP and SSH-like traffic keep working on
+# eth0). Example:
+#   scripts/lab.sh up --hosts 2 --routed
+#   scripts/lab.sh exec h1 -- ib_write_bw -d droce0 -x 1 &
+#   scripts/lab.sh exec h2 -- ib_write_bw -d droce0 -x 1 "$(scripts/lab.sh addr h1)"
+#   scripts/lab.sh down
+set -uo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+
+cmd=${1:-}
+[ -n "$cmd" ] && shift
+lab=dlab
+hosts=2
+routed=0
+link=af_xdp
+build=$here/build/release
+args=()      # positional arguments (a host, a family)
+command=()   # after --
+while [ $# -gt 0 ]; do
+  case $1 in
+    --hosts) hosts=$2; shift 2 ;;
+    --routed) routed=1; shift ;;
+    --link) link=$2; shift 2 ;;
+    --name) lab=$2; shift 2 ;;
+    --build) build=$2; shift 2 ;;
+    --) shift; command=("$@"); break ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+state=/run/droce-lab/$lab
+
+die() { echo "lab: $*" >&2; exit 1; }
+
+host_subnet() {  # host_subnet I: 0 (one segment), 1 or 2 (routed)
+  if [ -f "$state/routed" ] || [ "$routed" = 1 ]; then echo $(( ($1 - 1) % 2 + 1 )); else echo 0; fi
+}
+
+lab_addr() {  # lab_addr I [4|6]
+  local s
+  s=$(host_subnet "$1")
+  if [ "${2:-4}" = 6 ]; then echo "fd71:$s::$((10 + $1))"; else echo "10.71.$s.$((10 + $1))"; fi
+}
+
+droce_bin() {
+  for b in "$build/apps" "$here/build/release/apps" "$here/build/debug/apps" /usr/local/bin; do
+    [ -x "$b/$1" ] && { echo "$b/$1"; return; }
+  done
+  command -v "$1"
+}
+
+lab_up() {
+  [ "$(id -u)" -eq 0 ] || die "needs root (network namespaces, veth, XDP)"
+  [ -d "$state" ] && die "lab $lab is up already (scripts/lab.sh down --name $lab)"
+  local droced
+  droced=$(droce_bin droced) || die "no droced: build first (meson setup build/release && ninja -C build/release)"
+  [ -n "$droced" ] || die "no droced: build first (meson setup build/release && ninja -C build/release)"
+  mkdir -p "$state"
+  [ "$routed" = 1 ] && touch "$state/routed"
+  echo "$hosts" >"$state/hosts"
+  local sw=$lab-sw
+  ip netns add "$sw" || die "cannot create namespace $sw"
+  ip -n "$sw" link set lo up
+  if [ "$routed" = 1 ]; then
+    # The router is the switch namespace itself: one bridge per subnet, forwarding between them.
+    for s in 1 2; do
+      ip -n "$sw" link add "br$s" type bridge
+      ip -n "$sw" addr add "10.71.$s.1/24" dev "br$s"
+      ip -n "$sw" addr add "fd71:$s::1/64" dev "br$s" nodad
+      ip -n "$sw" link set "br$s" up
+    done
+    ip netns exec "$sw" sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1
+  else
+    ip -n "$sw" link add br0 type bridge
+    ip -n "$sw" link set br0 up
+  fi
+  local i h s
+  for i in $(seq "$hosts"); do
+    h=$lab-h$i
+    s=$(host_subnet "$i")
+    ip netns add "$h" || die "cannot create namespace $h"
+    ip -n "$h" link set lo up
+    ip link add eth0 netns "$h" type veth peer name "h$i" netns "$sw" || die "cannot create a veth pair"
+    ip -n "$sw" link set "h$i" master "br$s" up
+    ip -n "$h" addr add "$(lab_addr "$i")/24" dev eth0
+    ip -n "$h" addr add "$(lab_addr "$i" 6)/64" dev eth0 nodad
+    ip -n "$h" link set eth0 up
+    if [ "$routed" = 1 ]; then
+      ip -n "$h" route add default via "10.71.$s.1"
+      ip -n "$h" -6 route add default via "fd71:$s::1"
+    fi
+    mkdir -p "$state/h$i"
+    ip netns exec "$h" "$droced" --netdev eth0 --link "$link" --run-dir "$state/h$i" --memory 256 --mbufs 8192 ${DROCE_LAB_DROCED_ARGS:-} \
+      >"$state/h$i.log" 2>&1 &
+    echo $! >"$state/h$i.pid"
+  done
+  for i in $(seq "$hosts"); do
+    for _ in $(seq 200); do
+      [ -S "$state/h$i/droce0.sock" ] && break
+      kill -0 "$(cat "$state/h$i.pid")" 2>/dev/null || break
+      sleep 0.05
+    done
+    if [ ! -S "$state/h$i/droce0.sock" ]; then
+      tail -5 "$state/h$i.log" >&2
+      die "droced on $lab-h$i did not start (log: $state/h$i.log)"
+    fi
+  done
+  lab_status
+}
+
+lab_down() {
+  local p i
+  for p in "$state"/h*.pid; do
+    [ -f "$p" ] && kill -TERM "$(cat "$p")" 2>/dev/null
+  done
+  for p in "$state"/h*.pid; do
+    [ -f "$p" ] || continue
+    for _ in $(seq 100); do kill -0 "$(cat "$p")" 2>/dev/null || break; sleep 0.05; done
+    kill -KILL "$(cat "$p")" 2>/dev/null
+  done
+  local n=${hosts}
+  [ -f "$state/hosts" ] && n=$(cat "$state/hosts")
+  for i in $(seq "$n"); do ip netns del "$lab-h$i" 2>/dev/null; done
+  ip netns del "$lab-sw" 2>/dev/null
+  rm -rf "$state"
+  return 0
+}
+
+lab_status() {
+  local n i
+  n=$(cat "$state/hosts" 2>/dev/null) || die "lab $lab is not up"
+  for i in $(seq "$n"); do
+    printf '%s-h%s  %-12s %-14s droced pid %s  (%s)\n' "$lab" "$i" "$(lab_addr "$i")" "$(lab_addr "$i" 6)" \
+      "$(cat "$state/h$i.pid")" "scripts/lab.sh exec h$i -- PROGRAM"
+  done
+}
+
+case $cmd in
+  up) lab_up ;;
+  down) lab_down ;;
+  status) lab_status ;;
+  addr)
+    h=${args[0]:?host}; h=${h#"$lab-"}
+    lab_addr "${h#h}" "${args[1]:-4}" ;;
+  exec)
+    h=${args[0]:?host}; h=${h#"$lab-"}
+    [ ${#command[@]} -gt 0 ] || die "exec HOST -- COMMAND"
+    droce=$(droce_bin droce) || die "no droce command"
+    exec ip netns exec "$lab-$h" "$droce" exec --run-dir "$state/$h" -- "${command[@]}" ;;
+  *) sed -n '2,27p' "$0"; exit 2 ;;
+esac

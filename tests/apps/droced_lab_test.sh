@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# droce on a network it shares with the kernel (the rxe model), in a lab made by scripts/lab.sh:
+# two hosts in two subnets behind a router namespace, each droced on `--netdev eth0`, once over
+# af_xdp (droce's XDP program) and once over af_packet. Root only; the lab is made and removed
+# here.
+#
+#   droced_lab_test.sh SOURCE_ROOT BUILD_DIR
+#
+# For each link:
+#   - the kernel keeps the netdev: ping across the router and a TCP connection work while droced
+#     runs, and again after RDMA traffic; the kernel never answers RoCE (no ICMP unreachable);
+#   - RoCEv2 crosses the router: ibv_rc_pingpong (data checked), ib_write_bw with perftest's TCP
+#     exchange and with rdma_cm (-R), and rping -V, between the subnets;
+#   - the GIDs follow the netdev: `ip addr add` on h1's eth0 shows up in `droce gids` and as an
+#     IBV_EVENT_GID_CHANGE to a client within a second, `ip addr del` takes it away;
+#   - a route through a gateway that never answers fails the verb (EHOSTUNREACH), droced lives.
+# Exit 77 without root or namespaces.
+set -uo pipefail
+src=$(realpath "$1")
+build=$(realpath "$2")
+lab="$src/scripts/lab.sh"
+name=dlt$$
+droce=$build/apps/droce
+
+skip() { echo "SKIP: $*"; exit 77; }
+[ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces, veth, XDP)"
+command -v ip >/dev/null || skip "needs ip (iproute2)"
+ip netns add "$name-probe" 2>/dev/null || skip "cannot create network namespaces"
+ip netns del "$name-probe"
+
+fails=0
+pass() { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+work=$(mktemp -d /tmp/droced-lab.XXXXXX)
+export LSAN_OPTIONS="suppressions=$work/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+echo "leak:xsk_umem__create" >"$work/lsan.supp"
+cleanup() { "$lab" down --name "$name" >/dev/null 2>&1; rm -rf "$work"; }
+trap cleanup EXIT
+
+L() { "$lab" "$@" --name "$name" --build "$build"; }
+inns() { local h=$1; shift; ip netns exec "$name-$h" "$@"; }
+
+kernel_noise() {  # UdpNoPorts + ICMP(v6) destination unreachables sent, in host $1
+  inns "$1" cat /proc/net/snmp /proc/net/snmp6 | awk '
+    /^Udp:/ { if (!h) { for (i = 1; i <= NF; i++) col[$i] = i; h = 1 } else n += $col["NoPorts"] }
+    /^Icmp:/ { if (!ih) { for (i = 1; i <= NF; i++) icol[$i] = i; ih = 1 } else n += $icol["OutDestUnreachs"] }
+    /^Udp6NoPorts/ || /^Icmp6OutDestUnreachs/ { n += $2 }
+    END { print n + 0 }'
+}
+
+kernel_keeps_netdev() {  # WHEN: ping and a TCP exchange from h2 to h1 across the router
+  local a1
+  a1=$("$lab" addr h1 --name "$name")
+  if inns h2 ping -c 2 -W 2 -i 0.2 "$a1" >/dev/null 2>&1; then pass "$link: kernel ping across the router $1"
+  else bad "$link: kernel ping across the router $1"; fi
+  inns h1 python3 -c '
+import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 18515 + 7)); s.listen(1); s.settimeout(10)
+c, _ = s.accept(); c.sendall(c.recv(64).upper())' &
+  local spid=$!
+  sleep 0.3
+  local got
+  got=$(inns h2 python3 -c "
+import socket
+c = socket.create_connection(('$a1', 18522), timeout=5); c.sendall(b'roce'); print(c.recv(64).decode())" 2>&1)
+  wait $spid
+  if [ "$got" = ROCE ]; then pass "$link: kernel TCP across the router $1"; else bad "$link: kernel TCP $1: $got"; fi
+}
+
+# pair WHAT SERVER_ARGS -- CLIENT_ARGS: server on h1, client on h2 (h1's address appended).
+pair() {
+  local what=$1 spid st_s st_c
+  shift
+  local -a sargs=() cargs=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do sargs+=("$1"); shift; done
+  shift
+  cargs=("$@")
+  timeout 60 "$lab" exec h1 --name "$name" --build "$build" -- "${sargs[@]}" >"$work/server.txt" 2>&1 &
+  spid=$!
+  sleep 1
+  timeout 60 "$lab" exec h2 --name "$name" --build "$build" -- "${cargs[@]}" >"$work/client.txt" 2>&1
+  st_c=$?
+  wait $spid
+  st_s=$?
+  if [ $st_c -eq 0 ] && [ $st_s -eq 0 ]; then
+    pass "$link: $what across the router: $(grep -E '^ *[0-9]+ +[0-9]+|bytes in|complete' "$work/client.txt" | tail -1 | tr -s ' ')"
+  else
+    bad "$link: $what across the router (client $st_c, server $st_s)"
+    tail -6 "$work/client.txt" "$work/server.txt" | sed 's/^/    /'
+  fi
+}
+
+gid_follows() {
+  local sock=/run/droce-lab/$name/h1/droce0.sock
+  timeout 10 ip netns exec "$name-h1" "$droce" events --count 2 --timeout 5 --socket "$sock" >"$work/events.txt" 2>&1 &
+  local epid=$!
+  sleep 0.5
+  inns h1 ip addr add 10.71.9.1/24 dev eth0
+  local seen=0
+  for _ in $(seq 20); do
+    inns h1 "$droce" gids --socket "$sock" 2>/dev/null | grep -q "10.71.9.1" && { seen=1; break; }
+    sleep 0.05
+  done
+  [ $seen = 1 ] && pass "$link: ip addr add shows in droce gids within a second" \
+                || bad "$link: 10.71.9.1 not in droce gids a second after ip addr add"
+  inns h1 ip addr del 10.71.9.1/24 dev eth0
+  seen=1
+  for _ in $(seq 20); do
+    inns h1 "$droce" gids --socket "$sock" 2>/dev/null | grep -q "10.71.9.1" || { seen=0; break; }
+    sleep 0.05
+  done
+  [ $seen = 0 ] && pass "$link: ip addr del takes it out of droce gids" || bad "$link: 10.71.9.1 still a GID after ip addr del"
+  wait $epid
+  if [ "$(grep -c GID_CHANGE "$work/events.txt")" -ge 2 ]; then pass "$link: a client got IBV_EVENT_GID_CHANGE for each"
+  else bad "$link: GID change events"; sed 's/^/    /' "$work/events.txt"; fi
+}
+
+for link in af_xdp af_packet; do
+  echo "== $link: two subnets behind a router"
+  if ! L up --hosts 2 --routed --link "$link" >"$work/up.txt" 2>&1; then
+    bad "$link: the lab did not come up"
+    sed 's/^/    /' "$work/up.txt"
+    L down >/dev/null 2>&1
+    continue
+  fi
+  noise1=$(kernel_noise h1)
+  kernel_keeps_netdev "with droced running"
+  a1=$("$lab" addr h1 --name "$name")
+  if command -v ibv_rc_pingpong >/dev/null; then
+    pair "ibv_rc_pingpong -c" ibv_rc_pingpong -d droce0 -g 1 -n 200 -c -- ibv_rc_pingpong -d droce0 -g 1 -n 200 -c "$a1"
+  fi
+  if command -v ib_write_bw >/dev/null; then
+    pair "ib_write_bw (TCP exchange)" ib_write_bw -d droce0 -x 1 -n 500 -s 65536 -- ib_write_bw -d droce0 -x 1 -n 500 -s 65536 "$a1"
+    pair "ib_write_bw -R (rdma_cm)" ib_write_bw -d droce0 -R -n 500 -s 4096 -- ib_write_bw -d droce0 -R -n 500 -s 4096 "$a1"
+  fi
+  if command -v rping >/dev/null; then
+    pair "rping -V" rping -s -V -C 20 -a 0.0.0.0 -- rping -c -V -C 20 -a "$a1"
+  fi
+  kernel_keeps_netdev "after RDMA traffic"
+  noise2=$(kernel_noise h1)
+  [ "$noise1" = "$noise2" ] && pass "$link: the kernel answered no RoCE packet (UdpNoPorts/unreachables $noise1)" \
+                            || bad "$link: the kernel sent unreachables ($noise1 -> $noise2)"
+  gid_follows
+  # A gateway that never answers: rdma_cm says so (address or route error), droced stays up.
+  inns h2 ip route add 10.99.0.0/24 via 10.71.2.250
+  out=$(timeout 30 "$lab" exec h2 --name "$name" --build "$build" -- rping -c -C 1 -a 10.99.0.1 2>&1)
+  inns h2 ip route del 10.99.0.0/24 via 10.71.2.250
+  if grep -qE "ADDR_ERROR|ROUTE_ERROR|UNREACHABLE" <<<"$out" &&
+     inns h2 "$droce" ports --socket "/run/droce-lab/$name/h2/droce0.sock" >/dev/null 2>&1; then
+    pass "$link: a silent gateway: $(grep -oE 'RDMA_CM_EVENT_[A-Z_]+' <<<"$out" | head -1), droced stays up"
+  else
+    bad "$link: a silent gateway"
+    echo "$out" | tail -3 | sed 's/^/    /'
+  fi
+  for h in h1 h2; do
+    if ! kill -0 "$(cat /run/droce-lab/$name/$h.pid)" 2>/dev/null; then
+      bad "$link: droced on $h exited"; tail -5 "/run/droce-lab/$name/$h.log" | sed 's/^/    /'
+    fi
+  done
+  L down >/dev/null 2>&1
+done
+
+if [ $fails -ne 0 ]; then
+  echo "$fails failures"
+  exit 1
+fi
+echo "all lab checks passed"
