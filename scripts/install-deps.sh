@@ -14,6 +14,7 @@ packages=(
   # test oracles and tools: scapy computes ICRCs, tshark decodes RoCEv2,
   # clang + its runtime give libFuzzer
   python3 python3-scapy tshark clang libclang-rt-14-dev iproute2 procps
+  iputils-ping  # the lab test's kernel ping across droce's netdevs
   gdb  # the real-client suites print a stuck program's stacks (tests/real_clients/deadline.sh)
   # the rdma-core provider: the libibverbs it loads into and its public headers, the programs
   # that test it (python3-pyverbs brings rdma-core's own test suite, provider_pyverbs), and what

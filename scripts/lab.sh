@@ -4,6 +4,8 @@
 # netdev as the kernel's rxe would (--netdev eth0).
 #
 #   scripts/lab.sh up [--hosts N] [--routed] [--link af_xdp|af_packet] [--name LAB] [--build DIR]
+#                     [--no-droced]    (the namespaces only: start droced yourself, e.g. with
+#                                       addresses of its own, in /run/droce-lab/LAB/hN)
 #   scripts/lab.sh exec HOST -- COMMAND [ARGS...]   run a verbs program on HOST's droce0
 #   scripts/lab.sh addr HOST [4|6]                  HOST's address
 #   scripts/lab.sh status                           the hosts, their addresses and droced
@@ -31,6 +33,7 @@ cmd=${1:-}
 lab=dlab
 hosts=2
 routed=0
+no_droced=0
 link=af_xdp
 build=$here/build/release
 args=()      # positional arguments (a host, a family)
@@ -39,6 +42,7 @@ while [ $# -gt 0 ]; do
   case $1 in
     --hosts) hosts=$2; shift 2 ;;
     --routed) routed=1; shift ;;
+    --no-droced) no_droced=1; shift ;;
     --link) link=$2; shift 2 ;;
     --name) lab=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
@@ -108,10 +112,12 @@ lab_up() {
       ip -n "$h" -6 route add default via "fd71:$s::1"
     fi
     mkdir -p "$state/h$i"
+    [ "$no_droced" = 1 ] && continue
     ip netns exec "$h" "$droced" --netdev eth0 --link "$link" --run-dir "$state/h$i" --memory 256 --mbufs 8192 ${DROCE_LAB_DROCED_ARGS:-} \
       >"$state/h$i.log" 2>&1 &
     echo $! >"$state/h$i.pid"
   done
+  [ "$no_droced" = 1 ] && { lab_status; return 0; }
   for i in $(seq "$hosts"); do
     for _ in $(seq 200); do
       [ -S "$state/h$i/droce0.sock" ] && break
@@ -149,7 +155,7 @@ lab_status() {
   n=$(cat "$state/hosts" 2>/dev/null) || die "lab $lab is not up"
   for i in $(seq "$n"); do
     printf '%s-h%s  %-12s %-14s droced pid %s  (%s)\n' "$lab" "$i" "$(lab_addr "$i")" "$(lab_addr "$i" 6)" \
-      "$(cat "$state/h$i.pid")" "scripts/lab.sh exec h$i -- PROGRAM"
+      "$(cat "$state/h$i.pid" 2>/dev/null || echo -)" "scripts/lab.sh exec h$i -- PROGRAM"
   done
 }
 

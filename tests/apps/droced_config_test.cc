@@ -57,6 +57,40 @@ TEST(DrocedConfig, EachMistakeSaysWhat) {
   EXPECT_EQ(parse({"--help"}, &c, &err), 1);
 }
 
+TEST(DrocedConfig, NetdevTakesPortAddressesAndRoutesFromTheKernel) {
+  DaemonConfig c;
+  std::string err;
+  ASSERT_EQ(parse({"--netdev", "eth0"}, &c, &err), 0) << err;
+  EXPECT_EQ(c.netdev, "eth0");
+  EXPECT_EQ(c.link, "af_xdp");
+  ASSERT_EQ(parse({"--netdev", "eth0", "--link", "af_packet", "--name", "droce1"}, &c, &err), 0) << err;
+  EXPECT_EQ(c.link, "af_packet");
+  for (const auto& extra : std::vector<std::vector<std::string>>{
+           {"--port", "net_af_packet0,iface=eth0"}, {"--address", "10.0.0.1"}, {"--route", "default via 10.0.0.1"},
+           {"--vlan", "5"}}) {
+    std::vector<std::string> args{"--netdev", "eth0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    err.clear();
+    EXPECT_EQ(parse(args, &c, &err), -EINVAL) << extra[0];
+    EXPECT_NE(err.find("from the kernel"), std::string::npos) << err;
+  }
+  err.clear();
+  EXPECT_EQ(parse({"--netdev", "eth0", "--link", "tap"}, &c, &err), -EINVAL);
+  EXPECT_NE(err.find("af_xdp or af_packet"), std::string::npos) << err;
+}
+
+TEST(DrocedConfig, RoutesAndPrefixedAddressesAreKeptAsWritten) {
+  DaemonConfig c;
+  std::string err;
+  ASSERT_EQ(parse({"--port", "x", "--address", "10.61.1.2/24", "--route", "default via 10.61.1.1", "--route",
+                   "fd00:62::/64 via fd00:61::1"},
+                  &c, &err),
+            0)
+      << err;
+  EXPECT_EQ(c.addresses, (std::vector<std::string>{"10.61.1.2/24"}));
+  EXPECT_EQ(c.routes, (std::vector<std::string>{"default via 10.61.1.1", "fd00:62::/64 via fd00:61::1"}));
+}
+
 TEST(DrocedConfig, LcoresAreAListOfDistinctCoresInTheOrderGiven) {
   DaemonConfig c;
   std::string err;

@@ -14,6 +14,10 @@
 #   - the GIDs follow the netdev: `ip addr add` on h1's eth0 shows up in `droce gids` and as an
 #     IBV_EVENT_GID_CHANGE to a client within a second, `ip addr del` takes it away;
 #   - a route through a gateway that never answers fails the verb (EHOSTUNREACH), droced lives.
+# Then own addresses (droce's, not the kernel's) on af_packet: droced --address A/24 --route
+# "default via GW" on each host, the router holding a gateway address in each of droce's subnets:
+# droce answers ARP for its addresses and resolves its gateway itself, and ibv_rc_pingpong and
+# ib_write_bw cross the router on droce's own GIDs (their TCP exchange on the kernel's).
 # Exit 77 without root or namespaces.
 set -uo pipefail
 src=$(realpath "$1")
@@ -160,6 +164,36 @@ for link in af_xdp af_packet; do
   done
   L down >/dev/null 2>&1
 done
+
+echo "== own addresses (af_packet), static routes through the router"
+link=own
+if L up --hosts 2 --routed --no-droced >"$work/up.txt" 2>&1; then
+  for i in 1 2; do
+    ip -n "$name-sw" addr add "10.72.$i.1/24" dev "br$i"
+    ip netns exec "$name-h$i" "$build/apps/droced" --port "net_af_packet_own$i,iface=eth0" \
+      --address "10.72.$i.$((10 + i))/24" --route "default via 10.72.$i.1" --run-dir "/run/droce-lab/$name/h$i" \
+      --memory 256 --mbufs 8192 >"/run/droce-lab/$name/h$i.log" 2>&1 &
+    echo $! >"/run/droce-lab/$name/h$i.pid"
+  done
+  for i in 1 2; do
+    for _ in $(seq 200); do [ -S "/run/droce-lab/$name/h$i/droce0.sock" ] && break; sleep 0.05; done
+  done
+  a1=$("$lab" addr h1 --name "$name")
+  if command -v ibv_rc_pingpong >/dev/null; then
+    pair "ibv_rc_pingpong -c (droce's own GIDs)" ibv_rc_pingpong -d droce0 -g 1 -n 200 -c -- \
+      ibv_rc_pingpong -d droce0 -g 1 -n 200 -c "$a1"
+  fi
+  if command -v ib_write_bw >/dev/null; then
+    pair "ib_write_bw (droce's own GIDs)" ib_write_bw -d droce0 -x 1 -n 500 -s 65536 -- \
+      ib_write_bw -d droce0 -x 1 -n 500 -s 65536 "$a1"
+  fi
+  arp=$(ip netns exec "$name-sw" ip neigh show 10.72.1.11 dev br1)
+  grep -q lladdr <<<"$arp" && pass "own: the router learned droce's address from droce's ARP reply: $arp" \
+                            || bad "own: the router has no neighbour entry for 10.72.1.11: $arp"
+  L down >/dev/null 2>&1
+else
+  bad "own: the lab did not come up"
+fi
 
 if [ $fails -ne 0 ]; then
   echo "$fails failures"
