@@ -6,6 +6,11 @@
 #     pairs, every byte checked), then droced's own view (droce status);
 #     then the distro's own verbs programs on the same two hosts: ibv_devices,
 #     ibv_devinfo, ib_write_bw and ib_send_lat through droce's provider;
+#     as root, the same two hosts with kernel-visible addresses (each in a network namespace of
+#     its own): qperf -cm1 and libfabric's fi_pingpong, which open TCP side channels; and a
+#     routed lab (scripts/lab.sh): two hosts in two subnets behind a router namespace, each
+#     droced sharing its host's eth0 with the kernel (--netdev, the rxe model), ib_write_bw
+#     and rping across the router while the kernel's ping keeps working;
 #  1. the transport: two droce hosts in one process on droce's same-host link find
 #     each other by ARP and run RC SEND, WRITE, READ and atomics, checked;
 #  2. the wire format: every RoCEv2 opcode built on one DPDK port, sent to a
@@ -24,7 +29,7 @@ fi
 # The provider is what the demo shows: a machine that cannot build it stops here, with meson's reason.
 out=$("${configure[@]}" -Dbuildtype=release -Dprovider=enabled 2>&1) || { echo "$out" >&2; exit 1; }
 pabi=$(scripts/fetch-rdma-core-headers.sh --pabi-only 2>/dev/null | tail -1)
-ninja -C build/release apps/droce apps/droced apps/droce-selftest apps/droce-wire-demo apps/droce-engine-demo \
+ninja -C build/release apps/droce apps/droced apps/droce-selftest apps/droce-wire-demo apps/droce-engine-demo net/droce_xdp.o \
   "provider/verbs/libdroce-rdmav$pabi.so" provider/preload/libdroce-preload.so >/dev/null
 
 . scripts/lib/droced-pair.sh
@@ -66,6 +71,47 @@ run_b ib_send_lat -d droce0 -x 1 -s 64 -n 2000 127.0.0.1
 wait "$server"
 droced_pair_stop
 echo
+
+if [ "$(id -u)" -eq 0 ]; then
+  echo "### the two hosts as two machines: each droced in a namespace whose kernel owns its address (10.77.0.1, 10.77.0.2)"
+  export DROCE_PAIR_NETNS=1
+  droced_pair_start build/release/apps build/demo/hosts
+  echo '$ qperf -cm1 10.77.0.1 rc_bw rc_lat   (B runs; qperf serves on A)'
+  droced_pair_run a qperf >build/demo/qperf.server 2>&1 &
+  server=$!
+  sleep 1
+  droced_pair_run b qperf -cm1 10.77.0.1 rc_bw rc_lat
+  kill "$server" 2>/dev/null; wait "$server" 2>/dev/null
+  echo "\$ fi_pingpong -p 'verbs;ofi_rxm' -e rdm -c 10.77.0.1   (libfabric finds droce0 by the kernel's address)"
+  droced_pair_run a fi_pingpong -p 'verbs;ofi_rxm' -e rdm -c -I 1000 >build/demo/fi.server 2>&1 &
+  server=$!
+  sleep 1
+  droced_pair_run b fi_pingpong -p 'verbs;ofi_rxm' -e rdm -c -I 1000 10.77.0.1
+  wait "$server"
+  droced_pair_stop
+  unset DROCE_PAIR_NETNS
+  echo
+
+  echo "### a routed lab: h1 (10.71.1.11) and h2 (10.71.2.12) behind a router, droced sharing each eth0 with the kernel"
+  trap 'scripts/lab.sh down --name demo >/dev/null 2>&1; droced_pair_stop' EXIT
+  scripts/lab.sh up --name demo --hosts 2 --routed --build build/release
+  echo '$ ping 10.71.1.11   (the kernel, from h2, across the router, while droce shares eth0)'
+  ip netns exec demo-h2 ping -c 2 -i 0.2 10.71.1.11 | tail -2
+  echo '$ ib_write_bw -d droce0 -x 1 -s 65536 10.71.1.11   (h2 runs; h1 serves; RoCEv2 crosses the router)'
+  scripts/lab.sh exec h1 --name demo --build build/release -- ib_write_bw -d droce0 -x 1 -s 65536 -n 5000 \
+    >build/demo/lab.server 2>&1 &
+  server=$!
+  sleep 1
+  scripts/lab.sh exec h2 --name demo --build build/release -- ib_write_bw -d droce0 -x 1 -s 65536 -n 5000 10.71.1.11
+  wait "$server"
+  echo '$ droce gids   (h1: GID 0 is the link-local one, then eth0'"'"'s addresses, followed as they change)'
+  ip netns exec demo-h1 build/release/apps/droce gids --socket /run/droce-lab/demo/h1/droce0.sock
+  scripts/lab.sh down --name demo
+  echo
+else
+  echo "### (not root: the namespaced pair and the routed lab are skipped; run scripts/demo.sh as root to see them)"
+  echo
+fi
 
 echo "### droce-engine-demo: two droce hosts on droce's same-host link, in one process"
 build/release/apps/droce-engine-demo 2>&1 | grep -vE '^(EAL|TELEMETRY)|rte_pmd_memif|Frame size'
