@@ -30,7 +30,7 @@ fi
 out=$("${configure[@]}" -Dbuildtype=release -Dprovider=enabled 2>&1) || { echo "$out" >&2; exit 1; }
 pabi=$(scripts/fetch-rdma-core-headers.sh --pabi-only 2>/dev/null | tail -1)
 ninja -C build/release apps/droce apps/droced apps/droce-selftest apps/droce-wire-demo apps/droce-engine-demo net/droce_xdp.o \
-  "provider/verbs/libdroce-rdmav$pabi.so" provider/preload/libdroce-preload.so >/dev/null
+  "provider/verbs/libdroce-rdmav$pabi.so" provider/preload/libdroce-preload.so provider/rdmacm/libdroce-rdmacm.so >/dev/null
 
 . scripts/lib/droced-pair.sh
 trap droced_pair_stop EXIT
@@ -81,7 +81,7 @@ if [ "$(id -u)" -eq 0 ]; then
   server=$!
   sleep 1
   droced_pair_run b qperf -cm1 10.77.0.1 rc_bw rc_lat
-  kill "$server" 2>/dev/null; wait "$server" 2>/dev/null
+  kill "$server" 2>/dev/null; wait "$server" 2>/dev/null || true
   echo "\$ fi_pingpong -p 'verbs;ofi_rxm' -e rdm -c 10.77.0.1   (libfabric finds droce0 by the kernel's address)"
   droced_pair_run a fi_pingpong -p 'verbs;ofi_rxm' -e rdm -c -I 1000 >build/demo/fi.server 2>&1 &
   server=$!

@@ -9,6 +9,10 @@
 #   scripts/lab.sh exec HOST -- COMMAND [ARGS...]   run a verbs program on HOST's droce0
 #   scripts/lab.sh addr HOST [4|6]                  HOST's address
 #   scripts/lab.sh status                           the hosts, their addresses and droced
+#   scripts/lab.sh rsh ADDRESS COMMAND...           run COMMAND (a shell string) in the host with
+#                                                   ADDRESS: an rsh agent for mpirun
+#   scripts/lab.sh rank -- PROGRAM [ARGS...]        PROGRAM on the droce0 of the host it runs in
+#                                                   (an MPI rank: mpirun starts it in each host)
 #   scripts/lab.sh down [--name LAB]
 #
 # Topology (root; everything it makes is named after LAB, default "dlab", and removed by down):
@@ -47,7 +51,8 @@ while [ $# -gt 0 ]; do
     --name) lab=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --) shift; command=("$@"); break ;;
-    *) args+=("$1"); shift ;;
+    *) args+=("$1"); shift
+       if [ "$cmd" = rsh ] && [ ${#args[@]} -eq 1 ]; then command=("$@"); break; fi ;;
   esac
 done
 state=/run/droce-lab/$lab
@@ -171,5 +176,23 @@ case $cmd in
     [ ${#command[@]} -gt 0 ] || die "exec HOST -- COMMAND"
     droce=$(droce_bin droce) || die "no droce command"
     exec ip netns exec "$lab-$h" "$droce" exec --run-dir "$state/$h" -- "${command[@]}" ;;
-  *) sed -n '2,27p' "$0"; exit 2 ;;
+  rsh)
+    # mpirun's rsh agent: "rsh HOST ORTED ARGS..."; HOST is a lab address or hN.
+    target=${args[0]:?host}
+    ns=
+    n=$(cat "$state/hosts" 2>/dev/null) || die "lab $lab is not up"
+    for i in $(seq "$n"); do
+      if [ "$target" = "h$i" ] || [ "$target" = "$lab-h$i" ] || [ "$target" = "$(lab_addr "$i")" ] ||
+         [ "$target" = "$(lab_addr "$i" 6)" ]; then ns=$lab-h$i; fi
+    done
+    [ -n "$ns" ] || die "rsh: no lab host $target"
+    exec ip netns exec "$ns" sh -c "${command[*]}" ;;
+  rank)
+    # The host this runs in is the namespace it runs in.
+    ns=$(ip netns identify $$)
+    h=${ns#"$lab-"}
+    [ -n "$ns" ] && [ -d "$state/$h" ] || die "rank: not in a host of lab $lab (namespace '$ns')"
+    droce=$(droce_bin droce) || die "no droce command"
+    exec "$droce" exec --run-dir "$state/$h" -- "${command[@]}" ;;
+  *) sed -n '2,32p' "$0"; exit 2 ;;
 esac
