@@ -18,6 +18,10 @@
 # "default via GW" on each host, the router holding a gateway address in each of droce's subnets:
 # droce answers ARP for its addresses and resolves its gateway itself, and ibv_rc_pingpong and
 # ib_write_bw cross the router on droce's own GIDs (their TCP exchange on the kernel's).
+# Last, four hosts on one bridge (af_xdp): OpenMPI over UCX (rc_verbs, ud_verbs) with one rank on
+# each host, mpirun in h1 starting the others through `lab.sh rsh`, each rank on its host's droce0
+# (`lab.sh rank`): mpi_check's point-to-point, collectives and one-sided checks, and every
+# droced received RoCE frames.
 # Exit 77 without root or namespaces.
 set -uo pipefail
 src=$(realpath "$1")
@@ -193,6 +197,36 @@ if L up --hosts 2 --routed --no-droced >"$work/up.txt" 2>&1; then
   L down >/dev/null 2>&1
 else
   bad "own: the lab did not come up"
+fi
+
+echo "== four hosts on one bridge: MPI over UCX, a rank on each"
+link=mpi
+mpi_check=$build/tests/real_clients/mpi_check
+if ! command -v mpirun >/dev/null || [ ! -x "$mpi_check" ]; then
+  echo "SKIP (part): MPI over four hosts: no mpirun (openmpi-bin) or no mpi_check built (libopenmpi-dev)"
+elif L up --hosts 4 --link af_xdp >"$work/up.txt" 2>&1; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  hosts=$(for i in 1 2 3 4; do printf '%s,' "$("$lab" addr h$i --name "$name")"; done)
+  timeout 300 ip netns exec "$name-h1" mpirun --mca plm_rsh_agent "$lab rsh --name $name --build $build" \
+    -H "${hosts%,}" -np 4 --mca pml ucx --mca osc ucx --mca btl self --mca coll '^hcoll' \
+    -x UCX_TLS=rc_verbs,ud_verbs,self -x UCX_NET_DEVICES=droce0:1 -x UCX_WARN_UNUSED_ENV_VARS=n \
+    "$lab" rank --name "$name" --build "$build" -- "$mpi_check" >"$work/mpi.txt" 2>&1
+  st=$?
+  quiet=1
+  for i in 1 2 3 4; do
+    rx=$(inns h$i "$droce" counters --json --socket "/run/droce-lab/$name/h$i/droce0.sock" |
+         tr ',{}' '\n\n\n' | sed -n 's/^"rx_frames":\([0-9]*\)$/\1/p')
+    [ "${rx:-0}" -gt 0 ] || quiet=0
+  done
+  if [ $st -eq 0 ] && grep -qE '^mpi_check: [0-9]+ checks, 0 failures$' "$work/mpi.txt" && [ $quiet = 1 ]; then
+    pass "mpi: $(grep -E '^mpi_check:' "$work/mpi.txt"), 4 ranks on 4 hosts, every droced received frames"
+  else
+    bad "mpi: mpi_check over four hosts (exit $st, frames on every host: $quiet)"
+    tail -15 "$work/mpi.txt" | sed 's/^/    /'
+  fi
+  L down >/dev/null 2>&1
+else
+  bad "mpi: the four-host lab did not come up"
 fi
 
 if [ $fails -ne 0 ]; then
