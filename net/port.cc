@@ -1,18 +1,15 @@
 #include "net/port.h"
 
 #include "net/eal.h"
+#include "net/kernel_socket_discovery.h"
+#include "net/netns.h"
 
-#include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
-#include <linux/if_packet.h>
-#include <linux/if_xdp.h>
 #include <net/if.h>
 #include <poll.h>
-#include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <rte_bus.h>
@@ -87,13 +84,6 @@ bool names_driver(std::string_view devargs, std::string_view driver) {
   return devargs.substr(0, devargs.find(',')).starts_with(driver);
 }
 
-int same_file(int fd, const char* path) {
-  struct stat a {};
-  struct stat b {};
-  if (fstat(fd, &a) != 0 || stat(path, &b) != 0) return -errno;
-  return a.st_dev == b.st_dev && a.st_ino == b.st_ino ? 1 : 0;
-}
-
 // rte_eth_from_rings lives in the net_ring driver. A shared DPDK build loads
 // that driver as an EAL plugin (dlopen, not global), so look the function up
 // at run time: in the program when it links -lrte_net_ring (dpdk_drivers_dep),
@@ -117,49 +107,6 @@ unsigned next_pool_serial() {
   return serial.fetch_add(1, std::memory_order_relaxed);
 }
 
-#ifndef AF_XDP
-#define AF_XDP 44
-#endif
-#ifndef SOL_XDP
-#define SOL_XDP 283
-#endif
-#ifndef SO_PREFER_BUSY_POLL
-#define SO_PREFER_BUSY_POLL 69
-#endif
-
-// This process's sockets as (descriptor, inode), sorted: the inode tells a
-// socket made meanwhile from one closed meanwhile whose number was reused.
-std::vector<std::pair<int, ino_t>> process_sockets() {
-  std::vector<std::pair<int, ino_t>> out;
-  DIR* d = ::opendir("/proc/self/fd");
-  if (d == nullptr) return out;
-  const int own = ::dirfd(d);
-  while (const dirent* e = ::readdir(d)) {
-    char* end = nullptr;
-    const long fd = std::strtol(e->d_name, &end, 10);
-    if (end == e->d_name || *end != '\0' || fd == own) continue;
-    struct stat st {};
-    if (::fstat(static_cast<int>(fd), &st) == 0 && S_ISSOCK(st.st_mode))
-      out.emplace_back(static_cast<int>(fd), st.st_ino);
-  }
-  ::closedir(d);
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-// The AF_XDP sockets in `after` that were not in `before`, ascending.
-std::vector<int> new_xdp_sockets(const std::vector<std::pair<int, ino_t>>& before,
-                                 const std::vector<std::pair<int, ino_t>>& after) {
-  std::vector<int> out;
-  for (const auto& s : after) {
-    if (std::binary_search(before.begin(), before.end(), s)) continue;
-    int domain = 0;
-    socklen_t len = sizeof domain;
-    if (getsockopt(s.first, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 && domain == AF_XDP) out.push_back(s.first);
-  }
-  return out;
-}
-
 }  // namespace
 
 const char* to_string(MulticastMode m) {
@@ -171,34 +118,6 @@ const char* to_string(MulticastMode m) {
   }
   return "?";
 }
-
-// Enters the port's network namespace for one control call when the calling
-// thread is elsewhere (see the header: kernel-netdev PMDs act in the caller's
-// namespace).
-class Port::NetnsGuard {
- public:
-  explicit NetnsGuard(int target) {
-    if (target < 0 || same_file(target, "/proc/thread-self/ns/net") != 0) return;
-    saved_ = ::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
-    if (saved_ < 0) return;
-    if (setns(target, CLONE_NEWNET) != 0) {
-      DROCE_LOG(WARNING, net, "cannot enter the port's network namespace: %s", strerror(errno));
-      ::close(saved_);
-      saved_ = -1;
-    }
-  }
-  ~NetnsGuard() {
-    if (saved_ < 0) return;
-    if (setns(saved_, CLONE_NEWNET) != 0)
-      DROCE_LOG(ERR, net, "cannot return to the thread's network namespace: %s", strerror(errno));
-    ::close(saved_);
-  }
-  NetnsGuard(const NetnsGuard&) = delete;
-  NetnsGuard& operator=(const NetnsGuard&) = delete;
-
- private:
-  int saved_ = -1;
-};
 
 // The rings of a net_ring pair: freed, with any frames still in them, when
 // the last port of the pair lets go.
@@ -376,7 +295,7 @@ int Port::open_shm(std::string_view devargs, const PortConfig& cfg, std::unique_
   p->driver_name_ = "droce_shm";
   p->device_name_ = name;
   p->open_ = true;
-  p->netns_fd_ = ::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  p->netns_fd_ = open_thread_netns();
   if (const std::string mac = devarg_value(devargs, "mac"); !mac.empty()) {
     if (rte_ether_unformat_addr(mac.c_str(), reinterpret_cast<rte_ether_addr*>(p->mac_.data())) != 0) {
       DROCE_LOG(ERR, net, "%s: bad mac=%s", name.c_str(), mac.c_str());
@@ -435,7 +354,7 @@ int Port::open_impl(uint16_t port_id, const PortConfig& cfg, bool hot_plugged,
   p->port_id_ = port_id;
   p->hot_plugged_ = hot_plugged;
   p->open_ = true;
-  p->netns_fd_ = ::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  p->netns_fd_ = open_thread_netns();
   const int rc = p->setup(cfg);
   if (rc != 0) {
     if (!hot_plugged) {
@@ -615,7 +534,7 @@ int Port::setup(const PortConfig& cfg) {
   // net_af_xdp makes each queue's XSK socket in that queue's setup (DPDK
   // 22.11: eth_rx_queue_setup -> xsk_configure -> xsk_socket__create; probe,
   // configure and start make none): the one new AF_XDP socket a setup leaves
-  // is that queue's. See af_xdp_sockets().
+  // is that queue's (net/kernel_socket_discovery.h).
   const bool af_xdp = driver_name_ == "net_af_xdp";
   std::vector<int> xsks;  // per RX queue; -1 where not exactly one appeared
   for (uint16_t q = 0; q < rx_queues_; ++q) {
@@ -669,10 +588,14 @@ int Port::setup(const PortConfig& cfg) {
   started_ = true;
   if (af_xdp) {
     // Every af_xdp port, wake-up or not: its rx_burst must not be able to block.
-    rc = af_xdp_sockets(xsks);
+    rc = check_af_xdp_sockets(port_id_, xsks, rx_queues_, &rx_intr_enabled_);
     if (rc != 0) return rc;
+    if (rx_intr_enabled_) {
+      rx_intr_fds_ = xsks;
+      rx_intr_is_eventfd_ = false;  // the queue's own socket: readable while frames wait
+    }
   } else if (rx_intr_enabled_ && driver_name_ == "net_af_packet") {
-    rx_intr_enabled_ = af_packet_sockets(&rx_intr_fds_);
+    rx_intr_enabled_ = af_packet_queue_sockets(port_id_, rx_queues_, ifname_, ctl_fd_, &rx_intr_fds_);
     rx_intr_is_eventfd_ = false;  // the queue's own socket: readable while frames wait
   } else if (rx_intr_enabled_) {
     // Drivers that accept intr_conf.rxq without giving a descriptor (memif in
@@ -780,121 +703,6 @@ Port::~Port() { close(); }
 
 int Port::lsc_callback(uint16_t, rte_eth_event_type, void* arg, void*) {
   static_cast<Port*>(arg)->link_changed_.store(true, std::memory_order_release);
-  return 0;
-}
-
-bool Port::af_packet_sockets(std::vector<int>* out) const {
-  // DPDK 22.11's net_af_packet gives no RX interrupt through ethdev, but each
-  // queue is a TPACKET_V2 socket that poll/epoll reports readable while a
-  // frame in its ring belongs to user space, and wakes when the kernel puts
-  // one there. The queue's data pointer, public for the inline rx_burst
-  // (rte_eth_fp_ops), is the PMD's struct pkt_rx_queue, whose first member
-  // is that socket. Private layout, so it is checked before it is trusted:
-  // an AF_PACKET socket bound to this port's interface, one per queue, all
-  // different. Anything else: no wake-up, polled as before.
-  out->clear();
-  ifreq ifr{};
-  std::snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", ifname_.c_str());
-  if (ctl_fd_ < 0 || ifname_.empty() || ioctl(ctl_fd_, SIOCGIFINDEX, &ifr) != 0) return false;
-  for (uint16_t q = 0; q < rx_queues_; ++q) {
-    void* rxq = rte_eth_fp_ops[port_id_].rxq.data != nullptr ? rte_eth_fp_ops[port_id_].rxq.data[q] : nullptr;
-    const int fd = rxq != nullptr ? *static_cast<const int*>(rxq) : -1;
-    int domain = 0;
-    socklen_t len = sizeof domain;
-    sockaddr_ll sll{};
-    socklen_t slen = sizeof sll;
-    const bool ok = fd >= 0 && getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 && domain == AF_PACKET &&
-                    getsockname(fd, reinterpret_cast<sockaddr*>(&sll), &slen) == 0 &&
-                    sll.sll_ifindex == ifr.ifr_ifindex &&
-                    std::find(out->begin(), out->end(), fd) == out->end();
-    if (!ok) {
-      DROCE_LOG(NOTICE, net, "port %u (net_af_packet): RX queue %u's socket not found; polled only", port_id_, q);
-      out->clear();
-      return false;
-    }
-    out->push_back(fd);
-  }
-  return true;
-}
-
-int Port::af_xdp_sockets(const std::vector<int>& xsks) {
-  // DPDK 22.11's net_af_xdp gives no RX interrupt through ethdev (no intr
-  // ops, no intr_handle), but each RX queue is an AF_XDP (XSK) socket that
-  // poll/epoll reports readable while its RX ring holds a frame rx_burst has
-  // not taken (Linux xsk_poll: EPOLLIN unless the ring is empty), and whose
-  // waiters are woken when the kernel adds one (xsk_flush ->
-  // sock_def_readable). The PMD keeps the descriptor in private structures,
-  // so setup() noted the one new AF_XDP socket each queue's setup left. Not
-  // exactly one for every queue: no wake-up, polled as before.
-  //
-  // rx_burst must never block, and in 22.11 it can. Read in
-  // drivers/net/af_xdp/rte_eth_af_xdp.c at v22.11 (same at v22.11.11): on an
-  // empty RX ring af_xdp_rx_zc (the path built when the kernel headers have
-  // XDP_UMEM_UNALIGNED_CHUNK_FLAG, as Debian's have; it logs "Zero copy
-  // between umem and mbuf enabled") does
-  //     if (rxq->busy_budget) recvfrom(fd, NULL, 0, MSG_DONTWAIT, NULL, NULL);
-  //     else if (xsk_ring_prod__needs_wakeup(fq)) poll(&rxq->fds[0], 1, 1000);
-  // (af_xdp_rx_cp, built otherwise, always takes the poll branch). That poll
-  // waits up to 1 s for a frame. It needs busy polling off: busy_budget=0
-  // given, or the kernel refused SO_PREFER_BUSY_POLL, SO_BUSY_POLL or
-  // SO_BUSY_POLL_BUDGET (configure_preferred_busy_poll then unsets them and
-  // zeroes busy_budget; they need CAP_NET_ADMIN to raise, Linux >= 5.11). And
-  // it needs the fill ring flagged XDP_RING_NEED_WAKEUP (the PMD binds with
-  // XDP_USE_NEED_WAKEUP): in Linux only zero-copy drivers set that flag
-  // (xsk_set_rx_need_wakeup is a driver call; the copy path __xsk_rcv never
-  // sets it), so a copy-mode socket (a veth, any driver without XSK
-  // zero-copy) cannot block there. busy_budget defaults to 64, and then the
-  // empty path is recvfrom(MSG_DONTWAIT): xsk_recvmsg busy-polls the NAPI
-  // context once at most (sk_busy_loop(sk, 1)) and returns. So leave
-  // busy_budget at its default: a port whose sockets are zero-copy with
-  // busy polling off is refused here (SO_PREFER_BUSY_POLL reads 1 exactly
-  // when the PMD's busy_budget is > 0). Busy polling does not starve a
-  // sleeper with the kernel's defaults: the socket's SO_BUSY_POLL applies to
-  // its own recv/poll, not to epoll (net.core.busy_poll 0), and
-  // SO_PREFER_BUSY_POLL defers the device's interrupts only when its NAPI
-  // has napi_defer_hard_irqs with gro_flush_timeout (or, Linux >= 6.13,
-  // irq_suspend_timeout) set, all 0 by default, and then for that timeout.
-  // A side effect worth knowing: in copy mode xsk_poll (so also epoll) sends
-  // what the queue's TX ring holds.
-  const bool all_found = xsks.size() == rx_queues_ && std::find(xsks.begin(), xsks.end(), -1) == xsks.end();
-  if (!all_found) {
-    if (rx_intr_enabled_)
-      DROCE_LOG(NOTICE, net, "port %u (net_af_xdp): RX queues' XSK sockets not found; no wake-up, polled only",
-                port_id_);
-    rx_intr_enabled_ = false;
-    return 0;
-  }
-  for (uint16_t q = 0; q < rx_queues_; ++q) {
-    const int fd = xsks[q];
-    int domain = 0;
-    socklen_t len = sizeof domain;
-    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 || domain != AF_XDP) {
-      DROCE_LOG(NOTICE, net, "port %u (net_af_xdp): RX queue %u's XSK socket %d is gone%s", port_id_, q, fd,
-                rx_intr_enabled_ ? "; no wake-up, polled only" : "");
-      rx_intr_enabled_ = false;
-      return 0;
-    }
-    int prefer = 0;
-    len = sizeof prefer;
-    const bool busy_poll = getsockopt(fd, SOL_SOCKET, SO_PREFER_BUSY_POLL, &prefer, &len) == 0 && prefer != 0;
-    xdp_options opts{};
-    len = sizeof opts;
-    const bool zero_copy = getsockopt(fd, SOL_XDP, XDP_OPTIONS, &opts, &len) == 0 && (opts.flags & XDP_OPTIONS_ZEROCOPY);
-    DROCE_LOG(DEBUG, net, "port %u (net_af_xdp): RX queue %u: XSK socket %d, %s, busy polling %s", port_id_, q, fd,
-              zero_copy ? "zero-copy" : "copy mode", busy_poll ? "on" : "off");
-    if (zero_copy && !busy_poll) {
-      DROCE_LOG(ERR, net,
-                "port %u (net_af_xdp): RX queue %u is zero-copy with busy polling off (busy_budget=0, or no "
-                "CAP_NET_ADMIN): DPDK 22.11's rx_burst would then wait up to 1 s in poll() whenever the fill ring "
-                "asks for a wake-up; leave busy_budget at its default",
-                port_id_, q);
-      return -ENOTSUP;
-    }
-  }
-  if (rx_intr_enabled_) {
-    rx_intr_fds_ = xsks;
-    rx_intr_is_eventfd_ = false;  // the queue's own socket: readable while frames wait
-  }
   return 0;
 }
 

@@ -32,14 +32,9 @@
 // against by name: open_ring_pair finds rte_eth_from_rings with dlsym (in the
 // program if it links -lrte_net_ring, else in the loaded plugin).
 //
-// Network namespaces. Kernel-netdev PMDs (af_packet, af_xdp, tap) name and
-// find their interface in the network namespace of the calling thread, and
-// some of them open sockets there on every call (af_packet's MTU ioctl,
-// af_xdp's XDP program detach on close). A Port therefore remembers the
-// namespace it was opened in and re-enters it (setns, needs CAP_SYS_ADMIN)
-// around every control call made from a thread that is elsewhere, so droced's
-// threads may live in any namespace. Open the port from inside the namespace
-// the interface lives in.
+// Network namespaces: a Port remembers the namespace it was opened in and
+// re-enters it around every control call (net/netns.h). Open the port from
+// inside the namespace the interface lives in.
 //
 // Configuration (PortConfig): queue counts are clamped to what the device
 // reports; ring sizes to its descriptor limits. The mbuf pool is either given
@@ -408,16 +403,9 @@ class Port {
   // net_memif in DPDK 22.11 accepts the configuration but gives none (its
   // eventfds are internal), so it stays polled. net_af_packet and
   // net_af_xdp give none through ethdev, so the Port finds each queue's own
-  // kernel socket, which epoll reports readable while frames wait in the
-  // queue's ring (like tap's: arm and ack do nothing, nothing reads it):
-  //   - af_packet: the TPACKET_V2 socket, the first member of the PMD's
-  //     queue behind the queue's data pointer (rte_eth_fp_ops); private
-  //     layout, so used only if it is an AF_PACKET socket bound to the
-  //     port's interface, one per queue, all different;
-  //   - af_xdp: the XSK socket, the one new AF_XDP socket the queue's setup
-  //     left among the process's descriptors (/proc/self/fd, listed before
-  //     and after each rte_eth_rx_queue_setup, which is where 22.11 makes it).
-  // Anything else (not exactly one per queue, not that kind of socket): a
+  // kernel socket (net/kernel_socket_discovery.h), which epoll reports
+  // readable while frames wait in the queue's ring (like tap's: arm and ack do
+  // nothing, nothing reads it). Anything else (not exactly one per queue, not that kind of socket): a
   // NOTICE log line, rx_interrupts_enabled() false, rx_interrupt_fd()
   // -ENOTSUP, and the port stays polled.
   /// The queue's interrupt descriptor, or -ENOTSUP (not enabled, or the
@@ -464,7 +452,6 @@ class Port {
 
  private:
   struct Shared;  // resources shared by a ring pair
-  class NetnsGuard;
 
   Port() = default;
   static int open_impl(uint16_t port_id, const PortConfig& cfg, bool hot_plugged,
@@ -474,10 +461,6 @@ class Port {
   int apply_rx_mode(const PortConfig& cfg);
   void probe_flow();
   LinkState kernel_link(const LinkState& pmd) const;
-  bool af_packet_sockets(std::vector<int>* out) const;
-  /// `xsks`: per RX queue, the AF_XDP socket its setup made, or -1. Takes
-  /// them as the wake-up descriptors; -ENOTSUP if rx_burst could block.
-  int af_xdp_sockets(const std::vector<int>& xsks);
   void drain_rx();
   int close_in_namespace();
   static int lsc_callback(uint16_t port_id, rte_eth_event_type type, void* arg, void* ret);
