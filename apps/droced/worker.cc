@@ -203,7 +203,7 @@ core::WakeStamp Worker::first_wake_since(uint64_t since_ns) const {
   auto take = [&](const core::WakeStamp& w) {
     if (w.ns >= since_ns && (first.ns == 0 || w.ns < first.ns)) first = w;
   };
-  take(core_->group().port()->wake_stamp());
+  if (peer_ != nullptr) take(peer_->wake_stamp());
   for (const auto& [k, s] : sessions_) take(s->wake_stamp());
   return first;
 }
@@ -226,7 +226,7 @@ uint64_t Worker::ack_hold_ns() {
   // Only where the idle waker watches: a CPU that goes idle wakes the peer at once.
   if (!idle_waker_.running()) return 0;
   AckHold::Block b;
-  b.owed_since_ns = core_->group().port()->wake_owed_since_ns();
+  b.owed_since_ns = peer_ != nullptr ? peer_->wake_owed_since_ns() : 0;
   if (b.owed_since_ns == 0) return 0;
   b.cpu = sched_getcpu();
   if (b.cpu != idle_waker_.cpu()) return 0;
@@ -431,8 +431,8 @@ void Worker::sleep(uint64_t now_ns, bool for_peer) {
     if (hold_ns != 0) us = std::min<uint64_t>(us, hold_ns / 1000);
     const uint64_t idle_wakes = idle_wakes_.load(std::memory_order_relaxed);
     if (us > 0) {
-      if (hold_ns == 0) group.port()->flush_wake();
-      else idle_waker_.arm();
+      if (hold_ns != 0) idle_waker_.arm();
+      else if (peer_ != nullptr) peer_->flush_wake();
       ++counters_.sleeps;
       SpinPolicy::Sleep slept;
       slept.spin_end_ns = now_ns;
@@ -469,8 +469,8 @@ void Worker::sleep(uint64_t now_ns, bool for_peer) {
 void Worker::iterate(uint64_t now, uint64_t* idle_since) {
   const rocev2::EngineCounters& ec = core_->engine().counters();
   const DeviceCoreCounters& cc = core_->counters();
-  net::Port& port = *core_->group().port();
-  ack_hold_.loop_start(port.wake_owed(), non_ack_frames());
+  const bool owed_at_start = peer_ != nullptr && peer_->wake_owed();
+  ack_hold_.loop_start(owed_at_start, non_ack_frames());
   uint64_t work = 0;
   for (auto& [k, s] : sessions_) work += s->poll(now);
   const uint64_t before = ec.rx_frames + ec.tx_frames + cc.neighbor_frames_in + cc.handed_out;
@@ -483,17 +483,17 @@ void Worker::iterate(uint64_t now, uint64_t* idle_since) {
   if ((++counters_.loops & 63) == 0) control(0);
   if (adaptive_affinity_ && now - window_start_ns_ >= kAffinityWindowNs) adapt_affinity(now);
   apply(realtime_.on_loop(now));
-  if (yield_.enabled()) port.publish_running(sched_getcpu(), now - away_ns_);
+  if (yield_.enabled() && peer_ != nullptr) peer_->publish_running(sched_getcpu(), now - away_ns_);
   if (work != 0 || core_->engine().has_tx_work()) {
     *idle_since = now;
     sleep_us_ = kFirstSleepUs;
-    port.flush_wake_if_late(now);
+    if (peer_ != nullptr) peer_->flush_wake_if_late(now);
     // Frames to send and none went: the link's ring is full. A peer awake on this CPU that
     // holds our frames must run to empty it, and spinning would wait for the scheduler's tick
     // (64 KiB WRITEs over a 9000-byte MTU: 19-31 against 72 Gbit/s before this yield).
     if (work == 0 && !polling_) {
       uint64_t peer_ran_ns = 0;
-      const bool owed = port.wake_owed();
+      const bool owed = peer_ != nullptr && peer_->wake_owed();
       const bool yielded = yield_to_peer(now, now, /*stuck=*/true, owed, &peer_ran_ns);
       // At SCHED_RR a yield hands the CPU only to a task at the same policy and priority: a
       // peer at the normal policy on this CPU never runs while we spin (till RealtimeBudget
@@ -510,9 +510,9 @@ void Worker::iterate(uint64_t now, uint64_t* idle_since) {
     // without), and a peer awake on this CPU runs only once we block: sleep at once for it
     // too (spinning first halved the spin to 1 us, which then missed the client's next post:
     // ~5 000 cross-CPU wake-ups per 3 M messages at 1 QP, docs/droced.md).
-    bool for_peer = port.wake_owed();
+    bool for_peer = peer_ != nullptr && peer_->wake_owed();
     if (realtime_.realtime()) {
-      for_peer = for_peer || (yield_.enabled() && port.peer_awake_on(sched_getcpu()));
+      for_peer = for_peer || (yield_.enabled() && peer_ != nullptr && peer_->peer_awake_on(sched_getcpu()));
     } else if (yield_to_peer(now, *idle_since, /*stuck=*/false, for_peer)) {
       return;
     }
@@ -521,8 +521,7 @@ void Worker::iterate(uint64_t now, uint64_t* idle_since) {
 }
 
 void Worker::block_stuck() {
-  net::Port& port = *core_->group().port();
-  port.flush_wake();  // a peer asleep on this CPU holds the frames that would make room
+  if (peer_ != nullptr) peer_->flush_wake();  // a peer asleep on this CPU holds the frames that would make room
   ++counters_.stuck_blocks;
   uint64_t back_ns = 0;
   (void)block(kStuckBlockUs, &back_ns);
@@ -566,18 +565,17 @@ void Worker::apply(RealtimeBudget::Change change) {
 }
 
 bool Worker::yield_to_peer(uint64_t now_ns, uint64_t idle_since_ns, bool stuck, bool owed, uint64_t* peer_ran_ns) {
-  if (!yield_.enabled()) return false;
-  net::Port& port = *core_->group().port();
-  if (!yield_.should_yield({now_ns, idle_since_ns, stuck, owed, port.peer_busy_with_ours(sched_getcpu())}))
+  if (!yield_.enabled() || peer_ == nullptr) return false;
+  if (!yield_.should_yield({now_ns, idle_since_ns, stuck, owed, peer_->peer_busy_with_ours(sched_getcpu())}))
     return false;
   // The peer publishes its running time each loop: what of the yield it did not run, a third
   // task on this CPU did (YieldPolicy).
-  const uint64_t peer_before = port.peer_awake_ns();
+  const uint64_t peer_before = peer_->peer_awake_ns();
   YieldPolicy::Yield y;
   y.start_ns = core::monotonic_ns();
   sched_yield();
   y.back_ns = core::monotonic_ns();
-  const uint64_t peer_after = port.peer_awake_ns();
+  const uint64_t peer_after = peer_->peer_awake_ns();
   y.peer_ran_ns = peer_after >= peer_before ? peer_after - peer_before : 0;  // gone back: a new peer
   if (peer_ran_ns != nullptr) *peer_ran_ns = y.peer_ran_ns;
   // Given away, as a sleep's is: for the peer's guard, and for adapt_affinity (a worker that
@@ -591,6 +589,7 @@ bool Worker::yield_to_peer(uint64_t now_ns, uint64_t idle_since_ns, bool stuck, 
 void Worker::run() {
   tls_current = this;
   tid_.store(pid_t(syscall(SYS_gettid)), std::memory_order_relaxed);
+  peer_ = core_->group().port()->peer_scheduling();
   choose_mode();
   // Sleeps end when asked, not up to 50 us later (the default timer slack).
   prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
@@ -602,13 +601,13 @@ void Worker::run() {
   // One event-mode worker blocks when idle and flushes what it defers (iterate, sleep): a
   // droce_shm peer asleep on its CPU is woken when it blocks, not each time it sends.
   if (!polling_ && core_->group().size() == 1) {
-    core_->group().port()->set_defer_wakes(true);
+    if (peer_ != nullptr) peer_->set_defer_wakes(true);
     // And one that alone reads its droce_shm link may yield its CPU to the peer (YieldPolicy).
     yield_ = YieldPolicy(true);
     // And hold a wake-up for acknowledgements alone while a client of its own needs the CPU
     // (AckHold), never while the CPU would idle: a SCHED_IDLE thread on the lcore's CPU wakes
     // the peer then. Started before this thread takes SCHED_RR (a new thread inherits it).
-    if (const int cpu = int(rte_lcore_to_cpu_id(int(lcore_))); core_->group().port()->shm_link() != nullptr) {
+    if (const int cpu = int(rte_lcore_to_cpu_id(int(lcore_))); peer_ != nullptr) {
       if (int rc = idle_waker_.start(cpu, &Worker::wake_peer_when_idle, this); rc != 0)
         DROCE_LOG(INFO, app, "worker %u: no idle waker on CPU %d (%s): acknowledgements never wait", index_, cpu,
                   std::strerror(-rc));
@@ -672,9 +671,8 @@ void Worker::run() {
 void Worker::wake_peer_when_idle(void* worker) {
   // The idle waker's thread, while this worker sleeps: a wake-up still owed is a held one.
   auto* w = static_cast<Worker*>(worker);
-  net::Port& port = *w->core_->group().port();
-  if (!port.wake_owed()) return;
-  port.flush_wake();
+  if (w->peer_ == nullptr || !w->peer_->wake_owed()) return;
+  w->peer_->flush_wake();
   w->idle_wakes_.fetch_add(1, std::memory_order_relaxed);
 }
 

@@ -189,6 +189,8 @@ class Worker {
   int rx_queue_ = -1;
   int rx_intr_fd_ = -1;  ///< the port's RX interrupt descriptor in epoll_ (not owned)
   bool rx_intr_edge_ = false;  ///< watched edge-triggered, never read (Port::rx_interrupt_edge)
+  /// The port's scheduling hints with its peer (droce_shm), or nullptr: asked once, in run().
+  net::PeerScheduling* peer_ = nullptr;
   uint64_t sleep_us_ = 16;  ///< the next unarmed sleep (grows while idle)
   bool polling_ = false;
   std::string mode_reason_;

@@ -1110,7 +1110,7 @@ TEST(PortAfXdp, VethInNamespace) {
 // made (found by listing the process's descriptors around it). Left at the
 // default busy_budget (64), the PMD turned busy polling on for it, so an
 // empty rx_burst is a non-blocking recvfrom, never DPDK 22.11's poll() of up
-// to 1 s (net/port.cc, Port::af_xdp_sockets).
+// to 1 s (net/kernel_socket_discovery.cc, check_af_xdp_sockets).
 TEST(PortAfXdp, RxWakeUpIsTheQueuesXskSocket) {
   if (const std::string why = netns_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   VethRig rig;

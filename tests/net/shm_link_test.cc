@@ -33,6 +33,7 @@
 #include "core/unix_socket.h"
 #include "net/eal.h"
 #include "net/port.h"
+#include "net/shm_link.h"
 
 namespace droce::net {
 namespace {
@@ -285,7 +286,7 @@ TEST(PortShm, SleepingReceiverIsWokenOnceBusyOneNever) {
   rte_mbuf* burst[32];
   EXPECT_EQ(p.b->rx_burst(0, burst, 32), 0);
   EXPECT_FALSE(readable(fd, 50)) << "readable with nothing sent";
-  EXPECT_EQ(p.b->wake_stamp().ns, 0u) << "stamped with no wake-up sent";
+  EXPECT_EQ(p.b->peer_scheduling()->wake_stamp().ns, 0u) << "stamped with no wake-up sent";
   const uint64_t before = core::monotonic_ns();
   for (uint32_t i = 0; i < 3; ++i) {
     rte_mbuf* m = frame(p.a->pool(), 64, 100 + i);
@@ -295,14 +296,14 @@ TEST(PortShm, SleepingReceiverIsWokenOnceBusyOneNever) {
   const uint64_t after = core::monotonic_ns();
   EXPECT_TRUE(readable(fd, 5000)) << "a frame did not wake the sleeping receiver";
   // The waker's stamp (SpinPolicy times the wake-up from it): when, and from which CPU.
-  const core::WakeStamp w = p.b->wake_stamp();
+  const core::WakeStamp w = p.b->peer_scheduling()->wake_stamp();
   EXPECT_GE(w.ns, before);
   EXPECT_LE(w.ns, after);
   EXPECT_GE(w.cpu, 0);
   if (sched_getcpu() == sender_cpu) {
     EXPECT_EQ(w.cpu, sender_cpu);  // not moved meanwhile: the CPU it sent from
   }
-  EXPECT_EQ(p.a->wake_stamp().ns, 0u) << "the sender's end was stamped";
+  EXPECT_EQ(p.a->peer_scheduling()->wake_stamp().ns, 0u) << "the sender's end was stamped";
   ASSERT_EQ(p.a->xstat("wakeups_sent", &wakes), 0);
   EXPECT_EQ(wakes, 1u) << "three frames in one sleep: one wake-up";
   p.b->rx_interrupt_ack(0);
@@ -370,7 +371,7 @@ TEST(PortShm, AReceiverAsleepOnTheSendersCpuIsWokenWhenTheSenderBlocks) {
   ASSERT_EQ(sched_setaffinity(0, sizeof here, &here), 0);  // both ends' data path on one CPU
   Pair p;
   open_pair(&p, 1500, ",slots=16");
-  p.a->set_defer_wakes(true);
+  p.a->peer_scheduling()->set_defer_wakes(true);
   const int fd = p.b->rx_interrupt_fd(0);
   ASSERT_GE(fd, 0);
   // The connect's own kick (publish() may still be on its way when link().up turns true).
@@ -398,12 +399,12 @@ TEST(PortShm, AReceiverAsleepOnTheSendersCpuIsWokenWhenTheSenderBlocks) {
   go_to_sleep();
   send(3, 0);
   EXPECT_FALSE(readable(fd, 50)) << "woken before the sender gave up the CPU";
-  EXPECT_TRUE(p.a->wake_owed());
+  EXPECT_TRUE(p.a->peer_scheduling()->wake_owed());
   EXPECT_EQ(xstat_of(*p.a, "wakeups_deferred"), 1u) << "one deferral per sleep";
   EXPECT_EQ(xstat_of(*p.a, "wakeups_sent"), 0u);
-  p.a->flush_wake();
+  p.a->peer_scheduling()->flush_wake();
   EXPECT_TRUE(readable(fd, 5000));
-  EXPECT_FALSE(p.a->wake_owed());
+  EXPECT_FALSE(p.a->peer_scheduling()->wake_owed());
   EXPECT_EQ(xstat_of(*p.a, "wakeups_sent"), 1u);
   EXPECT_EQ(xstat_of(*p.a, "wakeups_late"), 0u) << "sent when the sender blocked, not late";
   wake_and_drain(3);
@@ -418,11 +419,11 @@ TEST(PortShm, AReceiverAsleepOnTheSendersCpuIsWokenWhenTheSenderBlocks) {
   const uint64_t loop_start = core::monotonic_ns();  // droced's loop reads its clock first
   go_to_sleep();
   send(1, 20);
-  p.a->flush_wake_if_late(core::monotonic_ns());  // just deferred: not late
-  p.a->flush_wake_if_late(loop_start);  // a clock read before the deferral: not late either
+  p.a->peer_scheduling()->flush_wake_if_late(core::monotonic_ns());  // just deferred: not late
+  p.a->peer_scheduling()->flush_wake_if_late(loop_start);  // a clock read before the deferral: not late either
   EXPECT_FALSE(readable(fd, 50));
-  EXPECT_TRUE(p.a->wake_owed());
-  p.a->flush_wake_if_late(core::monotonic_ns() + ShmLink::kMaxWakeDeferNs);
+  EXPECT_TRUE(p.a->peer_scheduling()->wake_owed());
+  p.a->peer_scheduling()->flush_wake_if_late(core::monotonic_ns() + ShmLink::kMaxWakeDeferNs);
   EXPECT_TRUE(readable(fd, 5000));
   EXPECT_EQ(xstat_of(*p.a, "wakeups_late"), 1u);
   wake_and_drain(1);
@@ -458,42 +459,42 @@ TEST(PortShm, APeerAwakeOnOurCpuWithOurFramesIsBusyWithOurs) {
     rte_mbuf* m = frame(p.a->pool(), kLent, i);
     ASSERT_EQ(p.a->tx_burst(0, &m, 1), 1);
   }
-  EXPECT_FALSE(p.a->peer_busy_with_ours(cpu)) << "a peer that publishes nothing (polls, or several workers)";
-  EXPECT_FALSE(p.a->peer_busy_with_ours(0)) << "nothing published reads as no CPU, not CPU 0";
-  EXPECT_FALSE(p.a->peer_awake_on(cpu));
-  EXPECT_FALSE(p.a->peer_awake_on(0));
-  EXPECT_EQ(p.a->peer_awake_ns(), 0u);
-  p.b->publish_running(cpu, 1234);
-  EXPECT_TRUE(p.a->peer_busy_with_ours(cpu));
-  EXPECT_EQ(p.a->peer_awake_ns(), 1234u);
-  EXPECT_FALSE(p.a->peer_busy_with_ours(cpu + 1)) << "a peer on another CPU needs no yield";
-  EXPECT_TRUE(p.a->peer_awake_on(cpu));
-  EXPECT_FALSE(p.a->peer_awake_on(cpu + 1));
-  p.a->publish_running(cpu, 99);
-  EXPECT_EQ(p.b->peer_awake_ns(), 99u);
-  EXPECT_FALSE(p.b->peer_busy_with_ours(cpu)) << "the other way holds nothing";
+  EXPECT_FALSE(p.a->peer_scheduling()->peer_busy_with_ours(cpu)) << "a peer that publishes nothing (polls, or several workers)";
+  EXPECT_FALSE(p.a->peer_scheduling()->peer_busy_with_ours(0)) << "nothing published reads as no CPU, not CPU 0";
+  EXPECT_FALSE(p.a->peer_scheduling()->peer_awake_on(cpu));
+  EXPECT_FALSE(p.a->peer_scheduling()->peer_awake_on(0));
+  EXPECT_EQ(p.a->peer_scheduling()->peer_awake_ns(), 0u);
+  p.b->peer_scheduling()->publish_running(cpu, 1234);
+  EXPECT_TRUE(p.a->peer_scheduling()->peer_busy_with_ours(cpu));
+  EXPECT_EQ(p.a->peer_scheduling()->peer_awake_ns(), 1234u);
+  EXPECT_FALSE(p.a->peer_scheduling()->peer_busy_with_ours(cpu + 1)) << "a peer on another CPU needs no yield";
+  EXPECT_TRUE(p.a->peer_scheduling()->peer_awake_on(cpu));
+  EXPECT_FALSE(p.a->peer_scheduling()->peer_awake_on(cpu + 1));
+  p.a->peer_scheduling()->publish_running(cpu, 99);
+  EXPECT_EQ(p.b->peer_scheduling()->peer_awake_ns(), 99u);
+  EXPECT_FALSE(p.b->peer_scheduling()->peer_busy_with_ours(cpu)) << "the other way holds nothing";
   std::vector<rte_mbuf*> got = receive(*p.b, 2);
   ASSERT_EQ(got.size(), 2u);
-  EXPECT_TRUE(p.a->peer_busy_with_ours(cpu)) << "taken, but their slots are still lent";
+  EXPECT_TRUE(p.a->peer_scheduling()->peer_busy_with_ours(cpu)) << "taken, but their slots are still lent";
   for (rte_mbuf* m : got) rte_pktmbuf_free(m);
   rte_mbuf* burst[32];
   EXPECT_EQ(p.b->rx_burst(0, burst, 32), 0);  // gives the freed slots back
-  EXPECT_FALSE(p.a->peer_busy_with_ours(cpu)) << "all taken and given back";
-  EXPECT_TRUE(p.a->peer_awake_on(cpu)) << "awake without frames of ours: it still waits for the CPU";
+  EXPECT_FALSE(p.a->peer_scheduling()->peer_busy_with_ours(cpu)) << "all taken and given back";
+  EXPECT_TRUE(p.a->peer_scheduling()->peer_awake_on(cpu)) << "awake without frames of ours: it still waits for the CPU";
   // Asleep, the peer needs a wake-up (the deferred one), not a yield.
   rte_mbuf* m = frame(p.a->pool(), kLent, 9);
   ASSERT_EQ(p.a->tx_burst(0, &m, 1), 1);
-  EXPECT_TRUE(p.a->peer_busy_with_ours(cpu));
+  EXPECT_TRUE(p.a->peer_scheduling()->peer_busy_with_ours(cpu));
   ASSERT_EQ(p.b->rx_interrupt_arm(0, true), 0);
-  EXPECT_FALSE(p.a->peer_busy_with_ours(cpu));
-  EXPECT_FALSE(p.a->peer_awake_on(cpu)) << "asleep";
+  EXPECT_FALSE(p.a->peer_scheduling()->peer_busy_with_ours(cpu));
+  EXPECT_FALSE(p.a->peer_scheduling()->peer_awake_on(cpu)) << "asleep";
   ASSERT_EQ(p.b->rx_interrupt_arm(0, false), 0);
-  EXPECT_TRUE(p.a->peer_busy_with_ours(cpu));
+  EXPECT_TRUE(p.a->peer_scheduling()->peer_busy_with_ours(cpu));
   // Moved to another CPU: says so in its next loop.
-  p.b->publish_running(cpu + 1, 2000);
-  EXPECT_FALSE(p.a->peer_busy_with_ours(cpu));
-  EXPECT_FALSE(p.a->peer_awake_on(cpu));
-  EXPECT_TRUE(p.a->peer_awake_on(cpu + 1));
+  p.b->peer_scheduling()->publish_running(cpu + 1, 2000);
+  EXPECT_FALSE(p.a->peer_scheduling()->peer_busy_with_ours(cpu));
+  EXPECT_FALSE(p.a->peer_scheduling()->peer_awake_on(cpu));
+  EXPECT_TRUE(p.a->peer_scheduling()->peer_awake_on(cpu + 1));
   got = receive(*p.b, 1);
   ASSERT_EQ(got.size(), 1u);
   rte_pktmbuf_free(got[0]);

@@ -12,6 +12,7 @@
 
 #include "core/clock.h"
 #include "net/port.h"
+#include "net/shm_link.h"
 #include "rocev2/port_link.h"
 #include "tests/test_support.h"
 
