@@ -726,6 +726,27 @@ std::string Daemon::render_locked() const {
         .num("nd_replies_sent", nc.nd.replies_sent)
         .num("resolutions_failed", nc.resolutions_failed)
         .close('}');
+    if (const net::KernelNet* k = group_->kernel()) {
+      // The kernel's view (--netdev): what droced asked it and what it answered.
+      const net::KernelNetCounters& kc = k->counters();
+      j.open("kernel", '{')
+          .num("route_queries", kc.route_queries)
+          .num("route_failures", kc.route_failures)
+          .num("neigh_queries", kc.neigh_queries)
+          .num("neigh_triggers", kc.neigh_triggers)
+          .num("neigh_failures", kc.neigh_failures)
+          .num("address_events", kc.address_events)
+          .num("malformed", kc.malformed)
+          .close('}');
+    }
+  }
+  if (net::XdpFilterCounters xc; xdp_ != nullptr && xdp_->counters(&xc) == 0) {
+    // droce's XDP program: RoCE taken, RoCE for addresses not droce's (left to the kernel), passed.
+    j.open("xdp", '{')
+        .num("redirected", xc.redirected)
+        .num("roce_not_ours", xc.not_ours)
+        .num("passed_to_kernel", xc.passed)
+        .close('}');
   }
   j.close('}');
 

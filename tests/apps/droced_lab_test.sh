@@ -10,10 +10,13 @@
 #   - the kernel keeps the netdev: ping across the router and a TCP connection work while droced
 #     runs, and again after RDMA traffic; the kernel never answers RoCE (no ICMP unreachable);
 #   - RoCEv2 crosses the router: ibv_rc_pingpong (data checked), ib_write_bw with perftest's TCP
-#     exchange and with rdma_cm (-R), and rping -V, between the subnets;
+#     exchange (IPv4 and IPv6 GIDs) and with rdma_cm (-R), and rping -V, between the subnets;
 #   - the GIDs follow the netdev: `ip addr add` on h1's eth0 shows up in `droce gids` and as an
 #     IBV_EVENT_GID_CHANGE to a client within a second, `ip addr del` takes it away;
-#   - a route through a gateway that never answers fails the verb (EHOSTUNREACH), droced lives.
+#   - a route through a gateway that never answers fails the verb (EHOSTUNREACH), droced lives;
+#   - bad input from the router (scapy): datagrams to UDP 4791 that are not RoCE, and RoCE frames
+#     for an address droce does not own, are counted and dropped (af_xdp: the XDP program leaves
+#     the second to the kernel and counts it), and droced serves on.
 # Then own addresses (droce's, not the kernel's) on af_packet: droced --address A/24 --route
 # "default via GW" on each host, the router holding a gateway address in each of droce's subnets:
 # droce answers ARP for its addresses and resolves its gateway itself, and ibv_rc_pingpong and
@@ -124,6 +127,45 @@ gid_follows() {
   else bad "$link: GID change events"; sed 's/^/    /' "$work/events.txt"; fi
 }
 
+# bad_input: five garbage datagrams to h1's RoCE port and five RoCE frames for 10.71.1.99 (not
+# h1's), sent by the router onto h1's segment; droced counts all ten somewhere and stays up.
+dropped_total() {  # what h1's droced counted as not for it, or not RoCE
+  inns h1 "$droce" counters --json --socket "/run/droce-lab/$name/h1/droce0.sock" | /usr/bin/python3 -c '
+import json, sys
+c = json.load(sys.stdin)
+def walk(o, key=""):
+    if isinstance(o, dict):
+        return sum(walk(v, k) for k, v in o.items())
+    if isinstance(o, list):
+        return sum(walk(v, key) for v in o)
+    return o if key in ("rx_bad_dest", "rx_unknown_qp", "roce_not_ours") else 0
+print(walk(c) + sum(v for k, v in c.get("parse", {}).items() if k != "ok"))'
+}
+bad_input() {
+  [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import scapy.contrib.roce" 2>/dev/null ||
+    { echo "SKIP (part): bad input: no scapy (python3-scapy)"; return; }
+  local mac before after
+  mac=$(inns h1 cat /sys/class/net/eth0/address)
+  before=$(dropped_total)
+  ip netns exec "$name-sw" /usr/bin/python3 - "$mac" <<'PY'
+import sys
+from scapy.all import Ether, IP, UDP, Raw, sendp
+from scapy.contrib.roce import BTH
+mac = sys.argv[1]
+sendp(Ether(dst=mac) / IP(src="10.71.1.1", dst="10.71.1.11") / UDP(sport=5000, dport=4791) / Raw(b"not RoCE at all"),
+      iface="br1", count=5, verbose=False)
+sendp(Ether(dst=mac) / IP(src="10.71.1.1", dst="10.71.1.99") / UDP(sport=49152, dport=4791) /
+      BTH(opcode=0x04, dqpn=0x11, psn=1) / Raw(b"x" * 16), iface="br1", count=5, verbose=False)
+PY
+  sleep 0.3
+  after=$(dropped_total)
+  if [ $((after - before)) -ge 10 ] && inns h1 "$droce" ports --socket "/run/droce-lab/$name/h1/droce0.sock" >/dev/null; then
+    pass "$link: 10 bad frames (not RoCE; RoCE for an address not droce's) counted ($before -> $after), droced serves on"
+  else
+    bad "$link: bad frames counted $before -> $after (want 10 more)"
+  fi
+}
+
 for link in af_xdp af_packet; do
   echo "== $link: two subnets behind a router"
   if ! L up --hosts 2 --routed --link "$link" >"$work/up.txt" 2>&1; then
@@ -141,6 +183,8 @@ for link in af_xdp af_packet; do
   if command -v ib_write_bw >/dev/null; then
     pair "ib_write_bw (TCP exchange)" ib_write_bw -d droce0 -x 1 -n 500 -s 65536 -- ib_write_bw -d droce0 -x 1 -n 500 -s 65536 "$a1"
     pair "ib_write_bw -R (rdma_cm)" ib_write_bw -d droce0 -R -n 500 -s 4096 -- ib_write_bw -d droce0 -R -n 500 -s 4096 "$a1"
+    # GID 2 is each host's IPv6 address: the kernel's IPv6 route and neighbour (ND) this time.
+    pair "ib_write_bw over IPv6 (GID 2)" ib_write_bw -d droce0 -x 2 -n 500 -s 4096 -- ib_write_bw -d droce0 -x 2 -n 500 -s 4096 "$a1"
   fi
   if command -v rping >/dev/null; then
     pair "rping -V" rping -s -V -C 20 -a 0.0.0.0 -- rping -c -V -C 20 -a "$a1"
@@ -150,6 +194,7 @@ for link in af_xdp af_packet; do
   [ "$noise1" = "$noise2" ] && pass "$link: the kernel answered no RoCE packet (UdpNoPorts/unreachables $noise1)" \
                             || bad "$link: the kernel sent unreachables ($noise1 -> $noise2)"
   gid_follows
+  bad_input
   # A gateway that never answers: rdma_cm says so (address or route error), droced stays up.
   inns h2 ip route add 10.99.0.0/24 via 10.71.2.250
   out=$(timeout 30 "$lab" exec h2 --name "$name" --build "$build" -- rping -c -C 1 -a 10.99.0.1 2>&1)
