@@ -124,26 +124,28 @@ size_t build_route_get(uint8_t* buf, uint32_t seq, const IpAddr& dst, const IpAd
   return off;
 }
 
-size_t build_neigh_get(uint8_t* buf, uint32_t seq, int ifindex, const IpAddr& ip) {
-  ndmsg nd{};
-  nd.ndm_family = uint8_t(family_of(ip));
-  nd.ndm_ifindex = ifindex;
-  size_t off = start(buf, RTM_GETNEIGH, 0, seq, &nd, sizeof nd);
-  off = put_ip(buf, off, NDA_DST, ip);
-  finish(buf, off);
-  return off;
-}
-
-size_t build_neigh_use(uint8_t* buf, uint32_t seq, int ifindex, const IpAddr& ip) {
+namespace {
+// One neighbour request for `ip` on `ifindex`: a GET, or a NEWNEIGH with NTF_USE.
+size_t neigh_request(uint8_t* buf, uint16_t type, uint16_t flags, uint8_t ndm_flags, uint32_t seq, int ifindex,
+                     const IpAddr& ip) {
   ndmsg nd{};
   nd.ndm_family = uint8_t(family_of(ip));
   nd.ndm_ifindex = ifindex;
   nd.ndm_state = NUD_NONE;
-  nd.ndm_flags = NTF_USE;
-  size_t off = start(buf, RTM_NEWNEIGH, NLM_F_CREATE | NLM_F_ACK, seq, &nd, sizeof nd);
+  nd.ndm_flags = ndm_flags;
+  size_t off = start(buf, type, flags, seq, &nd, sizeof nd);
   off = put_ip(buf, off, NDA_DST, ip);
   finish(buf, off);
   return off;
+}
+}  // namespace
+
+size_t build_neigh_get(uint8_t* buf, uint32_t seq, int ifindex, const IpAddr& ip) {
+  return neigh_request(buf, RTM_GETNEIGH, 0, 0, seq, ifindex, ip);
+}
+
+size_t build_neigh_use(uint8_t* buf, uint32_t seq, int ifindex, const IpAddr& ip) {
+  return neigh_request(buf, RTM_NEWNEIGH, NLM_F_CREATE | NLM_F_ACK, NTF_USE, seq, ifindex, ip);
 }
 
 size_t build_addr_dump(uint8_t* buf, uint32_t seq) {

@@ -51,13 +51,7 @@ trap cleanup EXIT
 L() { "$lab" "$@" --name "$name" --build "$build"; }
 inns() { local h=$1; shift; ip netns exec "$name-$h" "$@"; }
 
-kernel_noise() {  # UdpNoPorts + ICMP(v6) destination unreachables sent, in host $1
-  inns "$1" cat /proc/net/snmp /proc/net/snmp6 | awk '
-    /^Udp:/ { if (!h) { for (i = 1; i <= NF; i++) col[$i] = i; h = 1 } else n += $col["NoPorts"] }
-    /^Icmp:/ { if (!ih) { for (i = 1; i <= NF; i++) icol[$i] = i; ih = 1 } else n += $icol["OutDestUnreachs"] }
-    /^Udp6NoPorts/ || /^Icmp6OutDestUnreachs/ { n += $2 }
-    END { print n + 0 }'
-}
+. "$(dirname "$0")/../lib/net.sh"  # kernel_noise
 
 kernel_keeps_netdev() {  # WHEN: ping and a TCP exchange from h2 to h1 across the router
   local a1
@@ -174,7 +168,7 @@ for link in af_xdp af_packet; do
     L down >/dev/null 2>&1
     continue
   fi
-  noise1=$(kernel_noise h1)
+  noise1=$(kernel_noise "$name-h1")
   kernel_keeps_netdev "with droced running"
   a1=$("$lab" addr h1 --name "$name")
   if command -v ibv_rc_pingpong >/dev/null; then
@@ -190,7 +184,7 @@ for link in af_xdp af_packet; do
     pair "rping -V" rping -s -V -C 20 -a 0.0.0.0 -- rping -c -V -C 20 -a "$a1"
   fi
   kernel_keeps_netdev "after RDMA traffic"
-  noise2=$(kernel_noise h1)
+  noise2=$(kernel_noise "$name-h1")
   [ "$noise1" = "$noise2" ] && pass "$link: the kernel answered no RoCE packet (UdpNoPorts/unreachables $noise1)" \
                             || bad "$link: the kernel sent unreachables ($noise1 -> $noise2)"
   gid_follows

@@ -143,13 +143,7 @@ wait_port() {
   return 1
 }
 
-kernel_noise() {  # UdpNoPorts + ICMP(v6) port unreachables sent, in namespace $1
-  ip netns exec "$1" cat /proc/net/snmp /proc/net/snmp6 | awk '
-    /^Udp:/ { if (!h) { for (i = 1; i <= NF; i++) col[$i] = i; h = 1 } else n += $col["NoPorts"] }
-    /^Icmp:/ { if (!ih) { for (i = 1; i <= NF; i++) icol[$i] = i; ih = 1 } else n += $icol["OutDestUnreachs"] }
-    /^Udp6NoPorts/ || /^Icmp6OutDestUnreachs/ { n += $2 }
-    END { print n + 0 }'
-}
+. "$(dirname "$0")/../lib/net.sh"  # kernel_noise
 
 # Unmodified verbs programs across the namespaces, through droce's provider (droce exec), with
 # their TCP exchange over the same veth: with af_packet the kernel shares the link (and the MAC)
