@@ -9,9 +9,9 @@
 #               memif (DPDK's net_memif), auto (default): shm if this droced accepts it, else memif
 #   --quick     fewer iterations, for a first look (about 40 s in all; --netns doubles it)
 #   --out DIR   where vs_kernel-DATE.json and .png go (default bench/out)
-#   --netns     (root) also two droced on net_af_packet, then on net_af_xdp, over a veth pair
-#               between two network namespaces this script makes and removes, beside the
-#               kernel's TCP/UDP on that veth
+#   --netns     (root) also two droced sharing a veth with the kernel (droced --netdev) on
+#               net_af_packet, then on net_af_xdp, between two network namespaces this script
+#               makes and removes, beside the kernel's TCP/UDP on that veth
 #   --no-build  use build/release as it is (default: ninja brings it up to date, or sets it up)
 #   --droced A  pass A to both droced (repeatable), e.g. --droced --event-affinity=lcore, to
 #               compare droced's knobs; the table's header says which were given
@@ -453,9 +453,10 @@ droced_pair_stop
 
 # ---- optional: two network namespaces on a veth pair ------------------------------------------
 # The same runs over net_af_packet and net_af_xdp, droce's paths to a real NIC shared with the
-# kernel, and the kernel's own TCP/UDP over the same veth (va/vb, 10.79.0.1 and .2). af_xdp's XDP
-# program takes every frame of its queue from the kernel, so perftest's own TCP exchange goes
-# over a second veth pair (ca/cb, 10.79.2.1 and .2); af_xdp needs an MTU that fits a page (3000).
+# kernel (droced --netdev: the kernel keeps the veth and its addresses, droce takes RoCEv2 for them;
+# on af_xdp through droce's XDP program), and the kernel's own TCP/UDP over the same veth (va/vb,
+# 10.79.0.1 and .2), which also carries perftest's TCP exchange. af_xdp needs an MTU that fits a
+# page (3000). The second veth pair (ca/cb, 10.79.2.1 and .2) is kept for --port runs by hand.
 # These addresses exist only in these namespaces.
 netns_up() {
   local side ns dev ip
@@ -478,13 +479,9 @@ droced_up() {  # droced_up PMD: one droced per namespace on va / vb
   fi
   for side in a b; do
     if [ $side = a ]; then ns=$nsa dev=va ip=10.79.0.1; else ns=$nsb dev=vb ip=10.79.0.2; fi
-    case "$1" in
-      af_packet) port="net_af_packet_$side$$,iface=$dev" ;;
-      af_xdp) port="net_af_xdp_$side$$,iface=$dev,start_queue=0,queue_count=1" ;;
-    esac
     rm -rf "$work/ns$side"
-    ip netns exec "$ns" build/release/apps/droced --run-dir "$work/ns$side" --port "$port" \
-      --address "$ip" --memory 256 --mbufs 8192 "${droced_args[@]}" >"$work/ns$side-$1.log" 2>&1 &
+    ip netns exec "$ns" build/release/apps/droced --run-dir "$work/ns$side" --netdev "$dev" --link "$1" \
+      --memory 256 --mbufs 8192 "${droced_args[@]}" >"$work/ns$side-$1.log" 2>&1 &
     if [ $side = a ]; then dpid_a=$!; else dpid_b=$!; fi
     for _ in $(seq 400); do [ -S "$work/ns$side/droce0.sock" ] && break; kill -0 $! || break; sleep 0.05; done
     [ -S "$work/ns$side/droce0.sock" ] || { tail -5 "$work/ns$side-$1.log" >&2; return 1; }
@@ -502,7 +499,7 @@ if [ "$netns" = 1 ]; then
     exec_a=("${srv_ns[@]}" build/release/apps/droce exec --run-dir "$work/nsa" --)
     sock_a=$work/nsa/droce0.sock sock_b=$work/nsb/droce0.sock
     exec_b=("${cli_ns[@]}" build/release/apps/droce exec --run-dir "$work/nsb" --)
-    srv_ip=10.79.2.1  # perftest's TCP exchange, beside the veth droced owns
+    srv_ip=10.79.0.1  # perftest's TCP exchange, over the veth droced shares with the kernel
     # af_packet and af_xdp run at a tenth of droce_shm's rates: the same-host counts would take
     # minutes and brush perftest's 60 s timeout.
     [ "$quick" = 1 ] || { n_bw=1000000; n_big=40000; }
