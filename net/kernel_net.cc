@@ -445,9 +445,16 @@ ResolveStatus KernelNet::neighbor(const IpAddr& ip, uint64_t now_ns, MacAddr* ma
   return ResolveStatus::pending;
 }
 
-uint64_t KernelNet::next_deadline_ns() const {
+uint64_t KernelNet::next_deadline_ns(uint64_t now_ns) {
   uint64_t d = UINT64_MAX;
-  for (const auto& [ip, p] : pending_) d = std::min(d, p.asked_ns + kRequeryNs);
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (now_ns - it->second.asked_ns >= kAbandonedNs) {
+      it = pending_.erase(it);
+      continue;
+    }
+    d = std::min(d, it->second.asked_ns + kRequeryNs);
+    ++it;
+  }
   return d;
 }
 

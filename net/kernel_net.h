@@ -138,7 +138,11 @@ class KernelNet {
   /// per kRequeryNs for one pending next hop.
   ResolveStatus neighbor(const IpAddr& ip, uint64_t now_ns, MacAddr* mac);
   /// When a pending next hop is next worth asking about (UINT64_MAX: none pending).
-  uint64_t next_deadline_ns() const;
+  /// Forgets next hops nobody asked about for kAbandonedNs (a client that gave up, or
+  /// went away): they would otherwise keep the caller from ever sleeping.
+  uint64_t next_deadline_ns(uint64_t now_ns);
+  static constexpr uint64_t kAbandonedNs = 50'000'000;
+  size_t pending() const { return pending_.size(); }
 
   /// Every address of the netdev now (a dump).
   int addresses(std::vector<KernelAddress>* out);

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/clock.h"
 #include "core/endian.h"
 #include "hw_offload/select.h"
 #include "net/headers.h"
@@ -145,7 +146,7 @@ uint64_t DeviceCore::next_deadline() const {
     // A verb waiting for the kernel's neighbour is asked about again (nothing wakes us
     // when the kernel learns it). Any core: the waiting client may be any core's.
     std::lock_guard l(group_->neighbor_mutex());
-    d = std::min(d, k->next_deadline_ns());
+    d = std::min(d, k->next_deadline_ns(core::monotonic_ns()));
   }
   return d;
 }

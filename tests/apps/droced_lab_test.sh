@@ -192,6 +192,19 @@ for link in af_xdp af_packet; do
   # A gateway that never answers: rdma_cm says so (address or route error), droced stays up.
   inns h2 ip route add 10.99.0.0/24 via 10.71.2.250
   out=$(timeout 30 "$lab" exec h2 --name "$name" --build "$build" -- rping -c -C 1 -a 10.99.0.1 2>&1)
+  # The same, given up after a second (the program killed while the kernel still resolves): the
+  # abandoned next hop must not keep droced from sleeping (loops per second stay those of an idle
+  # droced, a few hundred, not a spinning one's hundreds of thousands).
+  timeout -s KILL 1 "$lab" exec h2 --name "$name" --build "$build" -- rping -c -C 1 -a 10.99.0.7 >/dev/null 2>&1
+  sleep 0.2
+  l1=$(inns h2 "$droce" cores --json --socket "/run/droce-lab/$name/h2/droce0.sock" | tr ',' '\n' | sed -n 's/.*"loops":\([0-9]*\).*/\1/p' | head -1)
+  sleep 1
+  l2=$(inns h2 "$droce" cores --json --socket "/run/droce-lab/$name/h2/droce0.sock" | tr ',' '\n' | sed -n 's/.*"loops":\([0-9]*\).*/\1/p' | head -1)
+  if [ -n "$l1" ] && [ -n "$l2" ] && [ $((l2 - l1)) -lt 20000 ]; then
+    pass "$link: an abandoned resolution lets droced sleep ($((l2 - l1)) loops in a second)"
+  else
+    bad "$link: droced looped $((${l2:-0} - ${l1:-0})) times in an idle second after an abandoned resolution"
+  fi
   inns h2 ip route del 10.99.0.0/24 via 10.71.2.250
   if grep -qE "ADDR_ERROR|ROUTE_ERROR|UNREACHABLE" <<<"$out" &&
      inns h2 "$droce" ports --socket "/run/droce-lab/$name/h2/droce0.sock" >/dev/null 2>&1; then
