@@ -24,6 +24,17 @@ std::string XdpFilter::object_path() {
   return DROCE_XDP_INSTALLED_OBJECT;
 }
 
+std::string XdpFilter::attached_program(const std::string& ifname) {
+  const int ifindex = int(::if_nametoindex(ifname.c_str()));
+  uint32_t id = 0;
+  if (ifindex == 0 || bpf_xdp_query_id(ifindex, 0, &id) != 0 || id == 0) return {};
+  core::Fd prog(bpf_prog_get_fd_by_id(id));
+  bpf_prog_info info{};
+  uint32_t len = sizeof info;
+  if (!prog.valid() || bpf_obj_get_info_by_fd(prog.get(), &info, &len) != 0) return {};
+  return info.name;
+}
+
 int XdpFilter::open(const std::string& ifname, std::unique_ptr<XdpFilter>* out) {
   const int ifindex = int(::if_nametoindex(ifname.c_str()));
   if (ifindex == 0) return -ENODEV;

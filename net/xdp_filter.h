@@ -42,6 +42,10 @@ class XdpFilter {
   /// program or one without droce's maps.
   static int open(const std::string& ifname, std::unique_ptr<XdpFilter>* out);
 
+  /// The name of the XDP program attached to `ifname` ("" when none, or unreadable): a
+  /// "droce_xdp" found before droced attached its own is a crashed droced's.
+  static std::string attached_program(const std::string& ifname);
+
   /// Makes the address map hold exactly `gids` (duplicates ignored). 0 or -errno.
   int set_addresses(const std::vector<IpAddr>& gids);
   /// The program's counters summed over CPUs. 0 or -errno.

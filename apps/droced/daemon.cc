@@ -153,7 +153,19 @@ int Daemon::start(const DaemonConfig& cfg) {
     // The rxe model: a kernel netdev droce shares. On af_xdp droce's XDP program passes the
     // kernel everything but RoCEv2 for droce's addresses (net/xdp/droce_xdp.bpf.c).
     cfg_.port = "net_" + cfg.link + "_" + cfg.name + ",iface=" + cfg.netdev;
-    if (cfg.link == "af_xdp") cfg_.port += ",xdp_prog=" + net::XdpFilter::object_path();
+    if (cfg.link == "af_xdp") {
+      cfg_.port += ",xdp_prog=" + net::XdpFilter::object_path();
+      // Never let the PMD try beside another program: its failed open detaches whatever
+      // program the netdev has, another live droced's included.
+      if (const std::string prog = net::XdpFilter::attached_program(cfg.netdev); !prog.empty()) {
+        DROCE_LOG(ERR, app, "%s: %s already has an XDP program (%s)%s", cfg.name.c_str(), cfg.netdev.c_str(),
+                  prog.c_str(),
+                  prog == "droce_xdp" ? ": another droced serves it, or one crashed and left it (then `ip link set dev "
+                                        "IFACE xdp off` takes it off)"
+                                      : "; use --link af_packet, or take that program off");
+        return -EBUSY;
+      }
+    }
     if (int rc = net::KernelNet::open(cfg.netdev, &kernel_); rc != 0) {
       DROCE_LOG(ERR, app, "%s: cannot watch netdev %s over rtnetlink: %s%s", cfg.name.c_str(), cfg.netdev.c_str(),
                 std::strerror(-rc), rc == -ENODEV ? " (not in this network namespace?)" : "");

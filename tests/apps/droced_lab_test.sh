@@ -16,7 +16,8 @@
 #   - a route through a gateway that never answers fails the verb (EHOSTUNREACH), droced lives;
 #   - bad input from the router (scapy): datagrams to UDP 4791 that are not RoCE, and RoCE frames
 #     for an address droce does not own, are counted and dropped (af_xdp: the XDP program leaves
-#     the second to the kernel and counts it), and droced serves on.
+#     the second to the kernel and counts it), and droced serves on;
+#   - af_xdp: a second droced on the same netdev refuses to start and leaves the first alone.
 # Then own addresses (droce's, not the kernel's) on af_packet: droced --address A/24 --route
 # "default via GW" on each host, the router holding a gateway address in each of droce's subnets:
 # droce answers ARP for its addresses and resolves its gateway itself, and ibv_rc_pingpong and
@@ -189,6 +190,19 @@ for link in af_xdp af_packet; do
                             || bad "$link: the kernel sent unreachables ($noise1 -> $noise2)"
   gid_follows
   bad_input
+  if [ "$link" = af_xdp ]; then
+    # A second droced on the same netdev refuses before the PMD could detach the first one's
+    # program (its failed open would), and the first serves on.
+    out=$(timeout 30 ip netns exec "$name-h1" "$build/apps/droced" --netdev eth0 --run-dir "$work/second" \
+          --memory 256 --mbufs 8192 2>&1)
+    if grep -q "already has an XDP program (droce_xdp)" <<<"$out" &&
+       inns h1 ip -d link show dev eth0 | grep -q "name droce_xdp" &&
+       inns h1 "$droce" ports --socket "/run/droce-lab/$name/h1/droce0.sock" >/dev/null; then
+      pass "$link: a second droced on the same netdev refuses and leaves the first's program alone"
+    else
+      bad "$link: a second droced on the netdev: $(tail -2 <<<"$out")"
+    fi
+  fi
   # A gateway that never answers: rdma_cm says so (address or route error), droced stays up.
   inns h2 ip route add 10.99.0.0/24 via 10.71.2.250
   out=$(timeout 30 "$lab" exec h2 --name "$name" --build "$build" -- rping -c -C 1 -a 10.99.0.1 2>&1)
