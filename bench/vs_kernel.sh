@@ -363,6 +363,12 @@ perftest_once() {  # leaves the result's fields in $work/fields.txt, CPU and cou
   local steal0; steal0=$(cpu_jiffies)
   timeout 60 "${exec_a[@]}" "${cmd[@]}" >"$work/server.out" 2>&1 & sv=$!
   for _ in $(seq 200); do grep -q 'Waiting for client' "$work/server.out" && break; sleep 0.05; done
+  # And its exchange socket listening (18515, 0x4853), in the server's namespace: perftest prints
+  # before it listens, and a loaded machine lets the client in between (connection refused).
+  for _ in $(seq 100); do
+    "${srv_ns[@]+"${srv_ns[@]}"}" grep -Eq ':4853 [0-9A-F]+:0000 0A' /proc/net/tcp /proc/net/tcp6 2>/dev/null && break
+    sleep 0.05
+  done
   timeout 60 "${exec_b[@]}" "${cmd[@]}" "$srv_ip" >"$work/client.out" 2>&1 & cl=$!
   : >"$work/cpu.txt"
   if [ "$kind" = bw ]; then
