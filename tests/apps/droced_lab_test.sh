@@ -8,7 +8,8 @@
 #
 # For each link:
 #   - the kernel keeps the netdev: ping across the router and a TCP connection work while droced
-#     runs, and again after RDMA traffic; the kernel never answers RoCE (no ICMP unreachable);
+#     runs, after RDMA traffic and while ib_write_bw runs; the kernel never answers RoCE (no ICMP
+#     unreachable);
 #   - RoCEv2 crosses the router: ibv_rc_pingpong (data checked), ib_write_bw with perftest's TCP
 #     exchange (IPv4 and IPv6 GIDs) and with rdma_cm (-R), and rping -V, between the subnets;
 #   - the GIDs follow the netdev: `ip addr add` on h1's eth0 shows up in `droce gids` and as an
@@ -185,6 +186,22 @@ for link in af_xdp af_packet; do
     pair "rping -V" rping -s -V -C 20 -a 0.0.0.0 -- rping -c -V -C 20 -a "$a1"
   fi
   kernel_keeps_netdev "after RDMA traffic"
+  if command -v ib_write_bw >/dev/null; then
+    # And while it flows: 4 s of ib_write_bw across the router, the kernel's ping and TCP meanwhile.
+    timeout 30 "$lab" exec h1 --name "$name" --build "$build" -- ib_write_bw -d droce0 -x 1 -s 4096 -D 4 \
+      >"$work/bg_server.txt" 2>&1 &
+    bgs=$!
+    sleep 1
+    timeout 30 "$lab" exec h2 --name "$name" --build "$build" -- ib_write_bw -d droce0 -x 1 -s 4096 -D 4 "$a1" \
+      >"$work/bg_client.txt" 2>&1 &
+    bgc=$!
+    sleep 1.5
+    kernel_keeps_netdev "while ib_write_bw runs"
+    wait $bgc; st_c=$?
+    wait $bgs; st_s=$?
+    [ $st_c -eq 0 ] && [ $st_s -eq 0 ] && pass "$link: the ib_write_bw beside them finished ($(grep -A1 '#bytes' "$work/bg_client.txt" | tail -1 | tr -s ' '))" \
+                                    || bad "$link: the ib_write_bw beside the kernel's traffic (client $st_c, server $st_s)"
+  fi
   noise2=$(kernel_noise "$name-h1")
   [ "$noise1" = "$noise2" ] && pass "$link: the kernel answered no RoCE packet (UdpNoPorts/unreachables $noise1)" \
                             || bad "$link: the kernel sent unreachables ($noise1 -> $noise2)"
