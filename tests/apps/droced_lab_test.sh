@@ -11,7 +11,8 @@
 #     runs, after RDMA traffic and while ib_write_bw runs; the kernel never answers RoCE (no ICMP
 #     unreachable);
 #   - RoCEv2 crosses the router: ibv_rc_pingpong (data checked), ib_write_bw with perftest's TCP
-#     exchange (IPv4 and IPv6 GIDs) and with rdma_cm (-R), and rping -V, between the subnets;
+#     exchange (IPv4 and IPv6 GIDs) and with rdma_cm (-R), rping -V, ucmatose, and UCX's
+#     ucx_perftest (UCT rc_verbs put_bw, UCP tag_bw), between the subnets;
 #   - the GIDs follow the netdev: `ip addr add` on h1's eth0 shows up in `droce gids` and as an
 #     IBV_EVENT_GID_CHANGE to a client within a second, `ip addr del` takes it away;
 #   - a route through a gateway that never answers fails the verb (EHOSTUNREACH), droced lives;
@@ -23,8 +24,9 @@
 # "default via GW" on each host, the router holding a gateway address in each of droce's subnets:
 # droce answers ARP for its addresses and resolves its gateway itself, and ibv_rc_pingpong and
 # ib_write_bw cross the router on droce's own GIDs (their TCP exchange on the kernel's).
-# Last, four hosts on one bridge (af_xdp): OpenMPI over UCX (rc_verbs, ud_verbs) with one rank on
-# each host, mpirun in h1 starting the others through `lab.sh rsh`, each rank on its host's droce0
+# Last, four hosts in the two subnets (af_xdp; h1 and h3 on one side of the router, h2 and h4 on
+# the other): OpenMPI over UCX (rc_verbs, ud_verbs) with one rank on each host, mpirun in h1
+# starting the others through `lab.sh rsh`, each rank on its host's droce0
 # (`lab.sh rank`): mpi_check's point-to-point, collectives and one-sided checks, and every
 # droced received RoCE frames.
 # Exit 77 without root or namespaces.
@@ -91,7 +93,7 @@ pair() {
   wait $spid
   st_s=$?
   if [ $st_c -eq 0 ] && [ $st_s -eq 0 ]; then
-    pass "$link: $what across the router: $(grep -E '^ *[0-9]+ +[0-9]+|bytes in|complete' "$work/client.txt" | tail -1 | tr -s ' ')"
+    pass "$link: $what across the router: $(grep -E '^ *[0-9]+ +[0-9]+|bytes in|complete|Final' "$work/client.txt" | tail -1 | tr -s ' ')"
   else
     bad "$link: $what across the router (client $st_c, server $st_s)"
     tail -6 "$work/client.txt" "$work/server.txt" | sed 's/^/    /'
@@ -184,6 +186,16 @@ for link in af_xdp af_packet; do
   fi
   if command -v rping >/dev/null; then
     pair "rping -V" rping -s -V -C 20 -a 0.0.0.0 -- rping -c -V -C 20 -a "$a1"
+    pair "ucmatose" ucmatose -p 7471 -c 4 -C 20 -- ucmatose -s "$a1" -p 7471 -c 4 -C 20
+  fi
+  if command -v ucx_perftest >/dev/null; then
+    # UCT over rc_verbs, and UCP's tag matching over rc_verbs and ud_verbs: UCX's own address
+    # exchange and address handles, routed.
+    pair "ucx_perftest rc_verbs put_bw" ucx_perftest -p 13337 -d droce0:1 -x rc_verbs -t put_bw -D zcopy -s 65536 -n 1000 -- \
+      ucx_perftest -p 13337 -d droce0:1 -x rc_verbs -t put_bw -D zcopy -s 65536 -n 1000 "$a1"
+    pair "ucx_perftest UCP tag_bw" env UCX_TLS=rc_verbs,ud_verbs,self UCX_NET_DEVICES=droce0:1 \
+      ucx_perftest -p 13338 -t tag_bw -s 65536 -n 500 -- \
+      env UCX_TLS=rc_verbs,ud_verbs,self UCX_NET_DEVICES=droce0:1 ucx_perftest -p 13338 -t tag_bw -s 65536 -n 500 "$a1"
   fi
   kernel_keeps_netdev "after RDMA traffic"
   if command -v ib_write_bw >/dev/null; then
@@ -282,12 +294,12 @@ else
   bad "own: the lab did not come up"
 fi
 
-echo "== four hosts on one bridge: MPI over UCX, a rank on each"
+echo "== four hosts in two subnets behind the router: MPI over UCX, a rank on each"
 link=mpi
 mpi_check=$build/tests/real_clients/mpi_check
 if ! command -v mpirun >/dev/null || [ ! -x "$mpi_check" ]; then
   echo "SKIP (part): MPI over four hosts: no mpirun (openmpi-bin) or no mpi_check built (libopenmpi-dev)"
-elif L up --hosts 4 --link af_xdp >"$work/up.txt" 2>&1; then
+elif L up --hosts 4 --routed --link af_xdp >"$work/up.txt" 2>&1; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   hosts=$(for i in 1 2 3 4; do printf '%s,' "$("$lab" addr h$i --name "$name")"; done)
   timeout 300 ip netns exec "$name-h1" mpirun --mca plm_rsh_agent "$lab rsh --name $name --build $build" \
