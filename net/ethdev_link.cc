@@ -299,6 +299,7 @@ int EthdevLink::setup(const PortConfig& cfg) {
 
   // Identity of a kernel netdev underneath, looked up in this namespace.
   info_.kernel_netdev = is_kernel_netdev_driver(info_.driver_name);
+  info_.kernel_sees_rx = info_.kernel_netdev && info_.driver_name != "net_af_xdp";
   if (info_.kernel_netdev) {
     link_follows_netdev_ = link_ignores_netdev(info_.driver_name);
     ctl_fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);

@@ -151,6 +151,11 @@ struct LinkInfo {
   MacAddr mac{};
   int mtu_result = 0;
   bool kernel_netdev = false;
+  /// The kernel's own stack receives a copy of every frame the link receives (af_packet, tap:
+  /// the link taps the netdev rather than taking frames from it), so RoCE to an address the
+  /// kernel shares would be answered with ICMP unless something keeps it quiet
+  /// (net/kernel_sink.h). False for af_xdp (its program takes the frames) and droce's own links.
+  bool kernel_sees_rx = false;
   std::string ifname;
   bool hot_plugged = false;
   uint16_t rx_queues = 0;

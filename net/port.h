@@ -144,6 +144,8 @@ class Port {
   int mtu_result() const { return info().mtu_result; }
   /// A kernel netdev under the port (af_packet, af_xdp, tap), and its name.
   bool kernel_netdev() const { return info().kernel_netdev; }
+  /// The kernel's stack gets a copy of what this port receives (LinkInfo::kernel_sees_rx).
+  bool kernel_sees_rx() const { return info().kernel_sees_rx; }
   const std::string& ifname() const { return info().ifname; }
   /// The kernel netdev's own MTU (SIOCGIFMTU in the port's namespace), or
   /// -errno (-ENODEV without a netdev). For af_packet this, not mtu(), is what

@@ -177,7 +177,7 @@ int Daemon::start(const DaemonConfig& cfg) {
     explain_open_failure(cfg_.port);
     return rc;
   }
-  if (port_->kernel_netdev() && port_->driver_name() != "net_af_xdp") {
+  if (port_->kernel_sees_rx()) {
     // The kernel sees these frames too: keep it from answering them (net/kernel_sink.h).
     if (int r = net::open_udp_sink(port_->ifname(), rocev2::kRoceV2UdpPort, &udp_sink_); r != 0)
       DROCE_LOG(WARNING, app, "%s: cannot bind UDP %u on %s to keep the kernel from answering RoCE packets: %s%s",
@@ -236,7 +236,7 @@ int Daemon::start(const DaemonConfig& cfg) {
   if (rc != 0) return rc;
   dc.group = group_.get();
   group_->routes() = std::move(routes);
-  if (port_->driver_name() == "net_af_xdp" && !cfg.netdev.empty()) {
+  if (!cfg.netdev.empty() && cfg.link == "af_xdp") {
     if (int r = net::XdpFilter::open(port_->ifname(), &xdp_); r != 0) {
       DROCE_LOG(ERR, app, "%s: droce's XDP program is not on %s (%s): the kernel would lose the netdev",
                 cfg.name.c_str(), port_->ifname().c_str(), std::strerror(-r));
