@@ -3,16 +3,14 @@
 #include <fcntl.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <bit>
 #include <cstring>
 
+#include "apps/droced/session_objects.h"
 #include "core/capabilities.h"
 #include "core/log.h"
-#include "rocev2/ctl_attr.h"
 
 namespace droce::droced {
 
@@ -22,11 +20,7 @@ namespace abi = core::abi;
 namespace {
 
 constexpr uint32_t kDrainBurst = 64;
-constexpr const char* kVersion = "droce 0.1.0";
 
-uint32_t pow2_at_least(uint32_t n) { return n <= 1 ? 1 : std::bit_ceil(n); }
-
-void store_flag(uint32_t* p, uint32_t v) { std::atomic_ref<uint32_t>(*p).store(v); }
 uint32_t take_flag(uint32_t* p) { return std::atomic_ref<uint32_t>(*p).exchange(0); }
 
 // Clears a doorbell flag, then a full fence, so what is read next (a producer
@@ -39,100 +33,7 @@ void clear_flag_fenced(uint32_t* p) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
-void write_eventfd(int fd) {
-  const uint64_t one = 1;
-  // A full counter (2^64 - 2 unread events) or a closed reader loses nothing
-  // that matters: the reader wakes either way.
-  [[maybe_unused]] ssize_t n = ::write(fd, &one, sizeof one);
-}
-
-// The region of a queue (QP, SRQ or CQ): the doorbell block, then rings. Populated up front (no
-// page faults on the data path) unless it is large: a CQ of millions of entries (max_cqe is
-// mlx5's) gets its pages as it is written.
-constexpr size_t kPopulateMax = size_t{16} << 20;
-
-int make_region(const char* name, size_t bytes, core::ShmRegion* out) {
-  core::ShmMapOptions o;
-  o.populate = bytes <= kPopulateMax;
-  return core::ShmRegion::create(name, bytes, o, out);
-}
-
-size_t align64(size_t n) { return (n + 63) & ~size_t{63}; }
-
 }  // namespace
-
-// ---- Shared objects ---------------------------------------------------------
-
-struct Session::SharedCq final : rocev2::CqSink {
-  rocev2::Cq* cq = nullptr;
-  core::ShmRegion region;
-  abi::QueueDoorbellBlock* block = nullptr;  // sq_pending: arm doorbell in flight; rq_pending: mode bits
-  core::ShmRingProducer ring;
-  core::Fd event_fd;
-  uint32_t users = 0;
-  // A completion channel (register_channel): notifications go there as one
-  // 8-byte record, the client's handle for the CQ, instead of to event_fd.
-  std::shared_ptr<core::Fd> channel;
-  uint64_t user_handle = 0;
-  uint64_t events_written = 0;  ///< records written to `channel` (DestroyCqReply)
-
-  Session* session = nullptr;
-  /// The ring's producer index just after the last completion that would end
-  /// a solicited-only arm (arm_cq's catch-up for arms that came late).
-  uint32_t solicited_end = 0;
-
-  bool push(const rocev2::Completion& c, bool solicited) override {
-    if (session != nullptr) session->release_for_completion(c.qp_num);
-    abi::Cqe e;
-    rocev2::encode_cqe(c, &e);
-    if (ring.try_push(&e) != core::ShmRingStatus::ok) return false;
-    if (solicited) solicited_end = ring.index();
-    return true;
-  }
-  void notify() override {
-    if (!channel) return write_eventfd(event_fd.get());
-    // Non-blocking; a full pipe (thousands of unread events) or a reader
-    // that is gone loses the record, and SIGPIPE is ignored by droced.
-    if (::write(channel->get(), &user_handle, sizeof user_handle) == sizeof user_handle) ++events_written;
-  }
-};
-
-struct Session::SharedQueue {
-  core::ShmRingConsumer ring;
-  uint32_t* pending = nullptr;  // the doorbell flag in the region's block
-  rocev2::WqeLimits limits;
-  uint32_t ahead = 0;    // entries read into the engine, slots not yet released
-  uint32_t mark = 0;     // the engine's retire index at the last release
-  uint32_t refused = 0;  // entries refused since the last release
-  bool backlog = false;  // the engine had no room: drain again next loop
-};
-
-struct Session::SharedQp {
-  uint32_t qpn = 0;
-  rocev2::QpType type = rocev2::QpType::rc;
-  core::ShmRegion region;
-  SharedQueue sq, rq;
-  bool has_rq = false;
-  SharedCq* send_cq = nullptr;
-  SharedCq* recv_cq = nullptr;
-  SharedSrq* srq = nullptr;
-  bool active = false;  // on active_qps_
-};
-
-struct Session::SharedSrq {
-  rocev2::Srq* srq = nullptr;
-  core::ShmRegion region;
-  SharedQueue rq;
-  uint32_t users = 0;
-  bool active = false;
-};
-
-struct Session::MrEntry {
-  uint32_t lkey = 0;
-  uint32_t rkey = 0;
-  uint64_t page_va = 0;  ///< the client address of memory.data()
-  PeerMemory memory;
-};
 
 // ---- Life ---------------------------------------------------------------------
 
@@ -292,7 +193,7 @@ void Session::handle(const std::vector<uint8_t>& msg, std::vector<core::Fd>& fds
       r.max_mcast_grp = dev_->limits.max_mcast_grp;
       r.max_mcast_qp_attach = dev_->limits.max_mcast_qp_attach;
       r.max_total_mcast_qp_attach = dev_->limits.max_total_mcast_qp_attach;
-      std::snprintf(r.fw_ver, sizeof r.fw_ver, "%s", kVersion);
+      std::snprintf(r.fw_ver, sizeof r.fw_ver, "%s", kDaemonVersion);
       reply(h, 0, &r, sizeof r);
       return;
     }
@@ -605,7 +506,7 @@ int Session::on_hello(const std::vector<uint8_t>& msg, const CtlHeader& h) {
   r.context_id = id_;
   r.phys_port_cnt = 1;
   std::snprintf(r.device_name, sizeof r.device_name, "%s", dev_->name.c_str());
-  std::snprintf(r.daemon_version, sizeof r.daemon_version, "%s", kVersion);
+  std::snprintf(r.daemon_version, sizeof r.daemon_version, "%s", kDaemonVersion);
   r.context_bytes = context_.size();
   r.doorbell_offset = db_off;
   r.doorbell_entries = db_entries;
@@ -1333,3 +1234,4 @@ core::WakeStamp Session::wake_stamp() const {
 }
 
 }  // namespace droce::droced
+
