@@ -24,7 +24,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -140,15 +142,75 @@ class Session {
   struct SharedSrq;
   struct MrEntry;
 
+  // ---- Control: one table indexed by message type (session_control.cc) ----
+  // Adding a control message touches its MsgType (core/ctl_protocol.h), one entry in its
+  // family's table and its handler: a specialization of serve<> beside that table
+  // (session_device.cc, session_pd.cc, session_mr.cc, session_cq.cc, session_srq.cc,
+  // session_qp.cc, session_ah.cc, session_mcast.cc).
+
+  /// One control request as its handler sees it.
+  struct Control {
+    const core::ctl::CtlHeader& h;
+    const std::vector<uint8_t>& msg;  ///< the whole message (reg_mr reads the tail past its body)
+    std::vector<core::Fd>& fds;       ///< the descriptors that came with it (a handler may take them)
+    uint64_t now_ns;
+  };
+  /// The body of a message that has none (nothing is decoded; extra bytes are ignored).
+  struct NoBody {};
+  /// When a request may come, checked before its body is decoded.
+  enum class When : uint8_t {
+    after_hello,   ///< before hello: a protocol violation (the session is faulted)
+    any_time,      ///< stats: the droce CLI asks without a context
+    before_hello,  ///< hello itself: a second one is answered -EALREADY
+  };
+  struct ControlEntry {
+    core::ctl::MsgType type{};
+    When when = When::after_hello;
+    /// decode_and_serve<> for the message's handler and body; nullptr: no such request.
+    void (*serve)(Session& s, const Control& c) = nullptr;
+  };
+
+  /// The handler of message T: replies (reply()) or, for a deferred request, records it in
+  /// pending_ and leaves the reply to poll_pending(). Defined only as explicit
+  /// specializations, each in its family's file before that file's table.
+  template <core::ctl::MsgType T, class Body>
+  void serve(const Control& c, const Body& q);
+  /// The one adapter: decodes Body (at least MinSize bytes, the rest zero) and calls
+  /// serve<T>, or replies -EINVAL to a body that does not decode.
+  template <core::ctl::MsgType T, class Body, size_t MinSize = sizeof(Body)>
+  static void decode_and_serve(Session& s, const Control& c) {
+    Body q{};
+    if constexpr (!std::is_empty_v<Body>) {
+      if (core::ctl::decode_body(c.msg, &q, MinSize) != 0) return s.reply(c.h, -EINVAL);
+    }
+    s.serve<T>(c, q);
+  }
+  /// A table entry for message T whose request body is Body (NoBody: none).
+  template <core::ctl::MsgType T, class Body, size_t MinSize = sizeof(Body)>
+  static constexpr ControlEntry control(When when = When::after_hello) {
+    return {T, when, &decode_and_serve<T, Body, MinSize>};
+  }
+  /// Each family's entries (beside its handlers), gathered into the table by control_for().
+  static std::span<const ControlEntry> device_controls();
+  static std::span<const ControlEntry> pd_controls();
+  static std::span<const ControlEntry> mr_controls();
+  static std::span<const ControlEntry> cq_controls();
+  static std::span<const ControlEntry> srq_controls();
+  static std::span<const ControlEntry> qp_controls();
+  static std::span<const ControlEntry> ah_controls();
+  static std::span<const ControlEntry> mcast_controls();
+  /// The entry of message type `type`; nullptr when no family serves it.
+  static const ControlEntry* control_for(uint16_t type);
+
   void handle(const std::vector<uint8_t>& msg, std::vector<core::Fd>& fds, uint64_t now_ns);
   void reply(const core::ctl::CtlHeader& h, int status, const void* body = nullptr, size_t len = 0,
              std::span<const int> fds = {});
   void fault(const char* why);
 
-  int on_hello(const std::vector<uint8_t>& msg, const core::ctl::CtlHeader& h);
-  int on_reg_mr(const std::vector<uint8_t>& msg, std::vector<core::Fd>& fds, core::ctl::RegMrReply* out);
+  int on_hello(const core::ctl::HelloRequest& q, const core::ctl::CtlHeader& h);
+  int on_reg_mr(const core::ctl::RegMrRequest& q, const Control& c, core::ctl::RegMrReply* out);
   /// ibv_rereg_mr in place (rereg_mr): the keys stay.
-  int on_rereg_mr(const std::vector<uint8_t>& msg, std::vector<core::Fd>& fds, core::ctl::RegMrReply* out);
+  int on_rereg_mr(const core::ctl::ReregMrRequest& q, const Control& c, core::ctl::RegMrReply* out);
   int on_create_cq(const core::ctl::CreateCqRequest& r, core::ctl::CreateCqReply* out, std::unique_ptr<SharedCq>* made);
   /// A completion channel's write end (register_channel).
   int on_register_channel(std::vector<core::Fd>& fds, uint32_t* id);
@@ -167,16 +229,6 @@ class Session {
   int destroy_srq(uint32_t id);
   /// Fills the address vector from the client's: source GID, VLAN, MACs.
   int build_av(const core::ctl::WireAv& w, rocev2::AddressVector* av) const;
-
-  /// Requests served outside handle()'s switch, each in the files of its feature; handle()
-  /// looks a type up here (session_routes.cc) when its switch does not name it.
-  struct Route {
-    core::ctl::MsgType type;
-    void (*serve)(Session& s, const core::ctl::CtlHeader& h, const std::vector<uint8_t>& msg);
-  };
-  static const Route* route_for(core::ctl::MsgType type);
-  /// attach_mcast / detach_mcast (session_mcast.cc): a QP of this client's only.
-  static void serve_mcast(Session& s, const core::ctl::CtlHeader& h, const std::vector<uint8_t>& msg);
 
   void drain_sq(SharedQp& q);
   void drain_rq(SharedQp& q);

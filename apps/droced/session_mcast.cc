@@ -6,24 +6,35 @@
 #include <cstring>
 
 #include "apps/droced/device_core.h"
-#include "apps/droced/session.h"
+#include "apps/droced/session_objects.h"
 
 namespace droce::droced {
 
-using core::ctl::CtlHeader;
 using core::ctl::McastRequest;
 using core::ctl::MsgType;
 
-void Session::serve_mcast(Session& s, const CtlHeader& h, const std::vector<uint8_t>& msg) {
-  McastRequest q;
-  if (core::ctl::decode_body(msg, &q) != 0 || s.qps_.find(q.qpn) == s.qps_.end()) {
-    s.reply(h, -EINVAL);  // another client's QP is not there either
-    return;
-  }
+template <>
+void Session::serve<MsgType::attach_mcast>(const Control& c, const McastRequest& q) {
+  if (qps_.find(q.qpn) == qps_.end()) return reply(c.h, -EINVAL);  // another client's QP is not there either
   net::IpAddr gid;
   std::memcpy(gid.data(), q.gid, gid.size());
-  const bool attach = h.type == uint16_t(MsgType::attach_mcast);
-  s.reply(h, attach ? s.dev_->core->attach_mcast(q.qpn, gid) : s.dev_->core->detach_mcast(q.qpn, gid));
+  reply(c.h, dev_->core->attach_mcast(q.qpn, gid));
+}
+
+template <>
+void Session::serve<MsgType::detach_mcast>(const Control& c, const McastRequest& q) {
+  if (qps_.find(q.qpn) == qps_.end()) return reply(c.h, -EINVAL);
+  net::IpAddr gid;
+  std::memcpy(gid.data(), q.gid, gid.size());
+  reply(c.h, dev_->core->detach_mcast(q.qpn, gid));
+}
+
+std::span<const Session::ControlEntry> Session::mcast_controls() {
+  static constexpr ControlEntry kEntries[] = {
+      control<MsgType::attach_mcast, McastRequest>(),
+      control<MsgType::detach_mcast, McastRequest>(),
+  };
+  return kEntries;
 }
 
 }  // namespace droce::droced
