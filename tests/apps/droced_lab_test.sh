@@ -68,7 +68,11 @@ s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("0.0.0.0", 18515 + 7)); s.listen(1); s.settimeout(10)
 c, _ = s.accept(); c.sendall(c.recv(64).upper())' &
   local spid=$!
-  sleep 0.3
+  # Listening (18522 is 0x485A) before the client dials: python's start-up is slow on a busy machine.
+  for _ in $(seq 100); do
+    inns h1 grep -q ':485A 00000000:0000 0A' /proc/net/tcp && break
+    sleep 0.05
+  done
   local got
   got=$(inns h2 python3 -c "
 import socket
