@@ -76,11 +76,11 @@ if [ "$(id -u)" -eq 0 ]; then
   echo "### the two hosts as two machines: each droced in a namespace whose kernel owns its address (10.77.0.1, 10.77.0.2)"
   export DROCE_PAIR_NETNS=1
   droced_pair_start build/release/apps build/demo/hosts
-  echo '$ qperf -cm1 10.77.0.1 rc_bw rc_lat   (B runs; qperf serves on A)'
+  echo '$ qperf -cm1 10.77.0.1 rc_bw   (B runs; qperf serves on A)'
   droced_pair_run a qperf >build/demo/qperf.server 2>&1 &
   server=$!
   sleep 1
-  droced_pair_run b qperf -cm1 10.77.0.1 rc_bw rc_lat
+  droced_pair_run b qperf -cm1 10.77.0.1 rc_bw
   kill "$server" 2>/dev/null; wait "$server" 2>/dev/null || true
   echo "\$ fi_pingpong -p 'verbs;ofi_rxm' -e rdm -c 10.77.0.1   (libfabric finds droce0 by the kernel's address)"
   droced_pair_run a fi_pingpong -p 'verbs;ofi_rxm' -e rdm -c -I 1000 >build/demo/fi.server 2>&1 &

@@ -81,7 +81,8 @@ c = socket.create_connection(('$a1', 18522), timeout=5); c.sendall(b'roce'); pri
   if [ "$got" = ROCE ]; then pass "$link: kernel TCP across the router $1"; else bad "$link: kernel TCP $1: $got"; fi
 }
 
-# pair WHAT SERVER_ARGS -- CLIENT_ARGS: server on h1, client on h2 (h1's address appended).
+# [PORT=P] pair WHAT SERVER_ARGS -- CLIENT_ARGS: server on h1, client on h2, the client started once
+# the server listens (on TCP port P, or as an rdma_cm id when P is not given).
 pair() {
   local what=$1 spid st_s st_c
   shift
@@ -91,7 +92,7 @@ pair() {
   cargs=("$@")
   timeout 60 "$lab" exec h1 --name "$name" --build "$build" -- "${sargs[@]}" >"$work/server.txt" 2>&1 &
   spid=$!
-  sleep 1
+  DROCE_BIN=$droce server_ready "$name-h1" "/run/droce-lab/$name/h1/droce0.sock" "${PORT:-}"
   timeout 60 "$lab" exec h2 --name "$name" --build "$build" -- "${cargs[@]}" >"$work/client.txt" 2>&1
   st_c=$?
   wait $spid
@@ -100,7 +101,7 @@ pair() {
     pass "$link: $what across the router: $(grep -E '^ *[0-9]+ +[0-9]+|bytes in|complete|Final' "$work/client.txt" | tail -1 | tr -s ' ')"
   else
     bad "$link: $what across the router (client $st_c, server $st_s)"
-    tail -6 "$work/client.txt" "$work/server.txt" | sed 's/^/    /'
+    tail -n 6 "$work/client.txt" "$work/server.txt" | sed 's/^/    /'
   fi
 }
 
@@ -180,13 +181,13 @@ for link in af_xdp af_packet; do
   kernel_keeps_netdev "with droced running"
   a1=$("$lab" addr h1 --name "$name")
   if command -v ibv_rc_pingpong >/dev/null; then
-    pair "ibv_rc_pingpong -c" ibv_rc_pingpong -d droce0 -g 1 -n 200 -c -- ibv_rc_pingpong -d droce0 -g 1 -n 200 -c "$a1"
+    PORT=18515 pair "ibv_rc_pingpong -c" ibv_rc_pingpong -d droce0 -g 1 -n 200 -c -- ibv_rc_pingpong -d droce0 -g 1 -n 200 -c "$a1"
   fi
   if command -v ib_write_bw >/dev/null; then
-    pair "ib_write_bw (TCP exchange)" ib_write_bw -d droce0 -x 1 -n 500 -s 65536 -- ib_write_bw -d droce0 -x 1 -n 500 -s 65536 "$a1"
+    PORT=18515 pair "ib_write_bw (TCP exchange)" ib_write_bw -d droce0 -x 1 -n 500 -s 65536 -- ib_write_bw -d droce0 -x 1 -n 500 -s 65536 "$a1"
     pair "ib_write_bw -R (rdma_cm)" ib_write_bw -d droce0 -R -n 500 -s 4096 -- ib_write_bw -d droce0 -R -n 500 -s 4096 "$a1"
     # GID 2 is each host's IPv6 address: the kernel's IPv6 route and neighbour (ND) this time.
-    pair "ib_write_bw over IPv6 (GID 2)" ib_write_bw -d droce0 -x 2 -n 500 -s 4096 -- ib_write_bw -d droce0 -x 2 -n 500 -s 4096 "$a1"
+    PORT=18515 pair "ib_write_bw over IPv6 (GID 2)" ib_write_bw -d droce0 -x 2 -n 500 -s 4096 -- ib_write_bw -d droce0 -x 2 -n 500 -s 4096 "$a1"
   fi
   if command -v rping >/dev/null; then
     pair "rping -V" rping -s -V -C 20 -a 0.0.0.0 -- rping -c -V -C 20 -a "$a1"
@@ -195,9 +196,9 @@ for link in af_xdp af_packet; do
   if command -v ucx_perftest >/dev/null; then
     # UCT over rc_verbs, and UCP's tag matching over rc_verbs and ud_verbs: UCX's own address
     # exchange and address handles, routed.
-    pair "ucx_perftest rc_verbs put_bw" ucx_perftest -p 13337 -d droce0:1 -x rc_verbs -t put_bw -D zcopy -s 65536 -n 1000 -- \
+    PORT=13337 pair "ucx_perftest rc_verbs put_bw" ucx_perftest -p 13337 -d droce0:1 -x rc_verbs -t put_bw -D zcopy -s 65536 -n 1000 -- \
       ucx_perftest -p 13337 -d droce0:1 -x rc_verbs -t put_bw -D zcopy -s 65536 -n 1000 "$a1"
-    pair "ucx_perftest UCP tag_bw" env UCX_TLS=rc_verbs,ud_verbs,self UCX_NET_DEVICES=droce0:1 \
+    PORT=13338 pair "ucx_perftest UCP tag_bw" env UCX_TLS=rc_verbs,ud_verbs,self UCX_NET_DEVICES=droce0:1 \
       ucx_perftest -p 13338 -t tag_bw -s 65536 -n 500 -- \
       env UCX_TLS=rc_verbs,ud_verbs,self UCX_NET_DEVICES=droce0:1 ucx_perftest -p 13338 -t tag_bw -s 65536 -n 500 "$a1"
   fi
@@ -283,11 +284,11 @@ if L up --hosts 2 --routed --no-droced >"$work/up.txt" 2>&1; then
   done
   a1=$("$lab" addr h1 --name "$name")
   if command -v ibv_rc_pingpong >/dev/null; then
-    pair "ibv_rc_pingpong -c (droce's own GIDs)" ibv_rc_pingpong -d droce0 -g 1 -n 200 -c -- \
+    PORT=18515 pair "ibv_rc_pingpong -c (droce's own GIDs)" ibv_rc_pingpong -d droce0 -g 1 -n 200 -c -- \
       ibv_rc_pingpong -d droce0 -g 1 -n 200 -c "$a1"
   fi
   if command -v ib_write_bw >/dev/null; then
-    pair "ib_write_bw (droce's own GIDs)" ib_write_bw -d droce0 -x 1 -n 500 -s 65536 -- \
+    PORT=18515 pair "ib_write_bw (droce's own GIDs)" ib_write_bw -d droce0 -x 1 -n 500 -s 65536 -- \
       ib_write_bw -d droce0 -x 1 -n 500 -s 65536 "$a1"
   fi
   arp=$(ip netns exec "$name-sw" ip neigh show 10.72.1.11 dev br1)
