@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 namespace droce::net {
 
@@ -66,5 +67,10 @@ constexpr bool is_multicast(const IpAddr& a) {
 constexpr uint32_t ipv4_of(const IpAddr& a) {
   return (uint32_t{a[12]} << 24) | (uint32_t{a[13]} << 16) | (uint32_t{a[14]} << 8) | a[15];
 }
+
+/// An address as text: dotted IPv4 for an IPv4-mapped one, else IPv6. Control path.
+std::string format_ip(const IpAddr& a);
+/// An IPv4 address (as its IPv4-mapped GID) or an IPv6 address; false if neither.
+bool parse_ip(const std::string& text, IpAddr* out);
 
 }  // namespace droce::net

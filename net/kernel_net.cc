@@ -166,7 +166,7 @@ bool for_each_message(std::span<const uint8_t> buf,
     f(h.nlmsg_type, buf.subspan(off, h.nlmsg_len));
     off += align_nl(h.nlmsg_len);
   }
-  return off == buf.size() || off >= buf.size();
+  return off >= buf.size();
 }
 
 NlParse parse_route(std::span<const uint8_t> msg, KernelRoute* out, int* err) {

@@ -1,7 +1,5 @@
 #include "net/route_table.h"
 
-#include <arpa/inet.h>
-
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -14,35 +12,10 @@ bool is_zero(const IpAddr& a) { return same_ip(a, IpAddr{}); }
 
 bool is_link_local_v6(const IpAddr& a) { return !is_ipv4_mapped(a) && a[0] == 0xfe && (a[1] & 0xc0) == 0x80; }
 
-// One address in either family, in GID form.
-bool parse_one(std::string_view text, IpAddr* out) {
-  char buf[INET6_ADDRSTRLEN + 1];
-  if (text.empty() || text.size() >= sizeof buf) return false;
-  std::memcpy(buf, text.data(), text.size());
-  buf[text.size()] = '\0';
-  in_addr v4;
-  if (::inet_pton(AF_INET, buf, &v4) == 1) {
-    *out = ipv4_mapped(ntohl(v4.s_addr));
-    return true;
-  }
-  in6_addr v6;
-  if (::inet_pton(AF_INET6, buf, &v6) == 1) {
-    std::memcpy(out->data(), &v6, 16);
-    return true;
-  }
-  return false;
-}
+// One address in either family, in GID form (net/addr.h's parser, on a piece of the text).
+bool parse_one(std::string_view text, IpAddr* out) { return parse_ip(std::string(text), out); }
 
-std::string format_one(const IpAddr& a) {
-  char buf[INET6_ADDRSTRLEN];
-  if (is_ipv4_mapped(a)) {
-    in_addr v4{htonl(ipv4_of(a))};
-    ::inet_ntop(AF_INET, &v4, buf, sizeof buf);
-  } else {
-    ::inet_ntop(AF_INET6, a.data(), buf, sizeof buf);
-  }
-  return buf;
-}
+std::string format_one(const IpAddr& a) { return format_ip(a); }
 
 bool parse_uint(std::string_view s, uint64_t max, uint64_t* out) {
   uint64_t v = 0;

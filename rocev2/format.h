@@ -9,10 +9,9 @@
 
 namespace droce::rocev2 {
 
-std::string format_ip(const IpAddr& a);
+using net::format_ip;  // net/addr.h
+using net::parse_ip;
 std::string format_mac(const MacAddr& m);
-/// An IPv4 address (as its IPv4-mapped GID) or an IPv6 address; false if neither.
-bool parse_ip(const std::string& text, IpAddr* out);
 
 /// Multi-line text, tshark-like: one line per layer, then the verdict.
 /// Shows as much as was parsed before a failure.
