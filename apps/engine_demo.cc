@@ -16,7 +16,7 @@
 #include <string>
 #include <string_view>
 
-#include "apps/droced/device_core.h"
+#include "droced/device_core.h"
 #include "core/clock.h"
 #include "net/eal.h"
 #include "rocev2/format.h"

@@ -635,7 +635,7 @@ void Context::ring_doorbell(uint16_t kind, uint32_t id, uint32_t* pending) {
 
 void Context::wait_doorbells_taken() {
   // droced's worker takes doorbells at the top of its loop, hands the WRs to
-  // the engine, runs it, and reads control requests after that (apps/droced/
+  // the engine, runs it, and reads control requests after that (droced/
   // worker.h): once the ring is empty, a request sent now is read after the
   // engine saw every WR posted before it. droced takes doorbells every loop
   // and wakes for them, so this is short; the bound is for a droced stuck or

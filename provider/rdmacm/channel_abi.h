@@ -1,6 +1,6 @@
 /*
  * The rdma_cm channel protocol between libdroce-rdmacm.so (the preload that gives librdmacm its
- * /dev/infiniband/rdma_cm) and droced (apps/droced/cm_host.h), over a SOCK_SEQPACKET socket per
+ * /dev/infiniband/rdma_cm) and droced (droced/cm_host.h), over a SOCK_SEQPACKET socket per
  * event channel: <control socket without ".sock">.cm.sock next to droced's control socket.
  *
  * Each request is one message: droce_cm_request, then `cmd_len` bytes of what librdmacm wrote

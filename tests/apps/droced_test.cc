@@ -287,7 +287,7 @@ TEST_F(TwoDaemons, DropRateLosesFramesAndRcRetransmitsThroughIt) {
 }
 
 // The events mask of every eventfd `pid`'s epoll instances watch under `key` (the epoll data
-// droced gives it, apps/droced/daemon.h), read from /proc/PID/fdinfo (DPDK's own epoll uses
+// droced gives it, droced/daemon.h), read from /proc/PID/fdinfo (DPDK's own epoll uses
 // small keys too, for a pipe).
 std::vector<uint32_t> epoll_events_of(pid_t pid, uint64_t key) {
   std::vector<uint32_t> out;

@@ -1,0 +1,117 @@
+#pragma once
+// The objects a session shares with its client (regions, rings, the CQ sink) and the small
+// helpers the session's files share. Private to droced/session*.cc.
+
+#include <unistd.h>
+
+#include <atomic>
+#include <bit>
+#include <cstdint>
+#include <memory>
+
+#include "droced/session.h"
+#include "core/queue_abi.h"
+#include "core/shm_region.h"
+#include "core/shm_ring.h"
+#include "rocev2/ctl_attr.h"
+
+namespace droce::droced {
+
+inline constexpr const char* kDaemonVersion = "droce 0.1.0";
+
+inline uint32_t pow2_at_least(uint32_t n) { return n <= 1 ? 1 : std::bit_ceil(n); }
+
+inline void store_flag(uint32_t* p, uint32_t v) { std::atomic_ref<uint32_t>(*p).store(v); }
+
+inline void write_eventfd(int fd) {
+  const uint64_t one = 1;
+  // A full counter (2^64 - 2 unread events) or a closed reader loses nothing
+  // that matters: the reader wakes either way.
+  [[maybe_unused]] ssize_t n = ::write(fd, &one, sizeof one);
+}
+
+// The region of a queue (QP, SRQ or CQ): the doorbell block, then rings. Populated up front (no
+// page faults on the data path) unless it is large: a CQ of millions of entries (max_cqe is
+// mlx5's) gets its pages as it is written.
+inline constexpr size_t kPopulateMax = size_t{16} << 20;
+
+inline int make_region(const char* name, size_t bytes, core::ShmRegion* out) {
+  core::ShmMapOptions o;
+  o.populate = bytes <= kPopulateMax;
+  return core::ShmRegion::create(name, bytes, o, out);
+}
+
+inline size_t align64(size_t n) { return (n + 63) & ~size_t{63}; }
+
+struct Session::SharedCq final : rocev2::CqSink {
+  rocev2::Cq* cq = nullptr;
+  core::ShmRegion region;
+  core::abi::QueueDoorbellBlock* block = nullptr;  // sq_pending: arm doorbell in flight; rq_pending: mode bits
+  core::ShmRingProducer ring;
+  core::Fd event_fd;
+  uint32_t users = 0;
+  // A completion channel (register_channel): notifications go there as one
+  // 8-byte record, the client's handle for the CQ, instead of to event_fd.
+  std::shared_ptr<core::Fd> channel;
+  uint64_t user_handle = 0;
+  uint64_t events_written = 0;  ///< records written to `channel` (DestroyCqReply)
+
+  Session* session = nullptr;
+  /// The ring's producer index just after the last completion that would end
+  /// a solicited-only arm (arm_cq's catch-up for arms that came late).
+  uint32_t solicited_end = 0;
+
+  bool push(const rocev2::Completion& c, bool solicited) override {
+    if (session != nullptr) session->release_for_completion(c.qp_num);
+    core::abi::Cqe e;
+    rocev2::encode_cqe(c, &e);
+    if (ring.try_push(&e) != core::ShmRingStatus::ok) return false;
+    if (solicited) solicited_end = ring.index();
+    return true;
+  }
+  void notify() override {
+    if (!channel) return write_eventfd(event_fd.get());
+    // Non-blocking; a full pipe (thousands of unread events) or a reader
+    // that is gone loses the record, and SIGPIPE is ignored by droced.
+    if (::write(channel->get(), &user_handle, sizeof user_handle) == sizeof user_handle) ++events_written;
+  }
+};
+
+struct Session::SharedQueue {
+  core::ShmRingConsumer ring;
+  uint32_t* pending = nullptr;  // the doorbell flag in the region's block
+  rocev2::WqeLimits limits;
+  uint32_t ahead = 0;    // entries read into the engine, slots not yet released
+  uint32_t mark = 0;     // the engine's retire index at the last release
+  uint32_t refused = 0;  // entries refused since the last release
+  bool backlog = false;  // the engine had no room: drain again next loop
+};
+
+struct Session::SharedQp {
+  uint32_t qpn = 0;
+  rocev2::QpType type = rocev2::QpType::rc;
+  core::ShmRegion region;
+  SharedQueue sq, rq;
+  bool has_rq = false;
+  SharedCq* send_cq = nullptr;
+  SharedCq* recv_cq = nullptr;
+  SharedSrq* srq = nullptr;
+  bool active = false;  // on active_qps_
+};
+
+struct Session::SharedSrq {
+  rocev2::Srq* srq = nullptr;
+  core::ShmRegion region;
+  SharedQueue rq;
+  uint32_t users = 0;
+  bool active = false;
+};
+
+struct Session::MrEntry {
+  uint32_t lkey = 0;
+  uint32_t rkey = 0;
+  uint64_t page_va = 0;  ///< the client address of memory.data()
+  PeerMemory memory;
+};
+
+}  // namespace droce::droced
