@@ -46,7 +46,7 @@ inline uint64_t monotonic_ns() {
 
 /// When something woke a sleeping thread, and from which CPU: what a waker leaves in shared
 /// memory beside its eventfd write (a client's doorbell, the same-host link), a hint the
-/// woken thread uses to judge its spin (apps/droced/spin_policy.h). Never trusted beyond that.
+/// woken thread uses to judge its spin (droced/spin_policy.h). Never trusted beyond that.
 struct WakeStamp {
   uint64_t ns = 0;  ///< CLOCK_MONOTONIC; 0: none
   int cpu = -1;     ///< -1: unknown

@@ -82,7 +82,7 @@ enum DeviceState : uint32_t { kDeviceRunning = 1, kDeviceFatal = 2 };
 /// The first page of a client's context region. droced writes the first line;
 /// the client reads it. `daemon_sleeping` sits on its own cache line: the
 /// client reads it after each doorbell and, when set, stamps waker_cpu and
-/// waker_ns (droced's spin uses them, apps/droced/spin_policy.h; a hint, 0
+/// waker_ns (droced's spin uses them, droced/spin_policy.h; a hint, 0
 /// from older clients) and writes the wake eventfd.
 struct ContextPage {
   uint32_t magic;
