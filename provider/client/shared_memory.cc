@@ -104,6 +104,9 @@ void install_fork_handler() {
   std::call_once(once, [] { ::pthread_atfork(nullptr, nullptr, privatize_converted_pages); });
 }
 
+// What one process_vm_readv in convert() copies (under MAX_RW_COUNT, a whole number of pages).
+constexpr size_t kCopyChunk = size_t{1} << 30;
+
 void page_bounds(const void* addr, size_t length, uintptr_t* start, uintptr_t* end) {
   const uintptr_t page = core::page_size();
   const auto a = reinterpret_cast<uintptr_t>(addr);
@@ -125,14 +128,20 @@ int SharedMemory::convert(uintptr_t start, uintptr_t end) {
   void* tmp = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, raw, 0);
   if (tmp == MAP_FAILED) return -errno;
   // Copy the current contents without trusting that every page is readable:
-  // process_vm_readv reports EFAULT where a plain copy would crash.
-  const iovec local{tmp, len};
-  const iovec remote{reinterpret_cast<void*>(start), len};
-  const ssize_t got = ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0);
-  if (got != static_cast<ssize_t>(len)) {
-    const int e = got < 0 ? errno : EFAULT;
-    ::munmap(tmp, len);
-    return -(e == ESRCH || e == EPERM ? EFAULT : e);
+  // process_vm_readv reports EFAULT where a plain copy would crash. One call
+  // moves at most MAX_RW_COUNT (2 GiB less a page) and returns that much as a
+  // partial count, so a larger region goes in chunks.
+  for (size_t off = 0; off < len;) {
+    const size_t n = std::min(len - off, kCopyChunk);
+    const iovec local{static_cast<uint8_t*>(tmp) + off, n};
+    const iovec remote{reinterpret_cast<void*>(start + off), n};
+    const ssize_t got = ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0);
+    if (got != static_cast<ssize_t>(n)) {
+      const int e = got < 0 ? errno : EFAULT;
+      ::munmap(tmp, len);
+      return -(e == ESRCH || e == EPERM ? EFAULT : e);
+    }
+    off += n;
   }
   void* p = ::mmap(reinterpret_cast<void*>(start), len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, raw, 0);
   ::munmap(tmp, len);

@@ -121,6 +121,33 @@ TEST(SharedMemory, RefusesUnreadableMemoryWithEfault) {
   munmap(mem, page);
 }
 
+// A region over 2 GiB converts whole: one process_vm_readv moves at most 2 GiB less a page
+// (MAX_RW_COUNT) and says so with a short count, which once failed every such ibv_reg_mr with
+// EFAULT. Marks on both sides of the 2 GiB line keep their contents.
+TEST(SharedMemory, ARegionLargerThanOneCopyCallKeepsItsContents) {
+  const size_t page = core::page_size();
+  const size_t len = (size_t{2} << 30) + 4 * page;
+  auto* mem = static_cast<uint8_t*>(mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(mem, MAP_FAILED);
+  const size_t marks[] = {0, (size_t{1} << 30) + 17, (size_t{2} << 30) - 1, (size_t{2} << 30), len - 1};
+  for (size_t at : marks) mem[at] = static_cast<uint8_t>(at * 13 + 1);
+  SharedMemory sm;
+  uintptr_t start = 0;
+  std::vector<SharedMemory::Piece> p;
+  ASSERT_EQ(sm.share(mem, len, &start, &p), 0);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].segment.length, len);
+  void* view = mmap(nullptr, len, PROT_READ, MAP_SHARED, p[0].fd, 0);
+  ASSERT_NE(view, MAP_FAILED);
+  for (size_t at : marks) {
+    EXPECT_EQ(mem[at], static_cast<uint8_t>(at * 13 + 1)) << at;
+    EXPECT_EQ(static_cast<uint8_t*>(view)[at], static_cast<uint8_t>(at * 13 + 1)) << at;
+  }
+  munmap(view, len);
+  sm.release(mem, len);
+  munmap(mem, len);
+}
+
 // A SysV segment (what UCX's and MPI's intra-node memory is) stays shared when registered:
 // the piece is the segment itself, droced's check accepts it, and writes through droced's
 // mapping reach every attachment, where a converted copy would have cut this process off
