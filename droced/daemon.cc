@@ -252,6 +252,8 @@ int Daemon::start(const DaemonConfig& cfg) {
   shared_.vlan = cfg.vlan;
   shared_.limits = dc.engine.limits;
   shared_.max_qps = cfg.max_qps;
+  jobs_ = std::make_unique<ControlJobs>(1);
+  shared_.jobs = jobs_.get();
   shared_.render_stats = stats_trampoline;
   shared_.render_arg = this;
   for (unsigned k = 0; k < cores; ++k) {
@@ -485,7 +487,13 @@ int Daemon::run() {
 }
 
 void Daemon::shutdown() {
+  // Jobs write their worker's eventfd when they end: all of them end before any worker goes.
+  if (jobs_ != nullptr) {
+    jobs_->cancel_all();
+    jobs_->wait();
+  }
   workers_.clear();  // each told its clients already (Worker::run), or never ran
+  jobs_.reset();     // after the sessions handed it their last mappings to unmap
   if (!socket_path_.empty()) {
     ::unlink(socket_path_.c_str());
     socket_path_.clear();
@@ -694,6 +702,14 @@ std::string Daemon::render_locked() const {
       .num("clients_closed", wc.clients_closed)
       .num("clients_faulted", wc.clients_faulted)
       .num("events_unrouted", wc.events_unrouted);
+  if (jobs_ != nullptr) {
+    // Control work off the workers (droced/control_jobs.h): registrations populated, mappings
+    // unmapped.
+    j.num("control_jobs_submitted", jobs_->counters().submitted.load())
+        .num("control_jobs_completed", jobs_->counters().completed.load())
+        .num("control_jobs_running", jobs_->running())
+        .num("control_jobs_released", jobs_->counters().released.load());
+  }
   if (const CmHost* cm = workers_.empty() ? nullptr : workers_[0]->cm()) {
     // The connection manager on QP1 (worker 0): MADs in and out, and what it refused.
     const cm::AgentCounters& ac = cm->agent_counters();

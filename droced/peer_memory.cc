@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <utility>
 
@@ -25,6 +26,21 @@ void PeerMemory::reset() {
   if (data_ != nullptr) ::munmap(data_, size_);
   data_ = nullptr;
   size_ = 0;
+}
+
+int64_t PeerMemory::populate(const std::atomic<bool>* cancelled) const {
+#ifndef MADV_POPULATE_WRITE
+  constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14; glibc 2.36's headers have it
+#endif
+  constexpr size_t kChunk = size_t{64} << 20;
+  size_t done = 0;
+  while (done < size_) {
+    if (cancelled != nullptr && cancelled->load(std::memory_order_relaxed)) break;
+    const size_t n = std::min(kChunk, size_ - done);
+    if (::madvise(data_ + done, n, MADV_POPULATE_WRITE) != 0) return -errno;
+    done += n;
+  }
+  return static_cast<int64_t>(done);
 }
 
 int PeerMemory::map(std::span<const core::ctl::MrSegment> segments, std::span<const int> fds, PeerMemory* out) {

@@ -9,6 +9,7 @@
 // only memory it cannot shrink afterwards, so no access here can SIGBUS.
 // Control path only.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -34,6 +35,14 @@ class PeerMemory {
   /// length or offset not a page multiple, a total over kMaxBytes; what
   /// check_peer_memfd and mmap return.
   static int map(std::span<const core::ctl::MrSegment> segments, std::span<const int> fds, PeerMemory* out);
+
+  /// Builds droced's page table entries for the whole mapping (writable), in
+  /// chunks, stopping early once *cancelled: what a NIC's pinning does at
+  /// registration, so that the engine's writes do not fault on the data path.
+  /// Returns the bytes populated, or -errno (-EINVAL: a kernel before 5.14,
+  /// without MADV_POPULATE_WRITE). Not needed for correctness: pages left
+  /// unpopulated fault in when first touched. Safe from any thread.
+  int64_t populate(const std::atomic<bool>* cancelled = nullptr) const;
 
   uint8_t* data() const { return data_; }
   size_t size() const { return size_; }

@@ -65,8 +65,15 @@ void Session::teardown() {
   active_srqs_.clear();
   for (uint32_t ah : ahs_) (void)e.destroy_ah(ah);
   ahs_.clear();
-  for (auto& [lkey, m] : mrs_) (void)e.dereg_mr(lkey);
+  for (auto& [lkey, m] : mrs_) {
+    (void)e.dereg_mr(lkey);
+    release_mr(std::move(m));  // a large mapping goes on ControlJobs, the others here
+  }
   mrs_.clear();  // unmaps the client's memory
+  // A registration still being populated: the job owns the memory now, and stops early.
+  if (pending_.job != nullptr) pending_.job->cancelled.store(true, std::memory_order_relaxed);
+  pending_.mr.reset();
+  pending_.job.reset();
   for (auto& [id, c] : cqs_) {
     // The engine's CQ points at its sink: never free one the engine keeps.
     if (e.destroy_cq(c->cq) != 0) (void)c.release();

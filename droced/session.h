@@ -30,6 +30,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "droced/control_jobs.h"
 #include "droced/device_core.h"
 #include "droced/peer_memory.h"
 #include "core/clock.h"
@@ -69,6 +70,8 @@ struct Device {
   uint32_t max_qps = 0;
   SessionLimits session_limits;
   int wake_fd = -1;  ///< eventfd clients write when droced sleeps
+  /// Long control work off the worker (droced/control_jobs.h); nullptr: all inline.
+  ControlJobs* jobs = nullptr;
   /// Which session owns each engine object (async events are routed by it).
   std::unordered_map<uint32_t, Session*> qp_owner, cq_owner, srq_owner;
   /// A JSON rendering of droced's state for the `stats` message.
@@ -105,7 +108,8 @@ class Session {
 
   /// Reads and answers what the socket has (non-blocking).
   void on_readable(uint64_t now_ns);
-  /// Retries a request waiting for a neighbour (modify to RTR, create_ah).
+  /// Retries a request waiting for a neighbour (modify to RTR, create_ah), or
+  /// finishes one whose job on ControlJobs ended (reg_mr).
   void poll_pending(uint64_t now_ns);
   bool has_pending() const { return pending_.active; }
 
@@ -208,7 +212,10 @@ class Session {
   void fault(const char* why);
 
   int on_hello(const core::ctl::HelloRequest& q, const core::ctl::CtlHeader& h);
-  int on_reg_mr(const core::ctl::RegMrRequest& q, const Control& c, core::ctl::RegMrReply* out);
+  int prepare_reg_mr(const core::ctl::RegMrRequest& q, const Control& c, MrEntry* m);
+  int finish_reg_mr(const core::ctl::RegMrRequest& q, std::unique_ptr<MrEntry> m, core::ctl::RegMrReply* out);
+  void release_mr(std::unique_ptr<MrEntry> m);
+  void finish_pending_reg_mr();
   /// ibv_rereg_mr in place (rereg_mr): the keys stay.
   int on_rereg_mr(const core::ctl::ReregMrRequest& q, const Control& c, core::ctl::RegMrReply* out);
   int on_create_cq(const core::ctl::CreateCqRequest& r, core::ctl::CreateCqReply* out, std::unique_ptr<SharedCq>* made);
@@ -294,6 +301,10 @@ class Session {
     core::ctl::CtlHeader header{};
     core::ctl::ModifyQpRequest modify{};
     core::ctl::CreateAhRequest create_ah{};
+    // reg_mr: the region being populated on ControlJobs (the job holds it too).
+    core::ctl::RegMrRequest reg_mr{};
+    std::shared_ptr<MrEntry> mr;
+    std::shared_ptr<ControlJobs::Job> job;
   } pending_;
 
   SessionCounters counters_;

@@ -64,6 +64,13 @@ void Session::handle(const std::vector<uint8_t>& msg, std::vector<core::Fd>& fds
 
 void Session::poll_pending(uint64_t now_ns) {
   if (!pending_.active) return;
+  if (pending_.header.type == uint16_t(MsgType::reg_mr)) {
+    if (pending_.job->done.load(std::memory_order_acquire)) {
+      pending_.active = false;
+      finish_pending_reg_mr();
+    }
+    return;
+  }
   int rc;
   IdReply r{};
   if (pending_.header.type == uint16_t(MsgType::modify_qp)) {

@@ -36,24 +36,38 @@ bool inside(uint64_t va, uint64_t length, uint64_t page_va, size_t size) {
 
 }  // namespace
 
-int Session::on_reg_mr(const RegMrRequest& q, const Control& c, RegMrReply* out) {
+// The checks and the mapping of a registration: everything but populating and the engine.
+int Session::prepare_reg_mr(const RegMrRequest& q, const Control& c, MrEntry* m) {
   if (std::find(pds_.begin(), pds_.end(), q.pd) == pds_.end()) return -EINVAL;
   if (mrs_.size() >= dev_->session_limits.max_mrs) return -ENOMEM;
   if (q.va < q.page_va || q.length == 0) return -EINVAL;
-  auto m = std::make_unique<MrEntry>();
   if (int rc = map_segments(c.msg, sizeof q, q.segment_count, q.page_va, c.fds, &m->memory); rc != 0) return rc;
   // The registered range must lie inside the pages the client sent.
   if (!inside(q.va, q.length, q.page_va, m->memory.size())) return -EINVAL;
+  m->page_va = q.page_va;
+  return 0;
+}
+
+// The engine's half, once the mapping is populated (or left to fault in).
+int Session::finish_reg_mr(const RegMrRequest& q, std::unique_ptr<MrEntry> m, RegMrReply* out) {
+  // A limit or PD checked at prepare may have changed while a job ran.
+  if (std::find(pds_.begin(), pds_.end(), q.pd) == pds_.end()) return release_mr(std::move(m)), -EINVAL;
+  if (mrs_.size() >= dev_->session_limits.max_mrs) return release_mr(std::move(m)), -ENOMEM;
   rocev2::Mr* mr = nullptr;
   int rc = dev_->core->engine().reg_mr(q.pd, q.va, q.length, m->memory.data() + (q.va - q.page_va), q.access, &mr);
-  if (rc != 0) return rc;
+  if (rc != 0) return release_mr(std::move(m)), rc;
   m->lkey = mr->lkey;
   m->rkey = mr->rkey;
-  m->page_va = q.page_va;
   out->lkey = mr->lkey;
   out->rkey = mr->rkey;
   mrs_[mr->lkey] = std::move(m);
   return 0;
+}
+
+// A region's mapping goes: a large one on ControlJobs (its munmap would stall this worker).
+void Session::release_mr(std::unique_ptr<MrEntry> m) {
+  if (m != nullptr && dev_->jobs != nullptr && m->memory.size() >= ControlJobs::kInlineBytes)
+    dev_->jobs->release(std::move(m));
 }
 
 int Session::on_rereg_mr(const ReregMrRequest& q, const Control& c, RegMrReply* out) {
@@ -86,11 +100,40 @@ int Session::on_rereg_mr(const ReregMrRequest& q, const Control& c, RegMrReply* 
 }
 
 
+// Small regions are populated here; a large one on ControlJobs, the request pending meanwhile
+// (poll_pending replies) while this worker serves its other clients and QPs.
 template <>
 void Session::serve<MsgType::reg_mr>(const Control& c, const RegMrRequest& q) {
   RegMrReply r{};
-  const int rc = on_reg_mr(q, c, &r);
-  reply(c.h, rc, &r, sizeof r);
+  auto m = std::make_unique<MrEntry>();
+  if (int rc = prepare_reg_mr(q, c, m.get()); rc != 0) return reply(c.h, rc);
+  if (dev_->jobs == nullptr || m->memory.size() < ControlJobs::kInlineBytes) {
+    (void)m->memory.populate();
+    const int rc = finish_reg_mr(q, std::move(m), &r);
+    return reply(c.h, rc, &r, sizeof r);
+  }
+  std::shared_ptr<MrEntry> held(std::move(m));
+  pending_.active = true;
+  pending_.header = c.h;
+  pending_.reg_mr = q;
+  pending_.mr = held;
+  pending_.job = dev_->jobs->submit(
+      [held](const ControlJobs::Job& job) {
+        const int64_t n = held->memory.populate(&job.cancelled);
+        return n < 0 ? int(n) : 0;
+      },
+      dev_->wake_fd);
+}
+
+// The job ended: the registration goes to the engine, whatever populating found (pages it did
+// not reach fault in when first touched, as before).
+void Session::finish_pending_reg_mr() {
+  RegMrReply r{};
+  auto m = std::make_unique<MrEntry>(std::move(*pending_.mr));
+  pending_.mr.reset();
+  pending_.job.reset();
+  const int rc = finish_reg_mr(pending_.reg_mr, std::move(m), &r);
+  reply(pending_.header, rc, &r, sizeof r);
 }
 
 template <>
@@ -98,7 +141,10 @@ void Session::serve<MsgType::dereg_mr>(const Control& c, const IdRequest& q) {
   auto it = mrs_.find(q.id);
   if (it == mrs_.end()) return reply(c.h, -EINVAL);
   const int rc = dev_->core->engine().dereg_mr(q.id);
-  if (rc == 0) mrs_.erase(it);
+  if (rc == 0) {
+    release_mr(std::move(it->second));
+    mrs_.erase(it);
+  }
   reply(c.h, rc);
 }
 

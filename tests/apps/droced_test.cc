@@ -14,10 +14,12 @@
 #include <spawn.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
+#include <sys/shm.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -1032,6 +1034,61 @@ TEST_F(TwoDaemons, ControlSocketGarbageIsRefusedAndTheDaemonServesOn) {
     EXPECT_NE(text.find("10.77.0.1"), std::string::npos) << text;
     EXPECT_EQ(text.find("\"address\":\"10.77.0.1\"") != std::string::npos, *fmt != '\0') << text;
   }
+}
+
+
+// One client registering 8 GiB does not hold up another (issue #36): droced populates a large
+// registration's page tables on its control arena (droced/control_jobs.h, TBB), the request
+// pending meanwhile, while the worker serves its other clients. Client B creates a PD, a CQ and a
+// QP, and the daemon answers a stats query, all while A's registration is still being populated;
+// then A's completes, and its mapping is unmapped on the arena after dereg. The memory is a SysV
+// segment (droce shares it as it is, no copy on the client's side), so what takes long is
+// droced's part: populating 8 GiB of pages it did not have.
+TEST_F(TwoDaemons, ARegistrationOfEightGibDoesNotHoldUpAnotherClient) {
+  constexpr size_t kLen = size_t{8} << 30;
+  const int shm = shmget(IPC_PRIVATE, kLen, IPC_CREAT | 0600);
+  if (shm < 0) GTEST_SKIP() << "no 8 GiB SysV segment here: " << std::strerror(errno);
+  void* mem = shmat(shm, nullptr, 0);
+  shmctl(shm, IPC_RMID, nullptr);  // gone with its last attachment, whatever happens below
+  ASSERT_NE(mem, reinterpret_cast<void*>(-1)) << std::strerror(errno);
+  start();
+  std::unique_ptr<Context> a, b;
+  ASSERT_EQ(Context::open(d_[0].sock, &a), 0);
+  ASSERT_EQ(Context::open(d_[0].sock, &b), 0);
+  uint32_t pd_a = 0;
+  ASSERT_EQ(a->alloc_pd(&pd_a), 0);
+  std::atomic<bool> registered{false};
+  int reg_rc = -1;
+  uint32_t lkey = 0, rkey = 0;
+  std::thread reg([&] {
+    reg_rc = a->reg_mr(pd_a, mem, kLen, kAccessLocalWrite | kAccessRemoteWrite, &lkey, &rkey);
+    registered = true;
+  });
+  // A's request reaches droced and becomes a job.
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (stat_of(d_[0].sock, "control_jobs_running") != 1 && !registered &&
+         std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (stat_of(d_[0].sock, "control_jobs_running") != 1) {
+    reg.join();
+    FAIL() << "A's registration never ran as a job (registered: " << registered << ", rc " << reg_rc << ")";
+  }
+  uint32_t pd_b = 0;
+  client::Cq* cq = nullptr;
+  client::Qp* qp = nullptr;
+  make_rc(b.get(), &pd_b, &cq, &qp);
+  EXPECT_GE(stat_of(d_[0].sock, "clients_accepted"), 2);
+  // All of that while A's registration was still in droced's hands.
+  EXPECT_FALSE(registered.load());
+  EXPECT_EQ(stat_of(d_[0].sock, "control_jobs_running"), 1);
+  reg.join();
+  ASSERT_EQ(reg_rc, 0);
+  EXPECT_EQ(stat_of(d_[0].sock, "control_jobs_completed"), 1);
+  ASSERT_EQ(a->dereg_mr(lkey), 0);
+  while (stat_of(d_[0].sock, "control_jobs_released") != 1 && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(stat_of(d_[0].sock, "control_jobs_released"), 1);
+  shmdt(mem);
 }
 
 }  // namespace
