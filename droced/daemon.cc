@@ -261,7 +261,7 @@ int Daemon::start(const DaemonConfig& cfg) {
     dc.loss = net::FrameLoss(cfg.drop_ppm, cfg.drop_seed + k);
     auto core = std::make_unique<DeviceCore>(dc, &rc);
     if (rc != 0) return rc;
-    workers_.push_back(std::make_unique<Worker>(this, k, cfg.lcores[k], std::move(core), shared_, &rc));
+    workers_.push_back(std::make_unique<Worker>(worker_context(), k, cfg.lcores[k], std::move(core), shared_, &rc));
     if (rc != 0) return rc;
   }
 
@@ -484,6 +484,20 @@ int Daemon::run() {
   for (size_t k = 1; k < workers_.size(); ++k) rte_eal_wait_lcore(workers_[k]->lcore());
   shutdown();
   return launch_failed ? 1 : 0;  // a daemon that could not run every worker it was asked for failed
+}
+
+WorkerContext Daemon::worker_context() {
+  WorkerContext c;
+  c.config = &cfg_;
+  c.stopping = &stopping_;
+  c.link_up = &link_up_;
+  c.link_generation = &link_generation_;
+  c.gid_generation = &gid_generation_;
+  c.copy_gids = [this](net::GidTable* out, std::vector<net::IpAddr>* addresses) { copy_gids(out, addresses); };
+  c.on_daemon_key = [this](uint64_t key) { on_daemon_key(key); };
+  c.check_link = [this](uint64_t now_ns) { check_link(now_ns); };
+  c.cm_listen = &cm_listen_;
+  return c;
 }
 
 void Daemon::shutdown() {

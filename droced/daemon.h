@@ -39,12 +39,6 @@
 
 namespace droce::droced {
 
-/// epoll keys: the daemon's descriptors (in worker 0's epoll) and each
-/// worker's own; sessions count up from kFirstSessionKey.
-inline constexpr uint64_t kListenKey = 1, kSignalKey = 2, kWakeKey = 3, kRxInterruptKey = 4, kCmKey = 5,
-                          kKernelNetKey = 6;
-inline constexpr uint64_t kFirstSessionKey = 16;
-
 class Daemon {
  public:
   Daemon() = default;
@@ -75,6 +69,9 @@ class Daemon {
   bool link_up() const { return link_up_.load(std::memory_order_relaxed); }
   /// Worker 0's duties: the daemon's descriptors, and the link check.
   void on_daemon_key(uint64_t key);
+  /// What each worker is given of this daemon (its configuration, the state it watches, worker
+  /// 0's duties); workers see nothing else of it.
+  WorkerContext worker_context();
   void check_link(uint64_t now_ns);
   /// GID table changes so far (a netdev shared with the kernel: its addresses come and
   /// go); each worker copies the table and its addresses when the count moves, and tells

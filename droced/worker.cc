@@ -20,7 +20,6 @@
 
 #include <rte_lcore.h>
 
-#include "droced/daemon.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/proc.h"
@@ -54,9 +53,9 @@ bool cpu_in_list(const std::string& list, unsigned cpu) {
 
 Worker* Worker::current() { return tls_current; }
 
-Worker::Worker(Daemon* daemon, unsigned index, unsigned lcore, std::unique_ptr<DeviceCore> core, const Device& shared,
-               int* rc)
-    : daemon_(daemon), index_(index), lcore_(lcore), core_(std::move(core)), device_(shared) {
+Worker::Worker(WorkerContext context, unsigned index, unsigned lcore, std::unique_ptr<DeviceCore> core,
+               const Device& shared, int* rc)
+    : context_(std::move(context)), index_(index), lcore_(lcore), core_(std::move(core)), device_(shared) {
   *rc = 0;
   wake_ = core::Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   epoll_ = core::Fd(::epoll_create1(EPOLL_CLOEXEC));
@@ -175,7 +174,7 @@ void Worker::remember_startup_affinity() {
 }
 
 void Worker::choose_mode() {
-  const DaemonConfig& cfg = daemon_->config();
+  const DaemonConfig& cfg = config();
   const int cpu = int(rte_lcore_to_cpu_id(int(lcore_)));
   std::string isolated;
   if (std::ifstream f("/sys/devices/system/cpu/isolated"); f) std::getline(f, isolated);
@@ -322,7 +321,7 @@ int Worker::control(int timeout_us) {
     } else if (key == kCmKey) {
       if (cm_ != nullptr) cm_->on_control(now);
     } else if (key < kFirstSessionKey) {
-      daemon_->on_daemon_key(key);
+      context_.on_daemon_key(key);
     } else {
       auto it = sessions_.find(key);
       if (it == sessions_.end()) continue;
@@ -357,17 +356,17 @@ void Worker::route_events() {
 }
 
 void Worker::push_port_events() {
-  if (const uint64_t g = daemon_->gid_generation(); g != gid_generation_) [[unlikely]] {
+  if (const uint64_t g = context_.gid_generation->load(std::memory_order_acquire); g != gid_generation_) [[unlikely]] {
     gid_generation_ = g;
     std::vector<net::IpAddr> addresses;
-    daemon_->copy_gids(gids_.get(), &addresses);
+    context_.copy_gids(gids_.get(), &addresses);
     core_->set_addresses(addresses);
     for (auto& [k, s] : sessions_) s->push_event(18 /* IBV_EVENT_GID_CHANGE */, 1);
   }
-  const uint64_t gen = daemon_->link_generation();
+  const uint64_t gen = context_.link_generation->load(std::memory_order_acquire);
   if (gen == link_generation_) return;
   link_generation_ = gen;
-  const bool up = daemon_->link_up();
+  const bool up = context_.link_up->load(std::memory_order_relaxed);
   for (auto& [k, s] : sessions_) s->push_event(up ? 9 /* IBV_EVENT_PORT_ACTIVE */ : 10 /* IBV_EVENT_PORT_ERR */, 1);
 }
 
@@ -421,7 +420,7 @@ void Worker::sleep(uint64_t now_ns, bool for_peer) {
     // Unarmed, frames are seen when the sleep ends: sleeps grow from 16 us to
     // --max-sleep-us, doubling while nothing happens, so a short pause costs
     // a short delay and a long one still sleeps long.
-    const uint64_t max_sleep_us = daemon_->config().max_sleep_us;
+    const uint64_t max_sleep_us = config().max_sleep_us;
     uint64_t us = armed ? kArmedSleepUs : std::min<uint64_t>(sleep_us_, max_sleep_us);
     if (!armed) sleep_us_ = std::min<uint64_t>(sleep_us_ * 2, max_sleep_us);
     if (deadline != UINT64_MAX) us = deadline <= now_ns ? 0 : std::min<uint64_t>(us, (deadline - now_ns) / 1000);
@@ -478,7 +477,7 @@ void Worker::iterate(uint64_t now, uint64_t* idle_since) {
   work += ec.rx_frames + ec.tx_frames + cc.neighbor_frames_in + cc.handed_out - before;
   if (!core_->engine().events().empty()) route_events();
   push_port_events();
-  if (index_ == 0) daemon_->check_link(now);
+  if (index_ == 0) context_.check_link(now);
   if (cm_ != nullptr && (cm_->has_completions() || now >= cm_->next_deadline_ns())) work += cm_->poll(now);
   if ((++counters_.loops & 63) == 0) control(0);
   if (adaptive_affinity_ && now - window_start_ns_ >= kAffinityWindowNs) adapt_affinity(now);
@@ -593,11 +592,11 @@ void Worker::run() {
   choose_mode();
   // Sleeps end when asked, not up to 50 us later (the default timer slack).
   prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-  if (!polling_ && startup_cpus_known && daemon_->config().event_affinity == "any") {
+  if (!polling_ && startup_cpus_known && config().event_affinity == "any") {
     // EAL pinned this thread to its lcore's CPU; let the scheduler place it.
     pthread_setaffinity_np(pthread_self(), sizeof startup_cpus, &startup_cpus);
   }
-  adaptive_affinity_ = !polling_ && startup_cpus_known && daemon_->config().event_affinity == "auto";
+  adaptive_affinity_ = !polling_ && startup_cpus_known && config().event_affinity == "auto";
   // One event-mode worker blocks when idle and flushes what it defers (iterate, sleep): a
   // droce_shm peer asleep on its CPU is woken when it blocks, not each time it sends.
   if (!polling_ && core_->group().size() == 1) {
@@ -614,26 +613,26 @@ void Worker::run() {
     }
   }
   std::string cpus = describe_affinity();
-  if (!polling_ && setpriority(PRIO_PROCESS, tid(), daemon_->config().event_nice) != 0)
+  if (!polling_ && setpriority(PRIO_PROCESS, tid(), config().event_nice) != 0)
     DROCE_LOG(INFO, app, "worker %u: nice %d refused (%s); wake-ups may wait for a scheduler slice", index_,
-              daemon_->config().event_nice, std::strerror(errno));
-  if (const std::string& policy = daemon_->config().event_policy; !polling_ && policy != "other") {
+              config().event_nice, std::strerror(errno));
+  if (const std::string& policy = config().event_policy; !polling_ && policy != "other") {
     // Above every normal program while it blocks often (DaemonConfig::event_policy,
     // RealtimeBudget); `droce cores` shows the policy.
     if (int rc = set_realtime(true); rc != 0) {
       if (policy == "rr")
         DROCE_LOG(WARNING, app, "worker %u: SCHED_RR refused (%s); it stays a normal task at nice %d", index_,
-                  std::strerror(rc), daemon_->config().event_nice);
+                  std::strerror(rc), config().event_nice);
       else
         DROCE_LOG(INFO, app, "worker %u: normal policy at nice %d (SCHED_RR needs CAP_SYS_NICE: %s)", index_,
-                  daemon_->config().event_nice, std::strerror(rc));
+                  config().event_nice, std::strerror(rc));
     } else {
       realtime_ = RealtimeBudget(true, core::monotonic_ns());
     }
   }
   DROCE_LOG(INFO, app, "worker %u (lcore %u): %s mode (%s)", index_, lcore_, polling_ ? "poll" : "event",
             mode_reason_.c_str());
-  link_generation_ = daemon_->link_generation();
+  link_generation_ = context_.link_generation->load(std::memory_order_acquire);
   uint64_t idle_since = core::monotonic_ns();
   window_start_ns_ = idle_since;
   std::unique_lock lock(state_);
@@ -642,11 +641,11 @@ void Worker::run() {
     // QP1 and the connection manager live on worker 0 (frames for QPN 1 are routed here).
     const auto mtu = static_cast<uint8_t>(device_.limits.max_mtu);
     if (int rc = CmHost::create(core_.get(), device_.gids, device_.node_guid, uint32_t(core::monotonic_ns()), mtu,
-                                daemon_->cm_listen_fd(), &cm_);
+                                (context_.cm_listen != nullptr ? context_.cm_listen->get() : -1), &cm_);
         rc != 0) {
       DROCE_LOG(WARNING, app, "worker 0: no connection manager (QP1): %s", std::strerror(-rc));
     } else {
-      cm_->set_channels_per_process(daemon_->config().cm_channels_per_process);
+      cm_->set_channels_per_process(config().cm_channels_per_process);
       epoll_event ev{};
       ev.events = EPOLLIN;
       ev.data.u64 = kCmKey;
@@ -654,7 +653,7 @@ void Worker::run() {
         DROCE_LOG(WARNING, app, "worker 0: rdma_cm channels not served: %s", std::strerror(errno));
     }
   }
-  while (!daemon_->stopping()) {
+  while (!context_.stopping->load(std::memory_order_relaxed)) {
     take_inbox();
     iterate(core::monotonic_ns(), &idle_since);
     if (state_waiters_.load(std::memory_order_relaxed) != 0) {

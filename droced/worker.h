@@ -41,6 +41,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -49,6 +50,7 @@
 
 #include "droced/ack_hold.h"
 #include "droced/cm_host.h"
+#include "droced/config.h"
 #include "droced/device_core.h"
 #include "droced/idle_waker.h"
 #include "droced/realtime_budget.h"
@@ -59,7 +61,29 @@
 
 namespace droce::droced {
 
-class Daemon;
+/// epoll keys: the daemon's descriptors (in worker 0's epoll) and each
+/// worker's own; sessions count up from kFirstSessionKey.
+inline constexpr uint64_t kListenKey = 1, kSignalKey = 2, kWakeKey = 3, kRxInterruptKey = 4, kCmKey = 5,
+                          kKernelNetKey = 6;
+inline constexpr uint64_t kFirstSessionKey = 16;
+
+/// What a worker is given by the daemon that hosts it; nothing else of the
+/// daemon is visible to a worker. The pointers outlive every worker.
+struct WorkerContext {
+  const DaemonConfig* config = nullptr;
+  const std::atomic<bool>* stopping = nullptr;               ///< the loops end
+  const std::atomic<bool>* link_up = nullptr;                ///< the port's link, as last checked
+  const std::atomic<uint64_t>* link_generation = nullptr;    ///< moves at each link change
+  const std::atomic<uint64_t>* gid_generation = nullptr;     ///< moves at each GID table change
+  /// Copies the master GID table, and its addresses, into a worker's own.
+  std::function<void(net::GidTable*, std::vector<net::IpAddr>*)> copy_gids;
+  /// Worker 0's duties: a daemon descriptor became readable (a key below
+  /// kFirstSessionKey), and the periodic link check.
+  std::function<void(uint64_t key)> on_daemon_key;
+  std::function<void(uint64_t now_ns)> check_link;
+  /// The CM channels' listening socket (worker 0; opened after the workers are made).
+  const core::Fd* cm_listen = nullptr;
+};
 
 struct WorkerCounters {
   uint64_t loops = 0;
@@ -77,10 +101,11 @@ struct WorkerCounters {
 
 class Worker {
  public:
-  /// Worker `index` of `daemon`, on EAL lcore `lcore`, with `core` and a
-  /// Device made from `shared` (its core, wake fd and owner maps its own).
-  Worker(Daemon* daemon, unsigned index, unsigned lcore, std::unique_ptr<DeviceCore> core, const Device& shared,
-         int* rc);
+  /// Worker `index`, on EAL lcore `lcore`, with what its daemon gives it
+  /// (`context`), `core` and a Device made from `shared` (its core, wake fd
+  /// and owner maps its own).
+  Worker(WorkerContext context, unsigned index, unsigned lcore, std::unique_ptr<DeviceCore> core,
+         const Device& shared, int* rc);
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
@@ -169,7 +194,9 @@ class Worker {
   void consume_rx_interrupt();
   void shutdown();
 
-  Daemon* daemon_;
+  const DaemonConfig& config() const { return *context_.config; }
+
+  WorkerContext context_;
   unsigned index_;
   unsigned lcore_;
   std::unique_ptr<DeviceCore> core_;
