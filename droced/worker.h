@@ -29,9 +29,10 @@
 //          interrupt), looks once more at every ring, and blocks in epoll on
 //          its sockets, its eventfd (a client's doorbell, a frame another core
 //          hands it) and the port's descriptor, until the next engine timer.
-//          Only a port that gives no wake-up (net_memif, af_packet, af_xdp in
-//          DPDK 22.11) makes it sleep on a timer: 16 us at first, doubling up
-//          to --max-sleep-us while nothing happens.
+//          (af_packet and af_xdp: their queue's own kernel socket,
+//          net/kernel_socket_discovery.h). Only a port that gives no wake-up
+//          (net_memif in DPDK 22.11) makes it sleep on a timer: 16 us at first,
+//          doubling up to --max-sleep-us while nothing happens.
 // The state lock is released while it blocks.
 //
 // The state lock: held by the worker for each loop iteration; `stats`
