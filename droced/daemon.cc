@@ -243,6 +243,16 @@ int Daemon::start(const DaemonConfig& cfg) {
       return r;
     }
     if (int r = xdp_->set_addresses(dc.addresses); r != 0) return r;
+  } else if (!cfg.netdev.empty() && cfg.link == "af_packet") {
+    // The kernel need not receive what droce's tap already has (net/xdp_filter.h attach_tc).
+    // Without it all still works: the kernel sink swallows RoCEv2 for droce's addresses.
+    if (int r = net::XdpFilter::attach_tc(port_->ifname(), &xdp_); r != 0) {
+      DROCE_LOG(WARNING, app, "%s: no TC filter on %s (%s): the kernel receives droce's frames too",
+                cfg.name.c_str(), port_->ifname().c_str(), std::strerror(-r));
+    } else if (int r2 = xdp_->set_addresses(dc.addresses); r2 != 0) {
+      xdp_.reset();
+      return r2;
+    }
   }
 
   shared_.name = cfg.name;
@@ -783,8 +793,10 @@ std::string Daemon::render_locked() const {
     }
   }
   if (net::XdpFilterCounters xc; xdp_ != nullptr && xdp_->counters(&xc) == 0) {
-    // droce's XDP program: RoCE taken, RoCE for addresses not droce's (left to the kernel), passed.
+    // droce's BPF filter (XDP on af_xdp, TC ingress on af_packet): RoCE taken (on af_packet:
+    // dropped after the tap), RoCE for addresses not droce's (left to the kernel), passed.
     j.open("xdp", '{')
+        .str("hook", cfg_.link == "af_packet" ? "tc" : "xdp")
         .num("redirected", xc.redirected)
         .num("roce_not_ours", xc.not_ours)
         .num("passed_to_kernel", xc.passed)

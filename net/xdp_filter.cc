@@ -63,6 +63,57 @@ int XdpFilter::open(const std::string& ifname, std::unique_ptr<XdpFilter>* out) 
   return 0;
 }
 
+namespace {
+// The TC filter's place: one droce filter per netdev, replaced by the next droced.
+constexpr uint32_t kTcHandle = 0xd4c3;
+constexpr uint32_t kTcPriority = 1;
+}  // namespace
+
+XdpFilter::~XdpFilter() {
+  if (tc_ifindex_ != 0) {
+    DECLARE_LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = tc_ifindex_, .attach_point = BPF_TC_INGRESS);
+    DECLARE_LIBBPF_OPTS(bpf_tc_opts, opts, .handle = kTcHandle, .priority = kTcPriority);
+    (void)bpf_tc_detach(&hook, &opts);
+    if (tc_made_qdisc_) (void)bpf_tc_hook_destroy(&hook);
+  }
+  addrs_.reset();
+  stats_.reset();
+  if (object_ != nullptr) bpf_object__close(object_);
+}
+
+int XdpFilter::attach_tc(const std::string& ifname, std::unique_ptr<XdpFilter>* out) {
+  const int ifindex = int(::if_nametoindex(ifname.c_str()));
+  if (ifindex == 0) return -ENODEV;
+  std::unique_ptr<XdpFilter> f(new XdpFilter());
+  f->object_ = bpf_object__open_file(object_path().c_str(), nullptr);
+  if (f->object_ == nullptr) return -errno;
+  bpf_program* tc = bpf_object__find_program_by_name(f->object_, "droce_tc");
+  bpf_program* xdp = bpf_object__find_program_by_name(f->object_, "droce_xdp");
+  if (tc == nullptr) return -ENOENT;
+  if (xdp != nullptr) bpf_program__set_autoload(xdp, false);
+  if (int rc = bpf_object__load(f->object_); rc != 0) return rc;
+  bpf_map* addrs = bpf_object__find_map_by_name(f->object_, "droce_addrs");
+  bpf_map* stats = bpf_object__find_map_by_name(f->object_, "droce_stats");
+  if (addrs == nullptr || stats == nullptr) return -ENOENT;
+  f->addrs_ = core::Fd(::dup(bpf_map__fd(addrs)));
+  f->stats_ = core::Fd(::dup(bpf_map__fd(stats)));
+  if (!f->addrs_.valid() || !f->stats_.valid()) return -errno;
+  DECLARE_LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_INGRESS);
+  const int made = bpf_tc_hook_create(&hook);
+  if (made != 0 && made != -EEXIST) return made;
+  DECLARE_LIBBPF_OPTS(bpf_tc_opts, opts, .prog_fd = bpf_program__fd(tc), .flags = BPF_TC_F_REPLACE,
+                      .handle = kTcHandle, .priority = kTcPriority);
+  if (int rc = bpf_tc_attach(&hook, &opts); rc != 0) {
+    if (made == 0) (void)bpf_tc_hook_destroy(&hook);
+    return rc;
+  }
+  f->prog_id_ = opts.prog_id;
+  f->tc_ifindex_ = ifindex;
+  f->tc_made_qdisc_ = made == 0;
+  *out = std::move(f);
+  return 0;
+}
+
 int XdpFilter::set_addresses(const std::vector<IpAddr>& gids) {
   // Add first, then remove what is gone: an address that stays is never missing.
   const uint32_t one = 1;

@@ -11,6 +11,16 @@
 // map equal to droce's GIDs (the GID table's addresses, as they follow the
 // netdev's).
 //
+// On net_af_packet nothing loads the program, and nothing needs to redirect: the
+// PMD's socket is a tap and gets every frame. attach_tc() loads the object's
+// droce_tc program itself and attaches it to the netdev's TC ingress (a clsact
+// qdisc, made if missing), where it drops RoCEv2 for droce's addresses after the
+// tap took its copy, so the kernel does not run IP and UDP receive on frames
+// only droce wants. The filter has a fixed handle and priority and replaces one
+// left by a droced that crashed; it is detached when the XdpFilter goes (and the
+// qdisc removed if attach_tc made it). Its counters: redirected = dropped at TC
+// after the tap.
+//
 // object_path() says where the compiled program is: $DROCE_XDP_PROG if set, else
 // the build tree's copy when it exists, else the installed one.
 //
@@ -24,6 +34,8 @@
 #include <vector>
 
 #include "core/unix_socket.h"
+
+struct bpf_object;  // libbpf's
 #include "net/addr.h"
 
 namespace droce::net {
@@ -46,6 +58,13 @@ class XdpFilter {
   /// "droce_xdp" found before droced attached its own is a crashed droced's.
   static std::string attached_program(const std::string& ifname);
 
+  /// Loads droce_tc from object_path() and attaches it to `ifname`'s TC ingress
+  /// (see the header). -errno; the netdev is left as it was on failure.
+  static int attach_tc(const std::string& ifname, std::unique_ptr<XdpFilter>* out);
+  ~XdpFilter();
+  XdpFilter(const XdpFilter&) = delete;
+  XdpFilter& operator=(const XdpFilter&) = delete;
+
   /// Makes the address map hold exactly `gids` (duplicates ignored). 0 or -errno.
   int set_addresses(const std::vector<IpAddr>& gids);
   /// The program's counters summed over CPUs. 0 or -errno.
@@ -55,6 +74,10 @@ class XdpFilter {
  private:
   XdpFilter() = default;
   uint32_t prog_id_ = 0;
+  // attach_tc: the loaded object and where its filter is (ifindex 0: none).
+  ::bpf_object* object_ = nullptr;
+  int tc_ifindex_ = 0;
+  bool tc_made_qdisc_ = false;
   core::Fd addrs_;
   core::Fd stats_;
 };
