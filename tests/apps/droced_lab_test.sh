@@ -55,7 +55,8 @@ trap cleanup EXIT
 L() { "$lab" "$@" --name "$name" --build "$build"; }
 inns() { local h=$1; shift; ip netns exec "$name-$h" "$@"; }
 
-. "$(dirname "$0")/../lib/net.sh"  # kernel_noise
+# shellcheck source=scripts/lib/netns.sh
+. "$src/scripts/lib/netns.sh"  # kernel_noise, server_ready
 
 kernel_keeps_netdev() {  # WHEN: ping and a TCP exchange from h2 to h1 across the router
   local a1

@@ -143,7 +143,8 @@ wait_port() {
   return 1
 }
 
-. "$(dirname "$0")/../lib/net.sh"  # kernel_noise
+# shellcheck source=scripts/lib/netns.sh
+. "$(dirname "$0")/../../scripts/lib/netns.sh"  # kernel_noise
 
 # Unmodified verbs programs across the namespaces, through droce's provider (droce exec), with
 # their TCP exchange over the same veth: with af_packet the kernel shares the link (and the MAC)

@@ -26,7 +26,8 @@ tmp=$(mktemp -d /tmp/droce-side-channel.XXXXXX)
 fail=0
 export DROCE_PAIR_NETNS=1
 . "$pair_lib"
-. "$(dirname "$0")/../lib/net.sh"  # server_ready
+# shellcheck source=scripts/lib/netns.sh
+. "$(dirname "$0")/../../scripts/lib/netns.sh"  # server_ready
 cleanup() {
   jobs -p | xargs -r kill -TERM 2>/dev/null || true
   droced_pair_stop
