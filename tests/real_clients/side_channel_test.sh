@@ -54,7 +54,10 @@ two() {
   server_ready "$DROCE_A_NS" "$DROCE_A_SOCK" "${PORT:-}"
   run_on b 60 "${c[@]}" >"$tmp/client.txt" 2>&1
   st_c=$?
-  if [ "${SERVER_STAYS:-0}" = 1 ]; then kill -TERM $spid 2>/dev/null; wait $spid; st_s=0; else wait $spid; st_s=$?; fi
+  # $spid is the subshell running run_on: TERM its child too (timeout, which passes it on), or
+  # the server outlives the test, still listening on the port the next server wants.
+  if [ "${SERVER_STAYS:-0}" = 1 ]; then pkill -TERM -P $spid; kill -TERM $spid 2>/dev/null; wait $spid; st_s=0
+  else wait $spid; st_s=$?; fi
   if [ $st_c -eq 0 ] && [ $st_s -eq 0 ] && ! grep -qiE "fail|error" "$tmp/client.txt"; then
     echo "ok: $what: $(grep -E "${RESULT_LINE:-.}" "$tmp/client.txt" | tail -1 | tr -s ' ')"
   else
