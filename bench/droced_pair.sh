@@ -9,8 +9,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build/release}
 ninja -C "$build" apps/droced apps/droce-selftest >/dev/null
+# shellcheck source=scripts/lib/droced-pair.sh
 . scripts/lib/droced-pair.sh
-trap droced_pair_stop EXIT
+on_exit droced_pair_stop
 # shellcheck disable=SC2086 # DROCED_FLAGS is a list of flags
 droced_pair_start "$build/apps" build/bench-droced ${DROCED_FLAGS:-}
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"

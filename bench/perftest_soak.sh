@@ -94,7 +94,7 @@ for i in $(seq "$runs"); do
   cmd=(timeout 120 "${tool[@]}" -d droce0 -x 1 -p "$port")
   "$droce" exec --run-dir "$work/hosts/a" -- "${cmd[@]}" >"$work/server.out" 2>&1 & server=$!
   rc=0
-  if droced_wait_listen "$port" "$server"; then
+  if wait_tcp_listen "" "$port" "$server"; then
     "$droce" exec --run-dir "$work/hosts/b" -- "${cmd[@]}" 127.0.0.1 >"$work/client.out" 2>&1 || rc=$?
   else
     rc=255

@@ -65,6 +65,8 @@ if [ "$no_idle" = 1 ]; then
 fi
 [ "$out" = bench/out ] || out=$(realpath -m "$out")  # the user's --out is relative to where they are
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib/droced-pair.sh
+. scripts/lib/droced-pair.sh  # and scripts/lib/netns.sh
 
 # ---- what it needs ----------------------------------------------------------------------------
 sudo=; [ "$(id -u)" = 0 ] || sudo=sudo
@@ -110,11 +112,10 @@ cleanup() {
   done
   for p in "${kids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   for p in "${kids[@]}"; do wait "$p" 2>/dev/null || true; done
-  [ -z "$nsa" ] || ip netns del "$nsa" 2>/dev/null || true
-  [ -z "$nsb" ] || ip netns del "$nsb" 2>/dev/null || true
+  netns_del "$nsa" "$nsb"
   rm -rf "$work"
 }
-trap cleanup EXIT
+on_exit cleanup
 trap 'exit 130' INT TERM HUP
 put() { printf '%s\t%s\t%s\t%s\t%s\n' "$section" "$1" "$2" "$3" "$4" >>"$results"; }
 
@@ -228,8 +229,9 @@ if r and t_hdr and float(r.get("MsgRate", 0)) > 0:
 PY
 
 # ---- the kernel: sockperf and iperf3 ----------------------------------------------------------
-# srv_ns / cli_ns: a command prefix that puts server and client in their namespaces (none here).
-srv_ns=() cli_ns=() srv_ip=127.0.0.1
+# srv_ns / cli_ns: a command prefix that puts server and client in their namespaces (none here);
+# srv_netns the server's namespace.
+srv_ns=() cli_ns=() srv_netns='' srv_ip=127.0.0.1
 sockperf_pp() {  # sockperf_pp NAME SIZE [--tcp]
   local name=$1 size=$2 port=$((11000 + RANDOM % 1000)) o sv; shift 2
   "${srv_ns[@]}" timeout 120 sockperf server "$@" -i "$srv_ip" -p "$port" >/dev/null 2>&1 & sv=$!
@@ -362,13 +364,10 @@ perftest_once() {  # leaves the result's fields in $work/fields.txt, CPU and cou
   [ "$kind" = bw ] && cores_snapshot 0
   local steal0; steal0=$(cpu_jiffies)
   timeout 60 "${exec_a[@]}" "${cmd[@]}" >"$work/server.out" 2>&1 & sv=$!
-  for _ in $(seq 200); do grep -q 'Waiting for client' "$work/server.out" && break; sleep 0.05; done
-  # And its exchange socket listening (18515, 0x4853), in the server's namespace: perftest prints
-  # before it listens, and a loaded machine lets the client in between (connection refused).
-  for _ in $(seq 100); do
-    "${srv_ns[@]+"${srv_ns[@]}"}" grep -Eq ':4853 [0-9A-F]+:0000 0A' /proc/net/tcp /proc/net/tcp6 2>/dev/null && break
-    sleep 0.05
-  done
+  wait_for 10 grep -q 'Waiting for client' "$work/server.out" || true
+  # And its exchange socket listening (18515), in the server's namespace: perftest prints before
+  # it listens, and a loaded machine lets the client in between (connection refused).
+  wait_tcp_listen "$srv_netns" 18515 "" 5 || true
   timeout 60 "${exec_b[@]}" "${cmd[@]}" "$srv_ip" >"$work/client.out" 2>&1 & cl=$!
   : >"$work/cpu.txt"
   if [ "$kind" = bw ]; then
@@ -420,7 +419,6 @@ cpu_jiffies() { awk '$1 == "cpu" {t = 0; for (i = 2; i <= 9; i++) t += $i; print
 # end the script under pipefail).
 cpu_of() { { cat /proc/"$1"/task/*/schedstat 2>/dev/null || :; } | awk '{s += $1} END {printf "%.0f", s}'; }
 
-. scripts/lib/droced-pair.sh
 start_pair() {
   DROCE_PAIR_LINK=$1 droced_pair_start build/release/apps "$work/hosts" --mtu 9000 "${droced_args[@]}" \
     >/dev/null 2>"$work/pair.err"
@@ -465,40 +463,34 @@ droced_pair_stop
 # page (3000). The second veth pair (ca/cb, 10.79.2.1 and .2) is kept for --port runs by hand.
 # These addresses exist only in these namespaces.
 netns_up() {
-  local side ns dev ip
   nsa=droce-vsk-a-$$ nsb=droce-vsk-b-$$
-  ip netns add "$nsa" && ip netns add "$nsb" || return 1
-  ip link add va netns "$nsa" type veth peer name vb netns "$nsb" || return 1
-  ip link add ca netns "$nsa" type veth peer name cb netns "$nsb" || return 1
-  for side in a b; do
-    if [ $side = a ]; then ns=$nsa dev=va ip=10.79.0.1; else ns=$nsb dev=vb ip=10.79.0.2; fi
-    ip -n "$ns" link set lo up && ip -n "$ns" link set "$dev" mtu 9000 && ip -n "$ns" addr add "$ip/24" dev "$dev" &&
-      ip -n "$ns" link set "$dev" up || return 1
-    ip -n "$ns" addr add "10.79.2.${ip##*.}/24" dev "c$side" && ip -n "$ns" link set "c$side" up || return 1
-  done
+  netns_add "$nsa" "$nsb" && veth_add "$nsa" va "$nsb" vb && veth_add "$nsa" ca "$nsb" cb &&
+    link_up "$nsa" va --mtu 9000 10.79.0.1/24 && link_up "$nsb" vb --mtu 9000 10.79.0.2/24 &&
+    link_up "$nsa" ca 10.79.2.1/24 && link_up "$nsb" cb 10.79.2.2/24
 }
 droced_up() {  # droced_up PMD: one droced per namespace on va / vb
-  local side ns dev ip port
+  local side ns dev st
   if [ "$1" = af_xdp ]; then
     # Both ends first: veth refuses an XDP program while its peer's MTU is larger than a page.
-    ip -n "$nsa" link set va mtu 3000 && ip -n "$nsb" link set vb mtu 3000 || return 1
+    link_up "$nsa" va --mtu 3000 && link_up "$nsb" vb --mtu 3000 || return 1
   fi
   for side in a b; do
-    if [ $side = a ]; then ns=$nsa dev=va ip=10.79.0.1; else ns=$nsb dev=vb ip=10.79.0.2; fi
+    if [ $side = a ]; then ns=$nsa dev=va; else ns=$nsb dev=vb; fi
     rm -rf "$work/ns$side"
-    ip netns exec "$ns" build/release/apps/droced --run-dir "$work/ns$side" --netdev "$dev" --link "$1" \
-      --memory 256 --mbufs 8192 "${droced_args[@]}" >"$work/ns$side-$1.log" 2>&1 &
-    if [ $side = a ]; then dpid_a=$!; else dpid_b=$!; fi
-    for _ in $(seq 400); do [ -S "$work/ns$side/droce0.sock" ] && break; kill -0 $! || break; sleep 0.05; done
-    [ -S "$work/ns$side/droce0.sock" ] || { tail -5 "$work/ns$side-$1.log" >&2; return 1; }
+    st=0
+    droced_start "$ns" "$work/ns$side" "$work/ns$side-$1.log" build/release/apps/droced --netdev "$dev" --link "$1" \
+      --memory 256 --mbufs 8192 "${droced_args[@]}" || st=$?
+    if [ $side = a ]; then dpid_a=$DROCED_PID; else dpid_b=$DROCED_PID; fi
+    [ $st = 0 ] || { tail -5 "$work/ns$side-$1.log" >&2; return 1; }
   done
 }
 droced_down() {
-  for p in $dpid_a $dpid_b; do kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  droced_stop "$dpid_a" "$dpid_b" || true
   dpid_a='' dpid_b=''
 }
 if [ "$netns" = 1 ]; then
-  srv_ns=(ip netns exec "droce-vsk-a-$$") cli_ns=(ip netns exec "droce-vsk-b-$$") dpid_a='' dpid_b=''
+  srv_ns=(ip netns exec "droce-vsk-a-$$") cli_ns=(ip netns exec "droce-vsk-b-$$") srv_netns=droce-vsk-a-$$
+  dpid_a='' dpid_b=''
   if netns_up; then
     section="kernel veth (netns)" srv_ip=10.79.0.1
     kernel_section
@@ -520,7 +512,7 @@ if [ "$netns" = 1 ]; then
     put lat "network namespaces" failed 1; echo "== --netns: could not set up the namespaces"
   fi
   droced_down
-  ip netns del "$nsa" 2>/dev/null || true; ip netns del "$nsb" 2>/dev/null || true; nsa='' nsb=''
+  netns_del "$nsa" "$nsb"; nsa='' nsb=''
 fi
 
 # ---- report: table, JSON, PNG -----------------------------------------------------------------

@@ -31,6 +31,8 @@
 #   scripts/lab.sh down
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/lib/netns.sh
+. "$here/scripts/lib/netns.sh"
 
 cmd=${1:-}
 [ -n "$cmd" ] && shift
@@ -86,50 +88,38 @@ lab_up() {
   [ "$routed" = 1 ] && touch "$state/routed"
   echo "$hosts" >"$state/hosts"
   local sw=$lab-sw
-  ip netns add "$sw" || die "cannot create namespace $sw"
-  ip -n "$sw" link set lo up
+  netns_add "$sw" || die "cannot create namespace $sw"
   if [ "$routed" = 1 ]; then
     # The router is the switch namespace itself: one bridge per subnet, forwarding between them.
     for s in 1 2; do
-      ip -n "$sw" link add "br$s" type bridge
-      ip -n "$sw" addr add "10.71.$s.1/24" dev "br$s"
-      ip -n "$sw" addr add "fd71:$s::1/64" dev "br$s" nodad
-      ip -n "$sw" link set "br$s" up
+      bridge_add "$sw" "br$s" "10.71.$s.1/24" "fd71:$s::1/64"
     done
     ip netns exec "$sw" sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1
   else
-    ip -n "$sw" link add br0 type bridge
-    ip -n "$sw" link set br0 up
+    bridge_add "$sw" br0
   fi
   local i h s
   for i in $(seq "$hosts"); do
     h=$lab-h$i
     s=$(host_subnet "$i")
-    ip netns add "$h" || die "cannot create namespace $h"
-    ip -n "$h" link set lo up
-    ip link add eth0 netns "$h" type veth peer name "h$i" netns "$sw" || die "cannot create a veth pair"
-    ip -n "$sw" link set "h$i" master "br$s" up
-    ip -n "$h" addr add "$(lab_addr "$i")/24" dev eth0
-    ip -n "$h" addr add "$(lab_addr "$i" 6)/64" dev eth0 nodad
-    ip -n "$h" link set eth0 up
+    netns_add "$h" || die "cannot create namespace $h"
+    veth_add "$h" eth0 "$sw" "h$i" || die "cannot create a veth pair"
+    link_up "$sw" "h$i" --master "br$s"
+    link_up "$h" eth0 "$(lab_addr "$i")/24" "$(lab_addr "$i" 6)/64"
     if [ "$routed" = 1 ]; then
       ip -n "$h" route add default via "10.71.$s.1"
       ip -n "$h" -6 route add default via "fd71:$s::1"
     fi
     mkdir -p "$state/h$i"
     [ "$no_droced" = 1 ] && continue
-    ip netns exec "$h" "$droced" --netdev eth0 --link "$link" --run-dir "$state/h$i" --memory 256 --mbufs 8192 ${DROCE_LAB_DROCED_ARGS:-} \
-      >"$state/h$i.log" 2>&1 &
-    echo $! >"$state/h$i.pid"
+    # shellcheck disable=SC2086 # DROCE_LAB_DROCED_ARGS is a list of flags
+    droced_spawn "$h" "$state/h$i" "$state/h$i.log" "$droced" --netdev eth0 --link "$link" --memory 256 \
+      --mbufs 8192 ${DROCE_LAB_DROCED_ARGS:-}
+    echo "$DROCED_PID" >"$state/h$i.pid"
   done
   [ "$no_droced" = 1 ] && { lab_status; return 0; }
   for i in $(seq "$hosts"); do
-    for _ in $(seq 200); do
-      [ -S "$state/h$i/droce0.sock" ] && break
-      kill -0 "$(cat "$state/h$i.pid")" 2>/dev/null || break
-      sleep 0.05
-    done
-    if [ ! -S "$state/h$i/droce0.sock" ]; then
+    if ! wait_unix_socket "$state/h$i/droce0.sock" "$(cat "$state/h$i.pid")"; then
       tail -5 "$state/h$i.log" >&2
       die "droced on $lab-h$i did not start (log: $state/h$i.log)"
     fi
@@ -138,19 +128,15 @@ lab_up() {
 }
 
 lab_down() {
-  local p i
+  local p i pids=()
   for p in "$state"/h*.pid; do
-    [ -f "$p" ] && kill -TERM "$(cat "$p")" 2>/dev/null
+    [ -f "$p" ] && pids+=("$(cat "$p")")
   done
-  for p in "$state"/h*.pid; do
-    [ -f "$p" ] || continue
-    for _ in $(seq 100); do kill -0 "$(cat "$p")" 2>/dev/null || break; sleep 0.05; done
-    kill -KILL "$(cat "$p")" 2>/dev/null
-  done
+  droced_stop "${pids[@]}"  # not this shell's children: 5 s each, then SIGKILL
   local n=${hosts}
   [ -f "$state/hosts" ] && n=$(cat "$state/hosts")
-  for i in $(seq "$n"); do ip netns del "$lab-h$i" 2>/dev/null; done
-  ip netns del "$lab-sw" 2>/dev/null
+  for i in $(seq "$n"); do netns_del "$lab-h$i"; done
+  netns_del "$lab-sw"
   rm -rf "$state"
   return 0
 }

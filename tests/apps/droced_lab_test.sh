@@ -36,26 +36,28 @@ build=$(realpath "$2")
 lab="$src/scripts/lab.sh"
 name=dlt$$
 droce=$build/apps/droce
+# shellcheck source=scripts/lib/netns.sh
+. "$src/scripts/lib/netns.sh"
+DROCE_BIN=$droce  # for server_ready
 
 skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces, veth, XDP)"
 command -v ip >/dev/null || skip "needs ip (iproute2)"
-ip netns add "$name-probe" 2>/dev/null || skip "cannot create network namespaces"
-ip netns del "$name-probe"
+netns_add "$name-probe" 2>/dev/null || skip "cannot create network namespaces"
+netns_del "$name-probe"
 
 fails=0
 pass() { echo "ok: $*"; }
 bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
 work=$(mktemp -d /tmp/droced-lab.XXXXXX)
+on_exit rm -rf "$work"
 export LSAN_OPTIONS="suppressions=$work/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 echo "leak:xsk_umem__create" >"$work/lsan.supp"
-cleanup() { "$lab" down --name "$name" >/dev/null 2>&1; rm -rf "$work"; }
-trap cleanup EXIT
 
 L() { "$lab" "$@" --name "$name" --build "$build"; }
+teardown() { L down >/dev/null 2>&1; }  # the lab, whatever is up of it
+on_exit teardown
 inns() { local h=$1; shift; ip netns exec "$name-$h" "$@"; }
-
-. "$(dirname "$0")/../lib/net.sh"  # kernel_noise
 
 kernel_keeps_netdev() {  # WHEN: ping and a TCP exchange from h2 to h1 across the router
   local a1
@@ -68,11 +70,8 @@ s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("0.0.0.0", 18515 + 7)); s.listen(1); s.settimeout(10)
 c, _ = s.accept(); c.sendall(c.recv(64).upper())' &
   local spid=$!
-  # Listening (18522 is 0x485A) before the client dials: python's start-up is slow on a busy machine.
-  for _ in $(seq 100); do
-    inns h1 grep -q ':485A 00000000:0000 0A' /proc/net/tcp && break
-    sleep 0.05
-  done
+  # Listening before the client dials: python's start-up is slow on a busy machine.
+  wait_tcp_listen "$name-h1" 18522 "$spid" 5
   local got
   got=$(inns h2 python3 -c "
 import socket
@@ -92,7 +91,7 @@ pair() {
   cargs=("$@")
   timeout 60 "$lab" exec h1 --name "$name" --build "$build" -- "${sargs[@]}" >"$work/server.txt" 2>&1 &
   spid=$!
-  DROCE_BIN=$droce server_ready "$name-h1" "/run/droce-lab/$name/h1/droce0.sock" "${PORT:-}"
+  server_ready "$name-h1" "/run/droce-lab/$name/h1/droce0.sock" "${PORT:-}"
   timeout 60 "$lab" exec h2 --name "$name" --build "$build" -- "${cargs[@]}" >"$work/client.txt" 2>&1
   st_c=$?
   wait $spid
@@ -105,26 +104,19 @@ pair() {
   fi
 }
 
+gid_shown() { inns h1 "$droce" gids --socket "$1" 2>/dev/null | grep -q "10.71.9.1"; }  # gid_shown SOCK
+gid_gone() { ! gid_shown "$1"; }
 gid_follows() {
   local sock=/run/droce-lab/$name/h1/droce0.sock
   timeout 10 ip netns exec "$name-h1" "$droce" events --count 2 --timeout 5 --socket "$sock" >"$work/events.txt" 2>&1 &
   local epid=$!
   sleep 0.5
   inns h1 ip addr add 10.71.9.1/24 dev eth0
-  local seen=0
-  for _ in $(seq 20); do
-    inns h1 "$droce" gids --socket "$sock" 2>/dev/null | grep -q "10.71.9.1" && { seen=1; break; }
-    sleep 0.05
-  done
-  [ $seen = 1 ] && pass "$link: ip addr add shows in droce gids within a second" \
-                || bad "$link: 10.71.9.1 not in droce gids a second after ip addr add"
+  if wait_for 1 gid_shown "$sock"; then pass "$link: ip addr add shows in droce gids within a second"
+  else bad "$link: 10.71.9.1 not in droce gids a second after ip addr add"; fi
   inns h1 ip addr del 10.71.9.1/24 dev eth0
-  seen=1
-  for _ in $(seq 20); do
-    inns h1 "$droce" gids --socket "$sock" 2>/dev/null | grep -q "10.71.9.1" || { seen=0; break; }
-    sleep 0.05
-  done
-  [ $seen = 0 ] && pass "$link: ip addr del takes it out of droce gids" || bad "$link: 10.71.9.1 still a GID after ip addr del"
+  if wait_for 1 gid_gone "$sock"; then pass "$link: ip addr del takes it out of droce gids"
+  else bad "$link: 10.71.9.1 still a GID after ip addr del"; fi
   wait $epid
   if [ "$(grep -c GID_CHANGE "$work/events.txt")" -ge 2 ]; then pass "$link: a client got IBV_EVENT_GID_CHANGE for each"
   else bad "$link: GID change events"; sed 's/^/    /' "$work/events.txt"; fi
@@ -174,7 +166,7 @@ for link in af_xdp af_packet; do
   if ! L up --hosts 2 --routed --link "$link" >"$work/up.txt" 2>&1; then
     bad "$link: the lab did not come up"
     sed 's/^/    /' "$work/up.txt"
-    L down >/dev/null 2>&1
+    teardown
     continue
   fi
   noise1=$(kernel_noise "$name-h1")
@@ -266,7 +258,7 @@ for link in af_xdp af_packet; do
       bad "$link: droced on $h exited"; tail -5 "/run/droce-lab/$name/$h.log" | sed 's/^/    /'
     fi
   done
-  L down >/dev/null 2>&1
+  teardown
 done
 
 echo "== own addresses (af_packet), static routes through the router"
@@ -274,13 +266,13 @@ link=own
 if L up --hosts 2 --routed --no-droced >"$work/up.txt" 2>&1; then
   for i in 1 2; do
     ip -n "$name-sw" addr add "10.72.$i.1/24" dev "br$i"
-    ip netns exec "$name-h$i" "$build/apps/droced" --port "net_af_packet_own$i,iface=eth0" \
-      --address "10.72.$i.$((10 + i))/24" --route "default via 10.72.$i.1" --run-dir "/run/droce-lab/$name/h$i" \
-      --memory 256 --mbufs 8192 >"/run/droce-lab/$name/h$i.log" 2>&1 &
-    echo $! >"/run/droce-lab/$name/h$i.pid"
+    droced_spawn "$name-h$i" "/run/droce-lab/$name/h$i" "/run/droce-lab/$name/h$i.log" "$build/apps/droced" \
+      --port "net_af_packet_own$i,iface=eth0" --address "10.72.$i.$((10 + i))/24" --route "default via 10.72.$i.1" \
+      --memory 256 --mbufs 8192
+    echo "$DROCED_PID" >"/run/droce-lab/$name/h$i.pid"
   done
   for i in 1 2; do
-    for _ in $(seq 200); do [ -S "/run/droce-lab/$name/h$i/droce0.sock" ] && break; sleep 0.05; done
+    wait_unix_socket "/run/droce-lab/$name/h$i/droce0.sock"
   done
   a1=$("$lab" addr h1 --name "$name")
   if command -v ibv_rc_pingpong >/dev/null; then
@@ -294,7 +286,7 @@ if L up --hosts 2 --routed --no-droced >"$work/up.txt" 2>&1; then
   arp=$(ip netns exec "$name-sw" ip neigh show 10.72.1.11 dev br1)
   grep -q lladdr <<<"$arp" && pass "own: the router learned droce's address from droce's ARP reply: $arp" \
                             || bad "own: the router has no neighbour entry for 10.72.1.11: $arp"
-  L down >/dev/null 2>&1
+  teardown
 else
   bad "own: the lab did not come up"
 fi
@@ -324,7 +316,7 @@ elif L up --hosts 4 --routed --link af_xdp >"$work/up.txt" 2>&1; then
     bad "mpi: mpi_check over four hosts (exit $st, frames on every host: $quiet)"
     tail -15 "$work/mpi.txt" | sed 's/^/    /'
   fi
-  L down >/dev/null 2>&1
+  teardown
 else
   bad "mpi: the four-host lab did not come up"
 fi

@@ -38,6 +38,9 @@ shift 3
 pmds=("$@")
 [ ${#pmds[@]} -eq 0 ] && pmds=(net_af_packet net_af_xdp)
 
+# shellcheck source=scripts/lib/netns.sh
+. "$(dirname "$0")/../../scripts/lib/netns.sh"
+
 skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces, veth, af_packet/af_xdp sockets)"
 command -v ip >/dev/null || skip "needs ip (iproute2)"
@@ -46,6 +49,7 @@ tag=$$
 nsa=droce-a-$tag
 nsb=droce-b-$tag
 work=$(mktemp -d /tmp/droced-netns.XXXXXX)
+on_exit rm -rf "$work"
 # DPDK 22.11's af_xdp never frees its umem on close (tests/net/port_test.cc): not droce's leak.
 export LSAN_OPTIONS="suppressions=$work/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 echo "leak:xsk_umem__create" >"$work/lsan.supp"
@@ -55,59 +59,38 @@ pass() { echo "ok: $*"; }
 bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 pids=()
+# stop_daemons: SIGTERM to both droced; 0 if both exited 0.
 stop_daemons() {
-  local pid st rc=0
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null; done
-  for pid in "${pids[@]}"; do
-    wait "$pid"
-    st=$?
-    [ "$st" -eq 0 ] || rc=$st
-  done
+  local rc=0
+  droced_stop "${pids[@]}" || rc=$?
   pids=()
   return $rc
 }
-cleanup() {
-  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null; done
-  ip netns del "$nsa" 2>/dev/null
-  ip netns del "$nsb" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
+on_exit netns_del "$nsa" "$nsb"
+on_exit kill_jobs KILL  # the daemons, if the test ends between start_daemons and stop_daemons
 
 # A fresh pair of namespaces with veth ends va (in A) and vb (in B) at MTU $1.
 make_link() {
-  ip netns del "$nsa" 2>/dev/null
-  ip netns del "$nsb" 2>/dev/null
-  ip netns add "$nsa" && ip netns add "$nsb" || skip "cannot create network namespaces"
-  ip link add va netns "$nsa" type veth peer name vb netns "$nsb" || skip "cannot create a veth pair"
-  local ns dev
-  for ns in "$nsa:va" "$nsb:vb"; do
-    dev=${ns#*:}
-    ns=${ns%%:*}
-    ip -n "$ns" link set lo up
-    ip -n "$ns" link set "$dev" mtu "$1" || return 1
-    ip -n "$ns" link set "$dev" up
-  done
+  netns_del "$nsa" "$nsb"
+  netns_add "$nsa" "$nsb" || skip "cannot create network namespaces"
+  veth_add "$nsa" va "$nsb" vb || skip "cannot create a veth pair"
+  link_up "$nsa" va --mtu "$1" && link_up "$nsb" vb --mtu "$1"
 }
 
 # Starts droced in each namespace: start_daemons PMD [droced flags...]. Returns 1 (with A's
 # log in $work/a.log) if either does not come up.
 start_daemons() {
-  local pmd=$1 side ns dev ip4 ip6 run
+  local pmd=$1 side ns dev ip4 ip6 run st
   shift
   for side in a b; do
     if [ $side = a ]; then ns=$nsa dev=va ip4=10.78.0.1 ip6=fd00:78::1; else ns=$nsb dev=vb ip4=10.78.0.2 ip6=fd00:78::2; fi
     run=$work/$side
     rm -rf "$run"
-    ip netns exec "$ns" "$droced" --run-dir "$run" --port "${pmd}_${side}${tag},iface=$dev${devargs_extra:-}" \
-      --address $ip4 --address $ip6 --memory 256 --mbufs 8192 "$@" >"$work/$side.log" 2>&1 &
-    pids+=($!)
-    for _ in $(seq 400); do
-      [ -S "$run/droce0.sock" ] && break
-      kill -0 "${pids[-1]}" 2>/dev/null || return 1
-      sleep 0.05
-    done
-    [ -S "$run/droce0.sock" ] || return 1
+    droced_start "$ns" "$run" "$work/$side.log" "$droced" --port "${pmd}_${side}${tag},iface=$dev${devargs_extra:-}" \
+      --address $ip4 --address $ip6 --memory 256 --mbufs 8192 "$@"
+    st=$?
+    pids+=("$DROCED_PID")
+    [ $st -eq 0 ] || return 1
   done
 }
 
@@ -133,17 +116,8 @@ run_selftest() {
 }
 
 # wait_port SOCK STATE: up to 5 s for the port to reach STATE.
-wait_port() {
-  local st
-  for _ in $(seq 100); do
-    st=$(port_field "$1" state 2>/dev/null)
-    [ "$st" = "$2" ] && return 0
-    sleep 0.05
-  done
-  return 1
-}
-
-. "$(dirname "$0")/../lib/net.sh"  # kernel_noise
+port_in_state() { [ "$(port_field "$1" state 2>/dev/null)" = "$2" ]; }
+wait_port() { wait_for 5 port_in_state "$1" "$2"; }
 
 # Unmodified verbs programs across the namespaces, through droce's provider (droce exec), with
 # their TCP exchange over the same veth: with af_packet the kernel shares the link (and the MAC)
@@ -225,7 +199,7 @@ for pmd in "${pmds[@]}"; do
   # Link down and up on B's end of the veth.
   "$droce" events --socket "$(sock_a)" --count 2 --timeout 20 >"$work/events.txt" 2>&1 &
   watcher=$!
-  for _ in $(seq 100); do grep -q watching "$work/events.txt" && break; sleep 0.05; done
+  wait_for 5 grep -q watching "$work/events.txt"
   ip -n "$nsb" link set vb down
   if wait_port "$(sock_b)" DOWN && wait_port "$(sock_a)" DOWN; then
     pass "$pmd: link down on vb: both ports DOWN"

@@ -42,28 +42,26 @@ if [ "${DROCE_PYVERBS_INNER:-}" != 1 ]; then
 fi
 
 tmp=$(mktemp -d /tmp/droce-pyverbs.XXXXXX)
-. "$pair_lib"
-netns_droced=""
-cleanup() {
-  [ -n "$netns_droced" ] && kill "$netns_droced" 2>/dev/null && wait "$netns_droced" 2>/dev/null
-  droced_pair_stop
+# shellcheck source=scripts/lib/droced-pair.sh
+. "$pair_lib"  # and scripts/lib/netns.sh
+unmount_dev() {
   umount -R -l /dev 2>/dev/null || true
   umount -R -l "$tmp/dev" 2>/dev/null || true
-  rm -rf "$tmp"
 }
-trap cleanup EXIT
+on_exit rm -rf "$tmp"
+on_exit unmount_dev
+on_exit droced_pair_stop
 
 if [ "${PYVERBS_NETNS:-}" = 1 ]; then
-  ip link set lo up
-  ip link add pv0 type veth peer name pv1
-  ip link set pv1 up
-  ip link set pv0 up
-  ip addr add 10.81.0.1/24 dev pv0
-  "$droced" --run-dir "$tmp/host" --port net_af_packet_pv,iface=pv0 --address 10.81.0.1 --memory 256 \
-    --mbufs 8192 --dev-node no >"$tmp/droced.log" 2>&1 &
-  netns_droced=$!
-  for _ in $(seq 200); do [ -S "$tmp/host/droce0.sock" ] && break; sleep 0.05; done
-  [ -S "$tmp/host/droce0.sock" ] || { cat "$tmp/droced.log"; exit 1; }
+  # The namespace unshare made for this script: the veth and droced's host live in it.
+  link_up "" lo
+  veth_add "" pv0 "" pv1
+  link_up "" pv1
+  link_up "" pv0 10.81.0.1/24
+  droced_spawn "" "$tmp/host" "$tmp/droced.log" "$droced" --port net_af_packet_pv,iface=pv0 --address 10.81.0.1 \
+    --memory 256 --mbufs 8192 --dev-node no
+  on_exit droced_stop "$DROCED_PID"
+  wait_unix_socket "$tmp/host/droce0.sock" "$DROCED_PID" || { cat "$tmp/droced.log"; exit 1; }
   "$droced_tree" --socket "$tmp/host/droce0.sock" --root "$tmp/sys"
   mount -t tmpfs pyverbs-class /sys/class
   mkdir -p /sys/class/infiniband/droce0/device/net/pv0

@@ -48,6 +48,7 @@ fail=0
 pass() { echo "ok: $*"; }
 bad() { echo "FAIL: $*"; fail=1; }
 
+# shellcheck source=scripts/lib/droced-pair.sh
 . "$pair_lib"
 cleanup() {
   # `timeout` passes TERM on to the program it runs.
@@ -101,7 +102,7 @@ run_pair() {
   local spid=$!
   src=0
   crc=0
-  if ! droced_wait_listen "$port" "$spid"; then
+  if ! wait_tcp_listen "" "$port" "$spid"; then
     wait "$spid" || src=$?
     crc=255
     echo "(the server did not listen)" >"$tmp/$name.client"
@@ -183,7 +184,7 @@ port=$((port + 1))
 # Without `timeout`: $! must be the server itself (stdbuf execs it), not a parent it outlives.
 SYSFS_PATH=$A stdbuf -oL ib_write_bw -d droce0 -x $gid -D 30 -p $port >"$tmp/kill.server" 2>&1 &
 kpid=$!
-if droced_wait_listen $port $kpid; then
+if wait_tcp_listen "" $port $kpid; then
   SYSFS_PATH=$B timeout 90 stdbuf -oL ib_write_bw -d droce0 -x $gid -D 30 -p $port 127.0.0.1 \
     >"$tmp/kill.client" 2>&1 &
   cpid=$!
@@ -247,7 +248,7 @@ if [[ "$cpus_b" =~ ^[0-9]+$ ]] && [ -n "$other_cpu" ]; then
     >"$tmp/hold.server" 2>&1 &
   hpid=$!
   hrc=0
-  if droced_wait_listen $port $hpid; then
+  if wait_tcp_listen "" $port $hpid; then
     SYSFS_PATH=$B timeout 90 taskset -c "$cpus_b" ib_write_lat -d droce0 -x $gid -n 2000 -p $port 127.0.0.1 \
       >"$tmp/hold.client" 2>&1 || hrc=$?
   else

@@ -34,14 +34,12 @@ mpi_check=$(realpath "$mpi_check")
 tmp=$(mktemp -d /tmp/droce-mpi-test.XXXXXX)
 cd "$tmp" || exit 1  # NetPIPE writes np.out where it runs
 fail=0
+# shellcheck source=scripts/lib/droced-pair.sh
 . "$pair_lib"
-cleanup() {
-  jobs -p | xargs -r kill -TERM 2>/dev/null || true
-  droced_pair_stop
-  cd /
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+on_exit rm -rf "$tmp"
+on_exit cd /
+on_exit droced_pair_stop
+on_exit kill_jobs TERM
 
 # mpirun as root needs these; harmless otherwise.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

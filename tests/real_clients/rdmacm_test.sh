@@ -46,49 +46,30 @@ command -v ib_send_bw >/dev/null || skip "ib_send_bw not installed (Debian packa
 
 tmp=$(mktemp -d /tmp/droce-rdmacm-test.XXXXXX)
 fail=0
-. "$pair_lib"
-cleanup() {
-  jobs -p | xargs -r kill -KILL 2>/dev/null || true
-  droced_pair_stop
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+# shellcheck source=scripts/lib/droced-pair.sh
+. "$pair_lib"  # and scripts/lib/netns.sh
+DROCE_BIN=$droce  # for wait_cm_listen
+on_exit rm -rf "$tmp"
+on_exit droced_pair_stop
+on_exit kill_jobs KILL
 
 droced_pair_start "$(dirname "$droced")" "$tmp/hosts" --mtu 9000 --cm-channels 64 || exit 1
 declare -A ip=([a]=10.77.0.1 [b]=10.77.0.2)
 declare -A netns=([a]="" [b]="")
 hosts=$tmp/hosts
 on() {  # on HOST COMMAND...: run COMMAND on droce host a or b (in its namespace, if any)
-  local host=$1
-  shift
-  if [ -n "${netns[$host]}" ]; then
-    ip netns exec "${netns[$host]}" "$droce" exec --run-dir "$hosts/$host" -- "$@"
-  else
-    "$droce" exec --run-dir "$hosts/$host" -- "$@"
-  fi
+  in_netns "${netns[$1]}" "$droce" exec --run-dir "$hosts/$1" -- "${@:2}"
 }
 
 # Waits (10 s at most) until droced of HOST has a listening rdma_cm id on PORT.
-wait_listener() {
-  local host=$1 port=$2
-  for _ in $(seq 200); do
-    "$droce" cm --json --socket "$hosts/$host/droce0.sock" 2>/dev/null |
-      grep -q "\"state\":\"listen\",\"local\":\"[^\"]*:$port\"" && return 0
-    sleep 0.05
-  done
-  return 1
-}
+wait_listener() { wait_cm_listen "$hosts/$1/droce0.sock" "$2"; }
 
 # Waits (10 s at most) until droced of HOST has a QP attached to multicast GROUP.
-wait_group() {
-  local host=$1 group=$2
-  for _ in $(seq 200); do
-    "$droce" multicast --json --socket "$hosts/$host/droce0.sock" 2>/dev/null | grep -q "\"group\":\"$group\"" &&
-      return 0
-    sleep 0.05
-  done
-  return 1
+# shellcheck disable=SC2317 # called by wait_for
+in_group() {
+  "$droce" multicast --json --socket "$hosts/$1/droce0.sock" 2>/dev/null | grep -q "\"group\":\"$2\""
 }
+wait_group() { wait_for 10 in_group "$1" "$2"; }
 
 selected() { [ -z "${DROCE_RDMACM_CASES:-}" ] || [[ $1 =~ $DROCE_RDMACM_CASES ]]; }
 
@@ -135,7 +116,7 @@ pair() {
   on "$s" "$deadline" 120 stdbuf -o0 $sargs >"$slog" 2>&1 &
   server=$! why="" crc=0 src=0
   if [ "$listen" = tcp ]; then
-    for _ in $(seq 200); do ip netns exec "${netns[$s]}" ss -ltn | grep -q ":$lport " && break; sleep 0.05; done
+    wait_tcp_listen "${netns[$s]}" "$lport"
   elif [[ $listen == mcast:* ]]; then
     wait_group "$s" "${listen#mcast:}" || why+=" the receiver never joined;"
   else
@@ -241,7 +222,7 @@ if selected error.peer_killed; then
   wait_listener b "$port" || why+=" the server never listened;"
   on a timeout 60 stdbuf -o0 rping -c -a 10.77.0.2 -p "$port" -C 100000000 -d >"$clog" 2>&1 &
   client=$!
-  for _ in $(seq 200); do grep -q ESTABLISHED "$clog" && break; sleep 0.05; done
+  wait_for 10 grep -q ESTABLISHED "$clog"
   sleep 0.5
   pkill -KILL -f "rping -s -a 10.77.0.2 -p $port" || why+=" no server to kill;"
   wait "$client" 2>/dev/null
@@ -257,21 +238,17 @@ netns_cases() {
   netns=([a]=droce-cma-$tag [b]=droce-cmb-$tag)
   ip=([a]=10.79.0.1 [b]=10.79.0.2)
   hosts=$tmp/ns
-  ip netns add "${netns[a]}" && ip netns add "${netns[b]}" || { echo "SKIP (part): no network namespaces"; return; }
-  ip link add va netns "${netns[a]}" type veth peer name vb netns "${netns[b]}" ||
-    { echo "SKIP (part): no veth pair"; return; }
+  netns_add "${netns[a]}" "${netns[b]}" || { echo "SKIP (part): no network namespaces"; return; }
+  veth_add "${netns[a]}" va "${netns[b]}" vb || { echo "SKIP (part): no veth pair"; return; }
   for side in a b; do
-    local dev=v$side
-    ip -n "${netns[$side]}" link set lo up
-    ip -n "${netns[$side]}" link set "$dev" up
-    ip -n "${netns[$side]}" addr add "${ip[$side]}/24" dev "$dev"
-    ip netns exec "${netns[$side]}" "$droced" --run-dir "$hosts/$side" --port "net_af_packet_$side$tag,iface=$dev" \
-      --address "${ip[$side]}" --memory 256 --mbufs 8192 >"$tmp/ns-$side.log" 2>&1 &
-    ns_pids+=($!)
+    link_up "${netns[$side]}" "v$side" "${ip[$side]}/24"
+    droced_spawn "${netns[$side]}" "$hosts/$side" "$tmp/ns-$side.log" "$droced" \
+      --port "net_af_packet_$side$tag,iface=v$side" --address "${ip[$side]}" --memory 256 --mbufs 8192
+    ns_pids+=("$DROCED_PID")
   done
   for side in a b; do
-    for _ in $(seq 400); do [ -S "$hosts/$side/droce0.sock" ] && break; sleep 0.05; done
-    [ -S "$hosts/$side/droce0.sock" ] || { echo "FAIL: netns droced $side did not start"; tail "$tmp/ns-$side.log"; fail=1; return; }
+    wait_unix_socket "$hosts/$side/droce0.sock" "" 20 ||
+      { echo "FAIL: netns droced $side did not start"; tail "$tmp/ns-$side.log"; fail=1; return; }
   done
   pair netns.rping b a "rping -s -a @SERVER -p @PORT -V -C 1000" "rping -c -a @SERVER -p @PORT -V -C 1000 -v" \
     'ping data: rdma-ping-999: '
@@ -329,7 +306,7 @@ mckey_igmp_case() {
     ip netns exec "${netns[b]}" timeout 60 tshark -l -n -i vb -f igmp \
       -T fields -e ip.src -e igmp.type -e igmp.maddr -e igmp.checksum.status >"$tmp/igmp.txt" 2>"$tmp/igmp.err" &
     cap=$!
-    for _ in $(seq 200); do grep -q "Capturing on" "$tmp/igmp.err" && break; sleep 0.05; done
+    wait_for 10 grep -q "Capturing on" "$tmp/igmp.err"
   else
     echo "SKIP (part): tshark not installed: the IGMP reports are not checked"
   fi
@@ -341,7 +318,7 @@ mckey_igmp_case() {
   wait "$cap" 2>/dev/null
   # A report (0x16) and a leave (0x17) for the group from A, checksums good; B's droced joined as
   # the sender (a full member too: librdmacm's legacy join has no send-only flag) and reports also.
-  grep -Eq "^${ip[a]}[[:space:]]+0x16[[:space:]]+$group[[:space:]]+1$" "$tmp/igmp.txt" ||
+  grep -Eq "^${ip[a]}[[:space:]]+0x16[[:space:]]+${group}[[:space:]]+1$" "$tmp/igmp.txt" ||
     why+=" no good IGMPv2 report from A;"
   grep -Eq "^${ip[a]}[[:space:]]+0x17[[:space:]]+$group" "$tmp/igmp.txt" || why+=" no leave from A;"
   report netns.mckey.igmp "$why" "$tmp/igmp.txt" "$tmp/igmp.err"
@@ -355,7 +332,7 @@ qperf_case() {
   port=$((port + 1))
   on b "$deadline" 60 qperf -lp "$port" >"$slog" 2>&1 &
   local server=$!
-  for _ in $(seq 100); do ip netns exec "${netns[b]}" ss -ltn | grep -q ":$port " && break; sleep 0.05; done
+  wait_tcp_listen "${netns[b]}" "$port" "" 5
   on a "$deadline" 50 qperf -lp "$port" -cm1 -t 1 "${ip[b]}" "$test" >"$clog" 2>&1 || crc=$?
   kill "$server" 2>/dev/null
   wait "$server" 2>/dev/null
@@ -367,13 +344,10 @@ qperf_case() {
 
 ns_pids=()
 netns_cleanup() {
-  local pid
-  for pid in "${ns_pids[@]}"; do kill -TERM "$pid" 2>/dev/null; done
-  for pid in "${ns_pids[@]}"; do wait "$pid" 2>/dev/null; done
-  [ -n "${netns[a]}" ] && ip netns del "${netns[a]}" 2>/dev/null
-  [ -n "${netns[b]}" ] && ip netns del "${netns[b]}" 2>/dev/null
+  droced_stop "${ns_pids[@]}"
+  netns_del "${netns[a]}" "${netns[b]}"
 }
-trap 'netns_cleanup; cleanup' EXIT
+on_exit netns_cleanup
 netns_cases
 
 exit "$fail"

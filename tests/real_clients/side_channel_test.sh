@@ -25,14 +25,12 @@ command -v ip >/dev/null || skip "needs ip (iproute2)"
 tmp=$(mktemp -d /tmp/droce-side-channel.XXXXXX)
 fail=0
 export DROCE_PAIR_NETNS=1
-. "$pair_lib"
-. "$(dirname "$0")/../lib/net.sh"  # server_ready
-cleanup() {
-  jobs -p | xargs -r kill -TERM 2>/dev/null || true
-  droced_pair_stop
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+# shellcheck source=scripts/lib/droced-pair.sh
+. "$pair_lib"  # and scripts/lib/netns.sh: server_ready
+DROCE_BIN=$droce
+on_exit rm -rf "$tmp"
+on_exit droced_pair_stop
+on_exit kill_jobs TERM
 droced_pair_start "$(dirname "$droced")" "$tmp/hosts" || skip "the namespaced pair did not start"
 
 # run_on a|b LIMIT PROGRAM...: a verbs program on host A or B, for at most LIMIT seconds.
@@ -53,10 +51,13 @@ two() {
   c=("$@")
   run_on a 90 "${s[@]}" >"$tmp/server.txt" 2>&1 &
   spid=$!
-  DROCE_BIN=$droce server_ready "$DROCE_A_NS" "$DROCE_A_SOCK" "${PORT:-}"
+  server_ready "$DROCE_A_NS" "$DROCE_A_SOCK" "${PORT:-}"
   run_on b 60 "${c[@]}" >"$tmp/client.txt" 2>&1
   st_c=$?
-  if [ "${SERVER_STAYS:-0}" = 1 ]; then kill -TERM $spid 2>/dev/null; wait $spid; st_s=0; else wait $spid; st_s=$?; fi
+  # $spid is the subshell running run_on: TERM its child too (timeout, which passes it on), or
+  # the server outlives the test, still listening on the port the next server wants.
+  if [ "${SERVER_STAYS:-0}" = 1 ]; then pkill -TERM -P $spid; kill -TERM $spid 2>/dev/null; wait $spid; st_s=0
+  else wait $spid; st_s=$?; fi
   if [ $st_c -eq 0 ] && [ $st_s -eq 0 ] && ! grep -qiE "fail|error" "$tmp/client.txt"; then
     echo "ok: $what: $(grep -E "${RESULT_LINE:-.}" "$tmp/client.txt" | tail -1 | tr -s ' ')"
   else

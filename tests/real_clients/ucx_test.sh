@@ -29,13 +29,11 @@ command -v ucx_perftest >/dev/null || skip "ucx_perftest not installed (Debian p
 
 tmp=$(mktemp -d /tmp/droce-ucx-test.XXXXXX)
 fail=0
+# shellcheck source=scripts/lib/droced-pair.sh
 . "$pair_lib"
-cleanup() {
-  jobs -p | xargs -r kill -TERM 2>/dev/null || true
-  droced_pair_stop
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+on_exit rm -rf "$tmp"
+on_exit droced_pair_stop
+on_exit kill_jobs TERM
 
 droced_pair_start "$(dirname "$droced")" "$tmp/hosts" --mtu 9000 || exit 1
 on() {  # on HOST COMMAND...: run COMMAND on droce host a or b
@@ -58,7 +56,7 @@ run_case() {
   on "$shost" "$deadline" 120 ucx_perftest -p "$port" "$@" >"$slog" 2>&1 &
   local server=$!
   # Until the server listens (its exit is judged below); a fixed wait raced a slow start.
-  droced_wait_listen "$port" "$server" || true
+  wait_tcp_listen "" "$port" "$server" || true
   local crc=0 src=0
   on "$chost" "$deadline" 110 ucx_perftest -p "$port" "$@" 127.0.0.1 >"$clog" 2>&1 || crc=$?
   wait "$server" || src=$?
