@@ -170,6 +170,7 @@ for link in af_xdp af_packet; do
     continue
   fi
   noise1=$(kernel_noise "$name-h1")
+  ipin1=$(inns h1 nstat -az IpInReceives | awk '/IpInReceives/ {print $2}')
   kernel_keeps_netdev "with droced running"
   a1=$("$lab" addr h1 --name "$name")
   if command -v ibv_rc_pingpong >/dev/null; then
@@ -212,6 +213,19 @@ for link in af_xdp af_packet; do
                                     || bad "$link: the ib_write_bw beside the kernel's traffic (client $st_c, server $st_s)"
   fi
   noise2=$(kernel_noise "$name-h1")
+  if [ "$link" = af_packet ]; then
+    # droce's TC filter drops RoCEv2 for h1's addresses after af_packet's tap took it: the
+    # kernel's IP receive counted fewer packets than the filter kept from it (without the
+    # filter it counts every one of them, and more).
+    ipin2=$(inns h1 nstat -az IpInReceives | awk '/IpInReceives/ {print $2}')
+    kept=$(inns h1 "$droce" counters --socket "/run/droce-lab/$name/h1/droce0.sock" | awk '$1 == "xdp.redirected" {print $2}')
+    if inns h1 tc filter show dev eth0 ingress | grep -q droce_tc && [ -n "$kept" ] && [ "$kept" -gt 1000 ] &&
+       [ $((ipin2 - ipin1)) -lt "$kept" ]; then
+      pass "$link: the TC filter kept $kept RoCE frames from the kernel's IP receive (which counted $((ipin2 - ipin1)))"
+    else
+      bad "$link: TC filter: kept ${kept:-?}, IpInReceives grew by $((ipin2 - ipin1))"
+    fi
+  fi
   [ "$noise1" = "$noise2" ] && pass "$link: the kernel answered no RoCE packet (UdpNoPorts/unreachables $noise1)" \
                             || bad "$link: the kernel sent unreachables ($noise1 -> $noise2)"
   gid_follows
