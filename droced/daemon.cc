@@ -519,55 +519,9 @@ const char* policy_name(int policy) {
   }
 }
 
-// Every field of `c` added into *sum.
-void add_counters(const rocev2::EngineCounters& c, rocev2::EngineCounters* sum) {
-  for (size_t i = 0; i < rocev2::kParseStatusCount; ++i) sum->parse.by_status[i] += c.parse.by_status[i];
-  sum->rx_frames += c.rx_frames;
-  sum->tx_frames += c.tx_frames;
-  sum->tx_acks += c.tx_acks;
-  sum->rx_unknown_qp += c.rx_unknown_qp;
-  sum->rx_wrong_state += c.rx_wrong_state;
-  sum->rx_bad_pkey += c.rx_bad_pkey;
-  sum->rx_bad_qkey += c.rx_bad_qkey;
-  sum->rx_mcast_unattached += c.rx_mcast_unattached;
-  sum->rx_bad_dest += c.rx_bad_dest;
-  sum->rx_unexpected += c.rx_unexpected;
-  sum->tx_no_mbuf += c.tx_no_mbuf;
-  sum->tx_port_full += c.tx_port_full;
-  sum->cq_overflows += c.cq_overflows;
-  sum->cnp_received += c.cnp_received;
-}
-
-void add_counters(const DeviceCoreCounters& c, DeviceCoreCounters* sum) {
-  sum->neighbor_frames_in += c.neighbor_frames_in;
-  sum->neighbor_frames_out += c.neighbor_frames_out;
-  sum->neighbor_tx_dropped += c.neighbor_tx_dropped;
-  sum->oversize_control += c.oversize_control;
-  sum->loopback_frames += c.loopback_frames;
-  sum->handed_out += c.handed_out;
-  sum->handed_in += c.handed_in;
-  sum->hand_off_dropped += c.hand_off_dropped;
-  sum->loss_dropped += c.loss_dropped;
-  sum->rx_own_frames += c.rx_own_frames;
-}
-
-void add_counters(const WorkerCounters& c, WorkerCounters* sum) {
-  sum->loops += c.loops;
-  sum->sleeps += c.sleeps;
-  sum->wakeups_by_client += c.wakeups_by_client;
-  sum->wakeups_by_port += c.wakeups_by_port;
-  sum->wakeups_by_timer += c.wakeups_by_timer;
-  sum->stuck_blocks += c.stuck_blocks;
-  sum->clients_closed += c.clients_closed;
-  sum->clients_faulted += c.clients_faulted;
-  sum->events_unrouted += c.events_unrouted;
-  sum->affinity_changes += c.affinity_changes;
-  sum->affinity_stays += c.affinity_stays;
-}
-
 // Every QP counter as a JSON number.
 void put_qp_counters(Json& j, const rocev2::QpCounters& c) {
-  rocev2::for_each_qp_counter([&](const char* name, uint64_t rocev2::QpCounters::*m) { j.num(name, c.*m); });
+  for (const auto& k : rocev2::kQpCounters) j.num(k.name, c.*k.member);
 }
 
 // "239.1.2.3,ff0e::42" or "-".
@@ -655,9 +609,11 @@ std::string Daemon::render_locked() const {
   rocev2::QpCounters qc;
   for (const auto& w : workers_) {
     qc += w->core().engine().qp_totals();
-    add_counters(w->core().engine().counters(), &ec);
-    add_counters(w->core().counters(), &dc);
-    add_counters(w->counters(), &wc);
+    const rocev2::EngineCounters& e = w->core().engine().counters();
+    ec.parse += e.parse;
+    core::add_counters(rocev2::kEngineCounters, e, &ec);
+    core::add_counters(kDeviceCoreCounters, w->core().counters(), &dc);
+    core::add_counters(kWorkerCounters, w->counters(), &wc);
   }
   j.open("counters", '{')
       .num("rx_frames", ec.rx_frames)
