@@ -15,6 +15,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "net/pcap_file.h"
 #include "cm/mad.h"
 #include "rocev2/builder.h"
@@ -110,13 +112,7 @@ int cmd_decode(const std::vector<std::string_view>& args) {
         pkt.layout.payload_len == cm::kMadSize && pkt.hdr.bth.opcode == 0x64)
       mad = cm::describe_mad(std::span<const uint8_t>(frame.bytes).subspan(pkt.layout.payload_off, cm::kMadSize));
     if (json) {
-      std::string line = rocev2::format_json(n, pkt, status, icrc_ok);
-      if (!mad.empty() && !line.empty() && line.back() == '}') {
-        std::string quoted;
-        for (char ch : mad) quoted += (ch == '"' || ch == '\\') ? std::string("\\") + ch : std::string(1, ch);
-        line.insert(line.size() - 1, ",\"mad\":\"" + quoted + "\"");
-      }
-      std::printf("%s\n", line.c_str());
+      std::printf("%s\n", rocev2::format_json(n, pkt, status, icrc_ok, mad).c_str());
     } else {
       std::printf("frame %zu: %zu bytes%s\n%s", n, frame.bytes.size(),
                   frame.bytes.size() < frame.wire_len ? " (capture cut short)" : "",
@@ -227,14 +223,19 @@ int cmd_gen(const std::vector<std::string_view>& args) {
     }
     writer.write(std::span<const uint8_t>(frame.data(), len), i * 1000);
     const auto& b = r.hdr.bth;
-    char line[256];
-    std::snprintf(line, sizeof line,
-                  "{\"opcode\":%u,\"psn\":%u,\"dqpn\":%u,\"pad\":%u,\"payload_len\":%zu,"
-                  "\"ip_version\":%u,\"vlan\":%s,\"se\":%u,\"ackreq\":%u,\"pkey\":%u}\n",
-                  b.opcode, b.psn, b.dest_qp, b.pad, r.payload.size(), r.hdr.l3.version,
-                  r.hdr.l2.vlan ? std::to_string(r.hdr.l2.vlan_tci & 0xfff).c_str() : "null", b.se,
-                  b.ackreq, b.pkey);
-    fields << line;
+    nlohmann::ordered_json line;
+    line["opcode"] = unsigned{b.opcode};
+    line["psn"] = unsigned{b.psn};
+    line["dqpn"] = unsigned{b.dest_qp};
+    line["pad"] = unsigned{b.pad};
+    line["payload_len"] = r.payload.size();
+    line["ip_version"] = unsigned{r.hdr.l3.version};
+    if (r.hdr.l2.vlan) line["vlan"] = unsigned(r.hdr.l2.vlan_tci & 0xfff);
+    else line["vlan"] = nullptr;
+    line["se"] = unsigned{b.se};
+    line["ackreq"] = unsigned{b.ackreq};
+    line["pkey"] = unsigned{b.pkey};
+    fields << line.dump() << '\n';
   }
   std::printf("wrote %lu frames to %s (seed %lu)\n", static_cast<unsigned long>(count), path.c_str(),
               static_cast<unsigned long>(seed));

@@ -55,6 +55,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/clock.h"
 #include "provider/client/client.h"
 #include "rocev2/format.h"
@@ -109,41 +111,39 @@ std::string hex(const uint8_t* p, size_t n) {
   return s;
 }
 
-// One JSON object, built field by field (keys and string values are ours: no escaping needed
-// beyond quotes and backslashes, which they never contain).
-class JsonObj {
- public:
-  JsonObj& num(const char* k, uint64_t v) { return raw(k, std::to_string(v)); }
-  JsonObj& boolean(const char* k, bool v) { return raw(k, v ? "true" : "false"); }
-  JsonObj& str(const char* k, const std::string& v) { return raw(k, "\"" + v + "\""); }
-  JsonObj& raw(const char* k, const std::string& v) {
-    s_ += s_.empty() ? "{" : ", ";
-    s_ += "\"";
-    s_ += k;
-    s_ += "\": ";
-    s_ += v;
-    return *this;
-  }
-  std::string done() const { return s_.empty() ? "{}" : s_ + "}"; }
-  void print() const {
-    std::printf("%s\n", done().c_str());
-    std::fflush(stdout);
-  }
+// Objects keep their keys in the order they were set.
+using Json = nlohmann::ordered_json;
 
- private:
-  std::string s_;
-};
+std::string dump(const Json& j, int indent = -1) {
+  return j.dump(indent, ' ', false, Json::error_handler_t::replace);
+}
+
+// One line of output: an event.
+void print(const Json& event) {
+  std::printf("%s\n", dump(event).c_str());
+  std::fflush(stdout);
+}
+
+Json event(const char* name) {
+  Json j;
+  j["event"] = name;
+  return j;
+}
 
 void check(bool ok, const std::string& what, const std::string& detail = {}) {
   if (!ok) ++g_failures;
-  JsonObj o;
-  o.str("event", "check").boolean("ok", ok).str("what", what);
-  if (!detail.empty()) o.str("detail", detail);
-  o.print();
+  Json o = event("check");
+  o["ok"] = ok;
+  o["what"] = what;
+  if (!detail.empty()) o["detail"] = detail;
+  print(o);
 }
 
 [[noreturn]] void die(int code, const std::string& why) {
-  JsonObj().str("event", "error").num("exit", static_cast<uint64_t>(code)).str("why", why).print();
+  Json o = event("error");
+  o["exit"] = code;
+  o["why"] = why;
+  print(o);
   std::exit(code);
 }
 
@@ -365,58 +365,28 @@ bool exists(const std::string& path) {
 
 uint64_t deadline_after(double seconds) { return core::monotonic_ns() + static_cast<uint64_t>(seconds * 1e9); }
 
-// A flat JSON object of numbers and strings (what rxe-peer.py writes), as text values.
-bool parse_flat_json(const std::string& s, std::map<std::string, std::string>* out) {
-  size_t i = s.find('{');
-  if (i == std::string::npos) return false;
-  ++i;
-  auto skip_ws = [&] {
-    while (i < s.size() && (s[i] == ' ' || s[i] == '\n' || s[i] == '\t' || s[i] == '\r')) ++i;
-  };
-  auto read_string = [&](std::string* v) {
-    if (i >= s.size() || s[i] != '"') return false;
-    const size_t close = s.find('"', i + 1);
-    if (close == std::string::npos) return false;
-    *v = s.substr(i + 1, close - i - 1);
-    i = close + 1;
-    return true;
-  };
-  for (;;) {
-    skip_ws();
-    if (i < s.size() && s[i] == '}') return true;
-    std::string key, value;
-    if (!read_string(&key)) return false;
-    skip_ws();
-    if (i >= s.size() || s[i] != ':') return false;
-    ++i;
-    skip_ws();
-    if (i < s.size() && s[i] == '"') {
-      if (!read_string(&value)) return false;
-    } else {
-      const size_t start = i;
-      while (i < s.size() && s[i] != ',' && s[i] != '}') ++i;
-      value = s.substr(start, i - start);
-      while (!value.empty() && value.back() == ' ') value.pop_back();
-    }
-    (*out)[key] = value;
-    skip_ws();
-    if (i < s.size() && s[i] == ',') ++i;
-  }
-}
-
-// Waits for the guest's JSON file; false at the deadline.
-bool wait_json(const std::string& path, uint64_t deadline, std::map<std::string, std::string>* out) {
+// Waits for the guest's JSON file (a flat object, what rxe-peer.py writes), until it parses;
+// false at the deadline.
+bool wait_json(const std::string& path, uint64_t deadline, Json* out) {
   while (core::monotonic_ns() < deadline) {
     std::ifstream f(path);
     if (f) {
       std::stringstream ss;
       ss << f.rdbuf();
-      out->clear();
-      if (parse_flat_json(ss.str(), out)) return true;
+      *out = Json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+      if (!out->is_discarded() && out->is_object()) return true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return false;
+}
+
+// A number of the guest's file: a JSON number, or a string parse_u64 takes ("0x1f").
+bool u64_field(const Json& o, const char* key, uint64_t* v) {
+  const auto it = o.find(key);
+  if (it == o.end()) return false;
+  if (it->is_number_unsigned()) return *v = it->get<uint64_t>(), true;
+  return it->is_string() && parse_u64(it->get<std::string>(), v);
 }
 
 bool wait_exists(const std::string& path, uint64_t deadline) {
@@ -534,7 +504,9 @@ void post_recvs() {
     r.sg_list[0] = Sge{reinterpret_cast<uint64_t>(p.slot(i)), p.slot_len, p.local_lkey};
     if (int rc = p.qp->post_recv(r); rc != 0) die(kExitSetup, std::string("post_recv: ") + std::strerror(-rc));
   }
-  JsonObj().str("event", "recvs_posted").num("count", g_opt.recv).print();
+  Json o = event("recvs_posted");
+  o["count"] = g_opt.recv;
+  print(o);
 }
 
 void connect_to_guest() {
@@ -569,27 +541,25 @@ void connect_to_guest() {
     av.sgid_index = static_cast<uint8_t>(g_opt.gid_index);
     if (int rc = p.ctx->create_ah(p.pd, av, &p.ah); rc != 0) die(kExitSetup, std::string("create_ah: ") + std::strerror(-rc));
   }
-  JsonObj()
-      .str("event", "rts")
-      .num("qpn", p.qp->qpn())
-      .num("dest_qpn", p.g_qpn)
-      .num("path_mtu", mtu_bytes(p.mtu))
-      .print();
+  Json o = event("rts");
+  o["qpn"] = p.qp->qpn();
+  o["dest_qpn"] = p.g_qpn;
+  o["path_mtu"] = mtu_bytes(p.mtu);
+  print(o);
 }
 
 void print_wc(const Completion& c) {
-  JsonObj o;
-  o.str("event", "wc")
-      .num("wr_id", c.wr_id)
-      .num("status", static_cast<uint64_t>(c.status))
-      .str("status_str", to_string(c.status))
-      .num("opcode", static_cast<uint64_t>(c.opcode))
-      .num("byte_len", c.byte_len)
-      .num("qp_num", c.qp_num)
-      .num("src_qp", c.src_qp)
-      .num("wc_flags", c.wc_flags);
-  if (c.wc_flags & kWcWithImm) o.num("imm_data", c.imm_data);
-  o.print();
+  Json o = event("wc");
+  o["wr_id"] = c.wr_id;
+  o["status"] = static_cast<uint64_t>(c.status);
+  o["status_str"] = to_string(c.status);
+  o["opcode"] = static_cast<uint64_t>(c.opcode);
+  o["byte_len"] = c.byte_len;
+  o["qp_num"] = c.qp_num;
+  o["src_qp"] = c.src_qp;
+  o["wc_flags"] = c.wc_flags;
+  if (c.wc_flags & kWcWithImm) o["imm_data"] = c.imm_data;
+  print(o);
 }
 
 // The next completion (any queue); false at the deadline.
@@ -649,27 +619,29 @@ int post(const Op& op, uint64_t local_addr, uint32_t lkey, uint64_t remote_addr,
     w.remote_qpn = p.g_qpn;
     w.remote_qkey = p.g_qkey;
   }
-  JsonObj().str("event", "post").str("op", op.text).num("len", op.len).num("off", op.off).print();
+  Json o = event("post");
+  o["op"] = op.text;
+  o["len"] = op.len;
+  o["off"] = op.off;
+  print(o);
   return p.qp->post_send(w);
 }
 
-// The QP's counters from droced's state JSON (as `droce qps --json` prints them).
-std::string qp_stats_json() {
-  std::string all;
-  if (g_peer.ctx->stats(&all) != 0) return "{}";
-  const std::string key = "\"qpn\":" + std::to_string(g_peer.qp->qpn()) + ",";
-  const size_t at = all.find(key);
-  if (at == std::string::npos) return "{}";
-  const size_t open = all.rfind('{', at);
-  const size_t close = all.find('}', at);
-  return all.substr(open, close - open + 1);
+// The QP's row of droced's state (as `droce qps --json` prints it): its state and counters;
+// {} when droced has none.
+Json qp_stats() {
+  std::string text;
+  if (g_peer.ctx->stats(&text) != 0) return Json::object();
+  const Json all = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (all.is_discarded() || !all.is_object() || !all.contains("qps") || !all["qps"].is_array()) return Json::object();
+  for (const Json& q : all["qps"])
+    if (q.is_object() && q.value("qpn", uint64_t{0}) == g_peer.qp->qpn()) return q;
+  return Json::object();
 }
 
-uint64_t qp_counter(const std::string& name) {
-  const std::string s = qp_stats_json();
-  const std::string key = "\"" + name + "\":";
-  const size_t at = s.find(key);
-  return at == std::string::npos ? 0 : std::strtoull(s.c_str() + at + key.size(), nullptr, 10);
+uint64_t qp_counter(const char* name) {
+  uint64_t v = 0;
+  return u64_field(qp_stats(), name, &v) ? v : 0;
 }
 
 // ---- The run ------------------------------------------------------------------------------
@@ -717,27 +689,28 @@ int run() {
   std::remove(share_path(".local.json").c_str());
   for (const char* s : {".rts", ".go", ".end", ".done.json"}) std::remove(share_path(s).c_str());
   {
-    JsonObj o;
-    o.num("qpn", p.qp->qpn())
-        .num("psn", g_opt.psn)
-        .str("gid", gid_text(p.gid))
-        .num("gid_index", g_opt.gid_index)
-        .num("lid", 0)
-        .num("rkey", p.d_rkey)
-        .num("addr", reinterpret_cast<uint64_t>(p.d))
-        .num("size", g_opt.size)
-        .num("qkey", g_opt.qkey)
-        .str("qpt", rc ? "rc" : "ud")
-        .str("host", "droce");
-    write_file_atomic(share_path(".remote.json"), o.done() + "\n");
-    JsonObj(o).str("event", "local").print();
+    Json o;
+    o["qpn"] = p.qp->qpn();
+    o["psn"] = g_opt.psn;
+    o["gid"] = gid_text(p.gid);
+    o["gid_index"] = g_opt.gid_index;
+    o["lid"] = 0;
+    o["rkey"] = p.d_rkey;
+    o["addr"] = reinterpret_cast<uint64_t>(p.d);
+    o["size"] = g_opt.size;
+    o["qkey"] = g_opt.qkey;
+    o["qpt"] = rc ? "rc" : "ud";
+    o["host"] = "droce";
+    write_file_atomic(share_path(".remote.json"), dump(o) + "\n");
+    o["event"] = "local";
+    print(o);
   }
-  std::map<std::string, std::string> gl;
+  Json gl;
   if (!wait_json(share_path(".local.json"), deadline_after(g_opt.wait_s), &gl))
     die(kExitNoAnswer, "no " + share_path(".local.json"));
   uint64_t v = 0;
   auto field = [&](const char* k) -> uint64_t {
-    if (!parse_u64(gl[k], &v)) die(kExitSetup, std::string("guest's local.json: bad ") + k);
+    if (!u64_field(gl, k, &v)) die(kExitSetup, std::string("guest's local.json: bad ") + k);
     return v;
   };
   p.g_qpn = static_cast<uint32_t>(field("qpn"));
@@ -746,16 +719,17 @@ int run() {
   p.g_addr = field("addr");
   p.g_qkey = static_cast<uint32_t>(field("qkey"));
   if (field("size") != g_opt.peer_size) die(kExitSetup, "the guest's MR size is not --peer-size");
-  if (!parse_gid(gl["gid"], &p.g_gid)) die(kExitSetup, "guest's local.json: bad gid");
-  JsonObj()
-      .str("event", "remote")
-      .num("qpn", p.g_qpn)
-      .num("psn", p.g_psn)
-      .str("gid", gid_text(p.g_gid))
-      .num("rkey", p.g_rkey)
-      .num("addr", p.g_addr)
-      .num("qkey", p.g_qkey)
-      .print();
+  if (!parse_gid(gl.value("gid", std::string()), &p.g_gid)) die(kExitSetup, "guest's local.json: bad gid");
+  {
+    Json o = event("remote");
+    o["qpn"] = p.g_qpn;
+    o["psn"] = p.g_psn;
+    o["gid"] = gid_text(p.g_gid);
+    o["rkey"] = p.g_rkey;
+    o["addr"] = p.g_addr;
+    o["qkey"] = p.g_qkey;
+    print(o);
+  }
 
   // 3. RTS on both sides.
   connect_to_guest();
@@ -792,7 +766,9 @@ int run() {
     }
     Completion c;
     if (!wait_send_completion(&c)) {
-      JsonObj().str("event", "timeout").str("op", op.text).print();
+      Json o = event("timeout");
+      o["op"] = op.text;
+      print(o);
       return kExitNoAnswer;
     }
     const bool last = i + 1 == ops.size();
@@ -833,7 +809,9 @@ int run() {
     uint64_t sent = 0;
     while ((sent = qp_counter("rnr_naks_sent")) == 0 && core::monotonic_ns() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    JsonObj().str("event", "rnr_naks_sent_before_recv").num("count", sent).print();
+    Json o = event("rnr_naks_sent_before_recv");
+    o["count"] = sent;
+    print(o);
     if (sent == 0) return kExitNoAnswer;
     post_recvs();
   }
@@ -846,7 +824,7 @@ int run() {
     while (recvs.size() < m.d_recvs.size() && poll_one(&c, deadline)) recvs.push_back(c);
   }
   touch(share_path(".end"));
-  std::map<std::string, std::string> done;
+  Json done;
   const bool guest_done = wait_json(share_path(".done.json"), deadline_after(g_opt.wait_s), &done);
   {  // anything late (a receive we did not expect shows here)
     Completion c;
@@ -900,49 +878,57 @@ int run() {
 
   // For the guest's checker: what it must have printed.
   if (!g_opt.expect_out.empty()) {
-    std::string j = "{\n \"wcs\": [";
-    for (size_t i = 0; i < m.g_wcs.size(); ++i) {
-      const auto& [op, st] = m.g_wcs[i];
-      j += (i ? ", " : "") + JsonObj()
-                                 .str("op", op.text)
-                                 .num("status", static_cast<uint64_t>(st))
-                                 .num("opcode", static_cast<uint64_t>(wc_opcode_of(op.kind)))
-                                 .done();
+    Json j;
+    Json& wcs = j["wcs"] = Json::array();
+    for (const auto& [op, st] : m.g_wcs) {
+      Json w;
+      w["op"] = op.text;
+      w["status"] = static_cast<uint64_t>(st);
+      w["opcode"] = static_cast<uint64_t>(wc_opcode_of(op.kind));
+      wcs.push_back(std::move(w));
     }
-    j += "],\n \"recvs\": [";
     // All receives land at one address in the guest, and rxe-peer.py prints the first
     // min(byte_len, 64) bytes there when it polls the completion: by then a later message may
     // have landed too. So each receive's allowed heads are the buffer as this or any later
     // receive left it (for a WRITE with immediate, whatever the SENDs left). The final dump
     // checks the buffer in full.
+    Json& guest_recvs = j["recvs"] = Json::array();
     for (size_t i = 0; i < m.g_recvs.size(); ++i) {
       const ModelRecv& r = m.g_recvs[i];
       const uint32_t byte_len = r.len + (ud ? kGrhBytes : 0);
-      JsonObj o;
-      o.num("opcode", static_cast<uint64_t>(r.opcode)).num("byte_len", byte_len);
-      if (r.imm) o.num("imm", *r.imm);
-      std::string heads = "[";
+      Json o;
+      o["opcode"] = static_cast<uint64_t>(r.opcode);
+      o["byte_len"] = byte_len;
+      if (r.imm) o["imm"] = *r.imm;
+      Json& heads = o["heads"] = Json::array();
       for (size_t k = i; k < m.g_recvs.size(); ++k) {
         const size_t n = std::min<size_t>({byte_len, 64, m.g_recvs[k].after.size()});
-        heads += (heads.size() > 1 ? ", \"" : "\"") + hex(m.g_recvs[k].after.data(), n) + "\"";
+        heads.push_back(hex(m.g_recvs[k].after.data(), n));
       }
-      o.raw("heads", heads + "]");
-      j += (i ? ", " : "") + o.done();
+      guest_recvs.push_back(std::move(o));
     }
-    j += "],\n \"local_data\": [";
-    for (size_t i = 0; i < m.g_local.size(); ++i)
-      j += (i ? ", " : "") + JsonObj().num("off", m.g_local[i].off).str("head", hex(m.g_local[i].head.data(), m.g_local[i].head.size())).done();
+    Json& local = j["local_data"] = Json::array();
+    for (const auto& l : m.g_local) {
+      Json o;
+      o["off"] = l.off;
+      o["head"] = hex(l.head.data(), l.head.size());
+      local.push_back(std::move(o));
+    }
     // The final contents of the guest's MR; for UD the GRH area before the last receive's
     // payload holds rxe's rendering of the IP header, which the checker skips.
-    j += "],\n \"ignore\": [";
-    if (ud) j += "[" + std::to_string(g_opt.peer_size / 2) + ", " + std::to_string(g_opt.peer_size / 2 + kGrhBytes) + "]";
-    j += "],\n \"dump\": \"" + hex(m.g.data(), m.g.size()) + "\"\n}\n";
-    write_file_atomic(g_opt.expect_out, j);
+    Json& ignore = j["ignore"] = Json::array();
+    if (ud) ignore.push_back(Json::array({g_opt.peer_size / 2, g_opt.peer_size / 2 + kGrhBytes}));
+    j["dump"] = hex(m.g.data(), m.g.size());
+    write_file_atomic(g_opt.expect_out, dump(j, 1) + "\n");
   }
-  const std::string stats = qp_stats_json();
-  JsonObj().str("event", "counters").raw("qp", stats).print();
-  if (!g_opt.stats_out.empty()) write_file_atomic(g_opt.stats_out, stats + "\n");
-  JsonObj().str("event", "done").num("failures", static_cast<uint64_t>(g_failures)).print();
+  const Json stats = qp_stats();
+  Json counters = event("counters");
+  counters["qp"] = stats;
+  print(counters);
+  if (!g_opt.stats_out.empty()) write_file_atomic(g_opt.stats_out, dump(stats) + "\n");
+  Json end = event("done");
+  end["failures"] = g_failures;
+  print(end);
   if (!guest_done) return kExitNoAnswer;
   return g_failures == 0 ? kExitPass : kExitFail;
 }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cm/connection.h"
+#include "core/counter_table.h"
 #include "cm/mad.h"
 #include "net/addr.h"
 
@@ -44,17 +45,37 @@ struct AgentEvent {
   uint64_t tid = 0;         ///< a SIDR_REQ's TID, for sidr_reply()
 };
 
+/// What each counts is in kAgentCounters.
 struct AgentCounters {
   uint64_t mads_in = 0;
   uint64_t mads_out = 0;
-  uint64_t dropped[8] = {};         ///< by MadError (index), what decode refused
-  uint64_t unmatched = 0;           ///< a MAD for no connection we have (or not expected in its state)
-  uint64_t rej_no_listener = 0;     ///< REJ 8 sent: nobody listens on the service ID
-  uint64_t rej_stale = 0;           ///< REJ 10 sent: a REQ from a QP still connected here
-  uint64_t rej_backlog = 0;         ///< REJ 3 sent: the listener's backlog was full
-  uint64_t sidr_no_listener = 0;    ///< SIDR_REP status 1 sent
-  uint64_t held = 0;                ///< REQs and SIDR_REQs held for a listener that had just gone
+  uint64_t dropped[8] = {};  ///< by MadError (index), what decode refused
+  uint64_t unmatched = 0;
+  uint64_t rej_no_listener = 0;
+  uint64_t rej_stale = 0;
+  uint64_t rej_backlog = 0;
+  uint64_t sidr_no_listener = 0;
+  uint64_t held = 0;
+
+  uint64_t malformed() const {
+    uint64_t n = 0;
+    for (uint64_t d : dropped) n += d;
+    return n;
+  }
 };
+
+/// AgentCounters described once (core/counter_table.h); droced shows them prefixed cm_.
+inline constexpr core::Counter<AgentCounters> kAgentCounters[] = {
+    {"agent_mads_in", &AgentCounters::mads_in, "MADs handed to the agent"},
+    {"agent_mads_out", &AgentCounters::mads_out, "MADs the agent sent"},
+    {"mads_unmatched", &AgentCounters::unmatched, "MADs for no connection we have (or not expected in its state)"},
+    {"rej_no_listener", &AgentCounters::rej_no_listener, "REJ 8 sent: nobody listens on the service ID"},
+    {"rej_stale", &AgentCounters::rej_stale, "REJ 10 sent: a REQ from a QP still connected here"},
+    {"rej_backlog", &AgentCounters::rej_backlog, "REJ 3 sent: the listener's backlog was full"},
+    {"sidr_no_listener", &AgentCounters::sidr_no_listener, "SIDR_REP status 1 sent: nobody listens"},
+    {"requests_held", &AgentCounters::held, "REQs and SIDR_REQs held for a listener that had just gone"},
+};
+static_assert(core::covers(kAgentCounters, sizeof(AgentCounters::dropped)));
 
 class Agent {
  public:

@@ -69,16 +69,31 @@ struct UcmaConfig {
   uint32_t seed = 1;             ///< starting PSNs and ephemeral ports
 };
 
+/// What each counts is in kUcmaCounters.
 struct UcmaCounters {
   uint64_t commands = 0;
-  uint64_t errors = 0;             ///< commands answered with an error
-  uint64_t events = 0;             ///< events queued
-  uint64_t events_dropped = 0;     ///< a channel's queue was full
-  uint64_t events_orphaned = 0;    ///< agent events for no id (destroyed, or a child not accepted)
-  uint64_t addr_errors = 0;        ///< ADDR_ERROR: no local address or no neighbour in time
-  uint64_t mcast_joins = 0;        ///< JOIN_IP_MCAST / JOIN_MCAST answered with MULTICAST_JOIN
-  uint64_t mcast_leaves = 0;       ///< LEAVE_MCAST, and joins dropped with their id
+  uint64_t errors = 0;
+  uint64_t events = 0;
+  uint64_t events_dropped = 0;
+  uint64_t events_orphaned = 0;
+  uint64_t addr_errors = 0;
+  uint64_t mcast_joins = 0;
+  uint64_t mcast_leaves = 0;
 };
+
+/// UcmaCounters described once (core/counter_table.h); droced shows them prefixed cm_.
+inline constexpr core::Counter<UcmaCounters> kUcmaCounters[] = {
+    {"commands", &UcmaCounters::commands, "rdma_cm commands from librdmacm programs"},
+    {"command_errors", &UcmaCounters::errors, "commands answered with an error"},
+    {"events", &UcmaCounters::events, "events queued"},
+    {"events_dropped", &UcmaCounters::events_dropped, "events dropped: a channel's queue was full"},
+    {"events_orphaned", &UcmaCounters::events_orphaned,
+     "agent events for no id (destroyed, or a child not accepted)"},
+    {"addr_errors", &UcmaCounters::addr_errors, "ADDR_ERROR: no local address or no neighbour in time"},
+    {"mcast_joins", &UcmaCounters::mcast_joins, "JOIN_IP_MCAST / JOIN_MCAST answered with MULTICAST_JOIN"},
+    {"mcast_leaves", &UcmaCounters::mcast_leaves, "LEAVE_MCAST, and joins dropped with their id"},
+};
+static_assert(core::covers(kUcmaCounters));
 
 /// One cm_id as `droce cm` shows it.
 struct UcmaIdInfo {

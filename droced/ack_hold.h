@@ -31,15 +31,26 @@
 #include <cstdint>
 
 #include "core/clock.h"
+#include "core/counter_table.h"
 
 namespace droce::droced {
 
+/// What each counts is in kAckHoldCounters.
 struct AckHoldCounters {
-  uint64_t held = 0;    ///< blocks that kept an ACK-only wake-up owed
-  uint64_t paid = 0;    ///< of those, ended by a client of ours (its next post came first)
-  uint64_t missed = 0;  ///< of those, ended by the hold's bound: holds paused for kQuietNs
-  uint64_t idle = 0;    ///< of those, sent when the CPU went idle (IdleWaker)
+  uint64_t held = 0;
+  uint64_t paid = 0;
+  uint64_t missed = 0;
+  uint64_t idle = 0;
 };
+
+/// AckHoldCounters described once (core/counter_table.h): a worker's row of `droce cores`.
+inline constexpr core::Counter<AckHoldCounters> kAckHoldCounters[] = {
+    {"ack_holds", &AckHoldCounters::held, "blocks that kept an ACK-only wake-up owed"},
+    {"ack_holds_paid", &AckHoldCounters::paid, "of those, ended by a client of ours (its next post came first)"},
+    {"ack_holds_missed", &AckHoldCounters::missed, "of those, ended by the hold's bound: holds paused for kQuietNs"},
+    {"ack_holds_idle", &AckHoldCounters::idle, "of those, sent when the CPU went idle (IdleWaker)"},
+};
+static_assert(core::covers(kAckHoldCounters));
 
 class AckHold {
  public:

@@ -26,21 +26,37 @@
 #include "droced/device_core.h"
 #include "cm/agent.h"
 #include "cm/ucma.h"
+#include "core/counter_table.h"
 #include "core/unix_socket.h"
 #include "net/gid_table.h"
 
 namespace droce::droced {
 
+/// What each counts is in kCmHostCounters.
 struct CmHostCounters {
-  uint64_t rx_mads = 0;            ///< datagrams QP1 received (handed to the agent)
-  uint64_t rx_errors = 0;          ///< receive completions in error, or shorter than a MAD
-  uint64_t tx_mads = 0;            ///< MADs posted
-  uint64_t tx_unresolved = 0;      ///< MADs dropped: the peer's MAC was not found in time
-  uint64_t tx_no_slot = 0;         ///< MADs dropped: every send buffer in use
-  uint64_t channels_opened = 0;    ///< rdma_cm event channels (librdmacm programs)
-  uint64_t channels_faulted = 0;   ///< closed for breaking the channel protocol
-  uint64_t channels_refused = 0;   ///< a process past its limit of channels (answered EMFILE)
+  uint64_t rx_mads = 0;
+  uint64_t rx_errors = 0;
+  uint64_t tx_mads = 0;
+  uint64_t tx_unresolved = 0;
+  uint64_t tx_no_slot = 0;
+  uint64_t channels_opened = 0;
+  uint64_t channels_faulted = 0;
+  uint64_t channels_refused = 0;
 };
+
+/// CmHostCounters described once (core/counter_table.h); droced shows them prefixed cm_.
+inline constexpr core::Counter<CmHostCounters> kCmHostCounters[] = {
+    {"mads_in", &CmHostCounters::rx_mads, "datagrams QP1 received (handed to the agent)"},
+    {"mads_out", &CmHostCounters::tx_mads, "MADs posted"},
+    {"tx_unresolved", &CmHostCounters::tx_unresolved, "MADs dropped: the peer's MAC was not found in time"},
+    {"tx_no_slot", &CmHostCounters::tx_no_slot, "MADs dropped: every send buffer in use"},
+    {"rx_errors", &CmHostCounters::rx_errors, "receive completions in error, or shorter than a MAD"},
+    {"channels_opened", &CmHostCounters::channels_opened, "rdma_cm event channels (librdmacm programs)"},
+    {"channels_faulted", &CmHostCounters::channels_faulted, "channels closed for breaking the channel protocol"},
+    {"channels_refused", &CmHostCounters::channels_refused,
+     "channels of a process past its limit (answered EMFILE)"},
+};
+static_assert(core::covers(kCmHostCounters));
 
 class CmHost {
  public:

@@ -38,7 +38,26 @@
 #include <mutex>
 #include <vector>
 
+#include "core/counter_table.h"
+
 namespace droce::droced {
+
+/// A snapshot of ControlJobs' counters (`droce counters`, prefixed control_jobs_).
+struct ControlJobCounters {
+  uint64_t submitted = 0;
+  uint64_t completed = 0;
+  uint64_t running = 0;
+  uint64_t released = 0;
+};
+
+/// ControlJobCounters described once (core/counter_table.h).
+inline constexpr core::Counter<ControlJobCounters> kControlJobCounters[] = {
+    {"submitted", &ControlJobCounters::submitted, "control jobs started (registrations populated off the worker)"},
+    {"completed", &ControlJobCounters::completed, "control jobs ended"},
+    {"running", &ControlJobCounters::running, "control jobs under way now"},
+    {"released", &ControlJobCounters::released, "large mappings unmapped off the worker (dereg, a client's exit)"},
+};
+static_assert(core::covers(kControlJobCounters));
 
 class ControlJobs {
  public:
@@ -83,6 +102,10 @@ class ControlJobs {
   void wait();
 
   const Counters& counters() const { return counters_; }
+  ControlJobCounters snapshot() const {
+    return {counters_.submitted.load(std::memory_order_relaxed), counters_.completed.load(std::memory_order_relaxed),
+            running(), counters_.released.load(std::memory_order_relaxed)};
+  }
   /// Jobs submitted and not yet done.
   uint64_t running() const {
     return counters_.submitted.load(std::memory_order_relaxed) - counters_.completed.load(std::memory_order_relaxed);

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <net/if.h>
-#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -21,12 +20,9 @@
 #include <cstring>
 #include <filesystem>
 
-#include "core/clock.h"
 #include "core/log.h"
-#include "core/proc.h"
 #include <rte_launch.h>
 #include <rte_lcore.h>
-#include "hw_offload/select.h"
 #include "net/kernel_sink.h"
 #include "net/route_table.h"
 #include "net/xdp_filter.h"
@@ -38,69 +34,6 @@ namespace droce::droced {
 namespace {
 
 constexpr uint64_t kLinkCheckNs = 50'000'000;  // 50 ms
-
-// A minimal JSON writer: objects, arrays, numbers, strings.
-class Json {
- public:
-  Json& open(const char* key, char bracket) {
-    sep(key);
-    s_ += bracket;
-    first_ = true;
-    return *this;
-  }
-  Json& close(char bracket) {
-    s_ += bracket;
-    first_ = false;
-    return *this;
-  }
-  Json& num(const char* key, uint64_t v) {
-    sep(key);
-    s_ += std::to_string(v);
-    return *this;
-  }
-  Json& snum(const char* key, int64_t v) {
-    sep(key);
-    s_ += std::to_string(v);
-    return *this;
-  }
-  Json& boolean(const char* key, bool v) {
-    sep(key);
-    s_ += v ? "true" : "false";
-    return *this;
-  }
-  Json& str(const char* key, const std::string& v) {
-    sep(key);
-    s_ += '"';
-    for (char c : v) {
-      if (c == '"' || c == '\\') {
-        s_ += '\\';
-        s_ += c;
-      } else if (static_cast<unsigned char>(c) < 0x20) {
-        char b[8];
-        std::snprintf(b, sizeof b, "\\u%04x", c);
-        s_ += b;
-      } else {
-        s_ += c;
-      }
-    }
-    s_ += '"';
-    return *this;
-  }
-  std::string take() { return std::move(s_); }
-
- private:
-  void sep(const char* key) {
-    if (!first_) s_ += ',';
-    first_ = false;
-    if (key != nullptr) {
-      s_ += '"';
-      s_ += key;
-      s_ += "\":";
-    }
-  }
-  std::string s_;
-  bool first_ = true;
-};
 
 // The likeliest reason a kernel-netdev port did not open, when there is one
 // to tell.
@@ -377,7 +310,7 @@ void Daemon::accept_clients() {
     for (const auto& x : workers_)
       if (x->load() < w->load()) w = x.get();
     w->adopt(key, std::make_unique<Session>(&w->device(), std::move(fd), static_cast<uint32_t>(key)));
-    ++clients_accepted_;
+    ++counters_.clients_accepted;
   }
 }
 
@@ -535,82 +468,6 @@ void Daemon::shutdown() {
   port_.reset();
 }
 
-namespace {
-
-// The scheduling policy the kernel applies to a worker's thread (ThreadSched::policy), as chrt
-// names it ("?" before the thread runs): what --event-policy asked for, or what was refused, or
-// what chrt changed.
-const char* policy_name(int policy) {
-  switch (policy) {
-    case SCHED_OTHER: return "other";
-    case SCHED_RR: return "rr";
-    case SCHED_FIFO: return "fifo";
-    case SCHED_BATCH: return "batch";
-    case SCHED_IDLE: return "idle";
-    default: return "?";
-  }
-}
-
-// Every field of `c` added into *sum.
-void add_counters(const rocev2::EngineCounters& c, rocev2::EngineCounters* sum) {
-  for (size_t i = 0; i < rocev2::kParseStatusCount; ++i) sum->parse.by_status[i] += c.parse.by_status[i];
-  sum->rx_frames += c.rx_frames;
-  sum->tx_frames += c.tx_frames;
-  sum->tx_acks += c.tx_acks;
-  sum->rx_unknown_qp += c.rx_unknown_qp;
-  sum->rx_wrong_state += c.rx_wrong_state;
-  sum->rx_bad_pkey += c.rx_bad_pkey;
-  sum->rx_bad_qkey += c.rx_bad_qkey;
-  sum->rx_mcast_unattached += c.rx_mcast_unattached;
-  sum->rx_bad_dest += c.rx_bad_dest;
-  sum->rx_unexpected += c.rx_unexpected;
-  sum->tx_no_mbuf += c.tx_no_mbuf;
-  sum->tx_port_full += c.tx_port_full;
-  sum->cq_overflows += c.cq_overflows;
-  sum->cnp_received += c.cnp_received;
-}
-
-void add_counters(const DeviceCoreCounters& c, DeviceCoreCounters* sum) {
-  sum->neighbor_frames_in += c.neighbor_frames_in;
-  sum->neighbor_frames_out += c.neighbor_frames_out;
-  sum->neighbor_tx_dropped += c.neighbor_tx_dropped;
-  sum->oversize_control += c.oversize_control;
-  sum->loopback_frames += c.loopback_frames;
-  sum->handed_out += c.handed_out;
-  sum->handed_in += c.handed_in;
-  sum->hand_off_dropped += c.hand_off_dropped;
-  sum->loss_dropped += c.loss_dropped;
-  sum->rx_own_frames += c.rx_own_frames;
-}
-
-void add_counters(const WorkerCounters& c, WorkerCounters* sum) {
-  sum->loops += c.loops;
-  sum->sleeps += c.sleeps;
-  sum->wakeups_by_client += c.wakeups_by_client;
-  sum->wakeups_by_port += c.wakeups_by_port;
-  sum->wakeups_by_timer += c.wakeups_by_timer;
-  sum->stuck_blocks += c.stuck_blocks;
-  sum->clients_closed += c.clients_closed;
-  sum->clients_faulted += c.clients_faulted;
-  sum->events_unrouted += c.events_unrouted;
-  sum->affinity_changes += c.affinity_changes;
-  sum->affinity_stays += c.affinity_stays;
-}
-
-// Every QP counter as a JSON number.
-void put_qp_counters(Json& j, const rocev2::QpCounters& c) {
-  rocev2::for_each_qp_counter([&](const char* name, uint64_t rocev2::QpCounters::*m) { j.num(name, c.*m); });
-}
-
-// "239.1.2.3,ff0e::42" or "-".
-std::string groups_text(const std::vector<net::IpAddr>& groups) {
-  std::string out;
-  for (const net::IpAddr& g : groups) out += (out.empty() ? "" : ",") + rocev2::format_ip(g);
-  return out.empty() ? "-" : out;
-}
-
-}  // namespace
-
 std::string Daemon::render_stats() const {
   // Every worker's state, read while none moves: the caller's own lock goes
   // first, then all are taken in index order (Worker, "the state lock").
@@ -624,356 +481,18 @@ std::string Daemon::render_stats() const {
 }
 
 std::string Daemon::render_locked() const {
-  size_t clients = 0;
-  for (const auto& w : workers_) clients += w->sessions().size();
-  Json j;
-  j.open(nullptr, '{');
-  j.open("device", '{')
-      .str("name", cfg_.name)
-      .str("node_guid", net::format_guid(shared_.node_guid))
-      .str("socket", socket_path_)
-      .num("clients", clients)
-      .num("lcores", workers_.size())
-      .close('}');
-  const net::LinkState link = port_->link();
-  j.open("ports", '[').open(nullptr, '{');
-  j.num("port", 1)
-      .str("devargs", cfg_.port)
-      .str("driver", port_->driver_name())
-      .str("mac", rocev2::format_mac(port_->mac()))
-      .num("mtu", port_->wire_mtu())
-      .str("offloads", hw_offload::select_offloads(*port_).name)  // what the engines were given at start
-      .str("state", link.up ? "ACTIVE" : "DOWN")
-      .num("speed_mbps", link.speed_mbps)
-      .num("rx_queues", port_->rx_queues())
-      .num("tx_queues", port_->tx_queues());
-  rte_eth_stats st{};
-  if (port_->stats(&st) == 0) {
-    j.open("stats", '{')
-        .num("rx_packets", st.ipackets)
-        .num("tx_packets", st.opackets)
-        .num("rx_bytes", st.ibytes)
-        .num("tx_bytes", st.obytes)
-        .num("rx_missed", st.imissed)
-        .num("rx_errors", st.ierrors)
-        .num("tx_errors", st.oerrors)
-        .close('}');
-  }
-  // The driver's own counters (droce_shm: ring full, wake-ups sent, bad slots from the peer...).
-  std::vector<std::pair<std::string, uint64_t>> xs;
-  if (port_->xstats(&xs) == 0) {
-    j.open("xstats", '{');
-    for (const auto& [name, value] : xs) j.num(name.c_str(), value);
-    j.close('}');
-  }
-  j.close('}').close(']');
-  j.open("gids", '[');
-  for (uint32_t i = 0; i < gids_->capacity(); ++i) {
-    const net::GidEntry* g = gids_->at(i);
-    if (g == nullptr) continue;
-    j.open(nullptr, '{')
-        .num("index", i)
-        .str("gid", net::format_gid(g->gid))
-        .str("address", rocev2::format_ip(g->gid))
-        .str("type", g->type == net::GidType::roce_v2 ? "RoCE v2" : "RoCE v1")
-        .num("vlan", g->vlan == net::kNoVlan ? 0 : g->vlan)
-        .close('}');
-  }
-  j.close(']');
-
-  rocev2::EngineCounters ec;
-  DeviceCoreCounters dc;
-  WorkerCounters wc;
-  rocev2::QpCounters qc;
-  for (const auto& w : workers_) {
-    qc += w->core().engine().qp_totals();
-    add_counters(w->core().engine().counters(), &ec);
-    add_counters(w->core().counters(), &dc);
-    add_counters(w->counters(), &wc);
-  }
-  j.open("counters", '{')
-      .num("rx_frames", ec.rx_frames)
-      .num("tx_frames", ec.tx_frames)
-      .num("tx_acks", ec.tx_acks)
-      .num("rx_unknown_qp", ec.rx_unknown_qp)
-      .num("rx_wrong_state", ec.rx_wrong_state)
-      .num("rx_bad_pkey", ec.rx_bad_pkey)
-      .num("rx_bad_qkey", ec.rx_bad_qkey)
-      .num("rx_mcast_unattached", ec.rx_mcast_unattached)
-      .num("rx_bad_dest", ec.rx_bad_dest)
-      .num("rx_unexpected", ec.rx_unexpected)
-      .num("tx_no_mbuf", ec.tx_no_mbuf)
-      .num("tx_port_full", ec.tx_port_full)
-      .num("cq_overflows", ec.cq_overflows)
-      .num("cnp_received", ec.cnp_received)
-      .num("neighbor_frames_in", dc.neighbor_frames_in)
-      .num("neighbor_frames_out", dc.neighbor_frames_out)
-      .num("neighbor_tx_dropped", dc.neighbor_tx_dropped)
-      .num("oversize_control", dc.oversize_control)
-      .num("loopback_frames", dc.loopback_frames)
-      .num("handed_out", dc.handed_out)
-      .num("handed_in", dc.handed_in)
-      .num("hand_off_dropped", dc.hand_off_dropped)
-      .num("loss_dropped", dc.loss_dropped)
-      .num("rx_own_frames", dc.rx_own_frames)
-      .num("loops", wc.loops)
-      .num("sleeps", wc.sleeps)
-      .num("wakeups_by_client", wc.wakeups_by_client)
-      .num("wakeups_by_port", wc.wakeups_by_port)
-      .num("wakeups_by_timer", wc.wakeups_by_timer)
-      .num("stuck_blocks", wc.stuck_blocks)
-      .num("clients_accepted", clients_accepted_)
-      .num("clients_closed", wc.clients_closed)
-      .num("clients_faulted", wc.clients_faulted)
-      .num("events_unrouted", wc.events_unrouted);
-  if (jobs_ != nullptr) {
-    // Control work off the workers (droced/control_jobs.h): registrations populated, mappings
-    // unmapped.
-    j.num("control_jobs_submitted", jobs_->counters().submitted.load())
-        .num("control_jobs_completed", jobs_->counters().completed.load())
-        .num("control_jobs_running", jobs_->running())
-        .num("control_jobs_released", jobs_->counters().released.load());
-  }
-  if (const CmHost* cm = workers_.empty() ? nullptr : workers_[0]->cm()) {
-    // The connection manager on QP1 (worker 0): MADs in and out, and what it refused.
-    const cm::AgentCounters& ac = cm->agent_counters();
-    uint64_t dropped = 0;
-    for (uint64_t d : ac.dropped) dropped += d;
-    j.num("cm_mads_in", cm->counters().rx_mads)
-        .num("cm_mads_out", cm->counters().tx_mads)
-        .num("cm_mads_malformed", dropped)
-        .num("cm_mads_unmatched", ac.unmatched)
-        .num("cm_rej_no_listener", ac.rej_no_listener)
-        .num("cm_rej_stale", ac.rej_stale)
-        .num("cm_sidr_no_listener", ac.sidr_no_listener)
-        .num("cm_requests_held", ac.held)
-        .num("cm_tx_unresolved", cm->counters().tx_unresolved)
-        .num("cm_tx_no_slot", cm->counters().tx_no_slot)
-        .num("cm_rx_errors", cm->counters().rx_errors)
-        .num("cm_channels_opened", cm->counters().channels_opened)
-        .num("cm_channels_faulted", cm->counters().channels_faulted)
-        .num("cm_channels_refused", cm->counters().channels_refused)
-        .num("cm_commands", cm->ucma().counters().commands)
-        .num("cm_command_errors", cm->ucma().counters().errors)
-        .num("cm_events", cm->ucma().counters().events)
-        .num("cm_events_dropped", cm->ucma().counters().events_dropped)
-        .num("cm_events_orphaned", cm->ucma().counters().events_orphaned)
-        .num("cm_addr_errors", cm->ucma().counters().addr_errors);
-  }
-  // The transport: every QP's counters added up since droced started, destroyed QPs' too.
-  j.open("transport", '{');
-  put_qp_counters(j, qc);
-  j.close('}');
-  j.open("parse", '{');
-  for (size_t i = 0; i < rocev2::kParseStatusCount; ++i)
-    if (ec.parse.by_status[i] != 0) j.num(rocev2::to_string(static_cast<rocev2::ParseStatus>(i)), ec.parse.by_status[i]);
-  j.close('}');
-  {
-    std::lock_guard l(group_->neighbor_mutex());
-    const net::NeighborCounters& nc = group_->neighbors().counters();
-    j.open("neighbor", '{')
-        .num("arp_requests_sent", nc.arp.requests_sent)
-        .num("arp_replies_sent", nc.arp.replies_sent)
-        .num("nd_requests_sent", nc.nd.requests_sent)
-        .num("nd_replies_sent", nc.nd.replies_sent)
-        .num("resolutions_failed", nc.resolutions_failed)
-        .close('}');
-    if (const net::KernelNet* k = group_->kernel()) {
-      // The kernel's view (--netdev): what droced asked it and what it answered.
-      const net::KernelNetCounters& kc = k->counters();
-      j.open("kernel", '{')
-          .num("route_queries", kc.route_queries)
-          .num("route_failures", kc.route_failures)
-          .num("neigh_queries", kc.neigh_queries)
-          .num("neigh_triggers", kc.neigh_triggers)
-          .num("neigh_failures", kc.neigh_failures)
-          .num("address_events", kc.address_events)
-          .num("malformed", kc.malformed)
-          .close('}');
-    }
-  }
-  if (net::XdpFilterCounters xc; xdp_ != nullptr && xdp_->counters(&xc) == 0) {
-    // droce's BPF filter (XDP on af_xdp, TC ingress on af_packet): RoCE taken (on af_packet:
-    // dropped after the tap), RoCE for addresses not droce's (left to the kernel), passed.
-    j.open("xdp", '{')
-        .str("hook", cfg_.link == "af_packet" ? "tc" : "xdp")
-        .num("redirected", xc.redirected)
-        .num("roce_not_ours", xc.not_ours)
-        .num("passed_to_kernel", xc.passed)
-        .close('}');
-  }
-  j.close('}');
-
-  j.open("cores", '[');
-  for (const auto& w : workers_) {
-    const rocev2::EngineCounters& c = w->core().engine().counters();
-    const DeviceCoreCounters& d = w->core().counters();
-    size_t qps = 0;
-    for (const auto& [k, s] : w->sessions()) qps += s->qp_count();
-    const int rxq = group_->rx_queue_of(w->index());
-    // How the scheduler has treated the worker's thread: time waiting for a CPU and
-    // preemptions say that it shares its CPU with busy programs.
-    core::ThreadSched ts;
-    const bool have_ts = w->tid() != 0 && core::read_thread_sched(w->tid(), &ts);
-    j.open(nullptr, '{')
-        .num("core", w->index())
-        .num("lcore", w->lcore())
-        .str("rx_queue", rxq < 0 ? std::string("-") : std::to_string(rxq))
-        .num("tx_queue", group_->tx_queue_of(w->index()))
-        .num("clients", w->sessions().size())
-        .num("qps", qps)
-        .str("mode", w->polling() ? "poll" : "event")
-        .str("mode_reason", w->mode_reason())
-        .str("cpus", w->cpus())
-        .str("policy", policy_name(have_ts ? ts.policy : -1))
-        .num("affinity_changes", w->counters().affinity_changes)
-        .num("affinity_stays", w->counters().affinity_stays)
-        .str("on_cpu", have_ts ? std::to_string(ts.cpu) : std::string("?"))
-        .num("cpu_ms", ts.run_ns / 1'000'000)
-        .num("wait_ms", ts.wait_ns / 1'000'000)
-        .num("blocked", ts.voluntary)
-        .num("preempted", ts.involuntary)
-        .num("spin_us", w->polling() ? 0 : w->spin_us())
-        .num("wake_us", w->polling() ? 0 : w->wake_us())
-        .num("spin_grown", w->spin_counters().grown)
-        .num("spin_shrunk", w->spin_counters().shrunk)
-        .num("spin_woken_here", w->spin_counters().woken_here)
-        .num("spin_unjudged", w->spin_counters().unjudged)
-        .num("yields", w->yield_counters().yields)
-        .num("yields_crowded", w->yield_counters().crowded)
-        .num("loops", w->counters().loops)
-        .num("sleeps", w->counters().sleeps)
-        .num("wakeups_by_port", w->counters().wakeups_by_port)
-        .num("wakeups_by_client", w->counters().wakeups_by_client)
-        .num("wakeups_by_timer", w->counters().wakeups_by_timer)
-        .num("stuck_blocks", w->counters().stuck_blocks)
-        .num("ack_holds", w->ack_hold_counters().held)
-        .num("ack_holds_paid", w->ack_hold_counters().paid)
-        .num("ack_holds_missed", w->ack_hold_counters().missed)
-        .num("ack_holds_idle", w->ack_hold_counters().idle)
-        .num("rt_demotions", w->realtime_counters().demotions)
-        .num("rx_frames", c.rx_frames)
-        .num("tx_frames", c.tx_frames)
-        .num("handed_in", d.handed_in)
-        .num("handed_out", d.handed_out)
-        .num("hand_off_dropped", d.hand_off_dropped)
-        .close('}');
-  }
-  j.close(']');
-
-  j.open("clients", '[');
-  for (const auto& w : workers_) {
-    for (const auto& [k, s] : w->sessions()) {
-      const SessionCounters& c = s->counters();
-      j.open(nullptr, '{')
-          .num("id", s->id())
-          .num("pid", static_cast<uint64_t>(s->pid() < 0 ? 0 : s->pid()))
-          .str("program", s->program())
-          .num("core", w->index())
-          .num("qps", s->qp_count())
-          .num("cqs", s->cq_count())
-          .num("mrs", s->mr_count())
-          .num("messages", c.messages)
-          .num("errors", c.errors)
-          .num("doorbells", c.doorbells)
-          .num("doorbells_queued", s->doorbells_queued())
-          .num("sq_entries_unread", s->sq_entries_unread())
-          .num("bad_doorbells", c.bad_doorbells)
-          .num("wqes_posted", c.wqes_posted)
-          .num("wqes_refused", c.wqes_refused)
-          .num("events_dropped", c.events_dropped)
-          .close('}');
-    }
-  }
-  j.close(']');
-
-  j.open("qps", '[');
-  for (const auto& w : workers_) {
-    rocev2::Engine& e = w->core().engine();
-    for (const auto& [k, s] : w->sessions()) {
-      for (uint32_t qpn : s->qpns()) {
-        const rocev2::Qp* q = e.qp(qpn);
-        if (q == nullptr) continue;
-        j.open(nullptr, '{')
-            .num("qpn", qpn)
-            .num("client", s->id())
-            .num("core", w->index())
-            .str("type", rocev2::to_string(q->type))
-            .str("state", rocev2::to_string(q->state))
-            .num("dest_qpn", q->attr.dest_qp_num)
-            .str("dest", rocev2::format_ip(q->attr.ah_attr.dgid));
-        put_qp_counters(j, q->counters);
-        // Where the QP's transport stands (a stalled QP shows it here): WQEs posted and
-        // completed, the requester's next and oldest unacknowledged PSN and how long until
-        // its ACK timeout (-1: not armed), the responder's expected PSN and a pending ACK.
-        j.num("sq_posted", q->sq_head)
-            .num("sq_completed", q->sq_tail)
-            .num("next_psn", q->req.next_psn)
-            .num("unacked_psn", q->req.unacked_psn)
-            .snum("ack_timeout_in_us", q->req.retry_deadline == 0 ? -1
-                                        : (int64_t(q->req.retry_deadline) - int64_t(core::monotonic_ns())) / 1000)
-            .num("expected_psn", q->resp.epsn)
-            .boolean("ack_pending", q->resp.ack_pending)
-            .close('}');
-      }
-    }
-  }
-  j.close(']');
-  // Multicast: the groups QPs are attached to (per core's engine), and the memberships droced
-  // reports on the wire (IGMP/MLD) for rdma_cm's joins.
-  j.open("multicast", '[');
-  for (const auto& w : workers_) {
-    for (const auto& [gid, qpns] : w->core().engine().mcast_table()) {
-      std::string list;
-      for (uint32_t q : qpns) list += (list.empty() ? "" : ",") + std::to_string(q);
-      j.open(nullptr, '{').str("group", rocev2::format_ip(gid)).num("core", w->index()).str("qpns", list).close('}');
-    }
-  }
-  j.close(']');
-  j.open("membership", '[');
-  if (!workers_.empty()) {
-    CoreGroup& g = workers_[0]->core().group();
-    std::lock_guard l(g.neighbor_mutex());
-    for (const auto& [group, src] : g.membership().groups())
-      j.open(nullptr, '{').str("group", rocev2::format_ip(group)).str("source", rocev2::format_ip(src)).close('}');
-    const net::MembershipCounters& mc = g.membership().counters();
-    j.open(nullptr, '{')
-        .str("group", "counters")
-        .num("reports_sent", mc.reports_sent)
-        .num("leaves_sent", mc.leaves_sent)
-        .num("queries_seen", mc.queries_seen)
-        .num("frames_ignored", mc.frames_ignored)
-        .close('}');
-  }
-  j.close(']');
-  // rdma_cm ids (worker 0's CM): what librdmacm programs bound, listen on and are connected to.
-  j.open("cm", '[');
-  if (const CmHost* cm = workers_.empty() ? nullptr : workers_[0]->cm()) {
-    for (const cm::UcmaIdInfo& i : cm->ucma().ids()) {
-      const auto endpoint = [](const net::IpAddr& ip, uint16_t port) {
-        return (net::is_ipv4_mapped(ip) ? rocev2::format_ip(ip) : "[" + rocev2::format_ip(ip) + "]") + ":" +
-               std::to_string(port);
-      };
-      const auto agent = i.conn != 0 ? cm->agent_state(i.conn) : std::nullopt;
-      j.open(nullptr, '{')
-          .num("id", i.handle)
-          .num("channel", i.channel)
-          .str("port_space", i.ps == 0x0106 ? "tcp" : i.ps == 0x0111 ? "udp" : i.ps == 0x013F ? "ib" : "ipoib")
-          .str("state", i.state)
-          .str("local", endpoint(i.src, i.sport))
-          .str("remote", i.dport != 0 ? endpoint(i.dst, i.dport) : "-")
-          .num("comm_id", i.conn)
-          .str("cm_state", agent ? cm::to_string(*agent) : "-")
-          .num("qpn", i.qp_num)
-          .num("remote_qpn", i.remote_qpn)
-          .num("events_reported", i.events_reported)
-          .str("groups", groups_text(i.groups))
-          .close('}');
-    }
-  }
-  j.close(']');
-  j.close('}');
-  return j.take();
+  StatsSources s;
+  s.cfg = &cfg_;
+  s.node_guid = shared_.node_guid;
+  s.socket_path = socket_path_;
+  s.port = port_.get();
+  s.gids = gids_.get();
+  s.group = group_.get();
+  s.workers = &workers_;
+  s.xdp = xdp_.get();
+  s.jobs = jobs_.get();
+  s.counters = counters_;
+  return stats_json(s);
 }
 
 }  // namespace droce::droced

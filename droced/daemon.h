@@ -29,6 +29,7 @@
 #include "droced/config.h"
 #include "droced/device_core.h"
 #include "droced/session.h"
+#include "droced/stats.h"
 #include "droced/worker.h"
 #include "core/unix_socket.h"
 #include "net/gid_table.h"
@@ -53,8 +54,8 @@ class Daemon {
   /// so no DPDK thread takes them). Returns the exit status.
   int run();
 
-  /// droced's state as JSON (the `stats` message): every worker's, read
-  /// under their state locks.
+  /// droced's state as JSON (the `stats` message, droced/stats.h): every
+  /// worker's, read under their state locks.
   std::string render_stats() const;
 
   // ---- for the workers ----
@@ -111,7 +112,7 @@ class Daemon {
   core::Fd udp_sink_;  ///< net::open_udp_sink on a netdev the kernel shares
   std::unique_ptr<provider::SysfsTree> sysfs_;
   uint64_t next_key_ = kFirstSessionKey;
-  uint64_t clients_accepted_ = 0;
+  DaemonCounters counters_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> link_up_{false};
   std::atomic<uint64_t> link_generation_{0};

@@ -42,6 +42,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/counter_table.h"
 #include "net/frame_loss.h"
 #include "net/gid_table.h"
 #include "net/membership.h"
@@ -154,19 +155,40 @@ struct DeviceCoreConfig {
   net::FrameLoss loss;
 };
 
+/// What each counts is in kDeviceCoreCounters.
 struct DeviceCoreCounters {
-  uint64_t neighbor_frames_in = 0;   ///< ARP/ND frames handed to the neighbour table
-  uint64_t membership_frames_in = 0; ///< IGMP/MLD frames handed to the membership reporter
-  uint64_t neighbor_frames_out = 0;  ///< its replies and requests sent (and IGMP/MLD reports)
-  uint64_t neighbor_tx_dropped = 0;  ///< no mbuf or port full (the table retries on its own)
-  uint64_t oversize_control = 0;     ///< ARP/ND frames too large to read (dropped)
-  uint64_t loopback_frames = 0;      ///< frames to our own MAC, handed from TX to RX
-  uint64_t handed_out = 0;           ///< frames handed to the core owning their QP
-  uint64_t handed_in = 0;            ///< frames other cores handed here
-  uint64_t hand_off_dropped = 0;     ///< the owner's inbound ring was full (or no copy for multicast)
-  uint64_t loss_dropped = 0;         ///< received frames discarded by --drop-rate
-  uint64_t rx_own_frames = 0;        ///< our own frames seen again (af_packet shows what we send)
+  uint64_t neighbor_frames_in = 0;
+  uint64_t membership_frames_in = 0;
+  uint64_t neighbor_frames_out = 0;
+  uint64_t neighbor_tx_dropped = 0;
+  uint64_t oversize_control = 0;
+  uint64_t loopback_frames = 0;
+  uint64_t handed_out = 0;
+  uint64_t handed_in = 0;
+  uint64_t hand_off_dropped = 0;
+  uint64_t loss_dropped = 0;
+  uint64_t rx_own_frames = 0;
 };
+
+/// DeviceCoreCounters described once (core/counter_table.h).
+inline constexpr core::Counter<DeviceCoreCounters> kDeviceCoreCounters[] = {
+    {"neighbor_frames_in", &DeviceCoreCounters::neighbor_frames_in, "ARP/ND frames handed to the neighbour table"},
+    {"membership_frames_in", &DeviceCoreCounters::membership_frames_in,
+     "IGMP/MLD frames handed to the membership reporter"},
+    {"neighbor_frames_out", &DeviceCoreCounters::neighbor_frames_out,
+     "the neighbour table's replies and requests sent (and IGMP/MLD reports)"},
+    {"neighbor_tx_dropped", &DeviceCoreCounters::neighbor_tx_dropped,
+     "no mbuf or port full for those (the table retries on its own)"},
+    {"oversize_control", &DeviceCoreCounters::oversize_control, "ARP/ND frames too large to read (dropped)"},
+    {"loopback_frames", &DeviceCoreCounters::loopback_frames, "frames to our own MAC, handed from TX to RX"},
+    {"handed_out", &DeviceCoreCounters::handed_out, "frames handed to the core owning their QP"},
+    {"handed_in", &DeviceCoreCounters::handed_in, "frames other cores handed here"},
+    {"hand_off_dropped", &DeviceCoreCounters::hand_off_dropped,
+     "the owner's inbound ring was full (or no copy for multicast)"},
+    {"loss_dropped", &DeviceCoreCounters::loss_dropped, "received frames discarded by --drop-rate"},
+    {"rx_own_frames", &DeviceCoreCounters::rx_own_frames, "our own frames seen again (af_packet shows what we send)"},
+};
+static_assert(core::covers(kDeviceCoreCounters));
 
 class DeviceCore {
  public:

@@ -24,11 +24,21 @@
 
 #include <cstdint>
 
+#include "core/counter_table.h"
+
 namespace droce::droced {
 
+/// What it counts is in kRealtimeCounters.
 struct RealtimeCounters {
-  uint64_t demotions = 0;  ///< times kBurstNs without sleeping sent the worker to the normal policy
+  uint64_t demotions = 0;
 };
+
+/// RealtimeCounters described once (core/counter_table.h): a worker's row of `droce cores`.
+inline constexpr core::Counter<RealtimeCounters> kRealtimeCounters[] = {
+    {"rt_demotions", &RealtimeCounters::demotions,
+     "times kBurstNs without sleeping sent the worker to the normal policy"},
+};
+static_assert(core::covers(kRealtimeCounters));
 
 class RealtimeBudget {
  public:

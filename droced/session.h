@@ -34,6 +34,7 @@
 #include "droced/device_core.h"
 #include "droced/peer_memory.h"
 #include "core/clock.h"
+#include "core/counter_table.h"
 #include "core/ctl_protocol.h"
 #include "core/queue_abi.h"
 #include "core/shm_region.h"
@@ -79,15 +80,28 @@ struct Device {
   void* render_arg = nullptr;
 };
 
+/// What each counts is in kSessionCounters.
 struct SessionCounters {
   uint64_t messages = 0;
-  uint64_t errors = 0;            ///< requests answered with an error
+  uint64_t errors = 0;
   uint64_t doorbells = 0;
-  uint64_t bad_doorbells = 0;     ///< unknown kind or id (ignored)
+  uint64_t bad_doorbells = 0;
   uint64_t wqes_posted = 0;
-  uint64_t wqes_refused = 0;      ///< entries that failed their checks (QP to error)
-  uint64_t events_dropped = 0;    ///< async event ring full
+  uint64_t wqes_refused = 0;
+  uint64_t events_dropped = 0;
 };
+
+/// SessionCounters described once (core/counter_table.h): a client's row of `droce clients`.
+inline constexpr core::Counter<SessionCounters> kSessionCounters[] = {
+    {"messages", &SessionCounters::messages, "control requests"},
+    {"errors", &SessionCounters::errors, "requests answered with an error"},
+    {"doorbells", &SessionCounters::doorbells, "doorbells rung"},
+    {"bad_doorbells", &SessionCounters::bad_doorbells, "doorbells of unknown kind or id (ignored)"},
+    {"wqes_posted", &SessionCounters::wqes_posted, "work requests taken from the client's queues"},
+    {"wqes_refused", &SessionCounters::wqes_refused, "entries that failed their checks (QP to error)"},
+    {"events_dropped", &SessionCounters::events_dropped, "async events lost: the client's event ring was full"},
+};
+static_assert(core::covers(kSessionCounters));
 
 class Session {
  public:

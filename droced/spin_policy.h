@@ -34,15 +34,26 @@
 #include <cstdint>
 
 #include "core/clock.h"
+#include "core/counter_table.h"
 
 namespace droce::droced {
 
+/// What each counts is in kSpinCounters.
 struct SpinCounters {
-  uint64_t grown = 0;       ///< sleeps whose event came soon enough: the spin doubled
-  uint64_t shrunk = 0;      ///< sleeps it did not pay to avoid: the spin halved
-  uint64_t woken_here = 0;  ///< of those, ended by a waker on the worker's own CPU
-  uint64_t unjudged = 0;    ///< sleeps taken to let a peer on our CPU run: the spin kept
+  uint64_t grown = 0;
+  uint64_t shrunk = 0;
+  uint64_t woken_here = 0;
+  uint64_t unjudged = 0;
 };
+
+/// SpinCounters described once (core/counter_table.h): a worker's row of `droce cores`.
+inline constexpr core::Counter<SpinCounters> kSpinCounters[] = {
+    {"spin_grown", &SpinCounters::grown, "sleeps whose event came soon enough: the spin doubled"},
+    {"spin_shrunk", &SpinCounters::shrunk, "sleeps it did not pay to avoid: the spin halved"},
+    {"spin_woken_here", &SpinCounters::woken_here, "of those, ended by a waker on the worker's own CPU"},
+    {"spin_unjudged", &SpinCounters::unjudged, "sleeps taken to let a peer on our CPU run: the spin kept"},
+};
+static_assert(core::covers(kSpinCounters));
 
 class SpinPolicy {
  public:

@@ -58,6 +58,7 @@
 #include "droced/session.h"
 #include "droced/spin_policy.h"
 #include "droced/yield_policy.h"
+#include "core/counter_table.h"
 #include "core/unix_socket.h"
 
 namespace droce::droced {
@@ -86,19 +87,39 @@ struct WorkerContext {
   const core::Fd* cm_listen = nullptr;
 };
 
+/// What each counts is in kWorkerCounters.
 struct WorkerCounters {
   uint64_t loops = 0;
-  uint64_t sleeps = 0;             ///< times the loop slept
-  uint64_t wakeups_by_client = 0;  ///< sleeps the eventfd ended (a doorbell or a hand-off)
-  uint64_t wakeups_by_port = 0;    ///< sleeps a port RX interrupt ended
-  uint64_t wakeups_by_timer = 0;   ///< sleeps that ended with no event (a timer, or a port that cannot wake us)
-  uint64_t stuck_blocks = 0;       ///< a worker at SCHED_RR blocked, frames waiting for room (Worker::block_stuck)
+  uint64_t sleeps = 0;
+  uint64_t wakeups_by_client = 0;
+  uint64_t wakeups_by_port = 0;
+  uint64_t wakeups_by_timer = 0;
+  uint64_t stuck_blocks = 0;
   uint64_t clients_closed = 0;
-  uint64_t clients_faulted = 0;  ///< disconnected for breaking the protocol
-  uint64_t events_unrouted = 0;  ///< engine events for objects no client owns
-  uint64_t affinity_changes = 0; ///< --event-affinity auto: moves between the lcore's CPU and any
-  uint64_t affinity_stays = 0;   ///< busy, yet kept on the lcore's CPU: no other CPU had room
+  uint64_t clients_faulted = 0;
+  uint64_t events_unrouted = 0;
+  uint64_t affinity_changes = 0;
+  uint64_t affinity_stays = 0;
 };
+
+/// WorkerCounters described once (core/counter_table.h).
+inline constexpr core::Counter<WorkerCounters> kWorkerCounters[] = {
+    {"loops", &WorkerCounters::loops, "turns of the worker's loop"},
+    {"sleeps", &WorkerCounters::sleeps, "times the loop slept"},
+    {"wakeups_by_client", &WorkerCounters::wakeups_by_client, "sleeps the eventfd ended (a doorbell or a hand-off)"},
+    {"wakeups_by_port", &WorkerCounters::wakeups_by_port, "sleeps a port RX interrupt ended"},
+    {"wakeups_by_timer", &WorkerCounters::wakeups_by_timer,
+     "sleeps that ended with no event (a timer, or a port that cannot wake us)"},
+    {"stuck_blocks", &WorkerCounters::stuck_blocks,
+     "a worker at SCHED_RR blocked, frames waiting for room (Worker::block_stuck)"},
+    {"clients_closed", &WorkerCounters::clients_closed, "clients gone"},
+    {"clients_faulted", &WorkerCounters::clients_faulted, "clients disconnected for breaking the protocol"},
+    {"events_unrouted", &WorkerCounters::events_unrouted, "engine events for objects no client owns"},
+    {"affinity_changes", &WorkerCounters::affinity_changes,
+     "--event-affinity auto: moves between the lcore's CPU and any"},
+    {"affinity_stays", &WorkerCounters::affinity_stays, "busy, yet kept on the lcore's CPU: no other CPU had room"},
+};
+static_assert(core::covers(kWorkerCounters));
 
 class Worker {
  public:

@@ -36,12 +36,22 @@
 
 #include <cstdint>
 
+#include "core/counter_table.h"
+
 namespace droce::droced {
 
+/// What each counts is in kYieldCounters.
 struct YieldCounters {
-  uint64_t yields = 0;   ///< times the CPU was handed to the peer
-  uint64_t crowded = 0;  ///< yields in which another task ran: yields paused
+  uint64_t yields = 0;
+  uint64_t crowded = 0;
 };
+
+/// YieldCounters described once (core/counter_table.h): a worker's row of `droce cores`.
+inline constexpr core::Counter<YieldCounters> kYieldCounters[] = {
+    {"yields", &YieldCounters::yields, "times the CPU was handed to the peer"},
+    {"yields_crowded", &YieldCounters::crowded, "yields in which another task ran: yields paused"},
+};
+static_assert(core::covers(kYieldCounters));
 
 class YieldPolicy {
  public:

@@ -37,6 +37,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/counter_table.h"
 #include "core/unix_socket.h"
 #include "net/addr.h"
 #include "net/neighbor.h"
@@ -102,15 +103,28 @@ NlParse parse_route(std::span<const uint8_t> msg, KernelRoute* out, int* err);
 NlParse parse_neigh(std::span<const uint8_t> msg, KernelNeighbor* out, int* err);
 NlParse parse_addr(std::span<const uint8_t> msg, KernelAddress* out, int* err);
 
+/// What each counts is in kKernelNetCounters.
 struct KernelNetCounters {
   uint64_t route_queries = 0;
-  uint64_t route_failures = 0;     ///< no route, or one that leaves by another netdev
+  uint64_t route_failures = 0;
   uint64_t neigh_queries = 0;
-  uint64_t neigh_triggers = 0;     ///< NTF_USE sent: the kernel resolves
-  uint64_t neigh_failures = 0;     ///< FAILED entries, or no answer in time
-  uint64_t address_events = 0;     ///< RTM_NEWADDR / RTM_DELADDR for the netdev
-  uint64_t malformed = 0;          ///< messages whose lengths did not add up (dropped)
+  uint64_t neigh_triggers = 0;
+  uint64_t neigh_failures = 0;
+  uint64_t address_events = 0;
+  uint64_t malformed = 0;
 };
+
+/// KernelNetCounters described once (core/counter_table.h).
+inline constexpr core::Counter<KernelNetCounters> kKernelNetCounters[] = {
+    {"route_queries", &KernelNetCounters::route_queries, "routes asked of the kernel (RTM_GETROUTE)"},
+    {"route_failures", &KernelNetCounters::route_failures, "no route, or one that leaves by another netdev"},
+    {"neigh_queries", &KernelNetCounters::neigh_queries, "neighbours asked of the kernel (RTM_GETNEIGH)"},
+    {"neigh_triggers", &KernelNetCounters::neigh_triggers, "NTF_USE sent: the kernel resolves"},
+    {"neigh_failures", &KernelNetCounters::neigh_failures, "FAILED entries, or no answer in time"},
+    {"address_events", &KernelNetCounters::address_events, "RTM_NEWADDR / RTM_DELADDR for the netdev"},
+    {"malformed", &KernelNetCounters::malformed, "messages whose lengths did not add up (dropped)"},
+};
+static_assert(core::covers(kKernelNetCounters));
 
 class KernelNet {
  public:

@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/counter_table.h"
 #include "net/addr.h"
 #include "net/neighbor.h"
 
@@ -37,12 +38,22 @@ struct MembershipConfig {
   uint64_t seed = 1;            ///< query response delays
 };
 
+/// What each counts is in kMembershipCounters.
 struct MembershipCounters {
   uint64_t reports_sent = 0;
-  uint64_t leaves_sent = 0;     ///< Leave Group / Done
-  uint64_t queries_seen = 0;    ///< valid queries (general or for a group of ours)
-  uint64_t frames_ignored = 0;  ///< IGMP/MLD that is not a query for us, or malformed
+  uint64_t leaves_sent = 0;
+  uint64_t queries_seen = 0;
+  uint64_t frames_ignored = 0;
 };
+
+/// MembershipCounters described once (core/counter_table.h).
+inline constexpr core::Counter<MembershipCounters> kMembershipCounters[] = {
+    {"reports_sent", &MembershipCounters::reports_sent, "IGMP/MLD membership reports sent"},
+    {"leaves_sent", &MembershipCounters::leaves_sent, "IGMP Leave Group / MLD Done sent"},
+    {"queries_seen", &MembershipCounters::queries_seen, "valid queries (general or for a group of ours)"},
+    {"frames_ignored", &MembershipCounters::frames_ignored, "IGMP/MLD that is not a query for us, or malformed"},
+};
+static_assert(core::covers(kMembershipCounters));
 
 class MembershipReporter {
  public:

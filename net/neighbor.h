@@ -100,6 +100,7 @@
 #include <span>
 #include <vector>
 
+#include "core/counter_table.h"
 #include "net/addr.h"
 #include "net/headers.h"
 
@@ -141,25 +142,38 @@ inline constexpr size_t kNeighborDropCount = 0
 const char* to_string(NeighborDrop r);
 const char* describe(NeighborDrop r);
 
-/// One protocol's message counts (valid messages only).
+/// One protocol's message counts (valid messages only); what each counts is in
+/// kNeighborProtoCounters.
 struct NeighborProtoCounters {
-  uint64_t requests_sent = 0;      ///< ARP requests / NSes we sent to resolve
-  uint64_t requests_received = 0;  ///< valid ARP requests / NSes, for any target
-  uint64_t replies_sent = 0;       ///< ARP replies / NAs we sent
-  uint64_t replies_received = 0;   ///< valid ARP replies / NAs, for any target
+  uint64_t requests_sent = 0;
+  uint64_t requests_received = 0;
+  uint64_t replies_sent = 0;
+  uint64_t replies_received = 0;
 };
 
+/// NeighborProtoCounters described once (core/counter_table.h); droced shows ARP's and ND's,
+/// prefixed arp_ and nd_.
+inline constexpr core::Counter<NeighborProtoCounters> kNeighborProtoCounters[] = {
+    {"requests_sent", &NeighborProtoCounters::requests_sent, "requests (ARP request, NS) sent to resolve"},
+    {"requests_received", &NeighborProtoCounters::requests_received, "valid requests received, for any target"},
+    {"replies_sent", &NeighborProtoCounters::replies_sent, "replies (ARP reply, NA) sent"},
+    {"replies_received", &NeighborProtoCounters::replies_received, "valid replies received, for any target"},
+};
+static_assert(core::covers(kNeighborProtoCounters));
+
+/// The neighbour table's counters; what each counts is in kNeighborCounters (and ARP's and
+/// ND's own in kNeighborProtoCounters, the drops' reasons in NeighborDrop).
 struct NeighborCounters {
   NeighborProtoCounters arp, nd;
-  uint64_t not_for_us = 0;           ///< requests for addresses we do not own (ignored)
-  uint64_t unsolicited_ignored = 0;  ///< answers (replies, gratuitous ARPs, NAs) about addresses with no entry
-  uint64_t cache_updates = 0;        ///< entries resolved, confirmed or given a new MAC
-  uint64_t address_conflicts = 0;    ///< another MAC claims one of our addresses
-  uint64_t resolutions_failed = 0;   ///< entries that ran out of requests
-  uint64_t aged_out = 0;             ///< reachable entries that expired
-  uint64_t table_full = 0;           ///< resolve() found no free entry (answered failed)
-  uint64_t resolve_invalid = 0;      ///< resolve() of ::, 0.0.0.0, loopback, or with no local source
-  uint64_t tx_queue_full = 0;        ///< frames dropped because the TX queue was full
+  uint64_t not_for_us = 0;
+  uint64_t unsolicited_ignored = 0;
+  uint64_t cache_updates = 0;
+  uint64_t address_conflicts = 0;
+  uint64_t resolutions_failed = 0;
+  uint64_t aged_out = 0;
+  uint64_t table_full = 0;
+  uint64_t resolve_invalid = 0;
+  uint64_t tx_queue_full = 0;
   uint64_t dropped[kNeighborDropCount] = {};  ///< malformed ARP/ND by reason
 
   uint64_t drops(NeighborDrop r) const { return dropped[static_cast<size_t>(r)]; }
@@ -169,6 +183,22 @@ struct NeighborCounters {
     return n;
   }
 };
+
+/// NeighborCounters' own counters described once (core/counter_table.h).
+inline constexpr core::Counter<NeighborCounters> kNeighborCounters[] = {
+    {"resolutions_failed", &NeighborCounters::resolutions_failed, "entries that ran out of requests"},
+    {"not_for_us", &NeighborCounters::not_for_us, "requests for addresses we do not own (ignored)"},
+    {"unsolicited_ignored", &NeighborCounters::unsolicited_ignored,
+     "answers (replies, gratuitous ARPs, NAs) about addresses with no entry (ignored)"},
+    {"cache_updates", &NeighborCounters::cache_updates, "entries resolved, confirmed or given a new MAC"},
+    {"address_conflicts", &NeighborCounters::address_conflicts, "another MAC claims one of our addresses"},
+    {"aged_out", &NeighborCounters::aged_out, "reachable entries that expired"},
+    {"table_full", &NeighborCounters::table_full, "resolutions that found no free entry (answered failed)"},
+    {"resolve_invalid", &NeighborCounters::resolve_invalid,
+     "resolutions of ::, 0.0.0.0, loopback, or with no local source (answered failed)"},
+    {"tx_queue_full", &NeighborCounters::tx_queue_full, "frames dropped because the TX queue was full"},
+};
+static_assert(core::covers(kNeighborCounters, 2 * sizeof(NeighborProtoCounters) + sizeof(NeighborCounters::dropped)));
 
 /// max_entries and max_requests of 0 are taken as 1.
 struct NeighborConfig {

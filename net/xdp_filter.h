@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "core/counter_table.h"
 #include "core/unix_socket.h"
 
 struct bpf_object;  // libbpf's
@@ -40,11 +41,21 @@ struct bpf_object;  // libbpf's
 
 namespace droce::net {
 
+/// What each counts is in kXdpFilterCounters.
 struct XdpFilterCounters {
-  uint64_t redirected = 0;  ///< RoCEv2 frames sent to droce's sockets
-  uint64_t not_ours = 0;    ///< RoCEv2 frames for addresses droce does not own (to the kernel)
-  uint64_t passed = 0;      ///< all frames passed to the kernel, not_ours included
+  uint64_t redirected = 0;
+  uint64_t not_ours = 0;
+  uint64_t passed = 0;
 };
+
+/// XdpFilterCounters described once (core/counter_table.h).
+inline constexpr core::Counter<XdpFilterCounters> kXdpFilterCounters[] = {
+    {"redirected", &XdpFilterCounters::redirected, "RoCEv2 frames sent to droce's sockets"},
+    {"roce_not_ours", &XdpFilterCounters::not_ours,
+     "RoCEv2 frames for addresses droce does not own (passed to the kernel)"},
+    {"passed_to_kernel", &XdpFilterCounters::passed, "all frames passed to the kernel, roce_not_ours included"},
+};
+static_assert(core::covers(kXdpFilterCounters));
 
 class XdpFilter {
  public:

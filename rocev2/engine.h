@@ -22,6 +22,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/counter_table.h"
 #include "core/timer_heap.h"
 #include "rocev2/cq.h"
 #include "rocev2/mr.h"
@@ -97,22 +98,43 @@ struct AsyncEvent {
   uint32_t id;  ///< QPN, CQ id or SRQ id
 };
 
+/// The engine's counters; what each counts is in kEngineCounters.
 struct EngineCounters {
-  ParseCounters parse;                ///< every RX frame by parse status
+  ParseCounters parse;  ///< every RX frame by parse status
   uint64_t rx_frames = 0, tx_frames = 0;
-  uint64_t tx_acks = 0;               ///< of the frames built, acknowledgements (ACK, NAK) a responder sent
-  uint64_t rx_unknown_qp = 0;         ///< valid RoCEv2 for a QPN we do not have
-  uint64_t rx_wrong_state = 0;        ///< QP not in a state that receives
+  uint64_t tx_acks = 0;
+  uint64_t rx_unknown_qp = 0;
+  uint64_t rx_wrong_state = 0;
   uint64_t rx_bad_pkey = 0;
   uint64_t rx_bad_qkey = 0;
-  uint64_t rx_bad_dest = 0;           ///< wrong transport for the QP, or not our address
-  uint64_t rx_unexpected = 0;         ///< responses nobody asked for, stale PSNs
-  uint64_t tx_no_mbuf = 0;            ///< back-pressure: pool empty, or the port's own buffers full
-  uint64_t tx_port_full = 0;          ///< back-pressure: frames the port refused (sent again later)
+  uint64_t rx_bad_dest = 0;
+  uint64_t rx_unexpected = 0;
+  uint64_t tx_no_mbuf = 0;
+  uint64_t tx_port_full = 0;
   uint64_t cq_overflows = 0;
   uint64_t cnp_received = 0;
-  uint64_t rx_mcast_unattached = 0;   ///< multicast datagrams for a group no QP here is attached to
+  uint64_t rx_mcast_unattached = 0;
 };
+
+/// EngineCounters described once (core/counter_table.h), in the order droced shows them.
+inline constexpr core::Counter<EngineCounters> kEngineCounters[] = {
+    {"rx_frames", &EngineCounters::rx_frames, "frames received, parsed or not"},
+    {"tx_frames", &EngineCounters::tx_frames, "frames the port took"},
+    {"tx_acks", &EngineCounters::tx_acks, "of the frames built, acknowledgements (ACK, NAK) a responder sent"},
+    {"rx_unknown_qp", &EngineCounters::rx_unknown_qp, "valid RoCEv2 for a QPN we do not have"},
+    {"rx_wrong_state", &EngineCounters::rx_wrong_state, "for a QP not in a state that receives"},
+    {"rx_bad_pkey", &EngineCounters::rx_bad_pkey, "P_Key not the default partition's (dropped)"},
+    {"rx_bad_qkey", &EngineCounters::rx_bad_qkey, "UD datagrams whose Q_Key does not match the QP's (dropped)"},
+    {"rx_mcast_unattached", &EngineCounters::rx_mcast_unattached,
+     "multicast datagrams for a group no QP here is attached to"},
+    {"rx_bad_dest", &EngineCounters::rx_bad_dest, "wrong transport for the QP, or not our address"},
+    {"rx_unexpected", &EngineCounters::rx_unexpected, "responses nobody asked for, stale PSNs"},
+    {"tx_no_mbuf", &EngineCounters::tx_no_mbuf, "back-pressure: pool empty, or the port's own buffers full"},
+    {"tx_port_full", &EngineCounters::tx_port_full, "back-pressure: frames the port refused (sent again later)"},
+    {"cq_overflows", &EngineCounters::cq_overflows, "CQs that overflowed (each reported once, as CQ_ERR)"},
+    {"cnp_received", &EngineCounters::cnp_received, "congestion notification packets received"},
+};
+static_assert(core::covers(kEngineCounters, sizeof(ParseCounters)));
 
 struct QpInit {
   QpType type = QpType::rc;

@@ -6,6 +6,8 @@
 #include <cstdarg>
 #include <cstdio>
 
+#include <nlohmann/json.hpp>
+
 namespace droce::rocev2 {
 
 namespace {
@@ -119,26 +121,35 @@ std::string format_text(const ParsedPacket& p, ParseStatus status, bool icrc_ok)
   return s;
 }
 
-std::string format_json(size_t frame_no, const ParsedPacket& p, ParseStatus status, bool icrc_ok) {
+std::string format_json(size_t frame_no, const ParsedPacket& p, ParseStatus status, bool icrc_ok,
+                        std::string_view mad) {
   const PacketHeaders& h = p.hdr;
-  const char* verdict = status == ParseStatus::ok ? "ok" : is_foreign(status) ? "foreign" : "rejected";
-  std::string s = sprintf_str("{\"frame\":%zu,\"status\":\"%s\"", frame_no, verdict);
-  if (status != ParseStatus::ok) s += sprintf_str(",\"reason\":\"%s\"", to_string(status));
+  nlohmann::ordered_json j;
+  j["frame"] = frame_no;
+  j["status"] = status == ParseStatus::ok ? "ok" : is_foreign(status) ? "foreign" : "rejected";
+  if (status != ParseStatus::ok) j["reason"] = to_string(status);
   if (reached_bth(p, status) && status != ParseStatus::not_roce_port) {
-    s += sprintf_str(",\"ip_version\":%u,\"src\":\"%s\",\"dst\":\"%s\"", h.l3.version,
-                     format_ip(h.l3.src).c_str(), format_ip(h.l3.dst).c_str());
-    if (h.l2.vlan) s += sprintf_str(",\"vlan\":%u", h.l2.vlan_tci & 0xfff);
-    else s += ",\"vlan\":null";
-    s += sprintf_str(",\"opcode\":%u,\"opcode_name\":\"%s\",\"se\":%u,\"ackreq\":%u,\"pad\":%u,"
-                     "\"pkey\":%u,\"dqpn\":%u,\"psn\":%u",
-                     h.bth.opcode, opcode_info(h.bth.opcode).name, h.bth.se, h.bth.ackreq, h.bth.pad,
-                     h.bth.pkey, h.bth.dest_qp, h.bth.psn);
-    if (status == ParseStatus::ok || status == ParseStatus::bad_icrc)
-      s += sprintf_str(",\"payload_len\":%u,\"icrc\":%u,\"icrc_ok\":%s", p.layout.payload_len, p.icrc,
-                       icrc_ok ? "true" : "false");
+    j["ip_version"] = unsigned{h.l3.version};
+    j["src"] = format_ip(h.l3.src);
+    j["dst"] = format_ip(h.l3.dst);
+    if (h.l2.vlan) j["vlan"] = unsigned(h.l2.vlan_tci & 0xfff);
+    else j["vlan"] = nullptr;
+    j["opcode"] = unsigned{h.bth.opcode};
+    j["opcode_name"] = opcode_info(h.bth.opcode).name;
+    j["se"] = unsigned{h.bth.se};
+    j["ackreq"] = unsigned{h.bth.ackreq};
+    j["pad"] = unsigned{h.bth.pad};
+    j["pkey"] = unsigned{h.bth.pkey};
+    j["dqpn"] = unsigned{h.bth.dest_qp};
+    j["psn"] = unsigned{h.bth.psn};
+    if (status == ParseStatus::ok || status == ParseStatus::bad_icrc) {
+      j["payload_len"] = unsigned{p.layout.payload_len};
+      j["icrc"] = unsigned{p.icrc};
+      j["icrc_ok"] = icrc_ok;
+    }
   }
-  s += "}";
-  return s;
+  if (!mad.empty()) j["mad"] = mad;
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 }  // namespace droce::rocev2

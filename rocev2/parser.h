@@ -104,6 +104,10 @@ struct ParseCounters {
   uint64_t by_status[kParseStatusCount] = {};
   void count(ParseStatus s) { ++by_status[static_cast<size_t>(s)]; }
   uint64_t operator[](ParseStatus s) const { return by_status[static_cast<size_t>(s)]; }
+  ParseCounters& operator+=(const ParseCounters& o) {
+    for (size_t i = 0; i < kParseStatusCount; ++i) by_status[i] += o.by_status[i];
+    return *this;
+  }
 };
 
 }  // namespace droce::rocev2

@@ -16,6 +16,7 @@
 
 #include <rte_mbuf.h>
 
+#include "core/counter_table.h"
 #include "rocev2/cq.h"
 #include "rocev2/mr.h"
 #include "rocev2/verbs.h"
@@ -77,65 +78,62 @@ struct RdAtomicResource {
   uint32_t msn = 0;   ///< MSN after this operation
 };
 
+/// A QP's counters; what each counts is in kQpCounters.
 struct QpCounters {
   uint64_t tx_packets = 0, rx_packets = 0, tx_bytes = 0, rx_bytes = 0;
-  uint64_t retransmits = 0;             ///< packets sent again
-  uint64_t timeouts = 0;                ///< local ACK timeouts
+  uint64_t retransmits = 0;
+  uint64_t timeouts = 0;
   uint64_t seq_naks_sent = 0, seq_naks_received = 0;
   uint64_t rnr_naks_sent = 0, rnr_naks_received = 0;
   uint64_t duplicate_requests = 0, out_of_sequence = 0;
   uint64_t implied_naks = 0;
-  uint64_t window_cuts = 0;             ///< times the send window was halved
-  uint64_t retry_exceeded = 0, rnr_retry_exceeded = 0;  ///< rxe: retry_exceeded_err, retry_rnr_exceeded_err
-  uint64_t acks_coalesced = 0;          ///< rxe: ack_deferred
-  uint64_t rdma_sends = 0, rdma_recvs = 0;  ///< rxe: RDMA WRITE/READ requests sent, served
-  uint64_t send_errors = 0;             ///< rxe: send_err (WRs completed with an error other than flush)
+  uint64_t window_cuts = 0;
+  uint64_t retry_exceeded = 0, rnr_retry_exceeded = 0;
+  uint64_t acks_coalesced = 0;
+  uint64_t rdma_sends = 0, rdma_recvs = 0;
+  uint64_t send_errors = 0;
   uint64_t read_replays = 0, atomic_replays = 0;
-  uint64_t dropped = 0;                 ///< packets the QP dropped (UC gap, bad Q_Key, ...)
-  uint64_t held_requests = 0;           ///< requests held behind a streaming READ
+  uint64_t dropped = 0;
+  uint64_t held_requests = 0;
 
   QpCounters& operator+=(const QpCounters& o);
 };
 
-/// Calls f(name, member) for every counter of QpCounters, in output order: the one list
-/// that sums (operator+=) and the JSON of droced (`droce qps`, the device's totals) use.
-template <class F>
-constexpr void for_each_qp_counter(F&& f) {
-  f("tx_packets", &QpCounters::tx_packets);
-  f("rx_packets", &QpCounters::rx_packets);
-  f("tx_bytes", &QpCounters::tx_bytes);
-  f("rx_bytes", &QpCounters::rx_bytes);
-  f("retransmits", &QpCounters::retransmits);
-  f("timeouts", &QpCounters::timeouts);
-  f("seq_naks_sent", &QpCounters::seq_naks_sent);
-  f("seq_naks_received", &QpCounters::seq_naks_received);
-  f("rnr_naks_sent", &QpCounters::rnr_naks_sent);
-  f("rnr_naks_received", &QpCounters::rnr_naks_received);
-  f("duplicate_requests", &QpCounters::duplicate_requests);
-  f("out_of_sequence", &QpCounters::out_of_sequence);
-  f("implied_naks", &QpCounters::implied_naks);
-  f("window_cuts", &QpCounters::window_cuts);
-  f("retry_exceeded", &QpCounters::retry_exceeded);
-  f("rnr_retry_exceeded", &QpCounters::rnr_retry_exceeded);
-  f("acks_coalesced", &QpCounters::acks_coalesced);
-  f("rdma_sends", &QpCounters::rdma_sends);
-  f("rdma_recvs", &QpCounters::rdma_recvs);
-  f("send_errors", &QpCounters::send_errors);
-  f("read_replays", &QpCounters::read_replays);
-  f("atomic_replays", &QpCounters::atomic_replays);
-  f("dropped", &QpCounters::dropped);
-  f("held_requests", &QpCounters::held_requests);
-}
-
-// A counter added to QpCounters but not to the list above fails here.
-static_assert([] {
-  size_t n = 0;
-  for_each_qp_counter([&](const char*, auto) { ++n; });
-  return n * sizeof(uint64_t);
-}() == sizeof(QpCounters));
+/// QpCounters described once (core/counter_table.h), in output order: what sums them
+/// (operator+=) and droced's JSON (`droce qps`, the device's totals) use it. The rxe names
+/// are the kernel's soft-RoCE counters that count the same.
+inline constexpr core::Counter<QpCounters> kQpCounters[] = {
+    {"tx_packets", &QpCounters::tx_packets, "packets sent"},
+    {"rx_packets", &QpCounters::rx_packets, "packets received"},
+    {"tx_bytes", &QpCounters::tx_bytes, "bytes sent"},
+    {"rx_bytes", &QpCounters::rx_bytes, "bytes received"},
+    {"retransmits", &QpCounters::retransmits, "packets sent again"},
+    {"timeouts", &QpCounters::timeouts, "local ACK timeouts"},
+    {"seq_naks_sent", &QpCounters::seq_naks_sent, "PSN sequence error NAKs sent"},
+    {"seq_naks_received", &QpCounters::seq_naks_received, "PSN sequence error NAKs received"},
+    {"rnr_naks_sent", &QpCounters::rnr_naks_sent, "RNR NAKs sent (no receive posted)"},
+    {"rnr_naks_received", &QpCounters::rnr_naks_received, "RNR NAKs received"},
+    {"duplicate_requests", &QpCounters::duplicate_requests, "requests received again (already executed)"},
+    {"out_of_sequence", &QpCounters::out_of_sequence,
+     "requests with another PSN than the expected one (RC: ahead of it)"},
+    {"implied_naks", &QpCounters::implied_naks,
+     "READ or atomic responses found lost, asked for again (implied NAK, IBA 9.7.5.1.3)"},
+    {"window_cuts", &QpCounters::window_cuts, "times the send window was halved"},
+    {"retry_exceeded", &QpCounters::retry_exceeded, "retries exhausted (rxe: retry_exceeded_err)"},
+    {"rnr_retry_exceeded", &QpCounters::rnr_retry_exceeded, "RNR retries exhausted (rxe: retry_rnr_exceeded_err)"},
+    {"acks_coalesced", &QpCounters::acks_coalesced, "ACKs left out for a later one (rxe: ack_deferred)"},
+    {"rdma_sends", &QpCounters::rdma_sends, "RDMA WRITE and READ requests sent (rxe: rdma_sends)"},
+    {"rdma_recvs", &QpCounters::rdma_recvs, "RDMA WRITE and READ requests served (rxe: rdma_recvs)"},
+    {"send_errors", &QpCounters::send_errors, "WRs completed with an error other than flush (rxe: send_err)"},
+    {"read_replays", &QpCounters::read_replays, "READ responses sent again for a duplicate request"},
+    {"atomic_replays", &QpCounters::atomic_replays, "atomic responses sent again for a duplicate request"},
+    {"dropped", &QpCounters::dropped, "packets the QP dropped (UC gap, bad Q_Key, ...)"},
+    {"held_requests", &QpCounters::held_requests, "requests held behind a streaming READ"},
+};
+static_assert(core::covers(kQpCounters));
 
 inline QpCounters& QpCounters::operator+=(const QpCounters& o) {
-  for_each_qp_counter([&](const char*, uint64_t QpCounters::*m) { this->*m += o.*m; });
+  core::add_counters(kQpCounters, o, this);
   return *this;
 }
 

@@ -10,6 +10,7 @@ packages=(
   # libraries
   libdpdk-dev dpdk-dev libtbb-dev libisal-dev libpcap-dev
   libgtest-dev libbenchmark-dev
+  nlohmann-json3-dev  # JSON: droced's state (`droce ... --json`), `droce decode --json`, the interop peer's files
   libbpf-dev  # droce's XDP program (net/xdp) is built with clang and found on the netdev with libbpf
   # test oracles and tools: scapy computes ICRCs, tshark decodes RoCEv2,
   # clang + its runtime give libFuzzer

@@ -33,6 +33,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "cm/mad.h"
 #include "core/clock.h"
 #include "core/ctl_protocol.h"
@@ -230,19 +232,41 @@ bool may_run_rr() {
   return may;
 }
 
-// A counter from a stats reply ("name":N, its first occurrence), or -1.
-long long number_in(const std::string& json, const std::string& name) {
-  const size_t at = json.find("\"" + name + "\":");
-  return at == std::string::npos ? -1 : std::atoll(json.c_str() + at + name.size() + 3);
+// Every key of a JSON document with its value, in the order they are written (an object's key
+// before what its value holds).
+using KeysInOrder = std::vector<std::pair<std::string, const nlohmann::ordered_json*>>;
+void keys_in_order(const nlohmann::ordered_json& j, KeysInOrder* out) {
+  if (j.is_object()) {
+    for (const auto& [k, v] : j.items()) {
+      out->emplace_back(k, &v);
+      keys_in_order(v, out);
+    }
+  } else if (j.is_array()) {
+    for (const auto& v : j) keys_in_order(v, out);
+  }
 }
 
-// A counter from droced's stats JSON, or -1; with `object`, the first one inside that object
-// (e.g. "transport": every QP's counters added up, destroyed QPs' too).
+// A counter from a stats reply (the first "name" in it), or -1; with `object`, the first one
+// from that object on (e.g. "transport": every QP's counters added up, destroyed QPs' too).
+long long number_in(const std::string& json, const std::string& name, const std::string& object = {}) {
+  const auto all = nlohmann::ordered_json::parse(json, nullptr, /*allow_exceptions=*/false);
+  KeysInOrder keys;
+  keys_in_order(all, &keys);
+  size_t i = 0;
+  if (!object.empty()) {
+    while (i < keys.size() && !(keys[i].first == object && keys[i].second->is_object())) ++i;
+    if (i == keys.size()) return -1;
+  }
+  for (; i < keys.size(); ++i)
+    if (keys[i].first == name && keys[i].second->is_number()) return keys[i].second->get<long long>();
+  return -1;
+}
+
+// A counter from droced's stats JSON, or -1; with `object`, the first one from that object on.
 long long stat_of(const std::string& sock, const std::string& name, const std::string& object = {}) {
   std::string json;
   if (client::query_stats(sock, &json) != 0) return -1;
-  const size_t at = object.empty() ? 0 : json.find("\"" + object + "\":{");
-  return at == std::string::npos ? -1 : number_in(json.substr(at), name);
+  return number_in(json, name, object);
 }
 
 TEST_F(TwoDaemons, TwoClientsOfOneDaemonTalkThroughItsLoopback) {
