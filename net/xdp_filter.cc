@@ -73,8 +73,9 @@ XdpFilter::~XdpFilter() {
   if (tc_ifindex_ != 0) {
     DECLARE_LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = tc_ifindex_, .attach_point = BPF_TC_INGRESS);
     DECLARE_LIBBPF_OPTS(bpf_tc_opts, opts, .handle = kTcHandle, .priority = kTcPriority);
+    // Only droce's filter goes. The clsact qdisc stays, empty unless others use it:
+    // bpf_tc_hook_destroy on the ingress side would flush every ingress filter, others' too.
     (void)bpf_tc_detach(&hook, &opts);
-    if (tc_made_qdisc_) (void)bpf_tc_hook_destroy(&hook);
   }
   addrs_.reset();
   stats_.reset();
@@ -109,7 +110,6 @@ int XdpFilter::attach_tc(const std::string& ifname, std::unique_ptr<XdpFilter>* 
   }
   f->prog_id_ = opts.prog_id;
   f->tc_ifindex_ = ifindex;
-  f->tc_made_qdisc_ = made == 0;
   *out = std::move(f);
   return 0;
 }

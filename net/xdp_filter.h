@@ -17,8 +17,8 @@
 // qdisc, made if missing), where it drops RoCEv2 for droce's addresses after the
 // tap took its copy, so the kernel does not run IP and UDP receive on frames
 // only droce wants. The filter has a fixed handle and priority and replaces one
-// left by a droced that crashed; it is detached when the XdpFilter goes (and the
-// qdisc removed if attach_tc made it). Its counters: redirected = dropped at TC
+// left by a droced that crashed; it is detached when the XdpFilter goes (the
+// clsact qdisc stays: removing it would take other programs' filters along). Its counters: redirected = dropped at TC
 // after the tap.
 //
 // object_path() says where the compiled program is: $DROCE_XDP_PROG if set, else
@@ -88,7 +88,6 @@ class XdpFilter {
   // attach_tc: the loaded object and where its filter is (ifindex 0: none).
   ::bpf_object* object_ = nullptr;
   int tc_ifindex_ = 0;
-  bool tc_made_qdisc_ = false;
   core::Fd addrs_;
   core::Fd stats_;
 };
