@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <span>
 
-#include "core/ctl_protocol.h"
+#include "abi/ctl_protocol.h"
 
 namespace droce::droced {
 

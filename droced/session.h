@@ -2,17 +2,17 @@
 // One client of droced (an application's verbs context, or the droce CLI):
 // its control socket, its shared regions and every object it created.
 //
-// A client is untrusted. Every message is checked (core/ctl_protocol), every
+// A client is untrusted. Every message is checked (abi/ctl_protocol), every
 // id it names is looked up in this session's own tables (another client's
 // objects are simply not there), and every ring entry is copied out of
-// shared memory and checked before the engine sees it (rocev2/shm_wqe).
+// shared memory and checked before the engine sees it (abi/wqe).
 // A client that breaks the protocol or corrupts a ring is disconnected;
 // nothing it does reaches another client. When a session ends (EOF, SIGKILL
 // of the client, a fault, droced stopping), its QPs go to the error state
 // and everything it owned is freed and unmapped.
 //
 // The data path: the client writes WQEs into a QP's shared ring and rings
-// the doorbell (core/queue_abi.h). droced drains each queue named by a
+// the doorbell (abi/queues.h). droced drains each queue named by a
 // doorbell into the engine, and gives ring slots back only as the engine
 // retires the WQEs, so a client never has more than max_send_wr outstanding,
 // as on a hardware HCA. Completions go straight from the engine into the
@@ -32,14 +32,14 @@
 
 #include "droced/device_core.h"
 #include "droced/peer_memory.h"
+#include "abi/ctl_protocol.h"
+#include "abi/queues.h"
+#include "abi/shm_ring.h"
+#include "abi/wqe.h"
 #include "core/clock.h"
-#include "core/ctl_protocol.h"
-#include "core/queue_abi.h"
 #include "core/shm_region.h"
-#include "core/shm_ring.h"
 #include "core/unix_socket.h"
 #include "net/gid_table.h"
-#include "rocev2/shm_wqe.h"
 
 namespace droce::droced {
 
@@ -143,7 +143,7 @@ class Session {
   struct MrEntry;
 
   // ---- Control: one table indexed by message type (session_control.cc) ----
-  // Adding a control message touches its MsgType (core/ctl_protocol.h), one entry in its
+  // Adding a control message touches its MsgType (abi/ctl_protocol.h), one entry in its
   // family's table and its handler: a specialization of serve<> beside that table
   // (session_device.cc, session_pd.cc, session_mr.cc, session_cq.cc, session_srq.cc,
   // session_qp.cc, session_ah.cc, session_mcast.cc).

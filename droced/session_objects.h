@@ -10,10 +10,10 @@
 #include <memory>
 
 #include "droced/session.h"
-#include "core/queue_abi.h"
+#include "abi/ctl_attr.h"
+#include "abi/queues.h"
+#include "abi/shm_ring.h"
 #include "core/shm_region.h"
-#include "core/shm_ring.h"
-#include "rocev2/ctl_attr.h"
 
 namespace droce::droced {
 

@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "rocev2/verbs.h"
+#include "abi/verbs.h"
 
 namespace droce::rocev2 {
 

@@ -36,7 +36,7 @@
 
 #include <cstdint>
 
-#include "rocev2/verbs.h"
+#include "abi/verbs.h"
 
 namespace droce::rocev2 {
 

@@ -9,9 +9,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "abi/ctl_attr.h"
+#include "abi/wqe.h"
 #include "core/clock.h"
-#include "rocev2/ctl_attr.h"
-#include "rocev2/shm_wqe.h"
 
 namespace droce::client {
 
@@ -391,7 +391,7 @@ int Cq::req_notify(bool solicited_only) {
   // Under the lock as a whole: resize_cq replaces the block.
   std::lock_guard<SpinLock> g(lock_);
   // What this CQ's ring holds now: droced fires at once for anything
-  // pushed after it (core/queue_abi.h, CqArm).
+  // pushed after it (abi/queues.h, CqArm).
   const uint32_t produced = ring_.index() + ring_.size();
   std::atomic_ref<uint32_t>(block_->cq_arm_index).store(produced, std::memory_order_relaxed);
   std::atomic_ref<uint32_t>(block_->rq_pending)

@@ -3,10 +3,10 @@
 // provider wraps it; droce-selftest and the tests use it directly.
 //
 // Control calls (create, modify, destroy, register) are messages on the
-// control socket (core/ctl_protocol.h), one at a time per context. The data
+// control socket (abi/ctl_protocol.h), one at a time per context. The data
 // path makes no syscall: post_send / post_recv write WQEs into the QP's
 // shared ring and ring the context's doorbell; poll reads CQEs from the CQ's
-// shared ring (core/queue_abi.h for the layouts and the doorbell rules).
+// shared ring (abi/queues.h for the layouts and the doorbell rules).
 //
 // Errors: 0 or -errno as the verbs document them (EINVAL for bad
 // arguments, ENOMEM for a full queue or too many objects, EBUSY for an
@@ -25,13 +25,13 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/ctl_protocol.h"
-#include "core/queue_abi.h"
+#include "abi/ctl_protocol.h"
+#include "abi/queues.h"
+#include "abi/shm_ring.h"
+#include "abi/verbs.h"
 #include "core/shm_region.h"
-#include "core/shm_ring.h"
 #include "core/unix_socket.h"
 #include "provider/client/shared_memory.h"
-#include "rocev2/verbs.h"
 
 namespace droce::client {
 

@@ -32,7 +32,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/ctl_protocol.h"
+#include "abi/ctl_protocol.h"
 #include "core/unix_socket.h"
 
 namespace droce::client {

@@ -11,7 +11,7 @@ namespace droce::verbs {
 
 using namespace rocev2;
 
-// rocev2/verbs.h promises rdma-core's numbering; the casts below rely on it.
+// abi/verbs.h promises rdma-core's numbering; the casts below rely on it.
 constexpr bool eq(auto a, auto b) { return static_cast<long long>(a) == static_cast<long long>(b); }
 static_assert(eq(int(QpType::rc), IBV_QPT_RC) &&
               eq(int(QpType::uc), IBV_QPT_UC) &&

@@ -1,7 +1,7 @@
 #pragma once
 // Between libibverbs' structs (infiniband/verbs.h) and droce's verbs
-// vocabulary (rocev2/verbs.h, whose enumerators carry rdma-core's values,
-// checked here by static_assert) and droced's replies (core/ctl_protocol.h).
+// vocabulary (abi/verbs.h, whose enumerators carry rdma-core's values,
+// checked here by static_assert) and droced's replies (abi/ctl_protocol.h).
 //
 // Pure functions: no allocation, no syscalls, any thread. The WR and WC
 // conversions are on the data path. Errors are positive errno values, as the
@@ -11,8 +11,8 @@
 
 #include <cstdint>
 
-#include "core/ctl_protocol.h"
-#include "rocev2/verbs.h"
+#include "abi/ctl_protocol.h"
+#include "abi/verbs.h"
 
 namespace droce::verbs {
 

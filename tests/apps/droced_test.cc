@@ -31,9 +31,9 @@
 #include <thread>
 #include <vector>
 
+#include "abi/ctl_protocol.h"
 #include "cm/mad.h"
 #include "core/clock.h"
-#include "core/ctl_protocol.h"
 #include "core/unix_socket.h"
 #include "provider/client/client.h"
 #include "rocev2/format.h"

@@ -1,4 +1,4 @@
-#include "core/shm_ring.h"
+#include "abi/shm_ring.h"
 
 #include <cerrno>
 

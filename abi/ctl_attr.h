@@ -1,11 +1,11 @@
 #pragma once
 // QP attributes and address vectors between the engine's vocabulary
-// (rocev2/verbs.h) and their fixed-width control-protocol form
-// (core/ctl_protocol.h): droced decodes what the client library encodes,
+// (abi/verbs.h) and their fixed-width control-protocol form
+// (abi/ctl_protocol.h): droced decodes what the client library encodes,
 // through these two functions each way.
 
-#include "core/ctl_protocol.h"
-#include "rocev2/verbs.h"
+#include "abi/ctl_protocol.h"
+#include "abi/verbs.h"
 
 namespace droce::rocev2 {
 

@@ -1,4 +1,4 @@
-#include "rocev2/ctl_attr.h"
+#include "abi/ctl_attr.h"
 
 #include <cstring>
 

@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/ctl_protocol.h"
+#include "abi/ctl_protocol.h"
 
 namespace droce::core::ctl {
 namespace {

@@ -1,4 +1,4 @@
-#include "core/ctl_protocol.h"
+#include "abi/ctl_protocol.h"
 
 namespace droce::core::ctl {
 

@@ -1,5 +1,5 @@
 #pragma once
-// Between the shared queues' entries (core/queue_abi.h) and the engine's
+// Between the shared queues' entries (abi/queues.h) and the engine's
 // work requests and completions. The decoders are droced's side: they read a
 // private copy of an entry that an untrusted client wrote, check every field
 // against the QP's own limits, and never read past the entry. The encoders
@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <span>
 
-#include "core/queue_abi.h"
-#include "rocev2/verbs.h"
+#include "abi/queues.h"
+#include "abi/verbs.h"
 
 namespace droce::rocev2 {
 

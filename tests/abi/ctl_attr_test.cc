@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "rocev2/ctl_attr.h"
+#include "abi/ctl_attr.h"
 
 namespace droce::rocev2 {
 namespace {

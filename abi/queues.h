@@ -1,6 +1,6 @@
 #pragma once
 // The entries of the shared queues between the provider and droced: send
-// WQEs, receive WQEs and CQEs as they sit in core/shm_ring entries.
+// WQEs, receive WQEs and CQEs as they sit in abi/shm_ring entries.
 //
 // These layouts are ABI (see docs/droced.md): fixed-width fields, explicit
 // offsets checked by static_assert, append-only evolution through the

@@ -35,8 +35,8 @@
 #include <string>
 #include <vector>
 
+#include "abi/shm_ring.h"
 #include "core/shm_region.h"
-#include "core/shm_ring.h"
 #include "core/unix_socket.h"
 #include "tests/test_support.h"
 

@@ -1,4 +1,4 @@
-#include "rocev2/shm_wqe.h"
+#include "abi/wqe.h"
 
 #include <algorithm>
 #include <cstring>
