@@ -1,6 +1,8 @@
 #pragma once
-// The verbs vocabulary of the engine: QP types and states, attributes and
-// their mask, work requests and completions.
+// The verbs vocabulary the provider, droced and the engine share: QP types
+// and states, attributes and their mask, work requests and completions.
+// What only the engine computes (a UD receive's GRH area) is in
+// rocev2/verbs.h, which includes this.
 //
 // Every enumerator has the numeric value rdma-core gives its ibv_*
 // counterpart (infiniband/verbs.h), so the provider converts by cast; the
@@ -9,10 +11,6 @@
 
 #include <array>
 #include <cstdint>
-#include <cstring>
-
-#include "core/endian.h"
-#include "net/addr.h"
 
 namespace droce::rocev2 {
 
@@ -247,33 +245,6 @@ struct RecvWr {
   uint32_t num_sge = 0;
   Sge sg_list[kMaxSge];
 };
-
-/// A UD receive's ibv_wc.sl on RoCE. The frame carries no SL, so the field is
-/// free, and droce fills it as mlx5 NICs do (their CQE's 4 bits there): bit 3
-/// says the frame had a UDP header (RoCE v2), bits 2:0 the L3 header (1 IPv6,
-/// 2 IPv4). UCX's ud_verbs reads it to know where the destination address sits
-/// in the 40-byte GRH area, and drops every datagram when it reads 0 (taken as
-/// IPv6) for an IPv4 frame; the kernel's rxe leaves 0 there.
-constexpr uint8_t roce_rx_packet_type(bool ipv6) { return 0x8 | (ipv6 ? 0x1 : 0x2); }
-
-/// The 40-byte GRH area a UD receive starts with (IBA 11.4.1.2, Annex A17.4.5.1): for IPv6 the
-/// IPv6 header, for IPv4 20 undefined bytes (droce writes zeros) and then the IPv4 header.
-/// `ip` is the frame's IP header (40 or 20 bytes).
-inline void write_grh_area(const uint8_t* ip, bool ipv6, uint8_t out[40]) {
-  const size_t len = ipv6 ? 40 : 20;
-  std::memset(out, 0, 40 - len);
-  std::memcpy(out + (40 - len), ip, len);
-}
-/// The source and destination addresses in a GRH area (GID form: IPv4 as ::ffff:a.b.c.d).
-inline void grh_area_addresses(const uint8_t grh[40], net::IpAddr* src, net::IpAddr* dst) {
-  if ((grh[0] >> 4) == 6) {
-    std::memcpy(src->data(), grh + 8, 16);
-    std::memcpy(dst->data(), grh + 24, 16);
-  } else {
-    *src = net::ipv4_mapped(core::load_be32(grh + 20 + 12));
-    *dst = net::ipv4_mapped(core::load_be32(grh + 20 + 16));
-  }
-}
 
 /// ibv_wc: every field verbs programs read.
 struct Completion {

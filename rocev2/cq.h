@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "abi/verbs.h"
+#include "rocev2/verbs.h"
 
 namespace droce::rocev2 {
 

@@ -22,7 +22,6 @@
 #include <memory>
 #include <vector>
 
-#include "abi/verbs.h"
 #include "core/timer_heap.h"
 #include "rocev2/cq.h"
 #include "rocev2/mr.h"
@@ -31,6 +30,7 @@
 #include "rocev2/parser.h"
 #include "rocev2/qp.h"
 #include "rocev2/srq.h"
+#include "rocev2/verbs.h"
 
 namespace droce::rocev2 {
 

@@ -16,9 +16,9 @@
 
 #include <rte_mbuf.h>
 
-#include "abi/verbs.h"
 #include "rocev2/cq.h"
 #include "rocev2/mr.h"
+#include "rocev2/verbs.h"
 
 namespace droce::rocev2 {
 

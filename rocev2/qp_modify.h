@@ -36,7 +36,7 @@
 
 #include <cstdint>
 
-#include "abi/verbs.h"
+#include "rocev2/verbs.h"
 
 namespace droce::rocev2 {
 
