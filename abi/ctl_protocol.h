@@ -24,7 +24,7 @@
 #include <type_traits>
 #include <vector>
 
-namespace droce::core::ctl {
+namespace droce::abi::ctl {
 
 inline constexpr uint32_t kMagic = 0x45435244;  // "DRCE" little-endian
 inline constexpr uint16_t kAbiMajor = 1;
@@ -503,4 +503,4 @@ int decode_body(std::span<const uint8_t> msg, Body* out, size_t min_size = sizeo
   return decode_body_bytes(msg, out, sizeof *out, min_size);
 }
 
-}  // namespace droce::core::ctl
+}  // namespace droce::abi::ctl

@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace droce::core::abi {
+namespace droce::abi {
 
 /// One scatter/gather entry (ibv_sge).
 struct WqeSge {
@@ -162,4 +162,4 @@ constexpr uint32_t recv_wqe_size(uint32_t max_sge) {
   return uint32_t{sizeof(RecvWqeHeader)} + max_sge * uint32_t{sizeof(WqeSge)};
 }
 
-}  // namespace droce::core::abi
+}  // namespace droce::abi

@@ -12,7 +12,7 @@
 #include <array>
 #include <cstdint>
 
-namespace droce::rocev2 {
+namespace droce::abi {
 
 enum class QpType : uint8_t { rc = 2, uc = 3, ud = 4 };
 
@@ -263,4 +263,4 @@ struct Completion {
   uint8_t dlid_path_bits = 0;
 };
 
-}  // namespace droce::rocev2
+}  // namespace droce::abi

@@ -3,12 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
-namespace droce::rocev2 {
+namespace droce::abi {
 
-using core::abi::Cqe;
-using core::abi::RecvWqeHeader;
-using core::abi::SendWqeHeader;
-using core::abi::WqeSge;
 
 const char* to_string(WqeError e) {
   switch (e) {
@@ -190,4 +186,4 @@ Completion decode_cqe(const Cqe& e) {
   return c;
 }
 
-}  // namespace droce::rocev2
+}  // namespace droce::abi

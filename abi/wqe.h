@@ -1,9 +1,10 @@
 #pragma once
-// Between the shared queues' entries (abi/queues.h) and the engine's
-// work requests and completions. The decoders are droced's side: they read a
-// private copy of an entry that an untrusted client wrote, check every field
-// against the QP's own limits, and never read past the entry. The encoders
-// are the provider's side (and the tests').
+// Between the shared queues' entries (abi/queues.h) and the work requests
+// and completions of the verbs vocabulary (abi/verbs.h). The decoders are
+// droced's side: they read a private copy of an entry that an untrusted
+// client wrote, check every field against the QP's own limits, and never
+// read past the entry. The encoders are the provider's side (and the
+// tests').
 //
 // Hot path: allocation-free, no syscalls.
 
@@ -14,7 +15,7 @@
 #include "abi/queues.h"
 #include "abi/verbs.h"
 
-namespace droce::rocev2 {
+namespace droce::abi {
 
 /// What a QP allows, as droced granted it at create time (never read from
 /// shared memory).
@@ -48,7 +49,7 @@ uint32_t recv_wqe_used(std::span<const uint8_t> header);
 size_t encode_send_wqe(const SendWr& wr, std::span<const uint8_t> inline_data, std::span<uint8_t> entry);
 size_t encode_recv_wqe(const RecvWr& wr, std::span<uint8_t> entry);
 
-void encode_cqe(const Completion& c, core::abi::Cqe* out);
-Completion decode_cqe(const core::abi::Cqe& c);
+void encode_cqe(const Completion& c, Cqe* out);
+Completion decode_cqe(const Cqe& c);
 
-}  // namespace droce::rocev2
+}  // namespace droce::abi

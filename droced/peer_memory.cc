@@ -27,7 +27,7 @@ void PeerMemory::reset() {
   size_ = 0;
 }
 
-int PeerMemory::map(std::span<const core::ctl::MrSegment> segments, std::span<const int> fds, PeerMemory* out) {
+int PeerMemory::map(std::span<const abi::ctl::MrSegment> segments, std::span<const int> fds, PeerMemory* out) {
   if (segments.empty() || segments.size() != fds.size()) return -EINVAL;
   const uint64_t page = core::page_size();
   uint64_t total = 0;

@@ -33,7 +33,7 @@ class PeerMemory {
   /// -EINVAL: no segment, a count that differs from the descriptors', a
   /// length or offset not a page multiple, a total over kMaxBytes; what
   /// check_peer_memfd and mmap return.
-  static int map(std::span<const core::ctl::MrSegment> segments, std::span<const int> fds, PeerMemory* out);
+  static int map(std::span<const abi::ctl::MrSegment> segments, std::span<const int> fds, PeerMemory* out);
 
   uint8_t* data() const { return data_; }
   size_t size() const { return size_; }

@@ -1,6 +1,8 @@
 #pragma once
-// What the engine adds to the verbs vocabulary (abi/verbs.h, the words the
-// provider and droced share): how a UD receive's completion and GRH area are
+// The engine's verbs vocabulary: the words the provider and droced share
+// (abi/verbs.h, declared in droce::abi), named here in droce::rocev2 as well
+// so that the engine, droced and their tests keep speaking them unqualified;
+// and what the engine adds: how a UD receive's completion and GRH area are
 // filled on RoCE, which the provider never computes.
 
 #include <cstddef>
@@ -12,6 +14,35 @@
 #include "net/addr.h"
 
 namespace droce::rocev2 {
+
+using abi::AccessFlags;
+using abi::AddressVector;
+using abi::Completion;
+using abi::DeviceLimits;
+using abi::kMaxSge;
+using abi::MigState;
+using abi::mtu_bytes;
+using abi::path_mtu_for;
+using abi::PathMtu;
+using abi::QpAttr;
+using abi::QpAttrMask;
+using abi::QpCap;
+using abi::QpState;
+using abi::QpType;
+using abi::RecvWr;
+using abi::SendFlags;
+using abi::SendWr;
+using abi::Sge;
+using abi::to_string;
+using abi::WcFlags;
+using abi::WcOpcode;
+using abi::WcStatus;
+using abi::WrOpcode;
+// The unscoped enums' enumerators (kAttrState, kAccessLocalWrite, kSendInline, kWcGrh, ...).
+using enum abi::AccessFlags;
+using enum abi::QpAttrMask;
+using enum abi::SendFlags;
+using enum abi::WcFlags;
 
 /// A UD receive's ibv_wc.sl on RoCE. The frame carries no SL, so the field is
 /// free, and droce fills it as mlx5 NICs do (their CQE's 4 bits there): bit 3

@@ -9,7 +9,7 @@
 
 namespace droce::verbs {
 
-using namespace rocev2;
+using namespace abi;
 
 // abi/verbs.h promises rdma-core's numbering; the casts below rely on it.
 constexpr bool eq(auto a, auto b) { return static_cast<long long>(a) == static_cast<long long>(b); }
@@ -340,7 +340,7 @@ void from_qp_attr(const QpAttr& a, ibv_qp_attr* out) {
   out->rate_limit = a.rate_limit;
 }
 
-void to_device_attr(const core::ctl::QueryDeviceReply& r, ibv_device_attr_ex* out) {
+void to_device_attr(const abi::ctl::QueryDeviceReply& r, ibv_device_attr_ex* out) {
   *out = ibv_device_attr_ex{};
   ibv_device_attr& d = out->orig_attr;
   std::snprintf(d.fw_ver, sizeof d.fw_ver, "%s", r.fw_ver);
@@ -408,7 +408,7 @@ void eth_speed(uint32_t mbps, uint8_t* width, uint8_t* speed) {
   *speed = 128;
 }
 
-void to_port_attr(const core::ctl::QueryPortReply& r, ibv_port_attr* out) {
+void to_port_attr(const abi::ctl::QueryPortReply& r, ibv_port_attr* out) {
   *out = ibv_port_attr{};
   out->state = static_cast<ibv_port_state>(r.state);
   out->max_mtu = static_cast<ibv_mtu>(r.max_mtu);

@@ -11,11 +11,8 @@
 #include "abi/wqe.h"
 #include "tests/test_support.h"
 
-namespace droce::rocev2 {
+namespace droce::abi {
 namespace {
-
-using core::abi::send_wqe_size;
-using core::abi::SendWqeHeader;
 
 TEST(ShmWqe, SendWqeRoundTrips) {
   SendWr w;
@@ -123,9 +120,9 @@ TEST(ShmWqe, TheUsedBytesAreTheHeaderAndWhatItNames) {
 
   RecvWr r;
   r.num_sge = 2;
-  std::vector<uint8_t> rentry(core::abi::recv_wqe_size(4));
+  std::vector<uint8_t> rentry(abi::recv_wqe_size(4));
   ASSERT_NE(encode_recv_wqe(r, rentry), 0u);
-  EXPECT_EQ(recv_wqe_used(rentry), sizeof(core::abi::RecvWqeHeader) + 2 * 16);
+  EXPECT_EQ(recv_wqe_used(rentry), sizeof(abi::RecvWqeHeader) + 2 * 16);
   EXPECT_EQ(recv_wqe_used(std::span(rentry.data(), 15)), UINT32_MAX);
 }
 
@@ -173,7 +170,7 @@ TEST(ShmWqe, RandomGarbageNeverReadsPastTheEntry) {
         }
       }
     }
-    const std::vector<uint8_t> rp = used_part(e, sizeof(core::abi::RecvWqeHeader), false);
+    const std::vector<uint8_t> rp = used_part(e, sizeof(abi::RecvWqeHeader), false);
     RecvWr r2;
     ASSERT_EQ(decode_recv_wqe(rp, rl, &r2), re) << i;
     if (re == WqeError::ok) {
@@ -190,7 +187,7 @@ TEST(ShmWqe, RecvWqeAndCqeRoundTrip) {
   w.num_sge = 2;
   w.sg_list[0] = {1, 2, 3};
   w.sg_list[1] = {4, 5, 6};
-  std::vector<uint8_t> entry(core::abi::recv_wqe_size(2));
+  std::vector<uint8_t> entry(abi::recv_wqe_size(2));
   ASSERT_EQ(encode_recv_wqe(w, entry), entry.size());
   RecvWr got;
   ASSERT_EQ(decode_recv_wqe(entry, {2, 0}, &got), WqeError::ok);
@@ -207,7 +204,7 @@ TEST(ShmWqe, RecvWqeAndCqeRoundTrip) {
   c.qp_num = 0x11;
   c.src_qp = 0x22;
   c.wc_flags = kWcWithImm | kWcGrh;
-  core::abi::Cqe e;
+  abi::Cqe e;
   encode_cqe(c, &e);
   const Completion d = decode_cqe(e);
   EXPECT_EQ(d.wr_id, c.wr_id);
@@ -221,4 +218,4 @@ TEST(ShmWqe, RecvWqeAndCqeRoundTrip) {
 }
 
 }  // namespace
-}  // namespace droce::rocev2
+}  // namespace droce::abi

@@ -37,6 +37,7 @@
 #include "core/unix_socket.h"
 #include "provider/client/client.h"
 #include "rocev2/format.h"
+#include "rocev2/verbs.h"
 
 extern char** environ;
 
@@ -986,7 +987,7 @@ TEST_F(TwoDaemons, StoppingDroceTurnsItsClientsFatal) {
 
 TEST_F(TwoDaemons, ControlSocketGarbageIsRefusedAndTheDaemonServesOn) {
   start();
-  using namespace core::ctl;
+  using namespace abi::ctl;
   {  // A different major version: a clear -EPROTO, then the door closes.
     std::unique_ptr<Context> dummy;
     core::Fd s;

@@ -39,10 +39,10 @@ TEST(VerbsConvert, SendWrRcRead) {
   wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_FENCE;
   wr.wr.rdma.remote_addr = 0xdead0000;
   wr.wr.rdma.rkey = 0x1234;
-  rocev2::SendWr s;
+  abi::SendWr s;
   ASSERT_EQ(to_send_wr(wr, IBV_QPT_RC, 0, &s), 0);
   EXPECT_EQ(s.wr_id, 42u);
-  EXPECT_EQ(s.opcode, rocev2::WrOpcode::rdma_read);
+  EXPECT_EQ(s.opcode, abi::WrOpcode::rdma_read);
   EXPECT_EQ(s.send_flags, uint32_t(IBV_SEND_SIGNALED | IBV_SEND_FENCE));
   EXPECT_EQ(s.remote_addr, 0xdead0000u);
   EXPECT_EQ(s.rkey, 0x1234u);
@@ -56,7 +56,7 @@ TEST(VerbsConvert, SendWrImmediateIsNetworkOrderOnTheVerbsSide) {
   ibv_send_wr wr{};
   wr.opcode = IBV_WR_SEND_WITH_IMM;
   wr.imm_data = htobe32(0x01020304);
-  rocev2::SendWr s;
+  abi::SendWr s;
   ASSERT_EQ(to_send_wr(wr, IBV_QPT_UC, 0, &s), 0);
   EXPECT_EQ(s.imm_data, 0x01020304u);
 }
@@ -68,7 +68,7 @@ TEST(VerbsConvert, SendWrAtomicsAndUd) {
   wr.wr.atomic.rkey = 5;
   wr.wr.atomic.compare_add = 11;
   wr.wr.atomic.swap = 22;
-  rocev2::SendWr s;
+  abi::SendWr s;
   ASSERT_EQ(to_send_wr(wr, IBV_QPT_RC, 0, &s), 0);
   EXPECT_EQ(s.compare_add, 11u);
   EXPECT_EQ(s.swap, 22u);
@@ -85,7 +85,7 @@ TEST(VerbsConvert, SendWrAtomicsAndUd) {
 }
 
 TEST(VerbsConvert, SendWrRefusals) {
-  rocev2::SendWr s;
+  abi::SendWr s;
   ibv_send_wr wr{};
   wr.opcode = IBV_WR_RDMA_WRITE;
   EXPECT_EQ(to_send_wr(wr, IBV_QPT_UD, 0, &s), EINVAL);  // UD has SENDs only
@@ -115,7 +115,7 @@ TEST(VerbsConvert, RecvWr) {
   wr.wr_id = 9;
   wr.sg_list = &sge;
   wr.num_sge = 1;
-  rocev2::RecvWr r;
+  abi::RecvWr r;
   ASSERT_EQ(to_recv_wr(wr, &r), 0);
   EXPECT_EQ(r.wr_id, 9u);
   EXPECT_EQ(r.sg_list[0].length, 100u);
@@ -124,13 +124,13 @@ TEST(VerbsConvert, RecvWr) {
 }
 
 TEST(VerbsConvert, WorkCompletion) {
-  rocev2::Completion c;
+  abi::Completion c;
   c.wr_id = 5;
-  c.status = rocev2::WcStatus::rem_access_err;
-  c.opcode = rocev2::WcOpcode::recv;
+  c.status = abi::WcStatus::rem_access_err;
+  c.opcode = abi::WcOpcode::recv;
   c.byte_len = 77;
   c.imm_data = 0x0a0b0c0d;
-  c.wc_flags = rocev2::kWcWithImm | rocev2::kWcGrh;
+  c.wc_flags = abi::kWcWithImm | abi::kWcGrh;
   c.qp_num = 12;
   c.src_qp = 13;
   ibv_wc wc{};
@@ -142,7 +142,7 @@ TEST(VerbsConvert, WorkCompletion) {
   EXPECT_EQ(be32toh(wc.imm_data), 0x0a0b0c0du);
   EXPECT_EQ(wc.wc_flags, unsigned(IBV_WC_WITH_IMM | IBV_WC_GRH));
   EXPECT_EQ(wc.src_qp, 13u);
-  c.wc_flags = rocev2::kWcWithInv;
+  c.wc_flags = abi::kWcWithInv;
   c.imm_data = 0x4242;
   to_wc(c, &wc);
   EXPECT_EQ(wc.invalidated_rkey, 0x4242u);  // host order, unlike immediate data
@@ -160,7 +160,7 @@ TEST(VerbsConvert, AddressVector) {
   ah.grh.traffic_class = 3;
   ah.grh.flow_label = 0xabcde;
   ah.sl = 4;
-  rocev2::AddressVector av;
+  abi::AddressVector av;
   ASSERT_EQ(to_av(ah, &av), 0);
   EXPECT_EQ(av.dgid[15], 2);
   EXPECT_EQ(av.sgid_index, 1);
@@ -197,11 +197,11 @@ TEST(VerbsConvert, QpAttrOnlyWhatTheMaskNames) {
   a.min_rnr_timer = 12;
   a.ah_attr.is_global = 1;
   a.ah_attr.port_num = 1;
-  rocev2::QpAttr q;
+  abi::QpAttr q;
   const int mask = IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
                    IBV_QP_MIN_RNR_TIMER | IBV_QP_AV;
   ASSERT_EQ(to_qp_attr(a, mask, &q), 0);
-  EXPECT_EQ(q.path_mtu, rocev2::PathMtu::mtu2048);
+  EXPECT_EQ(q.path_mtu, abi::PathMtu::mtu2048);
   EXPECT_EQ(q.dest_qp_num, 0x55u);
   EXPECT_EQ(q.rq_psn, 0x123u);
   EXPECT_EQ(q.max_dest_rd_atomic, 4);
@@ -216,7 +216,7 @@ TEST(VerbsConvert, QpAttrOnlyWhatTheMaskNames) {
 }
 
 TEST(VerbsConvert, DeviceAndPortAttributes) {
-  core::ctl::QueryDeviceReply r{};
+  abi::ctl::QueryDeviceReply r{};
   r.node_guid = 0x0002c9fffe123456ull;
   r.max_qp = 100;
   r.max_qp_rd_atom = 16;
@@ -231,7 +231,7 @@ TEST(VerbsConvert, DeviceAndPortAttributes) {
   EXPECT_EQ(d.orig_attr.atomic_cap, IBV_ATOMIC_HCA);
   EXPECT_EQ(d.phys_port_cnt_ex, 1u);
 
-  core::ctl::QueryPortReply p{};
+  abi::ctl::QueryPortReply p{};
   p.state = IBV_PORT_ACTIVE;
   p.active_mtu = IBV_MTU_1024;
   p.link_layer = IBV_LINK_LAYER_ETHERNET;
