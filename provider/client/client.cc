@@ -650,31 +650,34 @@ void Context::wait_doorbells_taken() {
   }
 }
 
-int Qp::post_send(const abi::SendWr& wr) {
-  if (ctx_->fatal()) return -EIO;
-  const auto st = static_cast<abi::QpState>(state_.load(std::memory_order_relaxed));
-  if (st == abi::QpState::reset || st == abi::QpState::init || st == abi::QpState::rtr) return -EINVAL;
+int ClientQueue::push_send(const abi::SendWr& wr) {
   const bool inl = (wr.send_flags & abi::kSendInline) != 0;
-  if (wr.num_sge > abi::kMaxSge || (!inl && wr.num_sge > sq_.max_sge)) return -EINVAL;
+  if (wr.num_sge > abi::kMaxSge || (!inl && wr.num_sge > max_sge)) return -EINVAL;
   uint8_t inline_buf[1024];
   size_t inline_len = 0;
   if (inl) {
     for (uint32_t i = 0; i < wr.num_sge; ++i) {
       const abi::Sge& s = wr.sg_list[i];
-      if (inline_len + s.length > sq_.max_inline || inline_len + s.length > sizeof inline_buf) return -EINVAL;
+      if (inline_len + s.length > max_inline || inline_len + s.length > sizeof inline_buf) return -EINVAL;
       std::memcpy(inline_buf + inline_len, reinterpret_cast<const void*>(s.addr), s.length);
       inline_len += s.length;
     }
   }
-  {
-    std::lock_guard<SpinLock> g(sq_.lock);
-    if (sq_.ring.size() >= sq_.max_wr) return sq_.ring.corrupted() ? -EIO : -ENOMEM;
-    uint32_t got = 0;
-    if (sq_.ring.reserve(1, &got) != abi::ShmRingStatus::ok) return -ENOMEM;
-    std::span<uint8_t> slot(static_cast<uint8_t*>(sq_.ring.slot(0)), sq_.ring.entry_size());
-    if (abi::encode_send_wqe(wr, {inline_buf, inline_len}, slot) == 0) return -EINVAL;
-    sq_.ring.publish(1);
-  }
+  std::lock_guard<SpinLock> g(lock);
+  if (ring.size() >= max_wr) return ring.corrupted() ? -EIO : -ENOMEM;
+  uint32_t got = 0;
+  if (ring.reserve(1, &got) != abi::ShmRingStatus::ok) return -ENOMEM;
+  std::span<uint8_t> slot(static_cast<uint8_t*>(ring.slot(0)), ring.entry_size());
+  if (abi::encode_send_wqe(wr, {inline_buf, inline_len}, slot) == 0) return -EINVAL;
+  ring.publish(1);
+  return 0;
+}
+
+int Qp::post_send(const abi::SendWr& wr) {
+  if (ctx_->fatal()) return -EIO;
+  const auto st = static_cast<abi::QpState>(state_.load(std::memory_order_relaxed));
+  if (st == abi::QpState::reset || st == abi::QpState::init || st == abi::QpState::rtr) return -EINVAL;
+  if (int rc = sq_.push_send(wr); rc != 0) return rc;
   ctx_->ring_doorbell(abi::kDoorbellSq, qpn_, sq_.pending);
   return 0;
 }

@@ -90,6 +90,13 @@ class Cq {
 
 /// A send or receive queue as the client sees it.
 struct ClientQueue {
+  /// Writes one send WR into the ring's next slot and publishes it: what
+  /// Qp::post_send does between its checks of the QP and the doorbell (which
+  /// the caller rings). With kSendInline the SGEs' bytes are copied into the
+  /// WQE now. -EINVAL (SGE count, inline length, a WQE the entry cannot
+  /// hold), -ENOMEM (max_wr outstanding), -EIO (a corrupt ring).
+  int push_send(const abi::SendWr& wr);
+
   abi::ShmRingProducer ring;
   uint32_t* pending = nullptr;  ///< the doorbell flag
   uint32_t max_wr = 0;
