@@ -54,9 +54,9 @@ class SendQueue {
 
 // What post_one does with one WR of an RC QP.
 int post(client::ClientQueue& q, const ibv_send_wr& wr) {
-  abi::SendWr s;
-  if (int rc = verbs::to_send_wr(wr, IBV_QPT_RC, 0, &s); rc != 0) return rc;
-  return q.push_send(s);
+  abi::SendWqeHeader h;
+  if (int rc = verbs::to_send_wqe_header(wr, IBV_QPT_RC, 0, &h); rc != 0) return rc;
+  return q.push_send(h, {wr.sg_list, static_cast<uint32_t>(wr.num_sge)});
 }
 
 void run(benchmark::State& state, ibv_wr_opcode op, unsigned flags, int num_sge, uint32_t bytes_each) {

@@ -650,17 +650,15 @@ void Context::wait_doorbells_taken() {
   }
 }
 
-int ClientQueue::push_send(const abi::SendWr& wr) {
-  const bool inl = (wr.send_flags & abi::kSendInline) != 0;
-  if (wr.num_sge > abi::kMaxSge || (!inl && wr.num_sge > max_sge)) return -EINVAL;
-  uint8_t inline_buf[1024];
-  size_t inline_len = 0;
+int ClientQueue::push_send(const abi::SendWqeHeader& h, abi::SgeList sges) {
+  const bool inl = (h.send_flags & abi::kSendInline) != 0;
+  if (sges.size() > abi::kMaxSge || (!inl && sges.size() > max_sge)) return -EINVAL;
   if (inl) {
-    for (uint32_t i = 0; i < wr.num_sge; ++i) {
-      const abi::Sge& s = wr.sg_list[i];
-      if (inline_len + s.length > max_inline || inline_len + s.length > sizeof inline_buf) return -EINVAL;
-      std::memcpy(inline_buf + inline_len, reinterpret_cast<const void*>(s.addr), s.length);
-      inline_len += s.length;
+    // Checked before the slot is claimed; the bytes are gathered into it below.
+    uint64_t inline_len = 0;
+    for (uint32_t i = 0; i < sges.size(); ++i) {
+      inline_len += sges[i].length;
+      if (inline_len > max_inline || inline_len > kMaxInlineData) return -EINVAL;
     }
   }
   std::lock_guard<SpinLock> g(lock);
@@ -668,16 +666,22 @@ int ClientQueue::push_send(const abi::SendWr& wr) {
   uint32_t got = 0;
   if (ring.reserve(1, &got) != abi::ShmRingStatus::ok) return -ENOMEM;
   std::span<uint8_t> slot(static_cast<uint8_t*>(ring.slot(0)), ring.entry_size());
-  if (abi::encode_send_wqe(wr, {inline_buf, inline_len}, slot) == 0) return -EINVAL;
+  if (abi::encode_send_wqe(h, sges, slot) == 0) return -EINVAL;
   ring.publish(1);
   return 0;
 }
 
-int Qp::post_send(const abi::SendWr& wr) {
+int ClientQueue::push_send(const abi::SendWr& wr) {
+  return push_send(abi::send_wqe_header(wr), {wr.sg_list, wr.num_sge});
+}
+
+int Qp::post_send(const abi::SendWr& wr) { return post_send(abi::send_wqe_header(wr), {wr.sg_list, wr.num_sge}); }
+
+int Qp::post_send(const abi::SendWqeHeader& h, abi::SgeList sges) {
   if (ctx_->fatal()) return -EIO;
   const auto st = static_cast<abi::QpState>(state_.load(std::memory_order_relaxed));
   if (st == abi::QpState::reset || st == abi::QpState::init || st == abi::QpState::rtr) return -EINVAL;
-  if (int rc = sq_.push_send(wr); rc != 0) return rc;
+  if (int rc = sq_.push_send(h, sges); rc != 0) return rc;
   ctx_->ring_doorbell(abi::kDoorbellSq, qpn_, sq_.pending);
   return 0;
 }

@@ -29,6 +29,7 @@
 #include "abi/queues.h"
 #include "abi/shm_ring.h"
 #include "abi/verbs.h"
+#include "abi/wqe.h"
 #include "core/shm_region.h"
 #include "core/unix_socket.h"
 #include "provider/client/shared_memory.h"
@@ -90,12 +91,18 @@ class Cq {
 
 /// A send or receive queue as the client sees it.
 struct ClientQueue {
-  /// Writes one send WR into the ring's next slot and publishes it: what
-  /// Qp::post_send does between its checks of the QP and the doorbell (which
-  /// the caller rings). With kSendInline the SGEs' bytes are copied into the
-  /// WQE now. -EINVAL (SGE count, inline length, a WQE the entry cannot
-  /// hold), -ENOMEM (max_wr outstanding), -EIO (a corrupt ring).
+  /// Writes one send WR, given as its WQE header and scatter list, straight
+  /// into the ring's next slot and publishes it: what Qp::post_send does
+  /// between its checks of the QP and the doorbell (which the caller rings).
+  /// With kSendInline the bytes the SGEs point at are gathered into the slot
+  /// now (at most max_inline, and kMaxInlineData). -EINVAL (SGE count, inline
+  /// length, a WQE the entry cannot hold), -ENOMEM (max_wr outstanding), -EIO
+  /// (a corrupt ring).
+  int push_send(const abi::SendWqeHeader& h, abi::SgeList sges);
+  /// The same for a SendWr and its scatter list.
   int push_send(const abi::SendWr& wr);
+  /// The most inline bytes one WR may carry, whatever droced grants.
+  static constexpr uint32_t kMaxInlineData = 1024;
 
   abi::ShmRingProducer ring;
   uint32_t* pending = nullptr;  ///< the doorbell flag
@@ -140,6 +147,12 @@ class Qp {
   /// -EINVAL (state, SGE count, inline length), -ENOMEM (max_send_wr
   /// outstanding), -EIO (device gone).
   int post_send(const abi::SendWr& wr);
+  /// The same, the WR given as its WQE header (abi/queues.h; num_sge and
+  /// inline_len are ignored) and its scatter list, which may be libibverbs'
+  /// ibv_sge array as it is: the provider's post_send, which converts an
+  /// ibv_send_wr once, into the header, and has both written straight into
+  /// the ring's slot.
+  int post_send(const abi::SendWqeHeader& h, abi::SgeList sges);
   int post_recv(const abi::RecvWr& wr);
 
  private:

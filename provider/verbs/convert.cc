@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "abi/wqe.h"
+
 namespace droce::verbs {
 
 using namespace abi;
@@ -147,7 +149,7 @@ bool opcode_allowed(int op, ibv_qp_type type) {
 
 }  // namespace
 
-int to_send_wr(const ibv_send_wr& wr, ibv_qp_type type, uint32_t ud_ah_id, SendWr* out) {
+int to_send_wqe_header(const ibv_send_wr& wr, ibv_qp_type type, uint32_t ud_ah_id, SendWqeHeader* out) {
   const int op = raw(wr.opcode);
   switch (op) {
     case IBV_WR_BIND_MW:
@@ -161,26 +163,18 @@ int to_send_wr(const ibv_send_wr& wr, ibv_qp_type type, uint32_t ud_ah_id, SendW
   if (!opcode_allowed(op, type)) return EINVAL;
   if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > kMaxSge) return EINVAL;
   if (wr.num_sge > 0 && wr.sg_list == nullptr) return EINVAL;
+  *out = SendWqeHeader{};
   out->wr_id = wr.wr_id;
-  out->opcode = static_cast<WrOpcode>(op);
+  out->opcode = static_cast<uint8_t>(op);
   out->send_flags = wr.send_flags & (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE);
-  out->imm_data = 0;
-  out->invalidate_rkey = 0;
-  out->remote_addr = 0;
-  out->rkey = 0;
-  out->compare_add = 0;
-  out->swap = 0;
-  out->ah = 0;
-  out->remote_qpn = 0;
-  out->remote_qkey = 0;
   switch (op) {
     case IBV_WR_SEND_WITH_IMM:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
-      out->imm_data = be32toh(wr.imm_data);
+      out->imm_or_inv = be32toh(wr.imm_data);
       break;
     case IBV_WR_SEND_WITH_INV:
     case IBV_WR_LOCAL_INV:
-      out->invalidate_rkey = wr.invalidate_rkey;
+      out->imm_or_inv = wr.invalidate_rkey;
       break;
     default:
       break;
@@ -207,6 +201,13 @@ int to_send_wr(const ibv_send_wr& wr, ibv_qp_type type, uint32_t ud_ah_id, SendW
     out->remote_qpn = wr.wr.ud.remote_qpn;
     out->remote_qkey = wr.wr.ud.remote_qkey;
   }
+  return 0;
+}
+
+int to_send_wr(const ibv_send_wr& wr, ibv_qp_type type, uint32_t ud_ah_id, SendWr* out) {
+  SendWqeHeader h;
+  if (int rc = to_send_wqe_header(wr, type, ud_ah_id, &h); rc != 0) return rc;
+  send_wr_fields(h, out);
   out->num_sge = static_cast<uint32_t>(wr.num_sge);
   if (wr.num_sge > 0) std::memcpy(static_cast<void*>(out->sg_list), wr.sg_list, sizeof(Sge) * static_cast<size_t>(wr.num_sge));
   return 0;

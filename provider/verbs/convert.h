@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "abi/ctl_protocol.h"
+#include "abi/queues.h"
 #include "abi/verbs.h"
 
 namespace droce::verbs {
@@ -22,10 +23,17 @@ namespace droce::verbs {
 /// hint) are dropped, as the verbs allow.
 int to_access(int ibv_access, uint32_t* out);
 
-/// One send WR of a QP of `type`. `ud_ah_id` is the AH's droce id for UD
-/// (the caller reads it from wr.wr.ud.ah). EINVAL for an opcode the QP type
-/// does not have, more SGEs than kMaxSge, or a negative SGE count;
-/// EOPNOTSUPP for bind MW, TSO and driver opcodes.
+/// One send WR of a QP of `type`, as the header of its send WQE
+/// (abi/queues.h): the one conversion droce_post_send makes, before the
+/// client library writes the header and wr.sg_list straight into the ring's
+/// slot (num_sge and inline_len are left to it). `ud_ah_id` is the AH's
+/// droce id for UD (the caller reads it from wr.wr.ud.ah). EINVAL for an
+/// opcode the QP type does not have, more SGEs than kMaxSge, a negative SGE
+/// count or no list for a positive one; EOPNOTSUPP for bind MW, TSO and
+/// driver opcodes.
+int to_send_wqe_header(const ibv_send_wr& wr, ibv_qp_type type, uint32_t ud_ah_id, abi::SendWqeHeader* out);
+/// The same WR as a SendWr, its scatter list copied (the fields read as
+/// droced reads the header: abi::send_wr_fields).
 int to_send_wr(const ibv_send_wr& wr, ibv_qp_type type, uint32_t ud_ah_id, abi::SendWr* out);
 /// One receive WR. EINVAL for a bad SGE count.
 int to_recv_wr(const ibv_recv_wr& wr, abi::RecvWr* out);

@@ -31,15 +31,19 @@ void after_poll(bool found) {
   policy.after_yield(core::monotonic_ns() - from);
 }
 
-int post_one(VerbsQp* q, const ibv_send_wr& wr, abi::SendWr* s) {
+// One ibv_send_wr, converted once: its header, then the client library
+// writes the header and the WR's own scatter list (or the inline bytes it
+// points at) straight into the ring's slot.
+int post_one(VerbsQp* q, const ibv_send_wr& wr) {
   uint32_t ah = 0;
   if (q->type == IBV_QPT_UD) {
     const ibv_ah* a = wr.wr.ud.ah;
     if (a == nullptr || a->context != q->ibv->context) return EINVAL;
     ah = a->handle;
   }
-  if (int rc = to_send_wr(wr, q->type, ah, s); rc != 0) return rc;
-  return positive(q->qp->post_send(*s));
+  abi::SendWqeHeader h;
+  if (int rc = to_send_wqe_header(wr, q->type, ah, &h); rc != 0) return rc;
+  return positive(q->qp->post_send(h, {wr.sg_list, static_cast<uint32_t>(wr.num_sge)}));
 }
 
 // ---- Extended CQ (ibv_create_cq_ex): one completion at a time ----
@@ -296,9 +300,8 @@ extern "C" {
 
 int droce_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   VerbsQp* q = qp_of(ibqp);
-  abi::SendWr s;
   for (; wr != nullptr; wr = wr->next) {
-    if (int rc = post_one(q, *wr, &s); rc != 0) {
+    if (int rc = post_one(q, *wr); rc != 0) {
       if (bad_wr != nullptr) *bad_wr = wr;
       return rc;
     }

@@ -59,6 +59,69 @@ TEST(ShmWqe, InlineDataStaysInTheEntryAndIsBounded) {
   EXPECT_EQ(decode_send_wqe(entry, {1, 32}, &got), WqeError::inline_too_long);
 }
 
+// The provider's form: a header, and a scatter list read where it lies.
+TEST(ShmWqe, AHeaderAndAScatterListAreWrittenAsTheyAre) {
+  SendWr w;
+  w.wr_id = 9;
+  w.opcode = WrOpcode::rdma_write;
+  w.send_flags = kSendSignaled;
+  w.remote_addr = 0x5000;
+  w.rkey = 0x77;
+  const Sge list[3] = {{0x1000, 10, 1}, {0x2000, 20, 2}, {0x3000, 30, 3}};
+  std::vector<uint8_t> entry(send_wqe_size(4, 0));
+  ASSERT_EQ(encode_send_wqe(send_wqe_header(w), {list, 3}, entry), sizeof(SendWqeHeader) + 3 * 16);
+  SendWr got;
+  ASSERT_EQ(decode_send_wqe(entry, {4, 0}, &got), WqeError::ok);
+  EXPECT_EQ(got.wr_id, 9u);
+  EXPECT_EQ(got.opcode, WrOpcode::rdma_write);
+  EXPECT_EQ(got.remote_addr, 0x5000u);
+  EXPECT_EQ(got.rkey, 0x77u);
+  ASSERT_EQ(got.num_sge, 3u);
+  for (uint32_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(got.sg_list[i].addr, list[i].addr);
+    EXPECT_EQ(got.sg_list[i].length, list[i].length);
+    EXPECT_EQ(got.sg_list[i].lkey, list[i].lkey);
+  }
+  // Expect: a list longer than the entry holds, or than kMaxSge, writes nothing.
+  std::vector<uint8_t> small(sizeof(SendWqeHeader) + 2 * 16, 0xee);
+  EXPECT_EQ(encode_send_wqe(send_wqe_header(w), {list, 3}, small), 0u);
+  EXPECT_TRUE(std::all_of(small.begin(), small.end(), [](uint8_t b) { return b == 0xee; }));
+  std::vector<Sge> many(kMaxSge + 1);
+  std::vector<uint8_t> huge(send_wqe_size(kMaxSge + 1, 0));
+  EXPECT_EQ(encode_send_wqe(send_wqe_header(w), {many.data(), kMaxSge + 1}, huge), 0u);
+}
+
+// Inline: the bytes the list points at are gathered straight into the entry.
+TEST(ShmWqe, InlineBytesAreGatheredFromTheScatterList) {
+  const std::vector<uint8_t> a(10, 0x11), c(30, 0x33);
+  const Sge list[3] = {{reinterpret_cast<uint64_t>(a.data()), 10, 1}, {0, 0, 2},
+                       {reinterpret_cast<uint64_t>(c.data()), 30, 3}};
+  SendWr w;
+  w.wr_id = 7;
+  w.opcode = WrOpcode::send_with_imm;
+  w.send_flags = kSendInline | kSendSignaled;
+  w.imm_data = 0x01020304;
+  std::vector<uint8_t> entry(send_wqe_size(1, 64));
+  ASSERT_EQ(encode_send_wqe(send_wqe_header(w), {list, 3}, entry), sizeof(SendWqeHeader) + 40);
+  SendWr got;
+  ASSERT_EQ(decode_send_wqe(entry, {1, 64}, &got), WqeError::ok);
+  EXPECT_EQ(got.wr_id, 7u);
+  EXPECT_EQ(got.opcode, WrOpcode::send_with_imm);
+  EXPECT_EQ(got.send_flags, kSendInline | kSendSignaled);
+  EXPECT_EQ(got.imm_data, 0x01020304u);
+  ASSERT_EQ(got.num_sge, 1u);
+  ASSERT_EQ(got.sg_list[0].length, 40u);
+  const uint8_t* in = reinterpret_cast<const uint8_t*>(got.sg_list[0].addr);
+  EXPECT_TRUE(std::equal(a.begin(), a.end(), in));
+  EXPECT_TRUE(std::equal(c.begin(), c.end(), in + 10));
+  // Expect: 72 inline bytes do not fit an entry made for 64; nothing is written.
+  const std::vector<uint8_t> big(72, 0x44);
+  const Sge one{reinterpret_cast<uint64_t>(big.data()), 72, 0};
+  std::vector<uint8_t> clean(entry.size(), 0xee);
+  EXPECT_EQ(encode_send_wqe(send_wqe_header(w), {&one, 1}, clean), 0u);
+  EXPECT_TRUE(std::all_of(clean.begin(), clean.end(), [](uint8_t b) { return b == 0xee; }));
+}
+
 TEST(ShmWqe, HostileFieldsAreRefusedWithTheirReason) {
   std::vector<uint8_t> entry(send_wqe_size(2, 0));
   SendWr w;

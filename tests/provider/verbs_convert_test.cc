@@ -9,6 +9,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
+
+#include "abi/wqe.h"
 
 namespace droce::verbs {
 namespace {
@@ -107,6 +110,67 @@ TEST(VerbsConvert, SendWrRefusals) {
   wr.num_sge = 1;
   wr.sg_list = nullptr;
   EXPECT_EQ(to_send_wr(wr, IBV_QPT_RC, 0, &s), EINVAL);
+}
+
+// droce_post_send's form: the header from to_send_wqe_header and the ibv_sge list as it is,
+// written into a slot; droced's decoder reads the WR to_send_wr makes of it.
+TEST(VerbsConvert, SendWqeHeaderAndTheIbvListAsDrocedReadsThem) {
+  ibv_sge sge[2] = {{0x1000, 64, 7}, {0x2000, 32, 8}};
+  ibv_send_wr wr{};
+  wr.wr_id = 42;
+  wr.sg_list = sge;
+  wr.num_sge = 2;
+  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_IP_CSUM;  // a flag droce does not carry
+  wr.imm_data = htobe32(0x01020304);
+  wr.wr.rdma.remote_addr = 0xdead0000;
+  wr.wr.rdma.rkey = 0x1234;
+  abi::SendWqeHeader h;
+  ASSERT_EQ(to_send_wqe_header(wr, IBV_QPT_RC, 0, &h), 0);
+  std::vector<uint8_t> slot(abi::send_wqe_size(2, 0));
+  ASSERT_EQ(abi::encode_send_wqe(h, {wr.sg_list, 2u}, slot), sizeof(abi::SendWqeHeader) + 2 * 16);
+  abi::SendWr got, want;
+  ASSERT_EQ(abi::decode_send_wqe(slot, {2, 0}, &got), abi::WqeError::ok);
+  ASSERT_EQ(to_send_wr(wr, IBV_QPT_RC, 0, &want), 0);
+  EXPECT_EQ(got.wr_id, 42u);
+  EXPECT_EQ(got.opcode, abi::WrOpcode::rdma_write_with_imm);
+  EXPECT_EQ(got.send_flags, uint32_t(IBV_SEND_SIGNALED));
+  EXPECT_EQ(got.imm_data, 0x01020304u);
+  EXPECT_EQ(got.remote_addr, 0xdead0000u);
+  EXPECT_EQ(got.rkey, 0x1234u);
+  ASSERT_EQ(got.num_sge, 2u);
+  EXPECT_EQ(got.sg_list[1].addr, 0x2000u);
+  EXPECT_EQ(got.sg_list[1].length, 32u);
+  EXPECT_EQ(got.sg_list[1].lkey, 8u);
+  EXPECT_EQ(want.opcode, got.opcode);
+  EXPECT_EQ(want.send_flags, got.send_flags);
+  EXPECT_EQ(want.imm_data, got.imm_data);
+  EXPECT_EQ(want.remote_addr, got.remote_addr);
+  EXPECT_EQ(want.num_sge, got.num_sge);
+
+  // Inline: the bytes of both SGEs, in order, in the slot.
+  uint8_t a[5] = {1, 2, 3, 4, 5}, b[3] = {6, 7, 8};
+  ibv_sge in[2] = {{reinterpret_cast<uintptr_t>(a), 5, 0}, {reinterpret_cast<uintptr_t>(b), 3, 0}};
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_INLINE;
+  wr.sg_list = in;
+  ASSERT_EQ(to_send_wqe_header(wr, IBV_QPT_RC, 0, &h), 0);
+  std::vector<uint8_t> islot(abi::send_wqe_size(1, 64));
+  ASSERT_EQ(abi::encode_send_wqe(h, {wr.sg_list, 2u}, islot), sizeof(abi::SendWqeHeader) + 8);
+  ASSERT_EQ(abi::decode_send_wqe(islot, {1, 64}, &got), abi::WqeError::ok);
+  ASSERT_EQ(got.num_sge, 1u);
+  ASSERT_EQ(got.sg_list[0].length, 8u);
+  const uint8_t* bytes = reinterpret_cast<const uint8_t*>(got.sg_list[0].addr);
+  EXPECT_EQ(std::vector<uint8_t>(bytes, bytes + 8), (std::vector<uint8_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+
+  // Expect: the refusals to_send_wr makes.
+  wr.num_sge = 33;
+  EXPECT_EQ(to_send_wqe_header(wr, IBV_QPT_RC, 0, &h), EINVAL);
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_BIND_MW;
+  EXPECT_EQ(to_send_wqe_header(wr, IBV_QPT_RC, 0, &h), EOPNOTSUPP);
+  wr.opcode = IBV_WR_RDMA_READ;
+  EXPECT_EQ(to_send_wqe_header(wr, IBV_QPT_UD, 0, &h), EINVAL);
 }
 
 TEST(VerbsConvert, RecvWr) {
