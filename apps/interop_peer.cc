@@ -60,6 +60,7 @@
 #include "core/clock.h"
 #include "provider/client/client.h"
 #include "rocev2/format.h"
+#include "rocev2/verbs.h"
 
 namespace {
 
@@ -460,10 +461,10 @@ void setup() {
   Peer& p = g_peer;
   if (int rc = Context::open(g_opt.socket, &p.ctx); rc != 0)
     die(kExitSetup, "cannot open " + g_opt.socket + ": " + std::strerror(-rc));
-  core::ctl::QueryGidReply gr{};
+  abi::ctl::QueryGidReply gr{};
   if (p.ctx->query_gid(1, g_opt.gid_index, &gr) != 0) die(kExitSetup, "no GID " + std::to_string(g_opt.gid_index));
   std::memcpy(p.gid.data(), gr.gid, 16);
-  core::ctl::QueryPortReply port{};
+  abi::ctl::QueryPortReply port{};
   if (p.ctx->query_port(1, &port) != 0) die(kExitSetup, "query_port failed");
   p.mtu = g_opt.mtu ? *g_opt.mtu : static_cast<PathMtu>(port.active_mtu);
   if (p.ctx->alloc_pd(&p.pd) != 0 || p.ctx->create_cq(1024, &p.cq) != 0) die(kExitSetup, "alloc_pd/create_cq failed");

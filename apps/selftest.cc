@@ -34,6 +34,7 @@
 #include "core/clock.h"
 #include "provider/client/client.h"
 #include "rocev2/format.h"
+#include "rocev2/verbs.h"
 
 namespace {
 
@@ -111,14 +112,14 @@ int open_side(int i) {
     std::fprintf(stderr, "droce-selftest: cannot open %s: %s\n", g_opt.sock[i].c_str(), std::strerror(-rc));
     return rc;
   }
-  core::ctl::QueryGidReply g{};
+  abi::ctl::QueryGidReply g{};
   if (int rc = s.ctx->query_gid(1, g_opt.gid_index, &g); rc != 0) {
     std::fprintf(stderr, "droce-selftest: %s has no GID %u\n", g_opt.sock[i].c_str(), g_opt.gid_index);
     return rc;
   }
   std::memcpy(s.gid.data(), g.gid, 16);
   if (g_opt.mtu_port) {
-    core::ctl::QueryPortReply p{};
+    abi::ctl::QueryPortReply p{};
     if (int rc = s.ctx->query_port(1, &p); rc != 0) return rc;
     const auto active = static_cast<PathMtu>(p.active_mtu);
     if (i == 0 || active < g_opt.mtu) g_opt.mtu = active;

@@ -8,8 +8,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "abi/rdmacm_channel.h"
 #include "core/clock.h"
-#include "provider/rdmacm/channel_abi.h"
 #include "rocev2/engine.h"
 
 namespace droce::droced {

@@ -9,7 +9,7 @@
 // The agent's consumer is a cm::Ucma: the rdma_cm device librdmacm programs reach through
 // libdroce-rdmacm.so (provider/rdmacm). Each event channel is a SOCK_SEQPACKET connection to
 // <run_dir>/<name>.cm.sock (the listening socket is the daemon's, made before the control
-// socket), carrying one ucma command per message (provider/rdmacm/channel_abi.h). droced makes
+// socket), carrying one ucma command per message (abi/rdmacm_channel.h). droced makes
 // each channel's eventfd (non-blocking, so no program can block droced on it) and counts the
 // channel's queued events in it. The channels' sockets are watched by an epoll of their own,
 // which worker 0's epoll watches (control_fd()).

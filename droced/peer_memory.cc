@@ -43,7 +43,7 @@ int64_t PeerMemory::populate(const std::atomic<bool>* cancelled) const {
   return static_cast<int64_t>(done);
 }
 
-int PeerMemory::map(std::span<const core::ctl::MrSegment> segments, std::span<const int> fds, PeerMemory* out) {
+int PeerMemory::map(std::span<const abi::ctl::MrSegment> segments, std::span<const int> fds, PeerMemory* out) {
   if (segments.empty() || segments.size() != fds.size()) return -EINVAL;
   const uint64_t page = core::page_size();
   uint64_t total = 0;

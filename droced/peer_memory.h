@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <span>
 
-#include "core/ctl_protocol.h"
+#include "abi/ctl_protocol.h"
 
 namespace droce::droced {
 
@@ -34,7 +34,7 @@ class PeerMemory {
   /// -EINVAL: no segment, a count that differs from the descriptors', a
   /// length or offset not a page multiple, a total over kMaxBytes; what
   /// check_peer_memfd and mmap return.
-  static int map(std::span<const core::ctl::MrSegment> segments, std::span<const int> fds, PeerMemory* out);
+  static int map(std::span<const abi::ctl::MrSegment> segments, std::span<const int> fds, PeerMemory* out);
 
   /// Builds droced's page table entries for the whole mapping (writable), in
   /// chunks, stopping early once *cancelled: what a NIC's pinning does at

@@ -10,8 +10,7 @@
 
 namespace droce::droced {
 
-using namespace core::ctl;
-namespace abi = core::abi;
+using namespace abi::ctl;
 
 namespace {
 
@@ -150,7 +149,7 @@ uint32_t Session::poll(uint64_t now_ns) {
   uint32_t work = 0;
   abi::Doorbell db[32];
   uint32_t n = 0;
-  if (doorbells_.pop_burst(db, 32, &n) == core::ShmRingStatus::corrupt) {
+  if (doorbells_.pop_burst(db, 32, &n) == abi::ShmRingStatus::corrupt) {
     fault("corrupt doorbell ring");
     return 0;
   }
@@ -215,7 +214,7 @@ bool drain_queue(Queue& q, std::vector<uint8_t>& scratch, uint32_t header, Used 
   q.backlog = false;
   for (;;) {
     uint32_t got = 0;
-    if (q.ring.peek(q.ahead + kDrainBurst, &got) == core::ShmRingStatus::corrupt) return false;
+    if (q.ring.peek(q.ahead + kDrainBurst, &got) == abi::ShmRingStatus::corrupt) return false;
     if (got <= q.ahead) return true;
     const uint32_t burst_end = q.ahead + kDrainBurst;
     for (uint32_t i = q.ahead; i < got; ++i) {
@@ -261,9 +260,9 @@ void Session::drain_sq(SharedQp& q) {
   rocev2::Engine& e = dev_->core->engine();
   rocev2::SendWr& wr = send_wr_;
   const bool ok = drain_queue(
-      q.sq, scratch_, sizeof(core::abi::SendWqeHeader), rocev2::send_wqe_used,
+      q.sq, scratch_, sizeof(abi::SendWqeHeader), abi::send_wqe_used,
       [&](std::vector<uint8_t>& entry) {
-        if (rocev2::decode_send_wqe(entry, q.sq.limits, &wr) != rocev2::WqeError::ok) return -EINVAL;
+        if (abi::decode_send_wqe(entry, q.sq.limits, &wr) != abi::WqeError::ok) return -EINVAL;
         return e.post_send(q.qpn, wr);
       },
       [&](std::vector<uint8_t>& entry) { refuse_wqe(q, entry.data(), uint32_t(entry.size()), true); },
@@ -277,10 +276,10 @@ void Session::drain_rq(SharedQp& q) {
   draining_ = true;
   rocev2::Engine& e = dev_->core->engine();
   const bool ok = drain_queue(
-      q.rq, scratch_, sizeof(core::abi::RecvWqeHeader), rocev2::recv_wqe_used,
+      q.rq, scratch_, sizeof(abi::RecvWqeHeader), abi::recv_wqe_used,
       [&](std::vector<uint8_t>& entry) {
         rocev2::RecvWr& wr = recv_wr_;
-        if (rocev2::decode_recv_wqe(entry, q.rq.limits, &wr) != rocev2::WqeError::ok)
+        if (abi::decode_recv_wqe(entry, q.rq.limits, &wr) != abi::WqeError::ok)
           return refilling_ ? -ENOMEM : -EINVAL;
         const int rc = e.post_recv(q.qpn, wr);
         return refilling_ && rc != 0 ? -ENOMEM : rc;  // refusals happen outside the engine
@@ -296,10 +295,10 @@ void Session::drain_srq(SharedSrq& s) {
   draining_ = true;
   rocev2::Engine& e = dev_->core->engine();
   const bool ok = drain_queue(
-      s.rq, scratch_, sizeof(core::abi::RecvWqeHeader), rocev2::recv_wqe_used,
+      s.rq, scratch_, sizeof(abi::RecvWqeHeader), abi::recv_wqe_used,
       [&](std::vector<uint8_t>& entry) {
         rocev2::RecvWr& wr = recv_wr_;
-        if (rocev2::decode_recv_wqe(entry, s.rq.limits, &wr) != rocev2::WqeError::ok)
+        if (abi::decode_recv_wqe(entry, s.rq.limits, &wr) != abi::WqeError::ok)
           return refilling_ ? -ENOMEM : -EINVAL;
         const int rc = e.post_srq_recv(s.srq, wr);
         return refilling_ && rc != 0 ? -ENOMEM : rc;
@@ -315,7 +314,7 @@ uint32_t Session::sq_entries_unread() {
   uint32_t total = 0;
   for (auto& [qpn, q] : qps_) {
     uint32_t got = 0;
-    if (q->sq.ring.peek(q->sq.ahead + 1024, &got) != core::ShmRingStatus::corrupt && got > q->sq.ahead)
+    if (q->sq.ring.peek(q->sq.ahead + 1024, &got) != abi::ShmRingStatus::corrupt && got > q->sq.ahead)
       total += got - q->sq.ahead;
   }
   return total;
@@ -369,7 +368,7 @@ void Session::arm_cq(SharedCq& c) {
 
 namespace {
 // Gives back the ring slots of WQEs the engine retired since the last call.
-void release_queue(core::ShmRingConsumer& ring, uint32_t* ahead, uint32_t* mark, uint32_t* refused,
+void release_queue(abi::ShmRingConsumer& ring, uint32_t* ahead, uint32_t* mark, uint32_t* refused,
                    uint32_t retire_index) {
   const uint32_t done = std::min(retire_index - *mark + *refused, *ahead);
   *mark = retire_index;
@@ -432,7 +431,7 @@ void Session::release_for_completion(uint32_t qpn) {
 void Session::push_event(uint32_t type, uint32_t id) {
   if (!hello_done_) return;
   const abi::EventEntry ev{type, id};
-  if (events_.try_push(&ev) != core::ShmRingStatus::ok) {
+  if (events_.try_push(&ev) != abi::ShmRingStatus::ok) {
     ++counters_.events_dropped;
     return;
   }

@@ -2,17 +2,17 @@
 // One client of droced (an application's verbs context, or the droce CLI):
 // its control socket, its shared regions and every object it created.
 //
-// A client is untrusted. Every message is checked (core/ctl_protocol), every
+// A client is untrusted. Every message is checked (abi/ctl_protocol), every
 // id it names is looked up in this session's own tables (another client's
 // objects are simply not there), and every ring entry is copied out of
-// shared memory and checked before the engine sees it (rocev2/shm_wqe).
+// shared memory and checked before the engine sees it (abi/wqe).
 // A client that breaks the protocol or corrupts a ring is disconnected;
 // nothing it does reaches another client. When a session ends (EOF, SIGKILL
 // of the client, a fault, droced stopping), its QPs go to the error state
 // and everything it owned is freed and unmapped.
 //
 // The data path: the client writes WQEs into a QP's shared ring and rings
-// the doorbell (core/queue_abi.h). droced drains each queue named by a
+// the doorbell (abi/queues.h). droced drains each queue named by a
 // doorbell into the engine, and gives ring slots back only as the engine
 // retires the WQEs, so a client never has more than max_send_wr outstanding,
 // as on a hardware HCA. Completions go straight from the engine into the
@@ -33,15 +33,15 @@
 #include "droced/control_jobs.h"
 #include "droced/device_core.h"
 #include "droced/peer_memory.h"
+#include "abi/ctl_protocol.h"
+#include "abi/queues.h"
+#include "abi/shm_ring.h"
+#include "abi/wqe.h"
 #include "core/clock.h"
 #include "core/counter_table.h"
-#include "core/ctl_protocol.h"
-#include "core/queue_abi.h"
 #include "core/shm_region.h"
-#include "core/shm_ring.h"
 #include "core/unix_socket.h"
 #include "net/gid_table.h"
-#include "rocev2/shm_wqe.h"
 
 namespace droce::droced {
 
@@ -161,14 +161,14 @@ class Session {
   struct MrEntry;
 
   // ---- Control: one table indexed by message type (session_control.cc) ----
-  // Adding a control message touches its MsgType (core/ctl_protocol.h), one entry in its
+  // Adding a control message touches its MsgType (abi/ctl_protocol.h), one entry in its
   // family's table and its handler: a specialization of serve<> beside that table
   // (session_device.cc, session_pd.cc, session_mr.cc, session_cq.cc, session_srq.cc,
   // session_qp.cc, session_ah.cc, session_mcast.cc).
 
   /// One control request as its handler sees it.
   struct Control {
-    const core::ctl::CtlHeader& h;
+    const abi::ctl::CtlHeader& h;
     const std::vector<uint8_t>& msg;  ///< the whole message (reg_mr reads the tail past its body)
     std::vector<core::Fd>& fds;       ///< the descriptors that came with it (a handler may take them)
     uint64_t now_ns;
@@ -182,7 +182,7 @@ class Session {
     before_hello,  ///< hello itself: a second one is answered -EALREADY
   };
   struct ControlEntry {
-    core::ctl::MsgType type{};
+    abi::ctl::MsgType type{};
     When when = When::after_hello;
     /// decode_and_serve<> for the message's handler and body; nullptr: no such request.
     void (*serve)(Session& s, const Control& c) = nullptr;
@@ -191,20 +191,20 @@ class Session {
   /// The handler of message T: replies (reply()) or, for a deferred request, records it in
   /// pending_ and leaves the reply to poll_pending(). Defined only as explicit
   /// specializations, each in its family's file before that file's table.
-  template <core::ctl::MsgType T, class Body>
+  template <abi::ctl::MsgType T, class Body>
   void serve(const Control& c, const Body& q);
   /// The one adapter: decodes Body (at least MinSize bytes, the rest zero) and calls
   /// serve<T>, or replies -EINVAL to a body that does not decode.
-  template <core::ctl::MsgType T, class Body, size_t MinSize = sizeof(Body)>
+  template <abi::ctl::MsgType T, class Body, size_t MinSize = sizeof(Body)>
   static void decode_and_serve(Session& s, const Control& c) {
     Body q{};
     if constexpr (!std::is_empty_v<Body>) {
-      if (core::ctl::decode_body(c.msg, &q, MinSize) != 0) return s.reply(c.h, -EINVAL);
+      if (abi::ctl::decode_body(c.msg, &q, MinSize) != 0) return s.reply(c.h, -EINVAL);
     }
     s.serve<T>(c, q);
   }
   /// A table entry for message T whose request body is Body (NoBody: none).
-  template <core::ctl::MsgType T, class Body, size_t MinSize = sizeof(Body)>
+  template <abi::ctl::MsgType T, class Body, size_t MinSize = sizeof(Body)>
   static constexpr ControlEntry control(When when = When::after_hello) {
     return {T, when, &decode_and_serve<T, Body, MinSize>};
   }
@@ -221,35 +221,35 @@ class Session {
   static const ControlEntry* control_for(uint16_t type);
 
   void handle(const std::vector<uint8_t>& msg, std::vector<core::Fd>& fds, uint64_t now_ns);
-  void reply(const core::ctl::CtlHeader& h, int status, const void* body = nullptr, size_t len = 0,
+  void reply(const abi::ctl::CtlHeader& h, int status, const void* body = nullptr, size_t len = 0,
              std::span<const int> fds = {});
   void fault(const char* why);
 
-  int on_hello(const core::ctl::HelloRequest& q, const core::ctl::CtlHeader& h);
-  int prepare_reg_mr(const core::ctl::RegMrRequest& q, const Control& c, MrEntry* m);
-  int finish_reg_mr(const core::ctl::RegMrRequest& q, std::unique_ptr<MrEntry> m, core::ctl::RegMrReply* out);
+  int on_hello(const abi::ctl::HelloRequest& q, const abi::ctl::CtlHeader& h);
+  int prepare_reg_mr(const abi::ctl::RegMrRequest& q, const Control& c, MrEntry* m);
+  int finish_reg_mr(const abi::ctl::RegMrRequest& q, std::unique_ptr<MrEntry> m, abi::ctl::RegMrReply* out);
   void release_mr(std::unique_ptr<MrEntry> m);
   void finish_pending_reg_mr();
   /// ibv_rereg_mr in place (rereg_mr): the keys stay.
-  int on_rereg_mr(const core::ctl::ReregMrRequest& q, const Control& c, core::ctl::RegMrReply* out);
-  int on_create_cq(const core::ctl::CreateCqRequest& r, core::ctl::CreateCqReply* out, std::unique_ptr<SharedCq>* made);
+  int on_rereg_mr(const abi::ctl::ReregMrRequest& q, const Control& c, abi::ctl::RegMrReply* out);
+  int on_create_cq(const abi::ctl::CreateCqRequest& r, abi::ctl::CreateCqReply* out, std::unique_ptr<SharedCq>* made);
   /// A completion channel's write end (register_channel).
   int on_register_channel(std::vector<core::Fd>& fds, uint32_t* id);
   /// ibv_resize_cq (resize_cq): the CQ's ring moves to a new region with
   /// the completions not yet polled; the reply carries the region.
-  int on_resize_cq(const core::ctl::ResizeCqRequest& r, core::ctl::ResizeCqReply* out);
-  int on_create_srq(const core::ctl::CreateSrqRequest& r, core::ctl::CreateSrqReply* out);
-  int on_create_qp(const core::ctl::CreateQpRequest& r, core::ctl::CreateQpReply* out);
+  int on_resize_cq(const abi::ctl::ResizeCqRequest& r, abi::ctl::ResizeCqReply* out);
+  int on_create_srq(const abi::ctl::CreateSrqRequest& r, abi::ctl::CreateSrqReply* out);
+  int on_create_qp(const abi::ctl::CreateQpRequest& r, abi::ctl::CreateQpReply* out);
   /// 1 when waiting for a neighbour (the reply comes later).
-  int on_modify_qp(const core::ctl::ModifyQpRequest& r, uint64_t now_ns);
-  int on_query_qp(uint32_t qpn, core::ctl::WireQpAttr* out);
-  int on_create_ah(const core::ctl::CreateAhRequest& r, uint64_t now_ns, uint32_t* ah);
+  int on_modify_qp(const abi::ctl::ModifyQpRequest& r, uint64_t now_ns);
+  int on_query_qp(uint32_t qpn, abi::ctl::WireQpAttr* out);
+  int on_create_ah(const abi::ctl::CreateAhRequest& r, uint64_t now_ns, uint32_t* ah);
   int destroy_qp(uint32_t qpn);
   /// *events_written: the records written to the CQ's completion channel (DestroyCqReply).
   int destroy_cq(uint32_t id, uint64_t* events_written);
   int destroy_srq(uint32_t id);
   /// Fills the address vector from the client's: source GID, VLAN, MACs.
-  int build_av(const core::ctl::WireAv& w, rocev2::AddressVector* av) const;
+  int build_av(const abi::ctl::WireAv& w, rocev2::AddressVector* av) const;
 
   void drain_sq(SharedQp& q);
   void drain_rq(SharedQp& q);
@@ -284,9 +284,9 @@ class Session {
   const char* close_reason_ = "";
 
   core::ShmRegion context_;
-  core::abi::ContextPage* page_ = nullptr;
-  core::ShmRingConsumer doorbells_;
-  core::ShmRingProducer events_;
+  abi::ContextPage* page_ = nullptr;
+  abi::ShmRingConsumer doorbells_;
+  abi::ShmRingProducer events_;
   core::Fd async_fd_;
 
   std::vector<uint32_t> pds_;
@@ -312,11 +312,11 @@ class Session {
 
   struct Pending {
     bool active = false;
-    core::ctl::CtlHeader header{};
-    core::ctl::ModifyQpRequest modify{};
-    core::ctl::CreateAhRequest create_ah{};
+    abi::ctl::CtlHeader header{};
+    abi::ctl::ModifyQpRequest modify{};
+    abi::ctl::CreateAhRequest create_ah{};
     // reg_mr: the region being populated on ControlJobs (the job holds it too).
-    core::ctl::RegMrRequest reg_mr{};
+    abi::ctl::RegMrRequest reg_mr{};
     std::shared_ptr<MrEntry> mr;
     std::shared_ptr<ControlJobs::Job> job;
   } pending_;

@@ -7,11 +7,10 @@
 
 namespace droce::droced {
 
-using namespace core::ctl;
-namespace abi = core::abi;
+using namespace abi::ctl;
 
 int Session::build_av(const WireAv& w, rocev2::AddressVector* av) const {
-  rocev2::from_wire(w, av);
+  abi::from_wire(w, av);
   const net::GidEntry* g = dev_->gids->at(w.sgid_index);
   if (g == nullptr) return -EINVAL;
   set_av_source(*g, av);

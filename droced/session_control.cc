@@ -10,7 +10,7 @@
 
 namespace droce::droced {
 
-using namespace core::ctl;
+using namespace abi::ctl;
 
 const Session::ControlEntry* Session::control_for(uint16_t type) {
   static const std::array<ControlEntry, kLastMsgType + 1> kTable = [] {

@@ -12,20 +12,19 @@
 
 namespace droce::droced {
 
-using namespace core::ctl;
-namespace abi = core::abi;
+using namespace abi::ctl;
 
 int Session::on_create_cq(const CreateCqRequest& q, CreateCqReply* out, std::unique_ptr<SharedCq>* made) {
   if (cqs_.size() >= dev_->session_limits.max_cqs) return -ENOMEM;
   if (q.cqe == 0 || q.cqe > dev_->limits.max_cqe) return -EINVAL;
   auto c = std::make_unique<SharedCq>();
   const uint32_t entries = pow2_at_least(q.cqe);
-  const core::ShmRingGeometry g{entries, sizeof(abi::Cqe)};
+  const abi::ShmRingGeometry g{entries, sizeof(abi::Cqe)};
   const size_t ring_off = sizeof(abi::QueueDoorbellBlock);
-  if (int rc = make_region("droce-cq", ring_off + core::shm_ring_bytes(g), &c->region); rc != 0) return rc;
-  std::span<std::byte> ring{c->region.data() + ring_off, core::shm_ring_bytes(g)};
-  if (int rc = core::shm_ring_format(ring, g); rc != 0) return rc;
-  if (int rc = core::ShmRingProducer::attach(ring, g, &c->ring); rc != 0) return rc;
+  if (int rc = make_region("droce-cq", ring_off + abi::shm_ring_bytes(g), &c->region); rc != 0) return rc;
+  std::span<std::byte> ring{c->region.data() + ring_off, abi::shm_ring_bytes(g)};
+  if (int rc = abi::shm_ring_format(ring, g); rc != 0) return rc;
+  if (int rc = abi::ShmRingProducer::attach(ring, g, &c->ring); rc != 0) return rc;
   c->block = reinterpret_cast<abi::QueueDoorbellBlock*>(c->region.data());
   c->event_fd = core::Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!c->event_fd.valid()) return -errno;
@@ -77,19 +76,19 @@ int Session::on_resize_cq(const ResizeCqRequest& q, ResizeCqReply* out) {
 
   // The new ring continues the old one's indexes (formatted at `first`), so
   // cq_arm_index, solicited_end and the client's discards keep their meaning.
-  const core::ShmRingGeometry g{pow2_at_least(q.cqe), sizeof(abi::Cqe)};
+  const abi::ShmRingGeometry g{pow2_at_least(q.cqe), sizeof(abi::Cqe)};
   const size_t ring_off = sizeof(abi::QueueDoorbellBlock);
   core::ShmRegion region;
-  if (int rc = make_region("droce-cq", ring_off + core::shm_ring_bytes(g), &region); rc != 0) return rc;
-  std::span<std::byte> mem{region.data() + ring_off, core::shm_ring_bytes(g)};
-  core::ShmRingProducer ring;
-  if (int rc = core::shm_ring_format(mem, g, first); rc != 0) return rc;
-  if (int rc = core::ShmRingProducer::attach(mem, g, &ring); rc != 0) return rc;
+  if (int rc = make_region("droce-cq", ring_off + abi::shm_ring_bytes(g), &region); rc != 0) return rc;
+  std::span<std::byte> mem{region.data() + ring_off, abi::shm_ring_bytes(g)};
+  abi::ShmRingProducer ring;
+  if (int rc = abi::shm_ring_format(mem, g, first); rc != 0) return rc;
+  if (int rc = abi::ShmRingProducer::attach(mem, g, &ring); rc != 0) return rc;
   uint32_t got = 0;
-  if (ring.reserve(unpolled, &got) != core::ShmRingStatus::ok) return -EINVAL;  // not with cqe >= unpolled
+  if (ring.reserve(unpolled, &got) != abi::ShmRingStatus::ok) return -EINVAL;  // not with cqe >= unpolled
   // Old entries by droced's own geometry: no index leads outside the old
   // ring. What the client wrote over them is its loss.
-  const std::byte* old_entries = c.region.data() + ring_off + core::kShmRingHeaderSize;
+  const std::byte* old_entries = c.region.data() + ring_off + abi::kShmRingHeaderSize;
   const uint32_t old_mask = c.ring.capacity() - 1;
   for (uint32_t i = 0; i < unpolled; ++i)
     std::memcpy(ring.slot(i), old_entries + size_t((first + i) & old_mask) * sizeof(abi::Cqe), sizeof(abi::Cqe));

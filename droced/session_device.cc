@@ -12,8 +12,7 @@
 
 namespace droce::droced {
 
-using namespace core::ctl;
-namespace abi = core::abi;
+using namespace abi::ctl;
 
 int Session::on_hello(const HelloRequest& hello, const CtlHeader& h) {
   HelloRequest q = hello;
@@ -24,18 +23,18 @@ int Session::on_hello(const HelloRequest& hello, const CtlHeader& h) {
   const SessionLimits& lim = dev_->session_limits;
   const uint32_t db_entries = pow2_at_least(2 * lim.max_qps + lim.max_srqs + lim.max_cqs);
   const uint32_t ev_entries = pow2_at_least(lim.event_entries);
-  const core::ShmRingGeometry db{db_entries, sizeof(abi::Doorbell)};
-  const core::ShmRingGeometry ev{ev_entries, sizeof(abi::EventEntry)};
+  const abi::ShmRingGeometry db{db_entries, sizeof(abi::Doorbell)};
+  const abi::ShmRingGeometry ev{ev_entries, sizeof(abi::EventEntry)};
   const size_t db_off = 4096;
-  const size_t ev_off = align64(db_off + core::shm_ring_bytes(db));
-  const size_t total = ev_off + core::shm_ring_bytes(ev);
+  const size_t ev_off = align64(db_off + abi::shm_ring_bytes(db));
+  const size_t total = ev_off + abi::shm_ring_bytes(ev);
   if (int rc = make_region("droce-context", total, &context_); rc != 0) return rc;
   auto* base = context_.data();
-  if (int rc = core::shm_ring_format({base + db_off, core::shm_ring_bytes(db)}, db); rc != 0) return rc;
-  if (int rc = core::shm_ring_format({base + ev_off, core::shm_ring_bytes(ev)}, ev); rc != 0) return rc;
-  if (int rc = core::ShmRingConsumer::attach({base + db_off, core::shm_ring_bytes(db)}, db, &doorbells_); rc != 0)
+  if (int rc = abi::shm_ring_format({base + db_off, abi::shm_ring_bytes(db)}, db); rc != 0) return rc;
+  if (int rc = abi::shm_ring_format({base + ev_off, abi::shm_ring_bytes(ev)}, ev); rc != 0) return rc;
+  if (int rc = abi::ShmRingConsumer::attach({base + db_off, abi::shm_ring_bytes(db)}, db, &doorbells_); rc != 0)
     return rc;
-  if (int rc = core::ShmRingProducer::attach({base + ev_off, core::shm_ring_bytes(ev)}, ev, &events_); rc != 0)
+  if (int rc = abi::ShmRingProducer::attach({base + ev_off, abi::shm_ring_bytes(ev)}, ev, &events_); rc != 0)
     return rc;
   page_ = reinterpret_cast<abi::ContextPage*>(base);
   page_->magic = abi::kContextMagic;

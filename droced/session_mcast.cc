@@ -10,8 +10,8 @@
 
 namespace droce::droced {
 
-using core::ctl::McastRequest;
-using core::ctl::MsgType;
+using abi::ctl::McastRequest;
+using abi::ctl::MsgType;
 
 template <>
 void Session::serve<MsgType::attach_mcast>(const Control& c, const McastRequest& q) {

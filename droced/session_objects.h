@@ -10,10 +10,10 @@
 #include <memory>
 
 #include "droced/session.h"
-#include "core/queue_abi.h"
+#include "abi/ctl_attr.h"
+#include "abi/queues.h"
+#include "abi/shm_ring.h"
 #include "core/shm_region.h"
-#include "core/shm_ring.h"
-#include "rocev2/ctl_attr.h"
 
 namespace droce::droced {
 
@@ -46,8 +46,8 @@ inline size_t align64(size_t n) { return (n + 63) & ~size_t{63}; }
 struct Session::SharedCq final : rocev2::CqSink {
   rocev2::Cq* cq = nullptr;
   core::ShmRegion region;
-  core::abi::QueueDoorbellBlock* block = nullptr;  // sq_pending: arm doorbell in flight; rq_pending: mode bits
-  core::ShmRingProducer ring;
+  abi::QueueDoorbellBlock* block = nullptr;  // sq_pending: arm doorbell in flight; rq_pending: mode bits
+  abi::ShmRingProducer ring;
   core::Fd event_fd;
   uint32_t users = 0;
   // A completion channel (register_channel): notifications go there as one
@@ -63,9 +63,9 @@ struct Session::SharedCq final : rocev2::CqSink {
 
   bool push(const rocev2::Completion& c, bool solicited) override {
     if (session != nullptr) session->release_for_completion(c.qp_num);
-    core::abi::Cqe e;
-    rocev2::encode_cqe(c, &e);
-    if (ring.try_push(&e) != core::ShmRingStatus::ok) return false;
+    abi::Cqe e;
+    abi::encode_cqe(c, &e);
+    if (ring.try_push(&e) != abi::ShmRingStatus::ok) return false;
     if (solicited) solicited_end = ring.index();
     return true;
   }
@@ -78,9 +78,9 @@ struct Session::SharedCq final : rocev2::CqSink {
 };
 
 struct Session::SharedQueue {
-  core::ShmRingConsumer ring;
+  abi::ShmRingConsumer ring;
   uint32_t* pending = nullptr;  // the doorbell flag in the region's block
-  rocev2::WqeLimits limits;
+  abi::WqeLimits limits;
   uint32_t ahead = 0;    // entries read into the engine, slots not yet released
   uint32_t mark = 0;     // the engine's retire index at the last release
   uint32_t refused = 0;  // entries refused since the last release

@@ -6,8 +6,7 @@
 
 namespace droce::droced {
 
-using namespace core::ctl;
-namespace abi = core::abi;
+using namespace abi::ctl;
 
 template <>
 void Session::serve<MsgType::alloc_pd>(const Control& c, const NoBody&) {

@@ -9,8 +9,7 @@
 
 namespace droce::droced {
 
-using namespace core::ctl;
-namespace abi = core::abi;
+using namespace abi::ctl;
 
 int Session::on_create_qp(const CreateQpRequest& q, CreateQpReply* out) {
   if (qps_.size() >= dev_->session_limits.max_qps) return -ENOMEM;
@@ -46,26 +45,26 @@ int Session::on_create_qp(const CreateQpRequest& q, CreateQpReply* out) {
   init.block_self_mcast_loopback = (q.flags & kQpBlockSelfMcastLoopback) != 0;
 
   auto s = std::make_unique<SharedQp>();
-  const core::ShmRingGeometry sq{pow2_at_least(init.cap.max_send_wr),
+  const abi::ShmRingGeometry sq{pow2_at_least(init.cap.max_send_wr),
                                  abi::send_wqe_size(init.cap.max_send_sge, init.cap.max_inline_data)};
-  const core::ShmRingGeometry rq{pow2_at_least(std::max(init.cap.max_recv_wr, 1u)),
+  const abi::ShmRingGeometry rq{pow2_at_least(std::max(init.cap.max_recv_wr, 1u)),
                                  abi::recv_wqe_size(init.cap.max_recv_sge)};
   const size_t sq_off = sizeof(abi::QueueDoorbellBlock);
-  const size_t rq_off = align64(sq_off + core::shm_ring_bytes(sq));
+  const size_t rq_off = align64(sq_off + abi::shm_ring_bytes(sq));
   s->has_rq = srq == nullptr;
-  const size_t total = s->has_rq ? rq_off + core::shm_ring_bytes(rq) : rq_off;
+  const size_t total = s->has_rq ? rq_off + abi::shm_ring_bytes(rq) : rq_off;
   if (int rc = make_region("droce-qp", total, &s->region); rc != 0) return rc;
   auto* base = s->region.data();
   auto* block = reinterpret_cast<abi::QueueDoorbellBlock*>(base);
-  std::span<std::byte> sq_mem{base + sq_off, core::shm_ring_bytes(sq)};
-  if (int rc = core::shm_ring_format(sq_mem, sq); rc != 0) return rc;
-  if (int rc = core::ShmRingConsumer::attach(sq_mem, sq, &s->sq.ring); rc != 0) return rc;
+  std::span<std::byte> sq_mem{base + sq_off, abi::shm_ring_bytes(sq)};
+  if (int rc = abi::shm_ring_format(sq_mem, sq); rc != 0) return rc;
+  if (int rc = abi::ShmRingConsumer::attach(sq_mem, sq, &s->sq.ring); rc != 0) return rc;
   s->sq.pending = &block->sq_pending;
   s->sq.limits = {init.cap.max_send_sge, init.cap.max_inline_data};
   if (s->has_rq) {
-    std::span<std::byte> rq_mem{base + rq_off, core::shm_ring_bytes(rq)};
-    if (int rc = core::shm_ring_format(rq_mem, rq); rc != 0) return rc;
-    if (int rc = core::ShmRingConsumer::attach(rq_mem, rq, &s->rq.ring); rc != 0) return rc;
+    std::span<std::byte> rq_mem{base + rq_off, abi::shm_ring_bytes(rq)};
+    if (int rc = abi::shm_ring_format(rq_mem, rq); rc != 0) return rc;
+    if (int rc = abi::ShmRingConsumer::attach(rq_mem, rq, &s->rq.ring); rc != 0) return rc;
     s->rq.pending = &block->rq_pending;
     s->rq.limits = {init.cap.max_recv_sge, 0};
   }
@@ -119,7 +118,7 @@ int Session::on_modify_qp(const ModifyQpRequest& r, uint64_t now_ns) {
   auto it = qps_.find(r.qpn);
   if (it == qps_.end()) return -EINVAL;
   rocev2::QpAttr a;
-  if (!rocev2::from_wire(r.attr, &a)) return -EINVAL;
+  if (!abi::from_wire(r.attr, &a)) return -EINVAL;
   // A Q_Key with its top bit set is controlled (IBA 10.2.5): QP1's 0x80010000 is one. With it an
   // unprivileged program could send MADs to every host's connection manager.
   if ((r.mask & rocev2::kAttrQkey) && (a.qkey & 0x80000000u) && !privileged_) return -EPERM;
@@ -156,7 +155,7 @@ int Session::on_query_qp(uint32_t qpn, WireQpAttr* out) {
   rocev2::QpState st;
   if (int rc = dev_->core->engine().query_qp(qpn, &a, &st); rc != 0) return rc;
   a.qp_state = a.cur_qp_state = st;
-  rocev2::to_wire(a, out);
+  abi::to_wire(a, out);
   return 0;
 }
 

@@ -6,8 +6,7 @@
 
 namespace droce::droced {
 
-using namespace core::ctl;
-namespace abi = core::abi;
+using namespace abi::ctl;
 
 int Session::on_create_srq(const CreateSrqRequest& q, CreateSrqReply* out) {
   if (srqs_.size() >= dev_->session_limits.max_srqs) return -ENOMEM;
@@ -15,12 +14,12 @@ int Session::on_create_srq(const CreateSrqRequest& q, CreateSrqReply* out) {
   if (q.max_wr == 0 || q.max_wr > dev_->limits.max_qp_wr || q.max_sge == 0 || q.max_sge > dev_->limits.max_sge)
     return -EINVAL;
   auto s = std::make_unique<SharedSrq>();
-  const core::ShmRingGeometry g{pow2_at_least(q.max_wr), abi::recv_wqe_size(q.max_sge)};
+  const abi::ShmRingGeometry g{pow2_at_least(q.max_wr), abi::recv_wqe_size(q.max_sge)};
   const size_t ring_off = sizeof(abi::QueueDoorbellBlock);
-  if (int rc = make_region("droce-srq", ring_off + core::shm_ring_bytes(g), &s->region); rc != 0) return rc;
-  std::span<std::byte> ring{s->region.data() + ring_off, core::shm_ring_bytes(g)};
-  if (int rc = core::shm_ring_format(ring, g); rc != 0) return rc;
-  if (int rc = core::ShmRingConsumer::attach(ring, g, &s->rq.ring); rc != 0) return rc;
+  if (int rc = make_region("droce-srq", ring_off + abi::shm_ring_bytes(g), &s->region); rc != 0) return rc;
+  std::span<std::byte> ring{s->region.data() + ring_off, abi::shm_ring_bytes(g)};
+  if (int rc = abi::shm_ring_format(ring, g); rc != 0) return rc;
+  if (int rc = abi::ShmRingConsumer::attach(ring, g, &s->rq.ring); rc != 0) return rc;
   s->rq.pending = &reinterpret_cast<abi::QueueDoorbellBlock*>(s->region.data())->rq_pending;
   s->rq.limits = {q.max_sge, 0};
   if (int rc = dev_->core->engine().create_srq(q.pd, q.max_wr, q.max_sge, &s->srq); rc != 0) return rc;

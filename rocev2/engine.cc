@@ -53,27 +53,6 @@ bool valid_for_type(QpType t, WrOpcode op) {
 
 }  // namespace
 
-const char* to_string(WcStatus s) {
-  switch (s) {
-    case WcStatus::success: return "SUCCESS";
-    case WcStatus::loc_len_err: return "LOC_LEN_ERR";
-    case WcStatus::loc_qp_op_err: return "LOC_QP_OP_ERR";
-    case WcStatus::loc_prot_err: return "LOC_PROT_ERR";
-    case WcStatus::wr_flush_err: return "WR_FLUSH_ERR";
-    case WcStatus::bad_resp_err: return "BAD_RESP_ERR";
-    case WcStatus::loc_access_err: return "LOC_ACCESS_ERR";
-    case WcStatus::rem_inv_req_err: return "REM_INV_REQ_ERR";
-    case WcStatus::rem_access_err: return "REM_ACCESS_ERR";
-    case WcStatus::rem_op_err: return "REM_OP_ERR";
-    case WcStatus::retry_exc_err: return "RETRY_EXC_ERR";
-    case WcStatus::rnr_retry_exc_err: return "RNR_RETRY_EXC_ERR";
-    case WcStatus::fatal_err: return "FATAL_ERR";
-    case WcStatus::resp_timeout_err: return "RESP_TIMEOUT_ERR";
-    case WcStatus::general_err: return "GENERAL_ERR";
-  }
-  return "?";
-}
-
 uint64_t rnr_timer_ns(uint8_t code) {
   // IBA table 45, in microseconds; code 0 is 655.36 ms.
   static constexpr uint32_t kUs100[32] = {

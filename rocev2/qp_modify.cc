@@ -8,28 +8,6 @@
 
 namespace droce::rocev2 {
 
-const char* to_string(QpState s) {
-  switch (s) {
-    case QpState::reset: return "RESET";
-    case QpState::init: return "INIT";
-    case QpState::rtr: return "RTR";
-    case QpState::rts: return "RTS";
-    case QpState::sqd: return "SQD";
-    case QpState::sqe: return "SQE";
-    case QpState::err: return "ERR";
-  }
-  return "?";
-}
-
-const char* to_string(QpType t) {
-  switch (t) {
-    case QpType::rc: return "RC";
-    case QpType::uc: return "UC";
-    case QpType::ud: return "UD";
-  }
-  return "?";
-}
-
 namespace {
 
 constexpr size_t kStates = 7;

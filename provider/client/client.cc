@@ -9,14 +9,13 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "abi/ctl_attr.h"
+#include "abi/wqe.h"
 #include "core/clock.h"
-#include "rocev2/ctl_attr.h"
-#include "rocev2/shm_wqe.h"
 
 namespace droce::client {
 
-using namespace core::ctl;
-namespace abi = core::abi;
+using namespace abi::ctl;
 
 namespace {
 
@@ -59,13 +58,13 @@ int Context::open(const std::string& path, std::unique_ptr<Context>* out) {
   if (fds.size() != 3) return -EPROTO;
   HelloReply& r = c->hello_;
   if (int rc = map_region(fds[kHelloFdContext], r.context_bytes, &c->context_); rc != 0) return rc;
-  const core::ShmRingGeometry db{r.doorbell_entries, sizeof(abi::Doorbell)};
-  const core::ShmRingGeometry ev{r.event_entries, sizeof(abi::EventEntry)};
-  if (int rc = core::ShmRingProducer::attach(sub(c->context_, r.doorbell_offset, core::shm_ring_bytes(db)), db,
+  const abi::ShmRingGeometry db{r.doorbell_entries, sizeof(abi::Doorbell)};
+  const abi::ShmRingGeometry ev{r.event_entries, sizeof(abi::EventEntry)};
+  if (int rc = abi::ShmRingProducer::attach(sub(c->context_, r.doorbell_offset, abi::shm_ring_bytes(db)), db,
                                              &c->doorbells_);
       rc != 0)
     return rc;
-  if (int rc = core::ShmRingConsumer::attach(sub(c->context_, r.event_offset, core::shm_ring_bytes(ev)), ev,
+  if (int rc = abi::ShmRingConsumer::attach(sub(c->context_, r.event_offset, abi::shm_ring_bytes(ev)), ev,
                                              &c->events_);
       rc != 0)
     return rc;
@@ -165,7 +164,7 @@ int Context::dealloc_pd(uint32_t pd) {
 int Context::reg_mr(uint32_t pd, void* addr, size_t length, uint32_t access, uint32_t* lkey, uint32_t* rkey) {
   if (addr == nullptr || length == 0) return -EINVAL;
   // Remote write or atomic access needs local write (ibv_reg_mr(3)).
-  if ((access & (rocev2::kAccessRemoteWrite | rocev2::kAccessRemoteAtomic)) && !(access & rocev2::kAccessLocalWrite))
+  if ((access & (abi::kAccessRemoteWrite | abi::kAccessRemoteAtomic)) && !(access & abi::kAccessLocalWrite))
     return -EINVAL;
   std::unique_lock<std::mutex> g(ctl_mutex_);  // the registry shares the control lock
   uintptr_t page_start = 0;
@@ -203,7 +202,7 @@ int Context::reg_mr(uint32_t pd, void* addr, size_t length, uint32_t access, uin
 int Context::rereg_mr(uint32_t lkey, uint32_t flags, uint32_t pd, void* addr, size_t length, uint32_t access) {
   if (daemon_minor_ < 2) return -EOPNOTSUPP;  // a droced from before rereg_mr
   if (addr == nullptr || length == 0) return -EINVAL;
-  if ((access & (rocev2::kAccessRemoteWrite | rocev2::kAccessRemoteAtomic)) && !(access & rocev2::kAccessLocalWrite))
+  if ((access & (abi::kAccessRemoteWrite | abi::kAccessRemoteAtomic)) && !(access & abi::kAccessLocalWrite))
     return -EINVAL;
   const bool translation = (flags & kReregTranslation) != 0;
   std::unique_lock<std::mutex> g(ctl_mutex_);
@@ -283,10 +282,10 @@ int Context::create_cq(uint32_t cqe, Cq** out, uint32_t channel, uint64_t user_h
   cq->ctx_ = this;
   cq->id_ = r.cq_id;
   cq->cqe_ = r.cqe;
-  const core::ShmRingGeometry g{r.cqe, sizeof(abi::Cqe)};
+  const abi::ShmRingGeometry g{r.cqe, sizeof(abi::Cqe)};
   const size_t ring_off = sizeof(abi::QueueDoorbellBlock);
   int rc = fds.size() == 2 ? map_region(fds[0], r.region_bytes, &cq->region_) : -EPROTO;
-  if (rc == 0) rc = core::ShmRingConsumer::attach(sub(cq->region_, ring_off, core::shm_ring_bytes(g)), g, &cq->ring_);
+  if (rc == 0) rc = abi::ShmRingConsumer::attach(sub(cq->region_, ring_off, abi::shm_ring_bytes(g)), g, &cq->ring_);
   if (rc != 0) {
     IdRequest d{r.cq_id, 0};
     (void)call(MsgType::destroy_cq, &d, sizeof d, nullptr, 0);
@@ -314,11 +313,11 @@ int Context::resize_cq(Cq* cq, uint32_t cqe) {
   if (int rc = call(MsgType::resize_cq, &q, sizeof q, &r, sizeof r, &fds); rc != 0) return rc;
   // droced writes only the new ring from now on.
   core::ShmRegion region;
-  core::ShmRingConsumer ring;
-  const core::ShmRingGeometry geometry{r.cqe, sizeof(abi::Cqe)};
+  abi::ShmRingConsumer ring;
+  const abi::ShmRingGeometry geometry{r.cqe, sizeof(abi::Cqe)};
   const size_t ring_off = sizeof(abi::QueueDoorbellBlock);
   int rc = fds.size() == 1 ? map_region(fds[0], r.region_bytes, &region) : -EPROTO;
-  if (rc == 0) rc = core::ShmRingConsumer::attach(sub(region, ring_off, core::shm_ring_bytes(geometry)), geometry, &ring);
+  if (rc == 0) rc = abi::ShmRingConsumer::attach(sub(region, ring_off, abi::shm_ring_bytes(geometry)), geometry, &ring);
   // It must go on where this side stopped reading, or completions were lost
   // or would come twice.
   if (rc == 0 && ring.index() != cq->ring_.index()) rc = -EPROTO;
@@ -326,7 +325,7 @@ int Context::resize_cq(Cq* cq, uint32_t cqe) {
     // The old ring is dead: poll answers -EIO (a detached view is a corrupt
     // one). The old block stays mapped for req_notify, which droced no
     // longer reads.
-    cq->ring_ = core::ShmRingConsumer();
+    cq->ring_ = abi::ShmRingConsumer();
     return rc;
   }
   cq->ring_ = std::move(ring);
@@ -354,7 +353,7 @@ int Context::destroy_cq(Cq* cq, uint64_t* comp_events_written) {
   return 0;
 }
 
-int Cq::poll(rocev2::Completion* out, int n) {
+int Cq::poll(abi::Completion* out, int n) {
   if (n <= 0) return 0;
   abi::Cqe buf[16];
   int done = 0;
@@ -363,15 +362,15 @@ int Cq::poll(rocev2::Completion* out, int n) {
     uint32_t got = 0;
     const uint32_t want = static_cast<uint32_t>(n - done < 16 ? n - done : 16);
     const uint32_t first = ring_.index();
-    if (ring_.pop_burst(buf, want, &got) == core::ShmRingStatus::corrupt) return -EIO;
+    if (ring_.pop_burst(buf, want, &got) == abi::ShmRingStatus::corrupt) return -EIO;
     if (discards_.empty()) {
-      for (uint32_t i = 0; i < got; ++i) out[done++] = rocev2::decode_cqe(buf[i]);
+      for (uint32_t i = 0; i < got; ++i) out[done++] = abi::decode_cqe(buf[i]);
     } else {
       for (uint32_t i = 0; i < got; ++i) {
         bool drop = false;
         for (const Discard& d : discards_)
           drop = drop || (buf[i].qp_num == d.qpn && static_cast<int32_t>(first + i - d.until) < 0);
-        if (!drop) out[done++] = rocev2::decode_cqe(buf[i]);
+        if (!drop) out[done++] = abi::decode_cqe(buf[i]);
       }
       std::erase_if(discards_, [&](const Discard& d) { return static_cast<int32_t>(ring_.index() - d.until) >= 0; });
     }
@@ -391,7 +390,7 @@ int Cq::req_notify(bool solicited_only) {
   // Under the lock as a whole: resize_cq replaces the block.
   std::lock_guard<SpinLock> g(lock_);
   // What this CQ's ring holds now: droced fires at once for anything
-  // pushed after it (core/queue_abi.h, CqArm).
+  // pushed after it (abi/queues.h, CqArm).
   const uint32_t produced = ring_.index() + ring_.size();
   std::atomic_ref<uint32_t>(block_->cq_arm_index).store(produced, std::memory_order_relaxed);
   std::atomic_ref<uint32_t>(block_->rq_pending)
@@ -425,9 +424,9 @@ int Context::create_srq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, uint32_t
   auto s = std::make_unique<Srq>();
   s->ctx_ = this;
   s->id_ = r.srq_id;
-  const core::ShmRingGeometry g{r.ring_entries, r.entry_size};
+  const abi::ShmRingGeometry g{r.ring_entries, r.entry_size};
   int rc = fds.size() == 1 ? map_region(fds[0], r.region_bytes, &s->region_) : -EPROTO;
-  if (rc == 0) rc = core::ShmRingProducer::attach(sub(s->region_, r.ring_offset, core::shm_ring_bytes(g)), g, &s->rq_.ring);
+  if (rc == 0) rc = abi::ShmRingProducer::attach(sub(s->region_, r.ring_offset, abi::shm_ring_bytes(g)), g, &s->rq_.ring);
   if (rc != 0) {
     IdRequest d{r.srq_id, 0};
     (void)call(MsgType::destroy_srq, &d, sizeof d, nullptr, 0);
@@ -498,12 +497,12 @@ int Context::create_qp(const QpCreate& c, Qp** out) {
   qp->cap_ = {r.max_send_wr, r.max_recv_wr, r.max_send_sge, r.max_recv_sge, r.max_inline_data};
   qp->has_rq_ = c.srq == nullptr;
   int rc = fds.size() == 1 ? map_region(fds[0], r.region_bytes, &qp->region_) : -EPROTO;
-  const core::ShmRingGeometry sq{r.sq_entries, r.sq_entry_size};
-  const core::ShmRingGeometry rq{r.rq_entries, r.rq_entry_size};
+  const abi::ShmRingGeometry sq{r.sq_entries, r.sq_entry_size};
+  const abi::ShmRingGeometry rq{r.rq_entries, r.rq_entry_size};
   if (rc == 0)
-    rc = core::ShmRingProducer::attach(sub(qp->region_, r.sq_offset, core::shm_ring_bytes(sq)), sq, &qp->sq_.ring);
+    rc = abi::ShmRingProducer::attach(sub(qp->region_, r.sq_offset, abi::shm_ring_bytes(sq)), sq, &qp->sq_.ring);
   if (rc == 0 && qp->has_rq_)
-    rc = core::ShmRingProducer::attach(sub(qp->region_, r.rq_offset, core::shm_ring_bytes(rq)), rq, &qp->rq_.ring);
+    rc = abi::ShmRingProducer::attach(sub(qp->region_, r.rq_offset, abi::shm_ring_bytes(rq)), rq, &qp->rq_.ring);
   if (rc != 0) {
     IdRequest d{r.qpn, 0};
     (void)call(MsgType::destroy_qp, &d, sizeof d, nullptr, 0);
@@ -523,14 +522,14 @@ int Context::create_qp(const QpCreate& c, Qp** out) {
   return 0;
 }
 
-int Context::modify_qp(Qp* qp, const rocev2::QpAttr& attr, uint32_t mask) {
+int Context::modify_qp(Qp* qp, const abi::QpAttr& attr, uint32_t mask) {
   ModifyQpRequest q{};
   q.qpn = qp->qpn_;
   q.mask = mask;
-  rocev2::to_wire(attr, &q.attr);
+  abi::to_wire(attr, &q.attr);
   int rc = call(MsgType::modify_qp, &q, sizeof q, nullptr, 0);
-  if (rc == 0 && (mask & rocev2::kAttrState)) qp->state_.store(static_cast<uint8_t>(attr.qp_state));
-  if (rc == 0 && (mask & rocev2::kAttrState) && attr.qp_state == rocev2::QpState::reset) {
+  if (rc == 0 && (mask & abi::kAttrState)) qp->state_.store(static_cast<uint8_t>(attr.qp_state));
+  if (rc == 0 && (mask & abi::kAttrState) && attr.qp_state == abi::QpState::reset) {
     // droced pushes nothing more for the QP; what it pushed (flushed WRs of
     // the error state) belongs to the QP's previous life.
     qp->send_cq_->discard(qp->qpn_);
@@ -539,12 +538,12 @@ int Context::modify_qp(Qp* qp, const rocev2::QpAttr& attr, uint32_t mask) {
   return rc;
 }
 
-int Context::query_qp(Qp* qp, rocev2::QpAttr* attr) {
+int Context::query_qp(Qp* qp, abi::QpAttr* attr) {
   IdRequest q{qp->qpn_, 0};
   WireQpAttr r{};
   int rc = call(MsgType::query_qp, &q, sizeof q, &r, sizeof r);
   if (rc != 0) return rc;
-  if (!rocev2::from_wire(r, attr)) return -EPROTO;
+  if (!abi::from_wire(r, attr)) return -EPROTO;
   std::memcpy(attr->ah_attr.dmac.data(), r.ah_attr.dmac, 6);
   attr->ah_attr.vlan_id = r.ah_attr.vlan_id;
   qp->state_.store(static_cast<uint8_t>(attr->qp_state));
@@ -572,10 +571,10 @@ int Context::destroy_qp(Qp* qp) {
   return 0;
 }
 
-int Context::create_ah(uint32_t pd, const rocev2::AddressVector& av, uint32_t* ah) {
+int Context::create_ah(uint32_t pd, const abi::AddressVector& av, uint32_t* ah) {
   CreateAhRequest q{};
   q.pd = pd;
-  rocev2::to_wire(av, &q.av);
+  abi::to_wire(av, &q.av);
   IdReply r{};
   int rc = call(MsgType::create_ah, &q, sizeof q, &r, sizeof r);
   if (rc == 0) *ah = r.id;
@@ -621,7 +620,7 @@ void Context::ring_doorbell(uint16_t kind, uint32_t id, uint32_t* pending) {
     std::lock_guard<SpinLock> g(doorbell_lock_);
     const abi::Doorbell d{kind, 0, id};
     // The ring holds one doorbell per queue and CQ: it is full only if corrupt.
-    if (doorbells_.try_push(&d) != core::ShmRingStatus::ok) return set_dead();
+    if (doorbells_.try_push(&d) != abi::ShmRingStatus::ok) return set_dead();
   }
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (atomic_load(&page_->daemon_sleeping) != 0) {
@@ -651,46 +650,53 @@ void Context::wait_doorbells_taken() {
   }
 }
 
-int Qp::post_send(const rocev2::SendWr& wr) {
-  if (ctx_->fatal()) return -EIO;
-  const auto st = static_cast<rocev2::QpState>(state_.load(std::memory_order_relaxed));
-  if (st == rocev2::QpState::reset || st == rocev2::QpState::init || st == rocev2::QpState::rtr) return -EINVAL;
-  const bool inl = (wr.send_flags & rocev2::kSendInline) != 0;
-  if (wr.num_sge > rocev2::kMaxSge || (!inl && wr.num_sge > sq_.max_sge)) return -EINVAL;
-  uint8_t inline_buf[1024];
-  size_t inline_len = 0;
+int ClientQueue::push_send(const abi::SendWqeHeader& h, abi::SgeList sges) {
+  const bool inl = (h.send_flags & abi::kSendInline) != 0;
+  if (sges.size() > abi::kMaxSge || (!inl && sges.size() > max_sge)) return -EINVAL;
   if (inl) {
-    for (uint32_t i = 0; i < wr.num_sge; ++i) {
-      const rocev2::Sge& s = wr.sg_list[i];
-      if (inline_len + s.length > sq_.max_inline || inline_len + s.length > sizeof inline_buf) return -EINVAL;
-      std::memcpy(inline_buf + inline_len, reinterpret_cast<const void*>(s.addr), s.length);
-      inline_len += s.length;
+    // Checked before the slot is claimed; the bytes are gathered into it below.
+    uint64_t inline_len = 0;
+    for (uint32_t i = 0; i < sges.size(); ++i) {
+      inline_len += sges[i].length;
+      if (inline_len > max_inline || inline_len > kMaxInlineData) return -EINVAL;
     }
   }
-  {
-    std::lock_guard<SpinLock> g(sq_.lock);
-    if (sq_.ring.size() >= sq_.max_wr) return sq_.ring.corrupted() ? -EIO : -ENOMEM;
-    uint32_t got = 0;
-    if (sq_.ring.reserve(1, &got) != core::ShmRingStatus::ok) return -ENOMEM;
-    std::span<uint8_t> slot(static_cast<uint8_t*>(sq_.ring.slot(0)), sq_.ring.entry_size());
-    if (rocev2::encode_send_wqe(wr, {inline_buf, inline_len}, slot) == 0) return -EINVAL;
-    sq_.ring.publish(1);
-  }
+  std::lock_guard<SpinLock> g(lock);
+  if (ring.size() >= max_wr) return ring.corrupted() ? -EIO : -ENOMEM;
+  uint32_t got = 0;
+  if (ring.reserve(1, &got) != abi::ShmRingStatus::ok) return -ENOMEM;
+  std::span<uint8_t> slot(static_cast<uint8_t*>(ring.slot(0)), ring.entry_size());
+  if (abi::encode_send_wqe(h, sges, slot) == 0) return -EINVAL;
+  ring.publish(1);
+  return 0;
+}
+
+int ClientQueue::push_send(const abi::SendWr& wr) {
+  return push_send(abi::send_wqe_header(wr), {wr.sg_list, wr.num_sge});
+}
+
+int Qp::post_send(const abi::SendWr& wr) { return post_send(abi::send_wqe_header(wr), {wr.sg_list, wr.num_sge}); }
+
+int Qp::post_send(const abi::SendWqeHeader& h, abi::SgeList sges) {
+  if (ctx_->fatal()) return -EIO;
+  const auto st = static_cast<abi::QpState>(state_.load(std::memory_order_relaxed));
+  if (st == abi::QpState::reset || st == abi::QpState::init || st == abi::QpState::rtr) return -EINVAL;
+  if (int rc = sq_.push_send(h, sges); rc != 0) return rc;
   ctx_->ring_doorbell(abi::kDoorbellSq, qpn_, sq_.pending);
   return 0;
 }
 
 namespace {
-int post_recv_to(Context* ctx, ClientQueue& q, const rocev2::RecvWr& wr, uint16_t kind, uint32_t id,
+int post_recv_to(Context* ctx, ClientQueue& q, const abi::RecvWr& wr, uint16_t kind, uint32_t id,
                  void (Context::*ring)(uint16_t, uint32_t, uint32_t*)) {
   if (wr.num_sge > q.max_sge) return -EINVAL;
   {
     std::lock_guard<SpinLock> g(q.lock);
     if (q.ring.size() >= q.max_wr) return q.ring.corrupted() ? -EIO : -ENOMEM;
     uint32_t got = 0;
-    if (q.ring.reserve(1, &got) != core::ShmRingStatus::ok) return -ENOMEM;
+    if (q.ring.reserve(1, &got) != abi::ShmRingStatus::ok) return -ENOMEM;
     std::span<uint8_t> slot(static_cast<uint8_t*>(q.ring.slot(0)), q.ring.entry_size());
-    if (rocev2::encode_recv_wqe(wr, slot) == 0) return -EINVAL;
+    if (abi::encode_recv_wqe(wr, slot) == 0) return -EINVAL;
     q.ring.publish(1);
   }
   (ctx->*ring)(kind, id, q.pending);
@@ -698,14 +704,14 @@ int post_recv_to(Context* ctx, ClientQueue& q, const rocev2::RecvWr& wr, uint16_
 }
 }  // namespace
 
-int Qp::post_recv(const rocev2::RecvWr& wr) {
+int Qp::post_recv(const abi::RecvWr& wr) {
   if (ctx_->fatal()) return -EIO;
-  if (!has_rq_ || static_cast<rocev2::QpState>(state_.load(std::memory_order_relaxed)) == rocev2::QpState::reset)
+  if (!has_rq_ || static_cast<abi::QpState>(state_.load(std::memory_order_relaxed)) == abi::QpState::reset)
     return -EINVAL;
   return post_recv_to(ctx_, rq_, wr, abi::kDoorbellRq, qpn_, &Context::ring_doorbell);
 }
 
-int Srq::post_recv(const rocev2::RecvWr& wr) {
+int Srq::post_recv(const abi::RecvWr& wr) {
   if (ctx_->fatal()) return -EIO;
   return post_recv_to(ctx_, rq_, wr, abi::kDoorbellSrq, id_, &Context::ring_doorbell);
 }
@@ -741,8 +747,8 @@ int Context::get_async_event(AsyncEvent* out, int timeout_ms) {
     {
       std::lock_guard<SpinLock> g(event_lock_);
       abi::EventEntry e;
-      const core::ShmRingStatus st = events_.try_pop(&e);
-      if (st == core::ShmRingStatus::ok) {
+      const abi::ShmRingStatus st = events_.try_pop(&e);
+      if (st == abi::ShmRingStatus::ok) {
         if (e.type == kEventDeviceFatal) fatal_reported_ = true;
         *out = {e.type, e.id};
         return 0;

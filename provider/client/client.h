@@ -3,10 +3,10 @@
 // provider wraps it; droce-selftest and the tests use it directly.
 //
 // Control calls (create, modify, destroy, register) are messages on the
-// control socket (core/ctl_protocol.h), one at a time per context. The data
+// control socket (abi/ctl_protocol.h), one at a time per context. The data
 // path makes no syscall: post_send / post_recv write WQEs into the QP's
 // shared ring and ring the context's doorbell; poll reads CQEs from the CQ's
-// shared ring (core/queue_abi.h for the layouts and the doorbell rules).
+// shared ring (abi/queues.h for the layouts and the doorbell rules).
 //
 // Errors: 0 or -errno as the verbs document them (EINVAL for bad
 // arguments, ENOMEM for a full queue or too many objects, EBUSY for an
@@ -25,13 +25,14 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/ctl_protocol.h"
-#include "core/queue_abi.h"
+#include "abi/ctl_protocol.h"
+#include "abi/queues.h"
+#include "abi/shm_ring.h"
+#include "abi/verbs.h"
+#include "abi/wqe.h"
 #include "core/shm_region.h"
-#include "core/shm_ring.h"
 #include "core/unix_socket.h"
 #include "provider/client/shared_memory.h"
-#include "rocev2/verbs.h"
 
 namespace droce::client {
 
@@ -56,7 +57,7 @@ class Cq {
   /// Entries the CQ holds (>= what was asked), as created or last resized.
   uint32_t cqe() const { return cqe_.load(std::memory_order_relaxed); }
   /// Up to n completions, oldest first; 0 when none; -EIO on a corrupt ring.
-  int poll(rocev2::Completion* out, int n);
+  int poll(abi::Completion* out, int n);
   /// Asks for one event on the next completion (or solicited one).
   int req_notify(bool solicited_only);
   /// The eventfd droced writes when an armed notification fires.
@@ -81,8 +82,8 @@ class Cq {
   // The region, its block and ring are replaced by resize_cq: read and
   // written under lock_ only.
   core::ShmRegion region_;
-  core::abi::QueueDoorbellBlock* block_ = nullptr;
-  core::ShmRingConsumer ring_;
+  abi::QueueDoorbellBlock* block_ = nullptr;
+  abi::ShmRingConsumer ring_;
   core::Fd event_fd_;
   SpinLock lock_;
   std::vector<Discard> discards_;  ///< under lock_; empty on the common path
@@ -90,7 +91,20 @@ class Cq {
 
 /// A send or receive queue as the client sees it.
 struct ClientQueue {
-  core::ShmRingProducer ring;
+  /// Writes one send WR, given as its WQE header and scatter list, straight
+  /// into the ring's next slot and publishes it: what Qp::post_send does
+  /// between its checks of the QP and the doorbell (which the caller rings).
+  /// With kSendInline the bytes the SGEs point at are gathered into the slot
+  /// now (at most max_inline, and kMaxInlineData). -EINVAL (SGE count, inline
+  /// length, a WQE the entry cannot hold), -ENOMEM (max_wr outstanding), -EIO
+  /// (a corrupt ring).
+  int push_send(const abi::SendWqeHeader& h, abi::SgeList sges);
+  /// The same for a SendWr and its scatter list.
+  int push_send(const abi::SendWr& wr);
+  /// The most inline bytes one WR may carry, whatever droced grants.
+  static constexpr uint32_t kMaxInlineData = 1024;
+
+  abi::ShmRingProducer ring;
   uint32_t* pending = nullptr;  ///< the doorbell flag
   uint32_t max_wr = 0;
   uint32_t max_sge = 0;
@@ -102,7 +116,7 @@ class Srq {
  public:
   uint32_t id() const { return id_; }
   uint32_t max_wr() const { return rq_.max_wr; }
-  int post_recv(const rocev2::RecvWr& wr);
+  int post_recv(const abi::RecvWr& wr);
 
  private:
   friend class Context;
@@ -113,12 +127,12 @@ class Srq {
 };
 
 struct QpCreate {
-  rocev2::QpType type = rocev2::QpType::rc;
+  abi::QpType type = abi::QpType::rc;
   uint32_t pd = 0;
   Cq* send_cq = nullptr;
   Cq* recv_cq = nullptr;
   Srq* srq = nullptr;
-  rocev2::QpCap cap;
+  abi::QpCap cap;
   bool sq_sig_all = false;
   bool block_self_mcast_loopback = false;  ///< needs a droced of ABI minor 5 (else -EOPNOTSUPP)
 };
@@ -126,14 +140,20 @@ struct QpCreate {
 class Qp {
  public:
   uint32_t qpn() const { return qpn_; }
-  rocev2::QpType type() const { return type_; }
+  abi::QpType type() const { return type_; }
   /// What droced granted.
-  const rocev2::QpCap& cap() const { return cap_; }
+  const abi::QpCap& cap() const { return cap_; }
   /// One WR. With kSendInline the SGEs' bytes are copied into the WQE now.
   /// -EINVAL (state, SGE count, inline length), -ENOMEM (max_send_wr
   /// outstanding), -EIO (device gone).
-  int post_send(const rocev2::SendWr& wr);
-  int post_recv(const rocev2::RecvWr& wr);
+  int post_send(const abi::SendWr& wr);
+  /// The same, the WR given as its WQE header (abi/queues.h; num_sge and
+  /// inline_len are ignored) and its scatter list, which may be libibverbs'
+  /// ibv_sge array as it is: the provider's post_send, which converts an
+  /// ibv_send_wr once, into the header, and has both written straight into
+  /// the ring's slot.
+  int post_send(const abi::SendWqeHeader& h, abi::SgeList sges);
+  int post_recv(const abi::RecvWr& wr);
 
  private:
   friend class Context;
@@ -141,10 +161,10 @@ class Qp {
   uint32_t qpn_ = 0;
   Cq* send_cq_ = nullptr;
   Cq* recv_cq_ = nullptr;
-  rocev2::QpType type_ = rocev2::QpType::rc;
-  rocev2::QpCap cap_;
+  abi::QpType type_ = abi::QpType::rc;
+  abi::QpCap cap_;
   bool has_rq_ = true;
-  std::atomic<uint8_t> state_{0};  ///< as last modified (rocev2::QpState)
+  std::atomic<uint8_t> state_{0};  ///< as last modified (abi::QpState)
   core::ShmRegion region_;
   ClientQueue sq_, rq_;
 };
@@ -173,19 +193,19 @@ class Context {
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
 
-  const core::ctl::HelloReply& info() const { return hello_; }
+  const abi::ctl::HelloReply& info() const { return hello_; }
   /// droced's control-protocol minor version (from its hello reply).
   uint16_t daemon_minor() const { return daemon_minor_; }
-  int query_device(core::ctl::QueryDeviceReply* out);
-  int query_port(uint8_t port, core::ctl::QueryPortReply* out);
-  int query_gid(uint8_t port, uint32_t index, core::ctl::QueryGidReply* out);
+  int query_device(abi::ctl::QueryDeviceReply* out);
+  int query_port(uint8_t port, abi::ctl::QueryPortReply* out);
+  int query_gid(uint8_t port, uint32_t index, abi::ctl::QueryGidReply* out);
 
   int alloc_pd(uint32_t* pd);
   int dealloc_pd(uint32_t pd);
   int reg_mr(uint32_t pd, void* addr, size_t length, uint32_t access, uint32_t* lkey, uint32_t* rkey);
   int dereg_mr(uint32_t lkey);
   /// ibv_rereg_mr in place: the region keeps its keys and takes `pd`,
-  /// `access` and, with core::ctl::kReregTranslation in `flags`, the range
+  /// `access` and, with abi::ctl::kReregTranslation in `flags`, the range
   /// [addr, addr + length) (else addr/length must be its current range).
   /// -EINVAL, -EFAULT and -ENOMEM as reg_mr; -EOPNOTSUPP when droced predates
   /// rereg_mr (ABI minor < 2). On failure the region is as it was.
@@ -217,7 +237,7 @@ class Context {
   /// where this side stopped), the CQ is lost: poll answers -EIO.
   int resize_cq(Cq* cq, uint32_t cqe);
   /// *comp_events_written: the completion-channel records droced wrote for the CQ
-  /// (core::ctl::DestroyCqReply), or kEventsUnknown from a droced before protocol minor 6
+  /// (abi::ctl::DestroyCqReply), or kEventsUnknown from a droced before protocol minor 6
   /// or one gone (-EIO is taken as destroyed).
   int destroy_cq(Cq* cq, uint64_t* comp_events_written = nullptr);
   static constexpr uint64_t kEventsUnknown = UINT64_MAX;
@@ -228,13 +248,13 @@ class Context {
   int create_qp(const QpCreate& c, Qp** out);
   /// The AV's dgid, sgid_index, hop_limit, traffic_class, flow_label and sl
   /// count; droced resolves the MAC (which may take a neighbour exchange).
-  int modify_qp(Qp* qp, const rocev2::QpAttr& attr, uint32_t mask);
-  int query_qp(Qp* qp, rocev2::QpAttr* attr);
+  int modify_qp(Qp* qp, const abi::QpAttr& attr, uint32_t mask);
+  int query_qp(Qp* qp, abi::QpAttr* attr);
   int destroy_qp(Qp* qp);
   /// ibv_attach_mcast / ibv_detach_mcast: `gid` 16 bytes, network order. -EOPNOTSUPP from a
   /// droced before multicast (ABI minor 4).
   int attach_mcast(Qp* qp, const uint8_t* gid, uint16_t lid, bool attach);
-  int create_ah(uint32_t pd, const rocev2::AddressVector& av, uint32_t* ah);
+  int create_ah(uint32_t pd, const abi::AddressVector& av, uint32_t* ah);
   int destroy_ah(uint32_t ah);
 
   /// droced's state as JSON (what `droce ... --json` prints).
@@ -256,7 +276,7 @@ class Context {
   friend int query_stats(const std::string&, std::string*);
   Context() = default;
 
-  int call(core::ctl::MsgType type, const void* body, size_t len, void* reply, size_t reply_len,
+  int call(abi::ctl::MsgType type, const void* body, size_t len, void* reply, size_t reply_len,
            std::vector<core::Fd>* fds = nullptr, std::span<const int> send_fds = {},
            std::span<const uint8_t> tail = {});
   /// Rings the doorbell for a queue whose `pending` flag guards it.
@@ -266,11 +286,11 @@ class Context {
   void set_dead();
 
   core::Fd sock_;
-  core::ctl::HelloReply hello_{};
+  abi::ctl::HelloReply hello_{};
   core::ShmRegion context_;
-  core::abi::ContextPage* page_ = nullptr;
-  core::ShmRingProducer doorbells_;
-  core::ShmRingConsumer events_;
+  abi::ContextPage* page_ = nullptr;
+  abi::ShmRingProducer doorbells_;
+  abi::ShmRingConsumer events_;
   core::Fd async_fd_, wake_fd_, async_epoll_;
   std::atomic<bool> dead_{false};
   bool fatal_reported_ = false;

@@ -219,7 +219,7 @@ int SharedMemory::share(const void* addr, size_t length, uintptr_t* page_start, 
     p.fd = it->second.fd->get();
     out.push_back(p);
   }
-  if (out.size() > core::ctl::kMaxMrSegments) return -E2BIG;
+  if (out.size() > abi::ctl::kMaxMrSegments) return -E2BIG;
   for (auto r = runs_.upper_bound(start); r != runs_.begin();) {
     --r;
     if (r->second.end <= start) break;

@@ -10,7 +10,7 @@
 // which run of pages, so a second registration over the same pages (two
 // buffers in one page, or the same buffer twice) sends the same memfd and
 // both MRs see one memory. A registration may therefore span several runs
-// (segments), up to core::ctl::kMaxMrSegments.
+// (segments), up to abi::ctl::kMaxMrSegments.
 //
 // Caveats (README): a write to the pages by another thread while they are
 // converted can be lost; a fork()ed child gets private copies of converted
@@ -32,7 +32,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/ctl_protocol.h"
+#include "abi/ctl_protocol.h"
 #include "core/unix_socket.h"
 
 namespace droce::client {
@@ -42,7 +42,7 @@ class SharedMemory {
   /// One run of pages an MR uses: [start, start + length) backed by `fd` at `fd_offset`.
   struct Piece {
     uintptr_t start = 0;
-    core::ctl::MrSegment segment{};
+    abi::ctl::MrSegment segment{};
     int fd = -1;
   };
 

@@ -5,14 +5,14 @@
  * Debian's librdmacm talks to the kernel's rdma_cm only by open()ing the node, fstat()ing it (it
  * must be a character device), write()ing command structs whose answers the kernel copies to a
  * `response` pointer inside the command, poll()ing the fd for events and close()ing it. This
- * library interposes those calls for that one path: open() connects a hidden SOCK_SEQPACKET
- * socket to droced (channel_abi.h) and returns the eventfd droced hands back (EFD_SEMAPHORE: its
+ * library interposes those calls for that one path: open() connects a hidden SOCK_SEQPACKET socket
+ * to droced (abi/rdmacm_channel.h) and returns the eventfd droced hands back (EFD_SEMAPHORE: its
  * count is the channel's queued events), so poll/epoll/select on it work unchanged; fstat() calls
- * it a character device; write() sends the command to droced and copies the answer to the
- * command's response pointer; close() closes both. GET_EVENT first takes one count from the
- * eventfd, then the event. droced made the eventfd non-blocking (so that no program can ever
- * block droced on it); fcntl() keeps the program's own view of O_NONBLOCK, and GET_EVENT waits
- * in poll() unless the program asked for non-blocking: the kernel's blocking, EAGAIN and EINTR.
+ * it a character device; write() sends the command to droced and copies the answer to the command's
+ * response pointer; close() closes both. GET_EVENT first takes one count from the eventfd, then the
+ * event. droced made the eventfd non-blocking (so that no program can ever block droced on it);
+ * fcntl() keeps the program's own view of O_NONBLOCK, and GET_EVENT waits in poll() unless the
+ * program asked for non-blocking: the kernel's blocking, EAGAIN and EINTR.
  *
  * Every write() of the program passes through here: a descriptor that is not a channel costs one
  * table lookup. Commands on one channel are serialised by its mutex; a thread blocked in
@@ -50,7 +50,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "channel_abi.h"
+#include "abi/rdmacm_channel.h"
 
 #define EXPORT __attribute__((visibility("default")))
 

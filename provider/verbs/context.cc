@@ -212,7 +212,7 @@ int droce_query_device_ex(ibv_context* context, const ibv_query_device_ex_input*
   if (attr == nullptr || attr_size < sizeof(ibv_device_attr)) return EINVAL;
   if (input != nullptr && input->comp_mask != 0) return EINVAL;
   VerbsContext* ctx = context_of(context);
-  core::ctl::QueryDeviceReply r{};
+  abi::ctl::QueryDeviceReply r{};
   // Fresh from droced: the limits are its to change.
   if (int rc = ctx->client->query_device(&r); rc != 0) return positive(rc);
   ibv_device_attr_ex full;
@@ -226,7 +226,7 @@ int droce_query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* port
   if (port_attr == nullptr) return EINVAL;
   VerbsContext* ctx = context_of(context);
   if (port_num < 1 || port_num > ctx->device.phys_port_cnt) return EINVAL;
-  core::ctl::QueryPortReply r{};
+  abi::ctl::QueryPortReply r{};
   if (int rc = ctx->client->query_port(port_num, &r); rc != 0) return positive(rc);
   to_port_attr(r, port_attr);
   return 0;
@@ -275,9 +275,9 @@ int droce_glue_dereg_mr(ibv_mr* mr) { return positive(context_of(mr->context)->c
 
 int droce_glue_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, int access) {
   constexpr int kKnown = IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS;
-  static_assert(IBV_REREG_MR_CHANGE_TRANSLATION == int(core::ctl::kReregTranslation) &&
-                IBV_REREG_MR_CHANGE_PD == int(core::ctl::kReregPd) &&
-                IBV_REREG_MR_CHANGE_ACCESS == int(core::ctl::kReregAccess));
+  static_assert(IBV_REREG_MR_CHANGE_TRANSLATION == int(abi::ctl::kReregTranslation) &&
+                IBV_REREG_MR_CHANGE_PD == int(abi::ctl::kReregPd) &&
+                IBV_REREG_MR_CHANGE_ACCESS == int(abi::ctl::kReregAccess));
   if (flags == 0 || (flags & ~kKnown)) return EINVAL;
   ibv_pd* new_pd = (flags & IBV_REREG_MR_CHANGE_PD) ? pd : mr->pd;
   if (new_pd == nullptr || new_pd->context != mr->context) return EINVAL;
@@ -307,7 +307,7 @@ int droce_glue_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t le
 
 ibv_ah* droce_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
   if (pd == nullptr || attr == nullptr) return fail<ibv_ah>(EINVAL);
-  rocev2::AddressVector av;
+  abi::AddressVector av;
   if (int rc = to_av(*attr, &av); rc != 0) return fail<ibv_ah>(rc);
   auto* o = new (std::nothrow) Object<ibv_ah>();
   if (o == nullptr) return fail<ibv_ah>(ENOMEM);

@@ -7,11 +7,13 @@
 #include <cstdio>
 #include <cstring>
 
+#include "abi/wqe.h"
+
 namespace droce::verbs {
 
-using namespace rocev2;
+using namespace abi;
 
-// rocev2/verbs.h promises rdma-core's numbering; the casts below rely on it.
+// abi/verbs.h promises rdma-core's numbering; the casts below rely on it.
 constexpr bool eq(auto a, auto b) { return static_cast<long long>(a) == static_cast<long long>(b); }
 static_assert(eq(int(QpType::rc), IBV_QPT_RC) &&
               eq(int(QpType::uc), IBV_QPT_UC) &&
@@ -147,7 +149,7 @@ bool opcode_allowed(int op, ibv_qp_type type) {
 
 }  // namespace
 
-int to_send_wr(const ibv_send_wr& wr, ibv_qp_type type, uint32_t ud_ah_id, SendWr* out) {
+int to_send_wqe_header(const ibv_send_wr& wr, ibv_qp_type type, uint32_t ud_ah_id, SendWqeHeader* out) {
   const int op = raw(wr.opcode);
   switch (op) {
     case IBV_WR_BIND_MW:
@@ -161,26 +163,18 @@ int to_send_wr(const ibv_send_wr& wr, ibv_qp_type type, uint32_t ud_ah_id, SendW
   if (!opcode_allowed(op, type)) return EINVAL;
   if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > kMaxSge) return EINVAL;
   if (wr.num_sge > 0 && wr.sg_list == nullptr) return EINVAL;
+  *out = SendWqeHeader{};
   out->wr_id = wr.wr_id;
-  out->opcode = static_cast<WrOpcode>(op);
+  out->opcode = static_cast<uint8_t>(op);
   out->send_flags = wr.send_flags & (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE);
-  out->imm_data = 0;
-  out->invalidate_rkey = 0;
-  out->remote_addr = 0;
-  out->rkey = 0;
-  out->compare_add = 0;
-  out->swap = 0;
-  out->ah = 0;
-  out->remote_qpn = 0;
-  out->remote_qkey = 0;
   switch (op) {
     case IBV_WR_SEND_WITH_IMM:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
-      out->imm_data = be32toh(wr.imm_data);
+      out->imm_or_inv = be32toh(wr.imm_data);
       break;
     case IBV_WR_SEND_WITH_INV:
     case IBV_WR_LOCAL_INV:
-      out->invalidate_rkey = wr.invalidate_rkey;
+      out->imm_or_inv = wr.invalidate_rkey;
       break;
     default:
       break;
@@ -207,6 +201,13 @@ int to_send_wr(const ibv_send_wr& wr, ibv_qp_type type, uint32_t ud_ah_id, SendW
     out->remote_qpn = wr.wr.ud.remote_qpn;
     out->remote_qkey = wr.wr.ud.remote_qkey;
   }
+  return 0;
+}
+
+int to_send_wr(const ibv_send_wr& wr, ibv_qp_type type, uint32_t ud_ah_id, SendWr* out) {
+  SendWqeHeader h;
+  if (int rc = to_send_wqe_header(wr, type, ud_ah_id, &h); rc != 0) return rc;
+  send_wr_fields(h, out);
   out->num_sge = static_cast<uint32_t>(wr.num_sge);
   if (wr.num_sge > 0) std::memcpy(static_cast<void*>(out->sg_list), wr.sg_list, sizeof(Sge) * static_cast<size_t>(wr.num_sge));
   return 0;
@@ -340,7 +341,7 @@ void from_qp_attr(const QpAttr& a, ibv_qp_attr* out) {
   out->rate_limit = a.rate_limit;
 }
 
-void to_device_attr(const core::ctl::QueryDeviceReply& r, ibv_device_attr_ex* out) {
+void to_device_attr(const abi::ctl::QueryDeviceReply& r, ibv_device_attr_ex* out) {
   *out = ibv_device_attr_ex{};
   ibv_device_attr& d = out->orig_attr;
   std::snprintf(d.fw_ver, sizeof d.fw_ver, "%s", r.fw_ver);
@@ -408,7 +409,7 @@ void eth_speed(uint32_t mbps, uint8_t* width, uint8_t* speed) {
   *speed = 128;
 }
 
-void to_port_attr(const core::ctl::QueryPortReply& r, ibv_port_attr* out) {
+void to_port_attr(const abi::ctl::QueryPortReply& r, ibv_port_attr* out) {
   *out = ibv_port_attr{};
   out->state = static_cast<ibv_port_state>(r.state);
   out->max_mtu = static_cast<ibv_mtu>(r.max_mtu);

@@ -1,7 +1,7 @@
 #pragma once
 // Between libibverbs' structs (infiniband/verbs.h) and droce's verbs
-// vocabulary (rocev2/verbs.h, whose enumerators carry rdma-core's values,
-// checked here by static_assert) and droced's replies (core/ctl_protocol.h).
+// vocabulary (abi/verbs.h, whose enumerators carry rdma-core's values,
+// checked here by static_assert) and droced's replies (abi/ctl_protocol.h).
 //
 // Pure functions: no allocation, no syscalls, any thread. The WR and WC
 // conversions are on the data path. Errors are positive errno values, as the
@@ -11,8 +11,9 @@
 
 #include <cstdint>
 
-#include "core/ctl_protocol.h"
-#include "rocev2/verbs.h"
+#include "abi/ctl_protocol.h"
+#include "abi/queues.h"
+#include "abi/verbs.h"
 
 namespace droce::verbs {
 
@@ -22,34 +23,41 @@ namespace droce::verbs {
 /// hint) are dropped, as the verbs allow.
 int to_access(int ibv_access, uint32_t* out);
 
-/// One send WR of a QP of `type`. `ud_ah_id` is the AH's droce id for UD
-/// (the caller reads it from wr.wr.ud.ah). EINVAL for an opcode the QP type
-/// does not have, more SGEs than kMaxSge, or a negative SGE count;
-/// EOPNOTSUPP for bind MW, TSO and driver opcodes.
-int to_send_wr(const ibv_send_wr& wr, ibv_qp_type type, uint32_t ud_ah_id, rocev2::SendWr* out);
+/// One send WR of a QP of `type`, as the header of its send WQE
+/// (abi/queues.h): the one conversion droce_post_send makes, before the
+/// client library writes the header and wr.sg_list straight into the ring's
+/// slot (num_sge and inline_len are left to it). `ud_ah_id` is the AH's
+/// droce id for UD (the caller reads it from wr.wr.ud.ah). EINVAL for an
+/// opcode the QP type does not have, more SGEs than kMaxSge, a negative SGE
+/// count or no list for a positive one; EOPNOTSUPP for bind MW, TSO and
+/// driver opcodes.
+int to_send_wqe_header(const ibv_send_wr& wr, ibv_qp_type type, uint32_t ud_ah_id, abi::SendWqeHeader* out);
+/// The same WR as a SendWr, its scatter list copied (the fields read as
+/// droced reads the header: abi::send_wr_fields).
+int to_send_wr(const ibv_send_wr& wr, ibv_qp_type type, uint32_t ud_ah_id, abi::SendWr* out);
 /// One receive WR. EINVAL for a bad SGE count.
-int to_recv_wr(const ibv_recv_wr& wr, rocev2::RecvWr* out);
+int to_recv_wr(const ibv_recv_wr& wr, abi::RecvWr* out);
 /// A completion as ibv_poll_cq(3) reports it.
-void to_wc(const rocev2::Completion& c, ibv_wc* out);
+void to_wc(const abi::Completion& c, ibv_wc* out);
 
 /// An address vector: RoCE routes by GID, so is_global must be set and the
 /// port must be 1 (EINVAL otherwise).
-int to_av(const ibv_ah_attr& ah, rocev2::AddressVector* out);
-void from_av(const rocev2::AddressVector& av, ibv_ah_attr* out);
+int to_av(const ibv_ah_attr& ah, abi::AddressVector* out);
+void from_av(const abi::AddressVector& av, ibv_ah_attr* out);
 
 /// The attributes `mask` names. EINVAL for a value out of range (state,
 /// MTU, migration state) or an address vector to_av() refuses; the rules of
 /// which attributes a transition needs are droced's (rocev2/qp_modify.h).
-int to_qp_attr(const ibv_qp_attr& attr, int mask, rocev2::QpAttr* out);
-void from_qp_attr(const rocev2::QpAttr& a, ibv_qp_attr* out);
+int to_qp_attr(const ibv_qp_attr& attr, int mask, abi::QpAttr* out);
+void from_qp_attr(const abi::QpAttr& a, ibv_qp_attr* out);
 
 /// ibv_device_attr_ex from droced's reply. Capability flags are the
 /// provider's: what droce does (RC RNR NAK generation, port active events,
 /// the system image GUID).
-void to_device_attr(const core::ctl::QueryDeviceReply& r, ibv_device_attr_ex* out);
+void to_device_attr(const abi::ctl::QueryDeviceReply& r, ibv_device_attr_ex* out);
 /// ibv_port_attr from droced's reply; the IB width and speed stand for the
 /// Ethernet link speed as the kernel's ib_get_eth_speed() renders it.
-void to_port_attr(const core::ctl::QueryPortReply& r, ibv_port_attr* out);
+void to_port_attr(const abi::ctl::QueryPortReply& r, ibv_port_attr* out);
 /// IB width and speed codes for an Ethernet link of `mbps`.
 void eth_speed(uint32_t mbps, uint8_t* width, uint8_t* speed);
 

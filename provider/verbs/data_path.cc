@@ -31,15 +31,19 @@ void after_poll(bool found) {
   policy.after_yield(core::monotonic_ns() - from);
 }
 
-int post_one(VerbsQp* q, const ibv_send_wr& wr, rocev2::SendWr* s) {
+// One ibv_send_wr, converted once: its header, then the client library
+// writes the header and the WR's own scatter list (or the inline bytes it
+// points at) straight into the ring's slot.
+int post_one(VerbsQp* q, const ibv_send_wr& wr) {
   uint32_t ah = 0;
   if (q->type == IBV_QPT_UD) {
     const ibv_ah* a = wr.wr.ud.ah;
     if (a == nullptr || a->context != q->ibv->context) return EINVAL;
     ah = a->handle;
   }
-  if (int rc = to_send_wr(wr, q->type, ah, s); rc != 0) return rc;
-  return positive(q->qp->post_send(*s));
+  abi::SendWqeHeader h;
+  if (int rc = to_send_wqe_header(wr, q->type, ah, &h); rc != 0) return rc;
+  return positive(q->qp->post_send(h, {wr.sg_list, static_cast<uint32_t>(wr.num_sge)}));
 }
 
 // ---- Extended CQ (ibv_create_cq_ex): one completion at a time ----
@@ -67,8 +71,8 @@ ibv_wc_opcode cq_ex_read_opcode(ibv_cq_ex* cq) { return static_cast<ibv_wc_opcod
 uint32_t cq_ex_read_vendor_err(ibv_cq_ex* cq) { return cq_ex_of(cq)->current.vendor_err; }
 uint32_t cq_ex_read_byte_len(ibv_cq_ex* cq) { return cq_ex_of(cq)->current.byte_len; }
 __be32 cq_ex_read_imm_data(ibv_cq_ex* cq) {
-  const rocev2::Completion& c = cq_ex_of(cq)->current;
-  return (c.wc_flags & rocev2::kWcWithInv) ? c.imm_data : htobe32(c.imm_data);
+  const abi::Completion& c = cq_ex_of(cq)->current;
+  return (c.wc_flags & abi::kWcWithInv) ? c.imm_data : htobe32(c.imm_data);
 }
 uint32_t cq_ex_read_qp_num(ibv_cq_ex* cq) { return cq_ex_of(cq)->current.qp_num; }
 uint32_t cq_ex_read_src_qp(ibv_cq_ex* cq) { return cq_ex_of(cq)->current.src_qp; }
@@ -83,13 +87,13 @@ VerbsQp* qp_ex_of(ibv_qp_ex* qpx) { return qp_of(&qpx->qp_base); }
 
 // A new WR of the batch with the QP's current wr_id and flags, or nullptr
 // (the batch remembers the error for wr_complete).
-rocev2::SendWr* begin_wr(ibv_qp_ex* qpx, rocev2::WrOpcode op) {
+abi::SendWr* begin_wr(ibv_qp_ex* qpx, abi::WrOpcode op) {
   WrBatch& b = *qp_ex_of(qpx)->batch;
   if (b.count == WrBatch::kMax) {
     if (b.error == 0) b.error = ENOMEM;
     return nullptr;
   }
-  rocev2::SendWr& w = b.wrs[b.count++];
+  abi::SendWr& w = b.wrs[b.count++];
   w.wr_id = qpx->wr_id;
   w.opcode = op;
   w.send_flags = qpx->wr_flags & (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE);
@@ -103,7 +107,7 @@ rocev2::SendWr* begin_wr(ibv_qp_ex* qpx, rocev2::WrOpcode op) {
 }
 
 // The batch's current WR, for the setters; nullptr after a failed begin.
-rocev2::SendWr* current_wr(ibv_qp_ex* qpx) {
+abi::SendWr* current_wr(ibv_qp_ex* qpx) {
   WrBatch& b = *qp_ex_of(qpx)->batch;
   if (b.count == 0 || b.error != 0) {
     if (b.error == 0) b.error = EINVAL;  // a setter before any WR
@@ -134,37 +138,37 @@ void wr_abort(ibv_qp_ex* qpx) {
   b.error = 0;
 }
 
-void wr_send(ibv_qp_ex* qpx) { (void)begin_wr(qpx, rocev2::WrOpcode::send); }
+void wr_send(ibv_qp_ex* qpx) { (void)begin_wr(qpx, abi::WrOpcode::send); }
 void wr_send_imm(ibv_qp_ex* qpx, __be32 imm) {
-  if (auto* w = begin_wr(qpx, rocev2::WrOpcode::send_with_imm)) w->imm_data = be32toh(imm);
+  if (auto* w = begin_wr(qpx, abi::WrOpcode::send_with_imm)) w->imm_data = be32toh(imm);
 }
 void wr_send_inv(ibv_qp_ex* qpx, uint32_t rkey) {
-  if (auto* w = begin_wr(qpx, rocev2::WrOpcode::send_with_inv)) w->invalidate_rkey = rkey;
+  if (auto* w = begin_wr(qpx, abi::WrOpcode::send_with_inv)) w->invalidate_rkey = rkey;
 }
 void wr_local_inv(ibv_qp_ex* qpx, uint32_t rkey) {
-  if (auto* w = begin_wr(qpx, rocev2::WrOpcode::local_inv)) w->invalidate_rkey = rkey;
+  if (auto* w = begin_wr(qpx, abi::WrOpcode::local_inv)) w->invalidate_rkey = rkey;
 }
 void wr_rdma_write(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr) {
-  if (auto* w = begin_wr(qpx, rocev2::WrOpcode::rdma_write)) {
+  if (auto* w = begin_wr(qpx, abi::WrOpcode::rdma_write)) {
     w->rkey = rkey;
     w->remote_addr = addr;
   }
 }
 void wr_rdma_write_imm(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, __be32 imm) {
-  if (auto* w = begin_wr(qpx, rocev2::WrOpcode::rdma_write_with_imm)) {
+  if (auto* w = begin_wr(qpx, abi::WrOpcode::rdma_write_with_imm)) {
     w->rkey = rkey;
     w->remote_addr = addr;
     w->imm_data = be32toh(imm);
   }
 }
 void wr_rdma_read(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr) {
-  if (auto* w = begin_wr(qpx, rocev2::WrOpcode::rdma_read)) {
+  if (auto* w = begin_wr(qpx, abi::WrOpcode::rdma_read)) {
     w->rkey = rkey;
     w->remote_addr = addr;
   }
 }
 void wr_atomic_cmp_swp(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, uint64_t compare, uint64_t swap) {
-  if (auto* w = begin_wr(qpx, rocev2::WrOpcode::atomic_cmp_and_swp)) {
+  if (auto* w = begin_wr(qpx, abi::WrOpcode::atomic_cmp_and_swp)) {
     w->rkey = rkey;
     w->remote_addr = addr;
     w->compare_add = compare;
@@ -172,7 +176,7 @@ void wr_atomic_cmp_swp(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, uint64_t co
   }
 }
 void wr_atomic_fetch_add(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, uint64_t add) {
-  if (auto* w = begin_wr(qpx, rocev2::WrOpcode::atomic_fetch_and_add)) {
+  if (auto* w = begin_wr(qpx, abi::WrOpcode::atomic_fetch_and_add)) {
     w->rkey = rkey;
     w->remote_addr = addr;
     w->compare_add = add;
@@ -180,7 +184,7 @@ void wr_atomic_fetch_add(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, uint64_t 
 }
 
 void wr_set_ud_addr(ibv_qp_ex* qpx, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
-  rocev2::SendWr* w = current_wr(qpx);
+  abi::SendWr* w = current_wr(qpx);
   if (w == nullptr) return;
   if (ah == nullptr || ah->context != qpx->qp_base.context) {
     qp_ex_of(qpx)->batch->error = EINVAL;
@@ -192,16 +196,16 @@ void wr_set_ud_addr(ibv_qp_ex* qpx, ibv_ah* ah, uint32_t remote_qpn, uint32_t re
 }
 
 void wr_set_sge(ibv_qp_ex* qpx, uint32_t lkey, uint64_t addr, uint32_t length) {
-  rocev2::SendWr* w = current_wr(qpx);
+  abi::SendWr* w = current_wr(qpx);
   if (w == nullptr) return;
   w->sg_list[0] = {addr, length, lkey};
   w->num_sge = 1;
 }
 
 void wr_set_sge_list(ibv_qp_ex* qpx, size_t num_sge, const ibv_sge* sg_list) {
-  rocev2::SendWr* w = current_wr(qpx);
+  abi::SendWr* w = current_wr(qpx);
   if (w == nullptr) return;
-  if (num_sge > rocev2::kMaxSge || (num_sge > 0 && sg_list == nullptr)) {
+  if (num_sge > abi::kMaxSge || (num_sge > 0 && sg_list == nullptr)) {
     qp_ex_of(qpx)->batch->error = EINVAL;
     return;
   }
@@ -210,7 +214,7 @@ void wr_set_sge_list(ibv_qp_ex* qpx, size_t num_sge, const ibv_sge* sg_list) {
 }
 
 void wr_set_inline_data_list(ibv_qp_ex* qpx, size_t num_buf, const ibv_data_buf* bufs) {
-  rocev2::SendWr* w = current_wr(qpx);
+  abi::SendWr* w = current_wr(qpx);
   if (w == nullptr) return;
   VerbsQp* q = qp_ex_of(qpx);
   WrBatch& b = *q->batch;
@@ -224,7 +228,7 @@ void wr_set_inline_data_list(ibv_qp_ex* qpx, size_t num_buf, const ibv_data_buf*
     std::memcpy(dst + len, bufs[i].addr, bufs[i].length);
     len += bufs[i].length;
   }
-  w->send_flags |= rocev2::kSendInline;
+  w->send_flags |= abi::kSendInline;
   w->sg_list[0] = {reinterpret_cast<uintptr_t>(dst), static_cast<uint32_t>(len), 0};
   w->num_sge = len != 0 ? 1 : 0;
 }
@@ -237,7 +241,7 @@ void wr_set_inline_data(ibv_qp_ex* qpx, void* addr, size_t length) {
 // A list of receives into a QP's RQ or an SRQ: the first that fails stops it and is *bad_wr.
 template <class Queue>
 int post_recv_list(Queue* queue, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
-  rocev2::RecvWr r;
+  abi::RecvWr r;
   for (; wr != nullptr; wr = wr->next) {
     int rc = to_recv_wr(*wr, &r);
     if (rc == 0) rc = positive(queue->post_recv(r));
@@ -296,9 +300,8 @@ extern "C" {
 
 int droce_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   VerbsQp* q = qp_of(ibqp);
-  rocev2::SendWr s;
   for (; wr != nullptr; wr = wr->next) {
-    if (int rc = post_one(q, *wr, &s); rc != 0) {
+    if (int rc = post_one(q, *wr); rc != 0) {
       if (bad_wr != nullptr) *bad_wr = wr;
       return rc;
     }
@@ -317,7 +320,7 @@ int droce_post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
 int droce_poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   if (num_entries < 0 || (num_entries > 0 && wc == nullptr)) return -EINVAL;
   VerbsCq* v = cq_of(ibcq);
-  rocev2::Completion buf[kPollBurst];
+  abi::Completion buf[kPollBurst];
   int done = 0;
   while (done < num_entries) {
     const int want = num_entries - done < kPollBurst ? num_entries - done : kPollBurst;

@@ -65,7 +65,7 @@ struct VerbsCq {
   uint32_t comp_events_reported = 0;
   uint32_t async_events_reported = 0;
   /// The extended CQ's current completion (start_poll/next_poll).
-  rocev2::Completion current;
+  abi::Completion current;
   bool extended = false;
 };
 
@@ -83,7 +83,7 @@ struct VerbsSrq {
 struct WrBatch {
   static constexpr uint32_t kMax = 32;
   static constexpr uint32_t kInlineMax = 1024;  ///< bytes per WR (>= any max_inline_data)
-  rocev2::SendWr wrs[kMax];
+  abi::SendWr wrs[kMax];
   uint8_t inline_data[kMax][kInlineMax];
   uint32_t count = 0;
   int error = 0;  ///< the first error while building; wr_complete returns it
@@ -117,7 +117,7 @@ class VerbsContext {
 
   ibv_context* ibv = nullptr;
   std::unique_ptr<client::Context> client;
-  core::ctl::QueryDeviceReply device{};
+  abi::ctl::QueryDeviceReply device{};
 
   std::mutex objects_mutex;
   /// One destroy_cq at a time takes records out of a completion channel and puts the others

@@ -311,7 +311,7 @@ int droce_glue_create_qp(ibv_context* context, ibv_qp_init_attr_ex* attr, ibv_qp
   }
 
   client::QpCreate c;
-  c.type = static_cast<rocev2::QpType>(attr->qp_type);
+  c.type = static_cast<abi::QpType>(attr->qp_type);
   c.pd = attr->pd->handle;
   c.send_cq = cq_of(attr->send_cq)->cq;
   c.recv_cq = cq_of(attr->recv_cq)->cq;
@@ -334,7 +334,7 @@ int droce_glue_create_qp(ibv_context* context, ibv_qp_init_attr_ex* attr, ibv_qp
   }
   client::Qp* cqp = nullptr;
   if (int rc = ctx->client->create_qp(c, &cqp); rc != 0) return positive(rc);
-  const rocev2::QpCap& g = cqp->cap();
+  const abi::QpCap& g = cqp->cap();
   v->ctx = ctx;
   v->qp = cqp;
   v->ibv = qp;
@@ -382,7 +382,7 @@ int droce_glue_destroy_qp(ibv_qp* ibqp) {
 int droce_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   if (attr == nullptr) return EINVAL;
   VerbsQp* v = qp_of(ibqp);
-  rocev2::QpAttr a;
+  abi::QpAttr a;
   if (int rc = to_qp_attr(*attr, mask, &a); rc != 0) return rc;
   return positive(v->ctx->client->modify_qp(v->qp, a, static_cast<uint32_t>(mask)));
 }
@@ -405,7 +405,7 @@ int droce_query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* 
   (void)mask;  // everything is reported; the mask only says what the caller reads
   if (attr == nullptr || init_attr == nullptr) return EINVAL;
   VerbsQp* v = qp_of(ibqp);
-  rocev2::QpAttr a;
+  abi::QpAttr a;
   if (int rc = v->ctx->client->query_qp(v->qp, &a); rc != 0) return positive(rc);
   from_qp_attr(a, attr);
   attr->cap = v->cap;

@@ -35,12 +35,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "abi/ctl_protocol.h"
 #include "cm/mad.h"
 #include "core/clock.h"
-#include "core/ctl_protocol.h"
 #include "core/unix_socket.h"
 #include "provider/client/client.h"
 #include "rocev2/format.h"
+#include "rocev2/verbs.h"
 
 extern char** environ;
 
@@ -1012,7 +1013,7 @@ TEST_F(TwoDaemons, StoppingDroceTurnsItsClientsFatal) {
 
 TEST_F(TwoDaemons, ControlSocketGarbageIsRefusedAndTheDaemonServesOn) {
   start();
-  using namespace core::ctl;
+  using namespace abi::ctl;
   {  // A different major version: a clear -EPROTO, then the door closes.
     std::unique_ptr<Context> dummy;
     core::Fd s;

@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "droced_tree: %s: %s\n", socket.c_str(), std::strerror(-rc));
     return 125;
   }
-  core::ctl::QueryDeviceReply dev{};
+  abi::ctl::QueryDeviceReply dev{};
   if (int rc = ctx->query_device(&dev); rc != 0) {
     std::fprintf(stderr, "droced_tree: query_device: %s\n", std::strerror(-rc));
     return 125;
@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
   desc.control_socket = abs != nullptr ? abs : socket;
   std::free(abs);
   for (uint32_t p = 1; p <= dev.phys_port_cnt; ++p) {
-    core::ctl::QueryPortReply pr{};
+    abi::ctl::QueryPortReply pr{};
     if (int rc = ctx->query_port(static_cast<uint8_t>(p), &pr); rc != 0) {
       std::fprintf(stderr, "droced_tree: query_port %u: %s\n", p, std::strerror(-rc));
       return 125;
@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
     port.active_mtu = 128u << pr.active_mtu;
     port.gid_table_len = pr.gid_tbl_len;
     for (uint32_t g = 0; g < pr.gid_tbl_len; ++g) {
-      core::ctl::QueryGidReply gr{};
+      abi::ctl::QueryGidReply gr{};
       net::GidEntry e;
       if (ctx->query_gid(static_cast<uint8_t>(p), g, &gr) == 0) {
         std::memcpy(e.gid.data(), gr.gid, 16);

@@ -89,7 +89,7 @@ TEST(SharedMemory, AForkedChildGetsAPrivateCopyOfConvertedPages) {
 
 TEST(SharedMemory, ARefusedShareTakesNoReference) {
   const size_t page = core::page_size();
-  const size_t pages = 2 * core::ctl::kMaxMrSegments + 1;
+  const size_t pages = 2 * abi::ctl::kMaxMrSegments + 1;
   auto* mem = static_cast<uint8_t*>(mmap(nullptr, pages * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   ASSERT_NE(mem, MAP_FAILED);
   SharedMemory sm;
@@ -98,7 +98,7 @@ TEST(SharedMemory, ARefusedShareTakesNoReference) {
   // kMaxMrSegments + 1 runs on every other page, one reference each.
   for (size_t i = 0; i < pages; i += 2) ASSERT_EQ(sm.share(mem + i * page, 1, &start, &p), 0);
   const size_t singles = sm.runs();
-  EXPECT_EQ(singles, core::ctl::kMaxMrSegments + 1);
+  EXPECT_EQ(singles, abi::ctl::kMaxMrSegments + 1);
   // The whole range needs more segments than a registration may have.
   EXPECT_EQ(sm.share(mem, pages * page, &start, &p), -E2BIG);
   // Each single run still has exactly its one reference: releasing them

@@ -9,6 +9,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
+
+#include "abi/wqe.h"
 
 namespace droce::verbs {
 namespace {
@@ -39,10 +42,10 @@ TEST(VerbsConvert, SendWrRcRead) {
   wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_FENCE;
   wr.wr.rdma.remote_addr = 0xdead0000;
   wr.wr.rdma.rkey = 0x1234;
-  rocev2::SendWr s;
+  abi::SendWr s;
   ASSERT_EQ(to_send_wr(wr, IBV_QPT_RC, 0, &s), 0);
   EXPECT_EQ(s.wr_id, 42u);
-  EXPECT_EQ(s.opcode, rocev2::WrOpcode::rdma_read);
+  EXPECT_EQ(s.opcode, abi::WrOpcode::rdma_read);
   EXPECT_EQ(s.send_flags, uint32_t(IBV_SEND_SIGNALED | IBV_SEND_FENCE));
   EXPECT_EQ(s.remote_addr, 0xdead0000u);
   EXPECT_EQ(s.rkey, 0x1234u);
@@ -56,7 +59,7 @@ TEST(VerbsConvert, SendWrImmediateIsNetworkOrderOnTheVerbsSide) {
   ibv_send_wr wr{};
   wr.opcode = IBV_WR_SEND_WITH_IMM;
   wr.imm_data = htobe32(0x01020304);
-  rocev2::SendWr s;
+  abi::SendWr s;
   ASSERT_EQ(to_send_wr(wr, IBV_QPT_UC, 0, &s), 0);
   EXPECT_EQ(s.imm_data, 0x01020304u);
 }
@@ -68,7 +71,7 @@ TEST(VerbsConvert, SendWrAtomicsAndUd) {
   wr.wr.atomic.rkey = 5;
   wr.wr.atomic.compare_add = 11;
   wr.wr.atomic.swap = 22;
-  rocev2::SendWr s;
+  abi::SendWr s;
   ASSERT_EQ(to_send_wr(wr, IBV_QPT_RC, 0, &s), 0);
   EXPECT_EQ(s.compare_add, 11u);
   EXPECT_EQ(s.swap, 22u);
@@ -85,7 +88,7 @@ TEST(VerbsConvert, SendWrAtomicsAndUd) {
 }
 
 TEST(VerbsConvert, SendWrRefusals) {
-  rocev2::SendWr s;
+  abi::SendWr s;
   ibv_send_wr wr{};
   wr.opcode = IBV_WR_RDMA_WRITE;
   EXPECT_EQ(to_send_wr(wr, IBV_QPT_UD, 0, &s), EINVAL);  // UD has SENDs only
@@ -109,13 +112,74 @@ TEST(VerbsConvert, SendWrRefusals) {
   EXPECT_EQ(to_send_wr(wr, IBV_QPT_RC, 0, &s), EINVAL);
 }
 
+// droce_post_send's form: the header from to_send_wqe_header and the ibv_sge list as it is,
+// written into a slot; droced's decoder reads the WR to_send_wr makes of it.
+TEST(VerbsConvert, SendWqeHeaderAndTheIbvListAsDrocedReadsThem) {
+  ibv_sge sge[2] = {{0x1000, 64, 7}, {0x2000, 32, 8}};
+  ibv_send_wr wr{};
+  wr.wr_id = 42;
+  wr.sg_list = sge;
+  wr.num_sge = 2;
+  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_IP_CSUM;  // a flag droce does not carry
+  wr.imm_data = htobe32(0x01020304);
+  wr.wr.rdma.remote_addr = 0xdead0000;
+  wr.wr.rdma.rkey = 0x1234;
+  abi::SendWqeHeader h;
+  ASSERT_EQ(to_send_wqe_header(wr, IBV_QPT_RC, 0, &h), 0);
+  std::vector<uint8_t> slot(abi::send_wqe_size(2, 0));
+  ASSERT_EQ(abi::encode_send_wqe(h, {wr.sg_list, 2u}, slot), sizeof(abi::SendWqeHeader) + 2 * 16);
+  abi::SendWr got, want;
+  ASSERT_EQ(abi::decode_send_wqe(slot, {2, 0}, &got), abi::WqeError::ok);
+  ASSERT_EQ(to_send_wr(wr, IBV_QPT_RC, 0, &want), 0);
+  EXPECT_EQ(got.wr_id, 42u);
+  EXPECT_EQ(got.opcode, abi::WrOpcode::rdma_write_with_imm);
+  EXPECT_EQ(got.send_flags, uint32_t(IBV_SEND_SIGNALED));
+  EXPECT_EQ(got.imm_data, 0x01020304u);
+  EXPECT_EQ(got.remote_addr, 0xdead0000u);
+  EXPECT_EQ(got.rkey, 0x1234u);
+  ASSERT_EQ(got.num_sge, 2u);
+  EXPECT_EQ(got.sg_list[1].addr, 0x2000u);
+  EXPECT_EQ(got.sg_list[1].length, 32u);
+  EXPECT_EQ(got.sg_list[1].lkey, 8u);
+  EXPECT_EQ(want.opcode, got.opcode);
+  EXPECT_EQ(want.send_flags, got.send_flags);
+  EXPECT_EQ(want.imm_data, got.imm_data);
+  EXPECT_EQ(want.remote_addr, got.remote_addr);
+  EXPECT_EQ(want.num_sge, got.num_sge);
+
+  // Inline: the bytes of both SGEs, in order, in the slot.
+  uint8_t a[5] = {1, 2, 3, 4, 5}, b[3] = {6, 7, 8};
+  ibv_sge in[2] = {{reinterpret_cast<uintptr_t>(a), 5, 0}, {reinterpret_cast<uintptr_t>(b), 3, 0}};
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_INLINE;
+  wr.sg_list = in;
+  ASSERT_EQ(to_send_wqe_header(wr, IBV_QPT_RC, 0, &h), 0);
+  std::vector<uint8_t> islot(abi::send_wqe_size(1, 64));
+  ASSERT_EQ(abi::encode_send_wqe(h, {wr.sg_list, 2u}, islot), sizeof(abi::SendWqeHeader) + 8);
+  ASSERT_EQ(abi::decode_send_wqe(islot, {1, 64}, &got), abi::WqeError::ok);
+  ASSERT_EQ(got.num_sge, 1u);
+  ASSERT_EQ(got.sg_list[0].length, 8u);
+  const uint8_t* bytes = reinterpret_cast<const uint8_t*>(got.sg_list[0].addr);
+  EXPECT_EQ(std::vector<uint8_t>(bytes, bytes + 8), (std::vector<uint8_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+
+  // Expect: the refusals to_send_wr makes.
+  wr.num_sge = 33;
+  EXPECT_EQ(to_send_wqe_header(wr, IBV_QPT_RC, 0, &h), EINVAL);
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_BIND_MW;
+  EXPECT_EQ(to_send_wqe_header(wr, IBV_QPT_RC, 0, &h), EOPNOTSUPP);
+  wr.opcode = IBV_WR_RDMA_READ;
+  EXPECT_EQ(to_send_wqe_header(wr, IBV_QPT_UD, 0, &h), EINVAL);
+}
+
 TEST(VerbsConvert, RecvWr) {
   ibv_sge sge{0x3000, 100, 3};
   ibv_recv_wr wr{};
   wr.wr_id = 9;
   wr.sg_list = &sge;
   wr.num_sge = 1;
-  rocev2::RecvWr r;
+  abi::RecvWr r;
   ASSERT_EQ(to_recv_wr(wr, &r), 0);
   EXPECT_EQ(r.wr_id, 9u);
   EXPECT_EQ(r.sg_list[0].length, 100u);
@@ -124,13 +188,13 @@ TEST(VerbsConvert, RecvWr) {
 }
 
 TEST(VerbsConvert, WorkCompletion) {
-  rocev2::Completion c;
+  abi::Completion c;
   c.wr_id = 5;
-  c.status = rocev2::WcStatus::rem_access_err;
-  c.opcode = rocev2::WcOpcode::recv;
+  c.status = abi::WcStatus::rem_access_err;
+  c.opcode = abi::WcOpcode::recv;
   c.byte_len = 77;
   c.imm_data = 0x0a0b0c0d;
-  c.wc_flags = rocev2::kWcWithImm | rocev2::kWcGrh;
+  c.wc_flags = abi::kWcWithImm | abi::kWcGrh;
   c.qp_num = 12;
   c.src_qp = 13;
   ibv_wc wc{};
@@ -142,7 +206,7 @@ TEST(VerbsConvert, WorkCompletion) {
   EXPECT_EQ(be32toh(wc.imm_data), 0x0a0b0c0du);
   EXPECT_EQ(wc.wc_flags, unsigned(IBV_WC_WITH_IMM | IBV_WC_GRH));
   EXPECT_EQ(wc.src_qp, 13u);
-  c.wc_flags = rocev2::kWcWithInv;
+  c.wc_flags = abi::kWcWithInv;
   c.imm_data = 0x4242;
   to_wc(c, &wc);
   EXPECT_EQ(wc.invalidated_rkey, 0x4242u);  // host order, unlike immediate data
@@ -160,7 +224,7 @@ TEST(VerbsConvert, AddressVector) {
   ah.grh.traffic_class = 3;
   ah.grh.flow_label = 0xabcde;
   ah.sl = 4;
-  rocev2::AddressVector av;
+  abi::AddressVector av;
   ASSERT_EQ(to_av(ah, &av), 0);
   EXPECT_EQ(av.dgid[15], 2);
   EXPECT_EQ(av.sgid_index, 1);
@@ -197,11 +261,11 @@ TEST(VerbsConvert, QpAttrOnlyWhatTheMaskNames) {
   a.min_rnr_timer = 12;
   a.ah_attr.is_global = 1;
   a.ah_attr.port_num = 1;
-  rocev2::QpAttr q;
+  abi::QpAttr q;
   const int mask = IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
                    IBV_QP_MIN_RNR_TIMER | IBV_QP_AV;
   ASSERT_EQ(to_qp_attr(a, mask, &q), 0);
-  EXPECT_EQ(q.path_mtu, rocev2::PathMtu::mtu2048);
+  EXPECT_EQ(q.path_mtu, abi::PathMtu::mtu2048);
   EXPECT_EQ(q.dest_qp_num, 0x55u);
   EXPECT_EQ(q.rq_psn, 0x123u);
   EXPECT_EQ(q.max_dest_rd_atomic, 4);
@@ -216,7 +280,7 @@ TEST(VerbsConvert, QpAttrOnlyWhatTheMaskNames) {
 }
 
 TEST(VerbsConvert, DeviceAndPortAttributes) {
-  core::ctl::QueryDeviceReply r{};
+  abi::ctl::QueryDeviceReply r{};
   r.node_guid = 0x0002c9fffe123456ull;
   r.max_qp = 100;
   r.max_qp_rd_atom = 16;
@@ -231,7 +295,7 @@ TEST(VerbsConvert, DeviceAndPortAttributes) {
   EXPECT_EQ(d.orig_attr.atomic_cap, IBV_ATOMIC_HCA);
   EXPECT_EQ(d.phys_port_cnt_ex, 1u);
 
-  core::ctl::QueryPortReply p{};
+  abi::ctl::QueryPortReply p{};
   p.state = IBV_PORT_ACTIVE;
   p.active_mtu = IBV_MTU_1024;
   p.link_layer = IBV_LINK_LAYER_ETHERNET;

@@ -3,9 +3,9 @@
 
 #include <gtest/gtest.h>
 
-#include "rocev2/ctl_attr.h"
+#include "abi/ctl_attr.h"
 
-namespace droce::rocev2 {
+namespace droce::abi {
 namespace {
 
 TEST(CtlAttr, EveryFieldRoundTrips) {
@@ -36,7 +36,7 @@ TEST(CtlAttr, EveryFieldRoundTrips) {
   a.ah_attr.traffic_class = 4;
   a.ah_attr.flow_label = 0x12345;
   a.ah_attr.sl = 5;
-  core::ctl::WireQpAttr w;
+  abi::ctl::WireQpAttr w;
   to_wire(a, &w);
   QpAttr b;
   ASSERT_TRUE(from_wire(w, &b));
@@ -68,7 +68,7 @@ TEST(CtlAttr, EveryFieldRoundTrips) {
 }
 
 TEST(CtlAttr, OutOfRangeEnumsAreRefused) {
-  core::ctl::WireQpAttr w{};
+  abi::ctl::WireQpAttr w{};
   QpAttr b;
   ASSERT_TRUE(from_wire(w, &b));
   w.qp_state = 7;
@@ -82,4 +82,4 @@ TEST(CtlAttr, OutOfRangeEnumsAreRefused) {
 }
 
 }  // namespace
-}  // namespace droce::rocev2
+}  // namespace droce::abi

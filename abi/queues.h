@@ -1,6 +1,6 @@
 #pragma once
 // The entries of the shared queues between the provider and droced: send
-// WQEs, receive WQEs and CQEs as they sit in core/shm_ring entries.
+// WQEs, receive WQEs and CQEs as they sit in abi/shm_ring entries.
 //
 // These layouts are ABI (see docs/droced.md): fixed-width fields, explicit
 // offsets checked by static_assert, append-only evolution through the
@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace droce::core::abi {
+namespace droce::abi {
 
 /// One scatter/gather entry (ibv_sge).
 struct WqeSge {
@@ -162,4 +162,4 @@ constexpr uint32_t recv_wqe_size(uint32_t max_sge) {
   return uint32_t{sizeof(RecvWqeHeader)} + max_sge * uint32_t{sizeof(WqeSge)};
 }
 
-}  // namespace droce::core::abi
+}  // namespace droce::abi

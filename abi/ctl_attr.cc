@@ -1,11 +1,11 @@
-#include "rocev2/ctl_attr.h"
+#include "abi/ctl_attr.h"
 
 #include <cstring>
 
-namespace droce::rocev2 {
+namespace droce::abi {
 
-void to_wire(const AddressVector& av, core::ctl::WireAv* out) {
-  *out = core::ctl::WireAv{};
+void to_wire(const AddressVector& av, ctl::WireAv* out) {
+  *out = ctl::WireAv{};
   std::memcpy(out->dgid, av.dgid.data(), 16);
   out->flow_label = av.flow_label;
   out->sgid_index = av.sgid_index;
@@ -18,7 +18,7 @@ void to_wire(const AddressVector& av, core::ctl::WireAv* out) {
   out->vlan_id = av.vlan_id;
 }
 
-void from_wire(const core::ctl::WireAv& w, AddressVector* out) {
+void from_wire(const ctl::WireAv& w, AddressVector* out) {
   *out = AddressVector{};
   std::memcpy(out->dgid.data(), w.dgid, 16);
   out->flow_label = w.flow_label & 0xfffff;
@@ -29,8 +29,8 @@ void from_wire(const core::ctl::WireAv& w, AddressVector* out) {
   out->is_global = w.is_global != 0;
 }
 
-void to_wire(const QpAttr& a, core::ctl::WireQpAttr* out) {
-  *out = core::ctl::WireQpAttr{};
+void to_wire(const QpAttr& a, ctl::WireQpAttr* out) {
+  *out = ctl::WireQpAttr{};
   out->qp_state = static_cast<uint32_t>(a.qp_state);
   out->cur_qp_state = static_cast<uint32_t>(a.cur_qp_state);
   out->path_mtu = static_cast<uint32_t>(a.path_mtu);
@@ -63,7 +63,7 @@ void to_wire(const QpAttr& a, core::ctl::WireQpAttr* out) {
   to_wire(a.alt_ah_attr, &out->alt_ah_attr);
 }
 
-bool from_wire(const core::ctl::WireQpAttr& w, QpAttr* out) {
+bool from_wire(const ctl::WireQpAttr& w, QpAttr* out) {
   *out = QpAttr{};
   if (w.qp_state > static_cast<uint32_t>(QpState::err) || w.cur_qp_state > static_cast<uint32_t>(QpState::err))
     return false;
@@ -97,4 +97,4 @@ bool from_wire(const core::ctl::WireQpAttr& w, QpAttr* out) {
   return true;
 }
 
-}  // namespace droce::rocev2
+}  // namespace droce::abi

@@ -1,8 +1,8 @@
-#include "core/shm_ring.h"
+#include "abi/shm_ring.h"
 
 #include <cerrno>
 
-namespace droce::core {
+namespace droce::abi {
 
 // 2^31 entries of 64 KiB: offsets need 48 bits.
 static_assert(sizeof(size_t) >= 8);
@@ -110,4 +110,4 @@ int ShmRingConsumer::attach(std::span<std::byte> mem, ShmRingGeometry expected, 
   return detail::shm_ring_attach(mem, expected, false, &out->s_);
 }
 
-}  // namespace droce::core
+}  // namespace droce::abi

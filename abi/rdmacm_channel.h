@@ -1,3 +1,4 @@
+#pragma once
 /*
  * The rdma_cm channel protocol between libdroce-rdmacm.so (the preload that gives librdmacm its
  * /dev/infiniband/rdma_cm) and droced (droced/cm_host.h), over a SOCK_SEQPACKET socket per
@@ -12,9 +13,6 @@
  * queues and takes one per event it withdraws; the program reads one before each GET_EVENT. The
  * reply names droced's channel number (MIGRATE_ID's `fd` is rewritten to it).
  */
-#ifndef DROCE_RDMACM_CHANNEL_ABI_H
-#define DROCE_RDMACM_CHANNEL_ABI_H
-
 #include <stdint.h>
 
 #define DROCE_CM_MAGIC 0x644d4331u /* "dMC1" */
@@ -40,5 +38,3 @@ struct droce_cm_reply {
   uint32_t channel;
   uint32_t reserved;
 };
-
-#endif

@@ -1,6 +1,6 @@
-#include "core/ctl_protocol.h"
+#include "abi/ctl_protocol.h"
 
-namespace droce::core::ctl {
+namespace droce::abi::ctl {
 
 const char* to_string(HeaderCheck c) {
   switch (c) {
@@ -49,4 +49,4 @@ int decode_body_bytes(std::span<const uint8_t> msg, void* out, size_t size, size
   return 0;
 }
 
-}  // namespace droce::core::ctl
+}  // namespace droce::abi::ctl

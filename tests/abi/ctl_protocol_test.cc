@@ -3,9 +3,9 @@
 
 #include <gtest/gtest.h>
 
-#include "core/ctl_protocol.h"
+#include "abi/ctl_protocol.h"
 
-namespace droce::core::ctl {
+namespace droce::abi::ctl {
 namespace {
 
 TEST(CtlProtocol, RoundTripsABody) {
@@ -77,4 +77,4 @@ TEST(CtlProtocol, OlderAndNewerPeersInteroperate) {
 }
 
 }  // namespace
-}  // namespace droce::core::ctl
+}  // namespace droce::abi::ctl

@@ -8,15 +8,11 @@
 #include <random>
 #include <vector>
 
-#include "rocev2/qp.h"
-#include "rocev2/shm_wqe.h"
+#include "abi/wqe.h"
 #include "tests/test_support.h"
 
-namespace droce::rocev2 {
+namespace droce::abi {
 namespace {
-
-using core::abi::send_wqe_size;
-using core::abi::SendWqeHeader;
 
 TEST(ShmWqe, SendWqeRoundTrips) {
   SendWr w;
@@ -61,6 +57,69 @@ TEST(ShmWqe, InlineDataStaysInTheEntryAndIsBounded) {
   EXPECT_EQ(reinterpret_cast<const uint8_t*>(got.sg_list[0].addr), entry.data() + sizeof(SendWqeHeader));
   // Expect: more inline than the QP was granted is refused, even if the entry holds it.
   EXPECT_EQ(decode_send_wqe(entry, {1, 32}, &got), WqeError::inline_too_long);
+}
+
+// The provider's form: a header, and a scatter list read where it lies.
+TEST(ShmWqe, AHeaderAndAScatterListAreWrittenAsTheyAre) {
+  SendWr w;
+  w.wr_id = 9;
+  w.opcode = WrOpcode::rdma_write;
+  w.send_flags = kSendSignaled;
+  w.remote_addr = 0x5000;
+  w.rkey = 0x77;
+  const Sge list[3] = {{0x1000, 10, 1}, {0x2000, 20, 2}, {0x3000, 30, 3}};
+  std::vector<uint8_t> entry(send_wqe_size(4, 0));
+  ASSERT_EQ(encode_send_wqe(send_wqe_header(w), {list, 3}, entry), sizeof(SendWqeHeader) + 3 * 16);
+  SendWr got;
+  ASSERT_EQ(decode_send_wqe(entry, {4, 0}, &got), WqeError::ok);
+  EXPECT_EQ(got.wr_id, 9u);
+  EXPECT_EQ(got.opcode, WrOpcode::rdma_write);
+  EXPECT_EQ(got.remote_addr, 0x5000u);
+  EXPECT_EQ(got.rkey, 0x77u);
+  ASSERT_EQ(got.num_sge, 3u);
+  for (uint32_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(got.sg_list[i].addr, list[i].addr);
+    EXPECT_EQ(got.sg_list[i].length, list[i].length);
+    EXPECT_EQ(got.sg_list[i].lkey, list[i].lkey);
+  }
+  // Expect: a list longer than the entry holds, or than kMaxSge, writes nothing.
+  std::vector<uint8_t> small(sizeof(SendWqeHeader) + 2 * 16, 0xee);
+  EXPECT_EQ(encode_send_wqe(send_wqe_header(w), {list, 3}, small), 0u);
+  EXPECT_TRUE(std::all_of(small.begin(), small.end(), [](uint8_t b) { return b == 0xee; }));
+  std::vector<Sge> many(kMaxSge + 1);
+  std::vector<uint8_t> huge(send_wqe_size(kMaxSge + 1, 0));
+  EXPECT_EQ(encode_send_wqe(send_wqe_header(w), {many.data(), kMaxSge + 1}, huge), 0u);
+}
+
+// Inline: the bytes the list points at are gathered straight into the entry.
+TEST(ShmWqe, InlineBytesAreGatheredFromTheScatterList) {
+  const std::vector<uint8_t> a(10, 0x11), c(30, 0x33);
+  const Sge list[3] = {{reinterpret_cast<uint64_t>(a.data()), 10, 1}, {0, 0, 2},
+                       {reinterpret_cast<uint64_t>(c.data()), 30, 3}};
+  SendWr w;
+  w.wr_id = 7;
+  w.opcode = WrOpcode::send_with_imm;
+  w.send_flags = kSendInline | kSendSignaled;
+  w.imm_data = 0x01020304;
+  std::vector<uint8_t> entry(send_wqe_size(1, 64));
+  ASSERT_EQ(encode_send_wqe(send_wqe_header(w), {list, 3}, entry), sizeof(SendWqeHeader) + 40);
+  SendWr got;
+  ASSERT_EQ(decode_send_wqe(entry, {1, 64}, &got), WqeError::ok);
+  EXPECT_EQ(got.wr_id, 7u);
+  EXPECT_EQ(got.opcode, WrOpcode::send_with_imm);
+  EXPECT_EQ(got.send_flags, kSendInline | kSendSignaled);
+  EXPECT_EQ(got.imm_data, 0x01020304u);
+  ASSERT_EQ(got.num_sge, 1u);
+  ASSERT_EQ(got.sg_list[0].length, 40u);
+  const uint8_t* in = reinterpret_cast<const uint8_t*>(got.sg_list[0].addr);
+  EXPECT_TRUE(std::equal(a.begin(), a.end(), in));
+  EXPECT_TRUE(std::equal(c.begin(), c.end(), in + 10));
+  // Expect: 72 inline bytes do not fit an entry made for 64; nothing is written.
+  const std::vector<uint8_t> big(72, 0x44);
+  const Sge one{reinterpret_cast<uint64_t>(big.data()), 72, 0};
+  std::vector<uint8_t> clean(entry.size(), 0xee);
+  EXPECT_EQ(encode_send_wqe(send_wqe_header(w), {&one, 1}, clean), 0u);
+  EXPECT_TRUE(std::all_of(clean.begin(), clean.end(), [](uint8_t b) { return b == 0xee; }));
 }
 
 TEST(ShmWqe, HostileFieldsAreRefusedWithTheirReason) {
@@ -124,63 +183,10 @@ TEST(ShmWqe, TheUsedBytesAreTheHeaderAndWhatItNames) {
 
   RecvWr r;
   r.num_sge = 2;
-  std::vector<uint8_t> rentry(core::abi::recv_wqe_size(4));
+  std::vector<uint8_t> rentry(abi::recv_wqe_size(4));
   ASSERT_NE(encode_recv_wqe(r, rentry), 0u);
-  EXPECT_EQ(recv_wqe_used(rentry), sizeof(core::abi::RecvWqeHeader) + 2 * 16);
+  EXPECT_EQ(recv_wqe_used(rentry), sizeof(abi::RecvWqeHeader) + 2 * 16);
   EXPECT_EQ(recv_wqe_used(std::span(rentry.data(), 15)), UINT32_MAX);
-}
-
-// Engine::post_send reuses SQ slots with SendWqe::reset, which writes only the SGEs in use.
-TEST(ShmWqe, AReusedSendSlotKeepsNothingOfTheLastWqe) {
-  SendWqe slot;
-  slot.wr.opcode = WrOpcode::rdma_read;
-  slot.wr.num_sge = 2;
-  slot.wr.sg_list[0] = {1, 2, 3};
-  slot.wr.sg_list[1] = {4, 5, 6};
-  slot.ud_av.hop_limit = 1;
-  slot.ud_av.vlan_id = 3;
-  slot.length = slot.npackets = slot.first_psn = slot.last_psn = 9;
-  slot.psn_assigned = slot.resp_complete = slot.resp_gap_seen = slot.has_local_error = true;
-  slot.resp_next_psn = slot.resp_bytes = slot.inline_off = 9;
-  slot.local_error = WcStatus::rem_access_err;
-
-  SendWr wr;
-  wr.wr_id = 42;
-  wr.opcode = WrOpcode::send_with_imm;
-  wr.send_flags = kSendSignaled;
-  wr.imm_data = 7;
-  wr.remote_addr = 0x1000;
-  wr.rkey = 5;
-  wr.num_sge = 1;
-  wr.sg_list[0] = {0x2000, 64, 8};
-  slot.reset(wr);
-
-  // Expect: the WR's fields, its one SGE, and every other field as a new SendWqe's.
-  EXPECT_EQ(slot.wr.wr_id, 42u);
-  EXPECT_EQ(slot.wr.opcode, WrOpcode::send_with_imm);
-  EXPECT_EQ(slot.wr.send_flags, kSendSignaled);
-  EXPECT_EQ(slot.wr.imm_data, 7u);
-  EXPECT_EQ(slot.wr.remote_addr, 0x1000u);
-  EXPECT_EQ(slot.wr.rkey, 5u);
-  EXPECT_EQ(slot.wr.num_sge, 1u);
-  EXPECT_EQ(slot.wr.sg_list[0].addr, 0x2000u);
-  EXPECT_EQ(slot.wr.sg_list[0].length, 64u);
-  EXPECT_EQ(slot.wr.sg_list[0].lkey, 8u);
-  const SendWqe fresh;
-  EXPECT_EQ(slot.ud_av.hop_limit, fresh.ud_av.hop_limit);
-  EXPECT_EQ(slot.ud_av.vlan_id, fresh.ud_av.vlan_id);
-  EXPECT_EQ(slot.length, 0u);
-  EXPECT_EQ(slot.npackets, 0u);
-  EXPECT_EQ(slot.first_psn, 0u);
-  EXPECT_EQ(slot.last_psn, 0u);
-  EXPECT_FALSE(slot.psn_assigned);
-  EXPECT_FALSE(slot.resp_complete);
-  EXPECT_EQ(slot.resp_next_psn, 0u);
-  EXPECT_EQ(slot.resp_bytes, 0u);
-  EXPECT_EQ(slot.inline_off, 0u);
-  EXPECT_FALSE(slot.resp_gap_seen);
-  EXPECT_FALSE(slot.has_local_error);
-  EXPECT_EQ(slot.local_error, WcStatus::success);
 }
 
 TEST(ShmWqe, RandomGarbageNeverReadsPastTheEntry) {
@@ -227,7 +233,7 @@ TEST(ShmWqe, RandomGarbageNeverReadsPastTheEntry) {
         }
       }
     }
-    const std::vector<uint8_t> rp = used_part(e, sizeof(core::abi::RecvWqeHeader), false);
+    const std::vector<uint8_t> rp = used_part(e, sizeof(abi::RecvWqeHeader), false);
     RecvWr r2;
     ASSERT_EQ(decode_recv_wqe(rp, rl, &r2), re) << i;
     if (re == WqeError::ok) {
@@ -244,7 +250,7 @@ TEST(ShmWqe, RecvWqeAndCqeRoundTrip) {
   w.num_sge = 2;
   w.sg_list[0] = {1, 2, 3};
   w.sg_list[1] = {4, 5, 6};
-  std::vector<uint8_t> entry(core::abi::recv_wqe_size(2));
+  std::vector<uint8_t> entry(abi::recv_wqe_size(2));
   ASSERT_EQ(encode_recv_wqe(w, entry), entry.size());
   RecvWr got;
   ASSERT_EQ(decode_recv_wqe(entry, {2, 0}, &got), WqeError::ok);
@@ -261,7 +267,7 @@ TEST(ShmWqe, RecvWqeAndCqeRoundTrip) {
   c.qp_num = 0x11;
   c.src_qp = 0x22;
   c.wc_flags = kWcWithImm | kWcGrh;
-  core::abi::Cqe e;
+  abi::Cqe e;
   encode_cqe(c, &e);
   const Completion d = decode_cqe(e);
   EXPECT_EQ(d.wr_id, c.wr_id);
@@ -275,4 +281,4 @@ TEST(ShmWqe, RecvWqeAndCqeRoundTrip) {
 }
 
 }  // namespace
-}  // namespace droce::rocev2
+}  // namespace droce::abi

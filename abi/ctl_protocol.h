@@ -24,7 +24,7 @@
 #include <type_traits>
 #include <vector>
 
-namespace droce::core::ctl {
+namespace droce::abi::ctl {
 
 inline constexpr uint32_t kMagic = 0x45435244;  // "DRCE" little-endian
 inline constexpr uint16_t kAbiMajor = 1;
@@ -102,7 +102,7 @@ struct HelloRequest {
 };
 static_assert(sizeof(HelloRequest) == 40);
 
-/// Three descriptors come beside it: the context region (core/queue_abi.h
+/// Three descriptors come beside it: the context region (abi/queues.h
 /// ContextPage, then the doorbell ring, then the async event ring), the
 /// async eventfd droced writes when it queues an event, and the wake eventfd
 /// the client writes after a doorbell when droced says it sleeps.
@@ -197,7 +197,7 @@ struct WireAv {
 static_assert(sizeof(WireAv) == 48);
 static_assert(offsetof(WireAv, sgid_index) == 20 && offsetof(WireAv, dmac) == 28);
 
-/// ibv_qp_attr's fields, fixed width (values as in rocev2/verbs.h).
+/// ibv_qp_attr's fields, fixed width (values as in abi/verbs.h).
 struct WireQpAttr {
   uint32_t qp_state;
   uint32_t cur_qp_state;
@@ -503,4 +503,4 @@ int decode_body(std::span<const uint8_t> msg, Body* out, size_t min_size = sizeo
   return decode_body_bytes(msg, out, sizeof *out, min_size);
 }
 
-}  // namespace droce::core::ctl
+}  // namespace droce::abi::ctl

@@ -1,14 +1,10 @@
-#include "rocev2/shm_wqe.h"
+#include "abi/wqe.h"
 
 #include <algorithm>
 #include <cstring>
 
-namespace droce::rocev2 {
+namespace droce::abi {
 
-using core::abi::Cqe;
-using core::abi::RecvWqeHeader;
-using core::abi::SendWqeHeader;
-using core::abi::WqeSge;
 
 const char* to_string(WqeError e) {
   switch (e) {
@@ -51,18 +47,7 @@ WqeError decode_send_wqe(std::span<const uint8_t> entry, const WqeLimits& lim, S
   if (!known_opcode(h.opcode)) return WqeError::bad_opcode;
   if (h.send_flags & ~kKnownSendFlags) return WqeError::bad_flags;
   const std::span<const uint8_t> body = entry.subspan(sizeof h);
-  out->wr_id = h.wr_id;
-  out->opcode = static_cast<WrOpcode>(h.opcode);
-  out->send_flags = h.send_flags;
-  out->imm_data = h.imm_or_inv;
-  out->invalidate_rkey = h.imm_or_inv;
-  out->remote_addr = h.remote_addr;
-  out->rkey = h.rkey;
-  out->compare_add = h.compare_add;
-  out->swap = h.swap;
-  out->ah = h.ah;
-  out->remote_qpn = h.remote_qpn & 0xffffff;
-  out->remote_qkey = h.remote_qkey;
+  send_wr_fields(h, out);
   if (h.send_flags & kSendInline) {
     if (h.inline_len > lim.max_inline) return WqeError::inline_too_long;
     if (h.inline_len > body.size()) return WqeError::short_entry;
@@ -79,6 +64,21 @@ WqeError decode_send_wqe(std::span<const uint8_t> entry, const WqeLimits& lim, S
     out->sg_list[i] = {s.addr, s.length, s.lkey};
   }
   return WqeError::ok;
+}
+
+void send_wr_fields(const SendWqeHeader& h, SendWr* out) {
+  out->wr_id = h.wr_id;
+  out->opcode = static_cast<WrOpcode>(h.opcode);
+  out->send_flags = h.send_flags;
+  out->imm_data = h.imm_or_inv;
+  out->invalidate_rkey = h.imm_or_inv;
+  out->remote_addr = h.remote_addr;
+  out->rkey = h.rkey;
+  out->compare_add = h.compare_add;
+  out->swap = h.swap;
+  out->ah = h.ah;
+  out->remote_qpn = h.remote_qpn & 0xffffff;
+  out->remote_qkey = h.remote_qkey;
 }
 
 uint32_t send_wqe_used(std::span<const uint8_t> header) {
@@ -112,7 +112,7 @@ WqeError decode_recv_wqe(std::span<const uint8_t> entry, const WqeLimits& lim, R
   return WqeError::ok;
 }
 
-size_t encode_send_wqe(const SendWr& wr, std::span<const uint8_t> inline_data, std::span<uint8_t> entry) {
+SendWqeHeader send_wqe_header(const SendWr& wr) {
   SendWqeHeader h{};
   h.wr_id = wr.wr_id;
   h.remote_addr = wr.remote_addr;
@@ -126,21 +126,41 @@ size_t encode_send_wqe(const SendWr& wr, std::span<const uint8_t> inline_data, s
   h.remote_qkey = wr.remote_qkey;
   h.send_flags = wr.send_flags;
   h.opcode = static_cast<uint8_t>(wr.opcode);
-  const bool inl = (wr.send_flags & kSendInline) != 0;
-  const size_t body = inl ? inline_data.size() : size_t{wr.num_sge} * sizeof(WqeSge);
-  if (sizeof h + body > entry.size() || (!inl && wr.num_sge > kMaxSge)) return 0;
-  h.num_sge = static_cast<uint16_t>(inl ? 0 : wr.num_sge);
-  h.inline_len = static_cast<uint32_t>(inl ? inline_data.size() : 0);
-  std::memcpy(entry.data(), &h, sizeof h);
+  return h;
+}
+
+size_t encode_send_wqe(SendWqeHeader h, SgeList sges, std::span<uint8_t> entry) {
+  if (sges.size() > kMaxSge) return 0;
+  const bool inl = (h.send_flags & kSendInline) != 0;
+  size_t body = 0;
   if (inl) {
-    if (!inline_data.empty()) std::memcpy(entry.data() + sizeof h, inline_data.data(), inline_data.size());
+    for (uint32_t i = 0; i < sges.size(); ++i) body += sges[i].length;
   } else {
-    for (uint32_t i = 0; i < wr.num_sge; ++i) {
-      const WqeSge s{wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey};
-      std::memcpy(entry.data() + sizeof h + i * sizeof s, &s, sizeof s);
-    }
+    body = size_t{sges.size()} * sizeof(WqeSge);
+  }
+  if (sizeof h + body > entry.size()) return 0;
+  h.num_sge = static_cast<uint16_t>(inl ? 0 : sges.size());
+  h.inline_len = static_cast<uint32_t>(inl ? body : 0);
+  uint8_t* p = entry.data();
+  std::memcpy(p, &h, sizeof h);
+  p += sizeof h;
+  if (!inl) {
+    if (body != 0) std::memcpy(p, sges.data(), body);
+    return sizeof h + body;
+  }
+  for (uint32_t i = 0; i < sges.size(); ++i) {
+    const WqeSge s = sges[i];
+    if (s.length != 0) std::memcpy(p, reinterpret_cast<const void*>(s.addr), s.length);
+    p += s.length;
   }
   return sizeof h + body;
+}
+
+size_t encode_send_wqe(const SendWr& wr, std::span<const uint8_t> inline_data, std::span<uint8_t> entry) {
+  if ((wr.send_flags & kSendInline) == 0) return encode_send_wqe(send_wqe_header(wr), {wr.sg_list, wr.num_sge}, entry);
+  if (inline_data.size() > entry.size()) return 0;
+  const Sge data{reinterpret_cast<uint64_t>(inline_data.data()), static_cast<uint32_t>(inline_data.size()), 0};
+  return encode_send_wqe(send_wqe_header(wr), {&data, inline_data.empty() ? 0u : 1u}, entry);
 }
 
 size_t encode_recv_wqe(const RecvWr& wr, std::span<uint8_t> entry) {
@@ -190,4 +210,4 @@ Completion decode_cqe(const Cqe& e) {
   return c;
 }
 
-}  // namespace droce::rocev2
+}  // namespace droce::abi

@@ -76,7 +76,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace droce::core {
+namespace droce::abi {
 
 /// "drng" in memory order on a little-endian host.
 inline constexpr uint32_t kShmRingMagic = 0x676e7264;
@@ -485,4 +485,4 @@ class ShmRingConsumer {
   detail::ShmRingState s_;
 };
 
-}  // namespace droce::core
+}  // namespace droce::abi

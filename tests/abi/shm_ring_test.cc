@@ -35,18 +35,25 @@
 #include <string>
 #include <vector>
 
+#include "abi/shm_ring.h"
 #include "core/shm_region.h"
-#include "core/shm_ring.h"
 #include "core/unix_socket.h"
 #include "tests/test_support.h"
 
-namespace droce::core {
+namespace droce::abi {
 
 // gtest prints the status by name.
 void PrintTo(ShmRingStatus s, std::ostream* os) { *os << to_string(s); }
 
 namespace {
 
+using core::Fd;
+using core::page_size;
+using core::receive_message;
+using core::send_message;
+using core::seqpacket_pair;
+using core::ShmMapOptions;
+using core::ShmRegion;
 using Clock = std::chrono::steady_clock;
 
 // How long a loop may wait on the other process before the test calls it a
@@ -1168,4 +1175,4 @@ TEST(ShmRingHostilePeer, ScribblingEverythingConcurrentlyCrashesNothing) {
 }
 
 }  // namespace
-}  // namespace droce::core
+}  // namespace droce::abi
