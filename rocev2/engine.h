@@ -29,10 +29,13 @@
 #include "rocev2/packet.h"
 #include "rocev2/parser.h"
 #include "rocev2/qp.h"
+#include "rocev2/responder.h"
 #include "rocev2/srq.h"
 #include "rocev2/verbs.h"
 
 namespace droce::rocev2 {
+
+struct ResponderRequest;  // responder.cc's: one request on its way through the checks
 
 /// Where the engine's frames go: a DPDK port queue, a simulated link, a
 /// capture. One call per burst, never per packet.
@@ -305,12 +308,31 @@ class Engine {
   /// False with *err LOC_PROT_ERR (bad key/bounds) or LOC_LEN_ERR (no room).
   bool scatter(Qp* qp, const Sge* sges, uint32_t num_sge, uint32_t offset, const rte_mbuf* m, uint32_t src_off,
                uint32_t len, WcStatus* err);
-  /// The R_Key check of a WRITE or READ's RETH (C9-88): the QP must allow
-  /// the access, and a non-zero length must fall in a region that does.
-  bool remote_access_ok(Qp* qp, const Reth& reth, uint32_t need);
-  /// Binds a receive WQE to the message arriving at `psn`. False when there
-  /// is none: an RNR NAK went out (RC) or the message is dropped (UC).
-  bool bind_recv(Qp* qp, uint32_t psn);
+  // responder_rx's chain (rocev2/responder.h): each returns its verdict; `ok` goes on. The
+  // checks that need only the QP are free functions in responder.cc.
+  ResponderVerdict responder_checks(ResponderRequest& r);
+  ResponderVerdict responder_step(const ResponderRequest& r, ResponderCheck check, ResponderVerdict v);
+  void responder_fatal(ResponderRequest& r, NakCode code);
+  ResponderVerdict check_state(ResponderRequest& r);
+  ResponderVerdict check_rkey(ResponderRequest& r, uint32_t rkey, uint64_t va, uint32_t len, uint32_t need);
+  /// Binds a receive WQE to the message when it needs one; with none, nak_rnr (RC) or drop (UC).
+  ResponderVerdict check_recv(ResponderRequest& r);
+  ResponderVerdict duplicate_request(ResponderRequest& r);
+  ResponderVerdict replay_read(ResponderRequest& r, const RdAtomicResource& res);
+  ResponderVerdict replay_atomic(ResponderRequest& r, const RdAtomicResource& res);
+  ResponderVerdict serve_send(ResponderRequest& r);
+  ResponderVerdict execute_send(ResponderRequest& r);
+  ResponderVerdict invalidate_rkey(ResponderRequest& r);
+  ResponderVerdict complete_send(ResponderRequest& r);
+  ResponderVerdict serve_write(ResponderRequest& r);
+  ResponderVerdict execute_write(ResponderRequest& r);
+  ResponderVerdict complete_write(ResponderRequest& r);
+  ResponderVerdict serve_read(ResponderRequest& r);
+  ResponderVerdict execute_read(ResponderRequest& r);
+  ResponderVerdict serve_atomic(ResponderRequest& r);
+  ResponderVerdict execute_atomic(ResponderRequest& r);
+  void send_atomic_ack(Qp* qp, uint32_t psn, uint32_t msn, uint64_t orig);
+  ResponderVerdict acknowledge(ResponderRequest& r);
 
   EngineConfig cfg_;
   MrTable mrs_;
