@@ -230,6 +230,12 @@ class Engine {
   /// True when some QP has packets it could send now.
   bool has_tx_work() const { return !ready_.empty() || !tx_.empty(); }
 
+  /// Debug builds (kResponderTrace): every responder check's verdict on the latest requests,
+  /// oldest first (rocev2/responder.h), so a test or a debugger can see which rule a request
+  /// met and why it was NAKed or dropped. Always empty in release builds. Owning lcore only.
+  const ResponderTrace& responder_trace() const { return responder_trace_; }
+  void clear_responder_trace() { responder_trace_.clear(); }
+
   std::vector<AsyncEvent>& events() { return events_; }
   const EngineCounters& counters() const { return counters_; }
   /// Every QP's counters added up, the destroyed ones' included (as rxe's device-wide
@@ -381,6 +387,7 @@ class Engine {
   std::vector<AsyncEvent> events_;
   EngineCounters counters_;
   QpCounters retired_qp_counters_;        ///< of the QPs destroyed so far
+  ResponderTrace responder_trace_;        ///< written only when kResponderTrace (debug builds)
   RecvRefill recv_refill_ = nullptr;
   void* recv_refill_ctx_ = nullptr;
   uint64_t now_ns_ = 0;

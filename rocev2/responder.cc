@@ -5,11 +5,15 @@
 // operation is executed when all pass, and the driver acts on the verdict that ends the chain
 // (ACKs, READ responses, atomic ACKs, NAKs, drops). Checks that need only the QP are free
 // functions here; those that need the engine (MRs, receive queues, TX) are Engine members.
+// Every verdict passes responder_step, which records it in debug builds (responder_trace) and
+// logs it in DROCE_DATAPATH_LOG builds; in release builds it is only the verdict.
 // UD receives are here too.
 
 #include "rocev2/responder.h"
 
 #include <rte_byteorder.h>
+
+#include <cstdio>
 
 #include "core/log.h"
 #include "rocev2/engine.h"
@@ -204,6 +208,13 @@ const char* describe(ResponderVerdict v) {
   return i < std::size(kTexts) ? kTexts[i] : "?";
 }
 
+std::string to_string(const ResponderTraceEntry& e) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "qp 0x%x psn 0x%06x %s %s: %s", e.qpn, e.psn, opcode_info(e.opcode).name,
+                to_string(e.check), to_string(e.verdict));
+  return buf;
+}
+
 bool Engine::scatter(Qp* q, const Sge* sges, uint32_t num_sge, uint32_t offset, const rte_mbuf* m,
                      uint32_t src_off, uint32_t len, WcStatus* err) {
   uint32_t skip = offset;
@@ -354,9 +365,11 @@ void Engine::responder_rx(Qp* q, const ParsedPacket& p, rte_mbuf* m, uint64_t, b
   }
 }
 
-// Every check's verdict passes here, so a log (and a trace) can say which rule a request met.
+// Every check's verdict passes here, so the trace and the log can say which rule a request met.
+// The trace compiles out of release builds, the log out of every build without DROCE_DATAPATH_LOG.
 ResponderVerdict Engine::responder_step([[maybe_unused]] const ResponderRequest& r,
                                         [[maybe_unused]] ResponderCheck check, ResponderVerdict v) {
+  if constexpr (kResponderTrace) responder_trace_.record({r.q->qpn, r.psn, r.p.hdr.bth.opcode, check, v});
   if (v != Verdict::ok && v != Verdict::done) {
     // Data-path log: compiled out unless DROCE_DATAPATH_LOG; each of these outcomes is counted.
     DROCE_DP_LOG(DEBUG, rocev2, "qp 0x%x psn 0x%06x opcode 0x%02x: %s: %s", r.q->qpn, r.psn, r.p.hdr.bth.opcode,

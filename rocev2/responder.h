@@ -8,10 +8,18 @@
 // ResponderCheck names the checks and ResponderVerdict the verdicts; their names double as log
 // and trace names, so a trace can say which rule a request met.
 //
-// Threading: plain values; the engine that uses them is single-threaded (one lcore).
+// Tracing: debug builds (no NDEBUG) record every check's verdict for the latest requests in a
+// ResponderTrace (Engine::responder_trace()), for a test or a debugger to read; release builds
+// record nothing and the recording compiles out (kResponderTrace). Builds with
+// DROCE_DATAPATH_LOG also log every verdict other than ok and done (core/log.h, at debug level).
+//
+// Threading: the trace belongs to its engine's lcore; nothing here is synchronized.
 
+#include <array>
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace droce::rocev2 {
 
@@ -72,5 +80,51 @@ const char* to_string(ResponderVerdict v);
 /// The rule a check enforces, or what a verdict means, in a sentence.
 const char* describe(ResponderCheck c);
 const char* describe(ResponderVerdict v);
+
+/// Whether the responder records its checks' verdicts: in debug builds only.
+#ifdef NDEBUG
+inline constexpr bool kResponderTrace = false;
+#else
+inline constexpr bool kResponderTrace = true;
+#endif
+
+/// One check's verdict on one request.
+struct ResponderTraceEntry {
+  uint32_t qpn = 0;
+  uint32_t psn = 0;
+  uint8_t opcode = 0;  ///< the request's BTH opcode
+  ResponderCheck check = ResponderCheck::state;
+  ResponderVerdict verdict = ResponderVerdict::ok;
+};
+
+/// "qp 0x11 psn 0x005001 RC_SEND_ONLY psn: nak_seq" (for failure messages and debuggers).
+std::string to_string(const ResponderTraceEntry& e);
+
+/// The latest kDepth entries, a ring: enough for the last dozens of requests (one makes 3 to 12
+/// entries). Its size does not depend on NDEBUG, so neither does the Engine's layout (translation
+/// units built with and without it still agree); in release builds it is simply never written
+/// (3 KB per engine, never touched).
+class ResponderTrace {
+ public:
+  static constexpr size_t kDepth = 256;
+
+  void record(const ResponderTraceEntry& e) {
+    ring_[recorded_ % kDepth] = e;
+    ++recorded_;
+  }
+  /// Entries held, at most kDepth; [0] is the oldest, [size() - 1] the newest.
+  size_t size() const { return recorded_ < kDepth ? static_cast<size_t>(recorded_) : kDepth; }
+  const ResponderTraceEntry& operator[](size_t i) const {
+    assert(i < size());
+    return ring_[(recorded_ - size() + i) % kDepth];
+  }
+  /// Entries recorded since the start or clear(), the overwritten ones included.
+  uint64_t recorded() const { return recorded_; }
+  void clear() { recorded_ = 0; }
+
+ private:
+  std::array<ResponderTraceEntry, kDepth> ring_{};
+  uint64_t recorded_ = 0;
+};
 
 }  // namespace droce::rocev2
