@@ -35,8 +35,6 @@
 
 namespace droce::rocev2 {
 
-struct ResponderRequest;  // responder.cc's: one request on its way through the checks
-
 /// Where the engine's frames go: a DPDK port queue, a simulated link, a
 /// capture. One call per burst, never per packet.
 class PacketPort {
@@ -314,31 +312,9 @@ class Engine {
   /// False with *err LOC_PROT_ERR (bad key/bounds) or LOC_LEN_ERR (no room).
   bool scatter(Qp* qp, const Sge* sges, uint32_t num_sge, uint32_t offset, const rte_mbuf* m, uint32_t src_off,
                uint32_t len, WcStatus* err);
-  // responder_rx's chain (rocev2/responder.h): each returns its verdict; `ok` goes on. The
-  // checks that need only the QP are free functions in responder.cc.
-  ResponderVerdict responder_checks(ResponderRequest& r);
-  ResponderVerdict responder_step(const ResponderRequest& r, ResponderCheck check, ResponderVerdict v);
-  void responder_fatal(ResponderRequest& r, NakCode code);
-  ResponderVerdict check_state(ResponderRequest& r);
-  ResponderVerdict check_rkey(ResponderRequest& r, uint32_t rkey, uint64_t va, uint32_t len, uint32_t need);
-  /// Binds a receive WQE to the message when it needs one; with none, nak_rnr (RC) or drop (UC).
-  ResponderVerdict check_recv(ResponderRequest& r);
-  ResponderVerdict duplicate_request(ResponderRequest& r);
-  ResponderVerdict replay_read(ResponderRequest& r, const RdAtomicResource& res);
-  ResponderVerdict replay_atomic(ResponderRequest& r, const RdAtomicResource& res);
-  ResponderVerdict serve_send(ResponderRequest& r);
-  ResponderVerdict execute_send(ResponderRequest& r);
-  ResponderVerdict invalidate_rkey(ResponderRequest& r);
-  ResponderVerdict complete_send(ResponderRequest& r);
-  ResponderVerdict serve_write(ResponderRequest& r);
-  ResponderVerdict execute_write(ResponderRequest& r);
-  ResponderVerdict complete_write(ResponderRequest& r);
-  ResponderVerdict serve_read(ResponderRequest& r);
-  ResponderVerdict execute_read(ResponderRequest& r);
-  ResponderVerdict serve_atomic(ResponderRequest& r);
-  ResponderVerdict execute_atomic(ResponderRequest& r);
-  void send_atomic_ack(Qp* qp, uint32_t psn, uint32_t msn, uint64_t orig);
-  ResponderVerdict acknowledge(ResponderRequest& r);
+  /// One request on its way through responder_rx's chain of checks (rocev2/responder.h); the
+  /// checks are its member functions. Defined in responder.cc only.
+  struct ResponderRequest;
 
   EngineConfig cfg_;
   MrTable mrs_;

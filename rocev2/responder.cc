@@ -3,11 +3,10 @@
 // (QP state, PSN, opcode sequence, lengths, resources, then the operation's own: R_Key and
 // bounds and access, a receive WQE), each returning a named verdict (rocev2/responder.h); the
 // operation is executed when all pass, and the driver acts on the verdict that ends the chain
-// (ACKs, READ responses, atomic ACKs, NAKs, drops). Checks that need only the QP are free
-// functions here; those that need the engine (MRs, receive queues, TX) are Engine members.
-// Every verdict passes responder_step, which records it in debug builds (responder_trace) and
-// logs it in DROCE_DATAPATH_LOG builds; in release builds it is only the verdict.
-// UD receives are here too.
+// (ACKs, READ responses, atomic ACKs, NAKs, drops). The checks are member functions of
+// Engine::ResponderRequest, the request's context. Every verdict passes its step(), which records
+// it in debug builds (Engine::responder_trace) and logs it in DROCE_DATAPATH_LOG builds; in
+// release builds it is only the verdict. UD receives are here too.
 
 #include "rocev2/responder.h"
 
@@ -19,33 +18,6 @@
 #include "rocev2/engine.h"
 
 namespace droce::rocev2 {
-
-/// One RC or UC request on its way through the checks: what they read, and what one leaves
-/// for a later one.
-struct ResponderRequest {
-  ResponderRequest(Qp* qp, const ParsedPacket& pkt, rte_mbuf* mbuf, bool* kept_out)
-      : q(qp),
-        p(pkt),
-        m(mbuf),
-        kept(kept_out),
-        info(*pkt.info),
-        psn(pkt.hdr.bth.psn),
-        len(pkt.layout.payload_len),
-        psn_delta(psn_diff(pkt.hdr.bth.psn, qp->resp.epsn)),
-        rc(qp->type == QpType::rc) {}
-
-  Qp* const q;
-  const ParsedPacket& p;
-  rte_mbuf* const m;
-  bool* const kept;          ///< set when the request is held: the caller must not free `m`
-  const OpcodeInfo& info;
-  const uint32_t psn;
-  const uint32_t len;        ///< payload bytes
-  const int32_t psn_delta;   ///< the PSN minus the expected one, on arrival
-  const bool rc;             ///< RC (else UC)
-  Mr* mr = nullptr;          ///< the region check_rkey found (atomics use it)
-  WcStatus recv_status = WcStatus::success;  ///< with a NAK verdict: how the bound receive completes
-};
 
 namespace {
 
@@ -60,113 +32,80 @@ bool is_read_or_atomic(OpKind k) {
   return k == OpKind::read_request || k == OpKind::compare_swap || k == OpKind::fetch_add;
 }
 
-// ---- The checks that need only the QP ---------------------------------------------------------
-
-// Responses leave in request order: while a READ streams its responses, anything answered now (an
-// ACK, a NAK, an atomic ACK) would overtake them, so a request waits behind it, in order (rxe
-// queues likewise); only a duplicate READ (the requester going back) is served at once. Past
-// kMaxHeldRequests it is dropped and the requester sends it again.
-Verdict check_reading(ResponderRequest& r) {
-  Qp::Responder& s = r.q->resp;
-  if (!r.rc || !s.reading || (r.psn_delta < 0 && r.info.kind == OpKind::read_request)) return Verdict::ok;
-  if (s.held.size() >= kMaxHeldRequests) {
-    ++r.q->counters.dropped;
-    return Verdict::drop;
-  }
-  s.held.push_back(r.m);
-  *r.kept = true;
-  ++r.q->counters.held_requests;
-  return Verdict::hold;
-}
-
-// IBA 9.7.5.1.1: the expected PSN goes on. RC: an older one is a duplicate; a newer one gets one
-// PSN sequence NAK per gap, then silence until the expected PSN comes (go-back-N). UC: any other
-// PSN ends the message in progress (IBA 9.8.3); a new message may start at it.
-Verdict check_psn(ResponderRequest& r) {
-  Qp* q = r.q;
-  Qp::Responder& s = q->resp;
-  if (r.rc && r.psn_delta < 0) {
-    ++q->counters.duplicate_requests;
-    return Verdict::duplicate;
-  }
-  if (r.psn_delta != 0) {
-    ++q->counters.out_of_sequence;
-    if (r.rc) {
-      if (s.seq_nak_sent) return Verdict::drop;
-      s.seq_nak_sent = true;
-      ++q->counters.seq_naks_sent;
-      return Verdict::nak_seq;
-    }
-    s.msg = Qp::Responder::none;
-    s.recv_offset = 0;
-    s.epsn = r.psn;
-    if (!r.info.starts_message()) {
-      s.epsn = psn_add(r.psn, 1);
-      ++q->counters.dropped;
-      return Verdict::drop;
-    }
-  }
-  s.seq_nak_sent = false;
-  return Verdict::ok;
-}
-
-// C9-? opcode sequence: a middle or last packet continues the message in progress (a SEND's or a
-// WRITE's, of the same kind); a first or only packet needs none in progress.
-Verdict check_op_seq(const ResponderRequest& r) {
-  const bool continues = r.info.position == Position::middle || r.info.position == Position::last;
-  bool ok = false;
-  switch (r.q->resp.msg) {
-    case Qp::Responder::none: ok = !continues; break;
-    case Qp::Responder::send: ok = continues && r.info.kind == OpKind::send; break;
-    case Qp::Responder::write: ok = continues && r.info.kind == OpKind::write; break;
-  }
-  return ok ? Verdict::ok : Verdict::nak_inv_req;
-}
-
-// C9-? packet length: first and middle packets carry exactly the path MTU; a last one 1 to MTU
-// bytes (a message of k MTUs ends with a full one); no packet more than the MTU.
-Verdict check_length(const ResponderRequest& r) {
-  const Position pos = r.info.position;
-  const uint32_t mtu = r.q->mtu;
-  if ((pos == Position::first || pos == Position::middle) && r.len != mtu) return Verdict::nak_inv_req;
-  if (r.len > mtu || (pos == Position::last && r.len == 0)) return Verdict::nak_inv_req;
-  return Verdict::ok;
-}
-
-// o9-? READs and atomics need responder resources: a QP with max_dest_rd_atomic 0 takes none.
-Verdict check_resource(const ResponderRequest& r) {
-  if (is_read_or_atomic(r.info.kind) && r.q->attr.max_dest_rd_atomic == 0) return Verdict::nak_inv_req;
-  return Verdict::ok;
-}
-
-// The operation is one a responder serves: SEND, RDMA WRITE, RDMA READ, or an atomic.
-Verdict check_op_valid(const ResponderRequest& r) {
-  const OpKind k = r.info.kind;
-  return k == OpKind::send || k == OpKind::write || is_read_or_atomic(k) ? Verdict::ok : Verdict::nak_inv_req;
-}
-
-// A message is at most 2^31 bytes: so is a RETH's DMA length.
-Verdict check_dma_length(const Reth& reth) {
-  return reth.dma_len > 0x80000000u ? Verdict::nak_inv_req : Verdict::ok;
-}
-
-// The QP allows the remote access it is asked for (its qp_access_flags; C9-88).
-Verdict check_qp_access(const ResponderRequest& r, uint32_t need) {
-  return (r.q->attr.qp_access_flags & need) ? Verdict::ok : Verdict::nak_rem_acc;
-}
-
-// C9-? atomics operate on 8-byte aligned addresses.
-Verdict check_atomic_align(uint64_t va) { return (va & 7) ? Verdict::nak_inv_req : Verdict::ok; }
-
-// C9-? a WRITE's payloads add up to its RETH's DMA length: none goes past it, the last one ends
-// exactly at it.
-Verdict check_write_length(const ResponderRequest& r) {
-  const uint32_t left = r.q->resp.write_left;
-  if (r.len > left || (r.info.ends_message() && r.len != left)) return Verdict::nak_inv_req;
-  return Verdict::ok;
-}
-
 }  // namespace
+
+/// One RC or UC request on its way through the responder's checks: what they read, what one
+/// leaves for a later one, and the checks themselves, each a small member function stating the
+/// rule it enforces. A nested type of Engine, so the checks can use the engine's state (MRs,
+/// receive queues, TX); defined, and its functions inline, in this file only, so the whole chain
+/// compiles into responder_rx as the one function it replaced did.
+struct Engine::ResponderRequest {
+  ResponderRequest(Engine& engine, Qp* qp, const ParsedPacket& pkt, rte_mbuf* mbuf, bool* kept_out)
+      : e(engine),
+        q(qp),
+        p(pkt),
+        m(mbuf),
+        kept(kept_out),
+        info(*pkt.info),
+        psn(pkt.hdr.bth.psn),
+        len(pkt.layout.payload_len),
+        psn_delta(psn_diff(pkt.hdr.bth.psn, qp->resp.epsn)),
+        rc(qp->type == QpType::rc) {}
+
+  Engine& e;
+  Qp* const q;
+  const ParsedPacket& p;
+  rte_mbuf* const m;
+  bool* const kept;          ///< set when the request is held: the caller must not free `m`
+  const OpcodeInfo& info;
+  const uint32_t psn;
+  const uint32_t len;        ///< payload bytes
+  const int32_t psn_delta;   ///< the PSN minus the expected one, on arrival
+  const bool rc;             ///< RC (else UC)
+  Mr* mr = nullptr;          ///< the region check_rkey found (atomics use it)
+  WcStatus recv_status = WcStatus::success;  ///< with a NAK verdict: how the bound receive completes
+
+  // The hot path is inline and compiles into responder_rx, as the one function it replaced did.
+  // GCC 12 at -O3 left checks(), serve_write() and check_recv() out of line, and each call cost
+  // 20 to 25 instructions per request (callgrind on bench/engine_bench.cc): they are forced.
+  // The rare paths (fatal, duplicates) stay out of line.
+
+  // The driver's part: the chain, the trace and log of each verdict, the fatal NAK.
+  [[gnu::always_inline]] Verdict checks();
+  Verdict step(Check check, Verdict v);
+  void fatal(NakCode code);
+  // The checks every request meets, and the answer to a duplicate.
+  Verdict check_state();
+  Verdict check_reading();
+  Verdict check_psn();
+  Verdict duplicate_request();
+  Verdict replay_read(const RdAtomicResource& res);
+  Verdict replay_atomic(const RdAtomicResource& res);
+  Verdict check_op_seq() const;
+  Verdict check_length() const;
+  Verdict check_resource() const;
+  Verdict check_op_valid() const;
+  // Each operation's own.
+  Verdict check_dma_length(const Reth& reth) const;
+  Verdict check_qp_access(uint32_t need) const;
+  Verdict check_rkey(uint32_t rkey, uint64_t va, uint32_t length, uint32_t need);
+  Verdict check_atomic_align(uint64_t va) const;
+  Verdict check_write_length() const;
+  [[gnu::always_inline]] Verdict check_recv();
+  Verdict serve_send();
+  Verdict execute_send();
+  Verdict invalidate_rkey();
+  Verdict complete_send();
+  [[gnu::always_inline]] Verdict serve_write();
+  Verdict execute_write();
+  Verdict complete_write();
+  Verdict serve_read();
+  Verdict execute_read();
+  Verdict serve_atomic();
+  Verdict execute_atomic();
+  void send_atomic_ack(uint32_t at_psn, uint32_t msn, uint64_t orig);
+  Verdict acknowledge();
+};
 
 const char* to_string(ResponderCheck c) {
   static constexpr const char* kNames[] = {
@@ -344,19 +283,19 @@ void Engine::responder_replay_held(Qp* q, uint64_t now_ns) {
 // ---- The driver ---------------------------------------------------------------------------------
 
 void Engine::responder_rx(Qp* q, const ParsedPacket& p, rte_mbuf* m, uint64_t, bool* kept) {
-  ResponderRequest r(q, p, m, kept);
+  ResponderRequest r(*this, q, p, m, kept);
   // What the chain decided is done; the NAKs go out here. The other verdicts need nothing more:
   // `done` was executed and answered, `drop` counted by its check, `hold` kept.
-  switch (responder_checks(r)) {
+  switch (r.checks()) {
     case Verdict::nak_seq:
       responder_nak(q, nak(NakCode::psn_sequence_error), q->resp.epsn);
       break;
     case Verdict::nak_rnr:
       responder_nak(q, Aeth::make_syndrome(AethKind::rnr_nak, q->attr.min_rnr_timer), r.psn);
       break;
-    case Verdict::nak_inv_req: responder_fatal(r, NakCode::invalid_request); break;
-    case Verdict::nak_rem_acc: responder_fatal(r, NakCode::remote_access_error); break;
-    case Verdict::nak_rem_op: responder_fatal(r, NakCode::remote_operational_error); break;
+    case Verdict::nak_inv_req: r.fatal(NakCode::invalid_request); break;
+    case Verdict::nak_rem_acc: r.fatal(NakCode::remote_access_error); break;
+    case Verdict::nak_rem_op: r.fatal(NakCode::remote_operational_error); break;
     case Verdict::ok:
     case Verdict::done:
     case Verdict::drop:
@@ -365,316 +304,413 @@ void Engine::responder_rx(Qp* q, const ParsedPacket& p, rte_mbuf* m, uint64_t, b
   }
 }
 
+// The checks every request meets, in order, then its operation's own; the first verdict that is
+// not `ok` ends the chain.
+inline Verdict Engine::ResponderRequest::checks() {
+  Verdict v;
+  if ((v = step(Check::state, check_state())) != Verdict::ok) return v;
+  if ((v = step(Check::reading, check_reading())) != Verdict::ok) return v;
+  v = step(Check::psn, check_psn());
+  if (v == Verdict::duplicate) return step(Check::duplicate, duplicate_request());
+  if (v != Verdict::ok) return v;
+  if ((v = step(Check::op_seq, check_op_seq())) != Verdict::ok) return v;
+  if ((v = step(Check::length, check_length())) != Verdict::ok) return v;
+  if ((v = step(Check::resource, check_resource())) != Verdict::ok) return v;
+  if ((v = step(Check::op_valid, check_op_valid())) != Verdict::ok) return v;
+  switch (info.kind) {
+    case OpKind::send: return serve_send();
+    case OpKind::write: return serve_write();
+    case OpKind::read_request: return serve_read();
+    default: return serve_atomic();  // check_op_valid let nothing else through
+  }
+}
+
 // Every check's verdict passes here, so the trace and the log can say which rule a request met.
 // The trace compiles out of release builds, the log out of every build without DROCE_DATAPATH_LOG.
-ResponderVerdict Engine::responder_step([[maybe_unused]] const ResponderRequest& r,
-                                        [[maybe_unused]] ResponderCheck check, ResponderVerdict v) {
-  if constexpr (kResponderTrace) responder_trace_.record({r.q->qpn, r.psn, r.p.hdr.bth.opcode, check, v});
+inline Verdict Engine::ResponderRequest::step([[maybe_unused]] Check check, Verdict v) {
+  if constexpr (kResponderTrace) e.responder_trace_.record({q->qpn, psn, p.hdr.bth.opcode, check, v});
   if (v != Verdict::ok && v != Verdict::done) {
     // Data-path log: compiled out unless DROCE_DATAPATH_LOG; each of these outcomes is counted.
-    DROCE_DP_LOG(DEBUG, rocev2, "qp 0x%x psn 0x%06x opcode 0x%02x: %s: %s", r.q->qpn, r.psn, r.p.hdr.bth.opcode,
+    DROCE_DP_LOG(DEBUG, rocev2, "qp 0x%x psn 0x%06x opcode 0x%02x: %s: %s", q->qpn, psn, p.hdr.bth.opcode,
                  to_string(check), to_string(v));
   }
   return v;
 }
 
-// The checks every request meets, in order, then its operation's own; the first verdict that is
-// not `ok` ends the chain.
-ResponderVerdict Engine::responder_checks(ResponderRequest& r) {
-  Verdict v;
-  if ((v = responder_step(r, Check::state, check_state(r))) != Verdict::ok) return v;
-  if ((v = responder_step(r, Check::reading, check_reading(r))) != Verdict::ok) return v;
-  v = responder_step(r, Check::psn, check_psn(r));
-  if (v == Verdict::duplicate) return responder_step(r, Check::duplicate, duplicate_request(r));
-  if (v != Verdict::ok) return v;
-  if ((v = responder_step(r, Check::op_seq, check_op_seq(r))) != Verdict::ok) return v;
-  if ((v = responder_step(r, Check::length, check_length(r))) != Verdict::ok) return v;
-  if ((v = responder_step(r, Check::resource, check_resource(r))) != Verdict::ok) return v;
-  if ((v = responder_step(r, Check::op_valid, check_op_valid(r))) != Verdict::ok) return v;
-  switch (r.info.kind) {
-    case OpKind::send: return serve_send(r);
-    case OpKind::write: return serve_write(r);
-    case OpKind::read_request: return serve_read(r);
-    default: return serve_atomic(r);  // check_op_valid let nothing else through
-  }
-}
-
 // A request that breaks a rule: RC answers with the NAK, completes the receive bound to the
 // message if the error is its own (a local one), raises the async event and goes to ERR. UC has
 // no NAKs: the message is dropped and the next may start at the next PSN.
-void Engine::responder_fatal(ResponderRequest& r, NakCode code) {
-  Qp* q = r.q;
+void Engine::ResponderRequest::fatal(NakCode code) {
   Qp::Responder& s = q->resp;
-  if (!r.rc) {
+  if (!rc) {
     ++q->counters.dropped;
     s.msg = Qp::Responder::none;
     s.recv_offset = 0;
-    s.epsn = psn_add(r.psn, 1);
+    s.epsn = psn_add(psn, 1);
     return;
   }
-  responder_nak(q, nak(code), r.psn);
-  if (s.have_recv && r.recv_status != WcStatus::success) {
+  e.responder_nak(q, nak(code), psn);
+  if (s.have_recv && recv_status != WcStatus::success) {
     Completion c;
     c.wr_id = s.recv.wr_id;
-    c.status = r.recv_status;
+    c.status = recv_status;
     c.opcode = WcOpcode::recv;
     c.qp_num = q->qpn;
     s.have_recv = false;
-    complete_recv(q, s.recv, c, false);
+    e.complete_recv(q, s.recv, c, false);
   }
-  events_.push_back(
+  e.events_.push_back(
       {code == NakCode::remote_access_error ? AsyncEventType::qp_access_err : AsyncEventType::qp_req_err, q->qpn});
-  enter_error(q);
+  e.enter_error(q);
 }
 
-// ---- The checks that need the engine ------------------------------------------------------------
+// ---- The checks every request meets -------------------------------------------------------------
 
 // A QP takes requests from RTR on: in RESET or INIT they are dropped (rx_burst drops them before
 // they get here; the check keeps the rule for every way into the responder).
-ResponderVerdict Engine::check_state(ResponderRequest& r) {
-  if (r.q->state != QpState::reset && r.q->state != QpState::init) return Verdict::ok;
-  ++counters_.rx_wrong_state;
+inline Verdict Engine::ResponderRequest::check_state() {
+  if (q->state != QpState::reset && q->state != QpState::init) return Verdict::ok;
+  ++e.counters_.rx_wrong_state;
   return Verdict::drop;
 }
 
-// C9-88: the R_Key names a region of the QP's PD that allows `need` and holds [va, va + len); a
-// zero-length RDMA operation checks no R_Key.
-ResponderVerdict Engine::check_rkey(ResponderRequest& r, uint32_t rkey, uint64_t va, uint32_t len, uint32_t need) {
-  if (len == 0) return Verdict::ok;
-  return mrs_.check_remote(rkey, r.q->pd, va, len, need, &r.mr) == MrCheck::ok ? Verdict::ok : Verdict::nak_rem_acc;
+// Responses leave in request order: while a READ streams its responses, anything answered now (an
+// ACK, a NAK, an atomic ACK) would overtake them, so a request waits behind it, in order (rxe
+// queues likewise); only a duplicate READ (the requester going back) is served at once. Past
+// kMaxHeldRequests it is dropped and the requester sends it again.
+inline Verdict Engine::ResponderRequest::check_reading() {
+  Qp::Responder& s = q->resp;
+  if (!rc || !s.reading || (psn_delta < 0 && info.kind == OpKind::read_request)) return Verdict::ok;
+  if (s.held.size() >= kMaxHeldRequests) {
+    ++q->counters.dropped;
+    return Verdict::drop;
+  }
+  s.held.push_back(m);
+  *kept = true;
+  ++q->counters.held_requests;
+  return Verdict::hold;
 }
 
-// A SEND, or the last packet of a WRITE with immediate, takes a receive WQE for its message. With
-// none, RC answers with an RNR NAK and the PSN is not consumed: the requester sends it again
-// (IBA 9.7.5.2.8). UC drops the message; the next may start at the next PSN.
-ResponderVerdict Engine::check_recv(ResponderRequest& r) {
-  Qp* q = r.q;
+// IBA 9.7.5.1.1: the expected PSN goes on. RC: an older one is a duplicate; a newer one gets one
+// PSN sequence NAK per gap, then silence until the expected PSN comes (go-back-N). UC: any other
+// PSN ends the message in progress (IBA 9.8.3); a new message may start at it.
+inline Verdict Engine::ResponderRequest::check_psn() {
   Qp::Responder& s = q->resp;
-  const bool send = r.info.kind == OpKind::send;
-  const bool takes = send ? r.info.starts_message() : r.info.ends_message() && r.info.immediate();
-  if (takes && !s.have_recv) {
-    RecvWqe w;
-    if (!take_recv(q, &w)) {
-      if (r.rc) {
-        ++q->counters.rnr_naks_sent;
-        return Verdict::nak_rnr;
-      }
+  if (rc && psn_delta < 0) {
+    ++q->counters.duplicate_requests;
+    return Verdict::duplicate;
+  }
+  if (psn_delta != 0) {
+    ++q->counters.out_of_sequence;
+    if (rc) {
+      if (s.seq_nak_sent) return Verdict::drop;
+      s.seq_nak_sent = true;
+      ++q->counters.seq_naks_sent;
+      return Verdict::nak_seq;
+    }
+    s.msg = Qp::Responder::none;
+    s.recv_offset = 0;
+    s.epsn = psn;
+    if (!info.starts_message()) {
+      s.epsn = psn_add(psn, 1);
       ++q->counters.dropped;
-      s.msg = Qp::Responder::none;
-      s.epsn = psn_add(r.psn, 1);
       return Verdict::drop;
     }
-    s.recv = w;
-    s.have_recv = true;
   }
-  if (send && r.info.starts_message()) s.recv_offset = 0;
+  s.seq_nak_sent = false;
   return Verdict::ok;
 }
 
 // IBA 9.7.5.1.4: a duplicate is answered again, never executed again. A SEND or WRITE is
 // acknowledged again for the newest PSN served (C9-105); a READ or an atomic is replayed from
 // its saved resource while that is still kept (max_dest_rd_atomic of them), else dropped.
-ResponderVerdict Engine::duplicate_request(ResponderRequest& r) {
-  Qp* q = r.q;
+Verdict Engine::ResponderRequest::duplicate_request() {
   Qp::Responder& s = q->resp;
-  if (!is_read_or_atomic(r.info.kind)) {
+  if (!is_read_or_atomic(info.kind)) {
     s.ack_pending = true;
     s.ack_psn = psn_add(s.epsn, kPsnMask);
     s.ack_syndrome = kSyndromeAck;
     s.ack_msn = s.msn;
-    mark_ready(q);
+    e.mark_ready(q);
     return Verdict::done;
   }
   for (const RdAtomicResource& res : s.resources) {
     if (res.kind == RdAtomicResource::none) continue;
-    if (psn_diff(r.psn, res.first_psn) < 0 || psn_diff(r.psn, res.last_psn) > 0) continue;
-    if (res.kind == RdAtomicResource::read && r.info.kind == OpKind::read_request) return replay_read(r, res);
-    if (res.kind == RdAtomicResource::atomic && r.info.kind != OpKind::read_request) return replay_atomic(r, res);
+    if (psn_diff(psn, res.first_psn) < 0 || psn_diff(psn, res.last_psn) > 0) continue;
+    if (res.kind == RdAtomicResource::read && info.kind == OpKind::read_request) return replay_read(res);
+    if (res.kind == RdAtomicResource::atomic && info.kind != OpKind::read_request) return replay_atomic(res);
   }
   return Verdict::drop;  // too old to replay (counted as a duplicate)
 }
 
 // A duplicate READ streams its responses again from the PSN it names. It must ask for a part of
 // the READ it repeats (rxe checks the same): the same R_Key, inside the saved range.
-ResponderVerdict Engine::replay_read(ResponderRequest& r, const RdAtomicResource& res) {
-  Qp* q = r.q;
+Verdict Engine::ResponderRequest::replay_read(const RdAtomicResource& res) {
   Qp::Responder& s = q->resp;
-  const Reth& reth = r.p.hdr.ext.reth;
+  const Reth& reth = p.hdr.ext.reth;
   if (reth.rkey != res.rkey || reth.va < res.va || reth.va - res.va > res.length ||
       reth.dma_len > res.length - (reth.va - res.va)) {
     ++q->counters.dropped;
     return Verdict::drop;
   }
   ++q->counters.read_replays;
-  responder_send_ack(q);
+  e.responder_send_ack(q);
   s.read = res;
   s.reading = true;
-  s.read_offset = static_cast<uint32_t>(psn_diff(r.psn, res.first_psn)) * q->mtu;
-  s.read_psn = r.psn;
-  uint32_t budget = cfg_.tx_budget;
-  responder_read_run(q, &budget);
+  s.read_offset = static_cast<uint32_t>(psn_diff(psn, res.first_psn)) * q->mtu;
+  s.read_psn = psn;
+  uint32_t budget = e.cfg_.tx_budget;
+  e.responder_read_run(q, &budget);
   return Verdict::done;
 }
 
 // A duplicate atomic gets the saved original value again; the operation is not repeated.
-ResponderVerdict Engine::replay_atomic(ResponderRequest& r, const RdAtomicResource& res) {
-  ++r.q->counters.atomic_replays;
-  responder_send_ack(r.q);
-  send_atomic_ack(r.q, res.first_psn, res.msn, res.orig);
+Verdict Engine::ResponderRequest::replay_atomic(const RdAtomicResource& res) {
+  ++q->counters.atomic_replays;
+  e.responder_send_ack(q);
+  send_atomic_ack(res.first_psn, res.msn, res.orig);
   return Verdict::done;
 }
 
-// ---- SEND -----------------------------------------------------------------------------------
-
-ResponderVerdict Engine::serve_send(ResponderRequest& r) {
-  Verdict v;
-  if ((v = responder_step(r, Check::recv, check_recv(r))) != Verdict::ok) return v;
-  if ((v = responder_step(r, Check::execute, execute_send(r))) != Verdict::ok) return v;
-  if (r.info.ends_message()) {
-    if (r.info.invalidate() && (v = responder_step(r, Check::invalidate, invalidate_rkey(r))) != Verdict::ok)
-      return v;
-    responder_step(r, Check::complete, complete_send(r));
+// C9-? opcode sequence: a middle or last packet continues the message in progress (a SEND's or a
+// WRITE's, of the same kind); a first or only packet needs none in progress.
+inline Verdict Engine::ResponderRequest::check_op_seq() const {
+  const bool continues = info.position == Position::middle || info.position == Position::last;
+  bool ok = false;
+  switch (q->resp.msg) {
+    case Qp::Responder::none: ok = !continues; break;
+    case Qp::Responder::send: ok = continues && info.kind == OpKind::send; break;
+    case Qp::Responder::write: ok = continues && info.kind == OpKind::write; break;
   }
-  return responder_step(r, Check::acknowledge, acknowledge(r));
+  return ok ? Verdict::ok : Verdict::nak_inv_req;
+}
+
+// C9-? packet length: first and middle packets carry exactly the path MTU; a last one 1 to MTU
+// bytes (a message of k MTUs ends with a full one); no packet more than the MTU.
+inline Verdict Engine::ResponderRequest::check_length() const {
+  const Position pos = info.position;
+  if ((pos == Position::first || pos == Position::middle) && len != q->mtu) return Verdict::nak_inv_req;
+  if (len > q->mtu || (pos == Position::last && len == 0)) return Verdict::nak_inv_req;
+  return Verdict::ok;
+}
+
+// o9-? READs and atomics need responder resources: a QP with max_dest_rd_atomic 0 takes none.
+inline Verdict Engine::ResponderRequest::check_resource() const {
+  if (is_read_or_atomic(info.kind) && q->attr.max_dest_rd_atomic == 0) return Verdict::nak_inv_req;
+  return Verdict::ok;
+}
+
+// The operation is one a responder serves: SEND, RDMA WRITE, RDMA READ, or an atomic.
+inline Verdict Engine::ResponderRequest::check_op_valid() const {
+  const OpKind k = info.kind;
+  return k == OpKind::send || k == OpKind::write || is_read_or_atomic(k) ? Verdict::ok : Verdict::nak_inv_req;
+}
+
+// ---- The checks of each operation ---------------------------------------------------------------
+
+// A message is at most 2^31 bytes: so is a RETH's DMA length.
+inline Verdict Engine::ResponderRequest::check_dma_length(const Reth& reth) const {
+  return reth.dma_len > 0x80000000u ? Verdict::nak_inv_req : Verdict::ok;
+}
+
+// The QP allows the remote access it is asked for (its qp_access_flags; with the R_Key, C9-88).
+inline Verdict Engine::ResponderRequest::check_qp_access(uint32_t need) const {
+  return (q->attr.qp_access_flags & need) ? Verdict::ok : Verdict::nak_rem_acc;
+}
+
+// C9-88: the R_Key names a region of the QP's PD that allows `need` and holds [va, va + length);
+// a zero-length RDMA operation checks no R_Key.
+inline Verdict Engine::ResponderRequest::check_rkey(uint32_t rkey, uint64_t va, uint32_t length, uint32_t need) {
+  if (length == 0) return Verdict::ok;
+  return e.mrs_.check_remote(rkey, q->pd, va, length, need, &mr) == MrCheck::ok ? Verdict::ok : Verdict::nak_rem_acc;
+}
+
+// C9-? atomics operate on 8-byte aligned addresses.
+inline Verdict Engine::ResponderRequest::check_atomic_align(uint64_t va) const {
+  return (va & 7) ? Verdict::nak_inv_req : Verdict::ok;
+}
+
+// C9-? a WRITE's payloads add up to its RETH's DMA length: none goes past it, the last one ends
+// exactly at it.
+inline Verdict Engine::ResponderRequest::check_write_length() const {
+  const uint32_t left = q->resp.write_left;
+  if (len > left || (info.ends_message() && len != left)) return Verdict::nak_inv_req;
+  return Verdict::ok;
+}
+
+// A SEND, or the last packet of a WRITE with immediate, takes a receive WQE for its message. With
+// none, RC answers with an RNR NAK and the PSN is not consumed: the requester sends it again
+// (IBA 9.7.5.2.8). UC drops the message; the next may start at the next PSN.
+inline Verdict Engine::ResponderRequest::check_recv() {
+  Qp::Responder& s = q->resp;
+  const bool send = info.kind == OpKind::send;
+  const bool takes = send ? info.starts_message() : info.ends_message() && info.immediate();
+  if (takes && !s.have_recv) {
+    RecvWqe w;
+    if (!e.take_recv(q, &w)) {
+      if (rc) {
+        ++q->counters.rnr_naks_sent;
+        return Verdict::nak_rnr;
+      }
+      ++q->counters.dropped;
+      s.msg = Qp::Responder::none;
+      s.epsn = psn_add(psn, 1);
+      return Verdict::drop;
+    }
+    s.recv = w;
+    s.have_recv = true;
+  }
+  if (send && info.starts_message()) s.recv_offset = 0;
+  return Verdict::ok;
+}
+
+// ---- SEND -------------------------------------------------------------------------------------
+
+inline Verdict Engine::ResponderRequest::serve_send() {
+  Verdict v;
+  if ((v = step(Check::recv, check_recv())) != Verdict::ok) return v;
+  if ((v = step(Check::execute, execute_send())) != Verdict::ok) return v;
+  if (info.ends_message()) {
+    if (info.invalidate() && (v = step(Check::invalidate, invalidate_rkey())) != Verdict::ok) return v;
+    step(Check::complete, complete_send());
+  }
+  return step(Check::acknowledge, acknowledge());
 }
 
 // Places the payload in the receive WQE's scatter list at the message's offset. A scatter list
 // too short is an invalid request, a bad L_Key a remote operational error; the receive
 // completes with the local error.
-ResponderVerdict Engine::execute_send(ResponderRequest& r) {
-  Qp::Responder& s = r.q->resp;
+inline Verdict Engine::ResponderRequest::execute_send() {
+  Qp::Responder& s = q->resp;
   WcStatus err = WcStatus::success;
-  if (!scatter(r.q, s.recv.sg_list, s.recv.num_sge, s.recv_offset, r.m, r.p.layout.payload_off, r.len, &err)) {
-    r.recv_status = err;
+  if (!e.scatter(q, s.recv.sg_list, s.recv.num_sge, s.recv_offset, m, p.layout.payload_off, len, &err)) {
+    recv_status = err;
     return err == WcStatus::loc_len_err ? Verdict::nak_inv_req : Verdict::nak_rem_op;
   }
-  s.recv_offset += r.len;
-  s.msg = r.info.ends_message() ? Qp::Responder::none : Qp::Responder::send;
+  s.recv_offset += len;
+  s.msg = info.ends_message() ? Qp::Responder::none : Qp::Responder::send;
   return Verdict::ok;
 }
 
 // IBA 9.4.1.2.x: SEND with invalidate; the IETH's R_Key must be one the QP's PD may invalidate.
-ResponderVerdict Engine::invalidate_rkey(ResponderRequest& r) {
-  if (mrs_.invalidate(r.p.hdr.ext.ieth.rkey, r.q->pd) == 0) return Verdict::ok;
-  r.recv_status = WcStatus::loc_qp_op_err;
+inline Verdict Engine::ResponderRequest::invalidate_rkey() {
+  if (e.mrs_.invalidate(p.hdr.ext.ieth.rkey, q->pd) == 0) return Verdict::ok;
+  recv_status = WcStatus::loc_qp_op_err;
   return Verdict::nak_inv_req;
 }
 
 // The SEND's last packet: the MSN advances and the receive completes.
-ResponderVerdict Engine::complete_send(ResponderRequest& r) {
-  Qp::Responder& s = r.q->resp;
+inline Verdict Engine::ResponderRequest::complete_send() {
+  Qp::Responder& s = q->resp;
   Completion c;
   c.wr_id = s.recv.wr_id;
   c.opcode = WcOpcode::recv;
   c.byte_len = s.recv_offset;
-  c.qp_num = r.q->qpn;
-  c.src_qp = r.q->attr.dest_qp_num;
-  if (r.info.immediate()) {
+  c.qp_num = q->qpn;
+  c.src_qp = q->attr.dest_qp_num;
+  if (info.immediate()) {
     c.wc_flags |= kWcWithImm;
-    c.imm_data = r.p.hdr.ext.imm.imm;
+    c.imm_data = p.hdr.ext.imm.imm;
   }
-  if (r.info.invalidate()) {
+  if (info.invalidate()) {
     c.wc_flags |= kWcWithInv;
-    c.imm_data = r.p.hdr.ext.ieth.rkey;
+    c.imm_data = p.hdr.ext.ieth.rkey;
   }
   s.have_recv = false;
   s.msn = (s.msn + 1) & 0xffffff;
-  complete_recv(r.q, s.recv, c, r.p.hdr.bth.se);
+  e.complete_recv(q, s.recv, c, p.hdr.bth.se);
   return Verdict::ok;
 }
 
-// ---- RDMA WRITE -----------------------------------------------------------------------------
+// ---- RDMA WRITE -------------------------------------------------------------------------------
 
-ResponderVerdict Engine::serve_write(ResponderRequest& r) {
-  Qp::Responder& s = r.q->resp;
+inline Verdict Engine::ResponderRequest::serve_write() {
+  Qp::Responder& s = q->resp;
   Verdict v;
-  if (r.info.starts_message()) {
-    ++r.q->counters.rdma_recvs;
-    const Reth& reth = r.p.hdr.ext.reth;
-    if ((v = responder_step(r, Check::dma_length, check_dma_length(reth))) != Verdict::ok) return v;
-    if ((v = responder_step(r, Check::qp_access, check_qp_access(r, kAccessRemoteWrite))) != Verdict::ok) return v;
-    v = check_rkey(r, reth.rkey, reth.va, reth.dma_len, kAccessRemoteWrite);
-    if ((v = responder_step(r, Check::rkey, v)) != Verdict::ok) return v;
+  if (info.starts_message()) {
+    ++q->counters.rdma_recvs;
+    const Reth& reth = p.hdr.ext.reth;
+    if ((v = step(Check::dma_length, check_dma_length(reth))) != Verdict::ok) return v;
+    if ((v = step(Check::qp_access, check_qp_access(kAccessRemoteWrite))) != Verdict::ok) return v;
+    v = check_rkey(reth.rkey, reth.va, reth.dma_len, kAccessRemoteWrite);
+    if ((v = step(Check::rkey, v)) != Verdict::ok) return v;
     s.write_va = reth.va;
     s.write_rkey = reth.rkey;
     s.write_left = reth.dma_len;
     s.write_total = reth.dma_len;
   }
-  if ((v = responder_step(r, Check::write_length, check_write_length(r))) != Verdict::ok) return v;
+  if ((v = step(Check::write_length, check_write_length())) != Verdict::ok) return v;
   // WRITE with immediate takes its receive before any data is placed.
-  if (r.info.ends_message() && r.info.immediate() &&
-      (v = responder_step(r, Check::recv, check_recv(r))) != Verdict::ok)
-    return v;
-  if ((v = responder_step(r, Check::execute, execute_write(r))) != Verdict::ok) return v;
-  if (r.info.ends_message()) responder_step(r, Check::complete, complete_write(r));
-  return responder_step(r, Check::acknowledge, acknowledge(r));
+  if (info.ends_message() && info.immediate() && (v = step(Check::recv, check_recv())) != Verdict::ok) return v;
+  if ((v = step(Check::execute, execute_write())) != Verdict::ok) return v;
+  if (info.ends_message()) step(Check::complete, complete_write());
+  return step(Check::acknowledge, acknowledge());
 }
 
 // Copies the payload to the WRITE's next address. The region is looked up again for every
 // packet: one deregistered since the first packet is a remote access error.
-ResponderVerdict Engine::execute_write(ResponderRequest& r) {
-  Qp::Responder& s = r.q->resp;
-  if (r.len != 0) {
-    Mr* mr = mrs_.find(s.write_rkey);
-    if (mr == nullptr ||
-        mrs_.check_remote(s.write_rkey, r.q->pd, s.write_va, r.len, kAccessRemoteWrite, &mr) != MrCheck::ok)
+inline Verdict Engine::ResponderRequest::execute_write() {
+  Qp::Responder& s = q->resp;
+  if (len != 0) {
+    Mr* target = e.mrs_.find(s.write_rkey);
+    if (target == nullptr ||
+        e.mrs_.check_remote(s.write_rkey, q->pd, s.write_va, len, kAccessRemoteWrite, &target) != MrCheck::ok)
       return Verdict::nak_rem_acc;
-    uint8_t* dst = mr_host(*mr, s.write_va);
-    net::FrameBytes(r.m).for_each_piece(r.p.layout.payload_off, r.len, [&](const uint8_t* piece, size_t k) {
+    uint8_t* dst = mr_host(*target, s.write_va);
+    net::FrameBytes(m).for_each_piece(p.layout.payload_off, len, [&](const uint8_t* piece, size_t k) {
       std::memcpy(dst, piece, k);
       dst += k;
     });
   }
-  s.write_va += r.len;
-  s.write_left -= r.len;
-  s.msg = r.info.ends_message() ? Qp::Responder::none : Qp::Responder::write;
+  s.write_va += len;
+  s.write_left -= len;
+  s.msg = info.ends_message() ? Qp::Responder::none : Qp::Responder::write;
   return Verdict::ok;
 }
 
 // The WRITE's last packet: the MSN advances; WRITE with immediate completes its receive.
-ResponderVerdict Engine::complete_write(ResponderRequest& r) {
-  Qp::Responder& s = r.q->resp;
+inline Verdict Engine::ResponderRequest::complete_write() {
+  Qp::Responder& s = q->resp;
   s.msn = (s.msn + 1) & 0xffffff;
-  if (!r.info.immediate()) return Verdict::ok;
+  if (!info.immediate()) return Verdict::ok;
   Completion c;
   c.wr_id = s.recv.wr_id;
   c.opcode = WcOpcode::recv_rdma_with_imm;
   c.byte_len = s.write_total;
-  c.qp_num = r.q->qpn;
-  c.src_qp = r.q->attr.dest_qp_num;
+  c.qp_num = q->qpn;
+  c.src_qp = q->attr.dest_qp_num;
   c.wc_flags = kWcWithImm;
-  c.imm_data = r.p.hdr.ext.imm.imm;
+  c.imm_data = p.hdr.ext.imm.imm;
   s.have_recv = false;
-  complete_recv(r.q, s.recv, c, r.p.hdr.bth.se);
+  e.complete_recv(q, s.recv, c, p.hdr.bth.se);
   return Verdict::ok;
 }
 
-// ---- RDMA READ ------------------------------------------------------------------------------
+// ---- RDMA READ --------------------------------------------------------------------------------
 
-ResponderVerdict Engine::serve_read(ResponderRequest& r) {
-  const Reth& reth = r.p.hdr.ext.reth;
+inline Verdict Engine::ResponderRequest::serve_read() {
+  const Reth& reth = p.hdr.ext.reth;
   Verdict v;
-  if ((v = responder_step(r, Check::qp_access, check_qp_access(r, kAccessRemoteRead))) != Verdict::ok) return v;
-  v = check_rkey(r, reth.rkey, reth.va, reth.dma_len, kAccessRemoteRead);
-  if ((v = responder_step(r, Check::rkey, v)) != Verdict::ok) return v;
-  if ((v = responder_step(r, Check::dma_length, check_dma_length(reth))) != Verdict::ok) return v;
-  return responder_step(r, Check::execute, execute_read(r));
+  if ((v = step(Check::qp_access, check_qp_access(kAccessRemoteRead))) != Verdict::ok) return v;
+  v = check_rkey(reth.rkey, reth.va, reth.dma_len, kAccessRemoteRead);
+  if ((v = step(Check::rkey, v)) != Verdict::ok) return v;
+  if ((v = step(Check::dma_length, check_dma_length(reth))) != Verdict::ok) return v;
+  return step(Check::execute, execute_read());
 }
 
 // Saves the READ as a responder resource (for a duplicate's replay), moves the expected PSN past
 // every response PSN it uses, and starts streaming the responses.
-ResponderVerdict Engine::execute_read(ResponderRequest& r) {
-  Qp* q = r.q;
+inline Verdict Engine::ResponderRequest::execute_read() {
   Qp::Responder& s = q->resp;
-  const Reth& reth = r.p.hdr.ext.reth;
+  const Reth& reth = p.hdr.ext.reth;
   const uint32_t npackets = std::max<uint32_t>(1, (reth.dma_len + q->mtu - 1) / q->mtu);
   ++q->counters.rdma_recvs;
-  responder_send_ack(q);
+  e.responder_send_ack(q);
   s.msn = (s.msn + 1) & 0xffffff;
   RdAtomicResource res;
   res.kind = RdAtomicResource::read;
-  res.first_psn = r.psn;
-  res.last_psn = psn_add(r.psn, npackets - 1);
+  res.first_psn = psn;
+  res.last_psn = psn_add(psn, npackets - 1);
   res.va = reth.va;
   res.rkey = reth.rkey;
   res.length = reth.dma_len;
@@ -682,47 +718,45 @@ ResponderVerdict Engine::execute_read(ResponderRequest& r) {
   const uint32_t slot = s.resource_next;
   s.resources[slot] = res;
   s.resource_next = (slot + 1) % static_cast<uint32_t>(s.resources.size());
-  s.epsn = psn_add(r.psn, npackets);
+  s.epsn = psn_add(psn, npackets);
   s.read = res;
   s.reading = true;
   s.read_offset = 0;
-  s.read_psn = r.psn;
-  uint32_t budget = cfg_.tx_budget;
-  responder_read_run(q, &budget);
+  s.read_psn = psn;
+  uint32_t budget = e.cfg_.tx_budget;
+  e.responder_read_run(q, &budget);
   return Verdict::done;
 }
 
-// ---- Atomics --------------------------------------------------------------------------------
+// ---- Atomics ----------------------------------------------------------------------------------
 
-ResponderVerdict Engine::serve_atomic(ResponderRequest& r) {
-  const AtomicEth& a = r.p.hdr.ext.atomic_eth;
+inline Verdict Engine::ResponderRequest::serve_atomic() {
+  const AtomicEth& a = p.hdr.ext.atomic_eth;
   Verdict v;
-  if ((v = responder_step(r, Check::qp_access, check_qp_access(r, kAccessRemoteAtomic))) != Verdict::ok) return v;
-  if ((v = responder_step(r, Check::atomic_align, check_atomic_align(a.va))) != Verdict::ok) return v;
-  v = check_rkey(r, a.rkey, a.va, 8, kAccessRemoteAtomic);
-  if ((v = responder_step(r, Check::rkey, v)) != Verdict::ok) return v;
-  return responder_step(r, Check::execute, execute_atomic(r));
+  if ((v = step(Check::qp_access, check_qp_access(kAccessRemoteAtomic))) != Verdict::ok) return v;
+  if ((v = step(Check::atomic_align, check_atomic_align(a.va))) != Verdict::ok) return v;
+  if ((v = step(Check::rkey, check_rkey(a.rkey, a.va, 8, kAccessRemoteAtomic))) != Verdict::ok) return v;
+  return step(Check::execute, execute_atomic());
 }
 
 // A real atomic on the memory the application sees (host byte order), saved as a responder
 // resource with the original value, answered with an atomic ACK.
-ResponderVerdict Engine::execute_atomic(ResponderRequest& r) {
-  Qp* q = r.q;
+inline Verdict Engine::ResponderRequest::execute_atomic() {
   Qp::Responder& s = q->resp;
-  const AtomicEth& a = r.p.hdr.ext.atomic_eth;
-  auto* target = reinterpret_cast<uint64_t*>(mr_host(*r.mr, a.va));
+  const AtomicEth& a = p.hdr.ext.atomic_eth;
+  auto* target = reinterpret_cast<uint64_t*>(mr_host(*mr, a.va));
   uint64_t orig;
-  if (r.info.kind == OpKind::fetch_add) {
+  if (info.kind == OpKind::fetch_add) {
     orig = __atomic_fetch_add(target, a.swap_add, __ATOMIC_SEQ_CST);
   } else {
     orig = a.compare;
     __atomic_compare_exchange_n(target, &orig, a.swap_add, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
   }
-  responder_send_ack(q);
+  e.responder_send_ack(q);
   s.msn = (s.msn + 1) & 0xffffff;
   RdAtomicResource res;
   res.kind = RdAtomicResource::atomic;
-  res.first_psn = res.last_psn = r.psn;
+  res.first_psn = res.last_psn = psn;
   res.va = a.va;
   res.rkey = a.rkey;
   res.length = 8;
@@ -730,37 +764,37 @@ ResponderVerdict Engine::execute_atomic(ResponderRequest& r) {
   res.msn = s.msn;
   s.resources[s.resource_next] = res;
   s.resource_next = (s.resource_next + 1) % static_cast<uint32_t>(s.resources.size());
-  s.epsn = psn_add(r.psn, 1);
-  send_atomic_ack(q, r.psn, s.msn, orig);
+  s.epsn = psn_add(psn, 1);
+  send_atomic_ack(psn, s.msn, orig);
   return Verdict::done;
 }
 
-void Engine::send_atomic_ack(Qp* q, uint32_t psn, uint32_t msn, uint64_t orig) {
+void Engine::ResponderRequest::send_atomic_ack(uint32_t at_psn, uint32_t msn, uint64_t orig) {
   Bth bth;
   bth.opcode = make_opcode(Transport::rc, op::kAtomicAcknowledge);
   bth.pkey = 0xffff;
   bth.dest_qp = q->attr.dest_qp_num;
-  bth.psn = psn;
+  bth.psn = at_psn;
   ExtHeaders ext;
   ext.aeth = {kSyndromeAck, msn};
   ext.atomic_ack_eth = {orig};
-  if (rte_mbuf* out = build(q, q->attr.ah_attr, bth, ext, 0)) send_frame(out, q);
+  if (rte_mbuf* out = e.build(q, q->attr.ah_attr, bth, ext, 0)) e.send_frame(out, q);
 }
 
-// ---- Acknowledgement ------------------------------------------------------------------------
+// ---- Acknowledgement --------------------------------------------------------------------------
 
 // The expected PSN moves past the request. An ACK request is answered coalesced: one ACK per QP
 // per loop, for the newest PSN (C9-? allows it); UC is never acknowledged.
-ResponderVerdict Engine::acknowledge(ResponderRequest& r) {
-  Qp::Responder& s = r.q->resp;
-  s.epsn = psn_add(r.psn, 1);
-  if (r.rc && r.p.hdr.bth.ackreq) {
-    if (s.ack_pending) ++r.q->counters.acks_coalesced;
+inline Verdict Engine::ResponderRequest::acknowledge() {
+  Qp::Responder& s = q->resp;
+  s.epsn = psn_add(psn, 1);
+  if (rc && p.hdr.bth.ackreq) {
+    if (s.ack_pending) ++q->counters.acks_coalesced;
     s.ack_pending = true;
-    s.ack_psn = r.psn;
+    s.ack_psn = psn;
     s.ack_syndrome = kSyndromeAck;
     s.ack_msn = s.msn;
-    mark_ready(r.q);
+    e.mark_ready(q);
   }
   return Verdict::done;
 }
