@@ -23,8 +23,9 @@
 
 namespace droce::rocev2 {
 
-// The checks and the rule each enforces. Every request meets the first eight in this order
-// (state to op_valid, `duplicate` only for a duplicate); then its operation's own, in this order:
+// The checks and the rule each enforces. A request meets the first eight in this order (state to
+// op_valid; `duplicate` only a duplicate, which ends there), then its operation's own in the order
+// below, until a verdict other than `ok` ends the chain:
 //   SEND     recv, execute, [last packet: invalidate (with invalidate), complete], acknowledge
 //   WRITE    [first packet: dma_length, qp_access, rkey], write_length, [last with immediate:
 //            recv], execute, [last packet: complete], acknowledge
