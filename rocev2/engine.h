@@ -30,6 +30,7 @@
 #include "rocev2/packet.h"
 #include "rocev2/parser.h"
 #include "rocev2/qp.h"
+#include "rocev2/responder.h"
 #include "rocev2/srq.h"
 #include "rocev2/verbs.h"
 
@@ -249,6 +250,12 @@ class Engine {
   /// True when some QP has packets it could send now.
   bool has_tx_work() const { return !ready_.empty() || !tx_.empty(); }
 
+  /// Debug builds (kResponderTrace): every responder check's verdict on the latest requests,
+  /// oldest first (rocev2/responder.h), so a test or a debugger can see which rule a request
+  /// met and why it was NAKed or dropped. Always empty in release builds. Owning lcore only.
+  const ResponderTrace& responder_trace() const { return responder_trace_; }
+  void clear_responder_trace() { responder_trace_.clear(); }
+
   std::vector<AsyncEvent>& events() { return events_; }
   const EngineCounters& counters() const { return counters_; }
   /// Every QP's counters added up, the destroyed ones' included (as rxe's device-wide
@@ -327,12 +334,9 @@ class Engine {
   /// False with *err LOC_PROT_ERR (bad key/bounds) or LOC_LEN_ERR (no room).
   bool scatter(Qp* qp, const Sge* sges, uint32_t num_sge, uint32_t offset, const rte_mbuf* m, uint32_t src_off,
                uint32_t len, WcStatus* err);
-  /// The R_Key check of a WRITE or READ's RETH (C9-88): the QP must allow
-  /// the access, and a non-zero length must fall in a region that does.
-  bool remote_access_ok(Qp* qp, const Reth& reth, uint32_t need);
-  /// Binds a receive WQE to the message arriving at `psn`. False when there
-  /// is none: an RNR NAK went out (RC) or the message is dropped (UC).
-  bool bind_recv(Qp* qp, uint32_t psn);
+  /// One request on its way through responder_rx's chain of checks (rocev2/responder.h); the
+  /// checks are its member functions. Defined in responder.cc only.
+  struct ResponderRequest;
 
   EngineConfig cfg_;
   MrTable mrs_;
@@ -381,6 +385,7 @@ class Engine {
   std::vector<AsyncEvent> events_;
   EngineCounters counters_;
   QpCounters retired_qp_counters_;        ///< of the QPs destroyed so far
+  ResponderTrace responder_trace_;        ///< written only when kResponderTrace (debug builds)
   RecvRefill recv_refill_ = nullptr;
   void* recv_refill_ctx_ = nullptr;
   uint64_t now_ns_ = 0;

@@ -7,6 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <cstring>
+#include <set>
+#include <string>
 
 #include "tests/rocev2/protocol_harness.h"
 
@@ -635,6 +638,144 @@ TEST_F(ResponderTest, CompareSwapMatchAndMismatch) {
   EXPECT_EQ(out[0].psn(), psn(kE, 1));
   EXPECT_EQ(out[0].ext().atomic_ack_eth.orig, 7u);
   EXPECT_EQ(mem->u64(16), 7u);
+}
+
+// =====================================================================================
+// The responder's checks by name (rocev2/responder.h): which rule a request met
+// =====================================================================================
+
+// The names are what logs and traces print, and what a developer greps for: each is its
+// enumerator's own name.
+TEST(ResponderNames, ChecksAndVerdictsPrintTheirEnumeratorNames) {
+  EXPECT_STREQ(to_string(ResponderVerdict::ok), "ok");
+  EXPECT_STREQ(to_string(ResponderVerdict::done), "done");
+  EXPECT_STREQ(to_string(ResponderVerdict::drop), "drop");
+  EXPECT_STREQ(to_string(ResponderVerdict::hold), "hold");
+  EXPECT_STREQ(to_string(ResponderVerdict::duplicate), "duplicate");
+  EXPECT_STREQ(to_string(ResponderVerdict::nak_seq), "nak_seq");
+  EXPECT_STREQ(to_string(ResponderVerdict::nak_rnr), "nak_rnr");
+  EXPECT_STREQ(to_string(ResponderVerdict::nak_inv_req), "nak_inv_req");
+  EXPECT_STREQ(to_string(ResponderVerdict::nak_rem_acc), "nak_rem_acc");
+  EXPECT_STREQ(to_string(ResponderVerdict::nak_rem_op), "nak_rem_op");
+  EXPECT_STREQ(to_string(ResponderCheck::state), "state");
+  EXPECT_STREQ(to_string(ResponderCheck::psn), "psn");
+  EXPECT_STREQ(to_string(ResponderCheck::op_seq), "op_seq");
+  EXPECT_STREQ(to_string(ResponderCheck::rkey), "rkey");
+  EXPECT_STREQ(to_string(ResponderCheck::recv), "recv");
+  EXPECT_STREQ(to_string(ResponderCheck::acknowledge), "acknowledge");
+  // Expect: every check has a name and a rule, all names differ; past the end is "?".
+  std::set<std::string> names;
+  for (auto c = ResponderCheck::state; to_string(c) != std::string("?");
+       c = static_cast<ResponderCheck>(static_cast<int>(c) + 1)) {
+    EXPECT_TRUE(names.insert(to_string(c)).second) << to_string(c);
+    EXPECT_GT(std::strlen(describe(c)), 10u) << to_string(c);
+  }
+  EXPECT_EQ(names.size(), 18u);
+  EXPECT_STREQ(to_string(static_cast<ResponderVerdict>(200)), "?");
+  EXPECT_STREQ(describe(static_cast<ResponderCheck>(200)), "?");
+}
+
+class ResponderTraceTest : public ResponderTest {
+ protected:
+  void SetUp() override {
+    ResponderTest::SetUp();
+    if (HasFatalFailure()) return;
+    if (!kResponderTrace) {
+      // Release builds: nothing is recorded (the recording compiles out).
+      EXPECT_EQ(engine().responder_trace().size(), 0u);
+      GTEST_SKIP() << "release build: the responder records no trace (kResponderTrace)";
+    }
+  }
+  // "check: verdict" for every check the responder ran since the last call, oldest first.
+  std::vector<std::string> verdicts() {
+    std::vector<std::string> out;
+    const ResponderTrace& t = engine().responder_trace();
+    for (size_t i = 0; i < t.size(); ++i) {
+      EXPECT_EQ(t[i].qpn, qpn_) << to_string(t[i]);
+      out.push_back(std::string(to_string(t[i].check)) + ": " + to_string(t[i].verdict));
+    }
+    engine().clear_responder_trace();
+    return out;
+  }
+  using V = std::vector<std::string>;
+};
+
+TEST_F(ResponderTraceTest, ThePsnRulesAreNamedInTheTrace) {
+  const uint32_t qpn = make_qp();
+  auto buf = reg(4096);
+  ASSERT_EQ(engine().post_recv(qpn, recv_wr(1, buf->sge(0, 4096))), 0);
+
+  // Step: SEND ONLY at kE+1: kE was lost.
+  deliver(peer(op::kSendOnly, psn(kE, 1), true), pattern(8, 1));
+  // Expect: it passed the state and reading checks and stopped at the PSN check with a sequence NAK,
+  // which went out for kE.
+  EXPECT_EQ(verdicts(), (V{"state: ok", "reading: ok", "psn: nak_seq"}));
+  auto out = sent();
+  ASSERT_EQ(out.size(), 1u);
+  expect_ack(out[0], kE, kNakPsnSeq, 0);
+
+  // Step: SEND ONLY at kE+2, still past the gap.
+  deliver(peer(op::kSendOnly, psn(kE, 2), true), pattern(8, 2));
+  // Expect: dropped at the PSN check (one NAK per gap), nothing sent.
+  EXPECT_EQ(verdicts(), (V{"state: ok", "reading: ok", "psn: drop"}));
+  EXPECT_TRUE(sent().empty());
+
+  // Step: SEND ONLY at kE.
+  deliver(peer(op::kSendOnly, kE, true), pattern(8, 0));
+  // Expect: every check a SEND meets, in order, then executed and acknowledged.
+  EXPECT_EQ(verdicts(), (V{"state: ok", "reading: ok", "psn: ok", "op_seq: ok", "length: ok", "resource: ok",
+                           "op_valid: ok", "recv: ok", "execute: ok", "complete: ok", "acknowledge: done"}));
+  out = sent();
+  ASSERT_EQ(out.size(), 1u);
+  expect_ack(out[0], kE, kAckSyndrome, 1);
+
+  // Step: the same SEND again.
+  deliver(peer(op::kSendOnly, kE, true), pattern(8, 0));
+  // Expect: a duplicate at the PSN check, answered again (not executed) by the duplicate rule.
+  EXPECT_EQ(verdicts(), (V{"state: ok", "reading: ok", "psn: duplicate", "duplicate: done"}));
+  EXPECT_EQ(drain(rcq_).size(), 1u);  // the first SEND's receive only
+}
+
+TEST_F(ResponderTraceTest, AnRnrNakIsNamedAtTheReceiveCheck) {
+  make_qp();
+  // Step: SEND ONLY at kE with no receive posted.
+  deliver(peer(op::kSendOnly, kE, true), pattern(8, 1));
+  // Expect: stopped at the receive check with an RNR NAK, which went out.
+  const V v = verdicts();
+  ASSERT_FALSE(v.empty());
+  EXPECT_EQ(v.back(), "recv: nak_rnr");
+  auto out = sent();
+  ASSERT_EQ(out.size(), 1u);
+  expect_ack(out[0], kE, rnr_nak(opts_.min_rnr_timer), 0);
+}
+
+TEST_F(ResponderTraceTest, ABadRkeyIsNamedAtTheRkeyCheck) {
+  const uint32_t qpn = make_qp();
+  auto target = reg(4096);
+  // Step: WRITE ONLY with an R_Key that is not the region's.
+  PacketHeaders h = peer(op::kWriteOnly, kE, true);
+  h.ext.reth = {target->va(), target->rkey() ^ 0x80, 16};
+  deliver(h, pattern(16, 1));
+  // Expect: the WRITE passed the common checks, the DMA length and the QP's access flags, and
+  // stopped at the R_Key check with NAK remote access error.
+  EXPECT_EQ(verdicts(), (V{"state: ok", "reading: ok", "psn: ok", "op_seq: ok", "length: ok", "resource: ok",
+                           "op_valid: ok", "dma_length: ok", "qp_access: ok", "rkey: nak_rem_acc"}));
+  expect_fatal_nak(qpn, kE, kNakRemoteAccess, 0, {});
+}
+
+TEST_F(ResponderTraceTest, AMisalignedAtomicIsNamedAtTheAlignmentCheck) {
+  const uint32_t qpn = make_qp();
+  auto target = reg(64);
+  // Step: FETCH_ADD at an address that is not 8-byte aligned.
+  PacketHeaders h = peer(op::kFetchAdd, kE, true);
+  h.ext.atomic_eth = {target->va() + 12, target->rkey(), 1, 0};
+  deliver(h);
+  // Expect: stopped at the alignment check, before the R_Key check; NAK invalid request.
+  const V v = verdicts();
+  ASSERT_GE(v.size(), 2u);
+  EXPECT_EQ(v[v.size() - 2], "qp_access: ok");
+  EXPECT_EQ(v.back(), "atomic_align: nak_inv_req");
+  expect_fatal_nak(qpn, kE, kNakInvalidRequest, 0, {});
 }
 
 // =====================================================================================
