@@ -268,16 +268,17 @@ void Engine::drop_held(Qp* q) {
 
 void Engine::responder_replay_held(Qp* q, uint64_t now_ns) {
   auto& held = q->resp.held;
-  size_t done = 0;
-  // In arrival order, until one of them starts a READ that streams again.
-  while (done < held.size() && !q->resp.reading && q->state != QpState::err) {
-    rte_mbuf* m = held[done++];
+  // In arrival order, until one of them starts a READ that streams again. Each leaves the list
+  // before it runs: a fatal verdict moves the QP to error, which frees every packet still held
+  // (once freed twice, and the list erased past its end).
+  while (!held.empty() && !q->resp.reading && q->state != QpState::err) {
+    rte_mbuf* m = held.front();
+    held.erase(held.begin());
     ParsedPacket p;
     bool kept = false;
     if (parse_frame(m, &p) == ParseStatus::ok) responder_rx(q, p, m, now_ns, &kept);
     if (!kept) rte_pktmbuf_free(m);
   }
-  held.erase(held.begin(), held.begin() + static_cast<ptrdiff_t>(done));
 }
 
 // ---- The driver ---------------------------------------------------------------------------------

@@ -749,6 +749,25 @@ TEST_F(ResponderTraceTest, AnRnrNakIsNamedAtTheReceiveCheck) {
   expect_ack(out[0], kE, rnr_nak(opts_.min_rnr_timer), 0);
 }
 
+// A request held behind a streaming READ and NAKed fatally when it is replayed: the QP goes to
+// error, which frees every held packet, and the replay had freed the same packet again and
+// erased the held list past its end (under the sanitizer: negative-size-param). A peer could do
+// it: a READ of more responses than one poll sends (256), then a WRITE with a bad R_Key.
+TEST_F(ResponderTest, AHeldRequestNakedFatallyOnReplayIsFreedOnce) {
+  QpOptions o;
+  o.mtu = PathMtu::mtu256;
+  const uint32_t qpn = make_qp(o);
+  auto mem = reg(1 << 17);
+  PacketHeaders rd = peer(op::kReadRequest, kE, true);
+  rd.ext.reth = {mem->va(), mem->rkey(), 80000};  // 313 responses
+  PacketHeaders wr = peer(op::kWriteOnly, psn_add(kE, (80000 + 255) / 256), true);
+  wr.ext.reth = {mem->va(), mem->rkey() ^ 0x80, 16};
+  deliver({{rd, {}}, {wr, pattern(16, 1)}});
+  at(now_ + 1000);
+  at(now_ + 2000);
+  EXPECT_EQ(state(qpn), QpState::err);
+}
+
 TEST_F(ResponderTraceTest, ABadRkeyIsNamedAtTheRkeyCheck) {
   const uint32_t qpn = make_qp();
   auto target = reg(4096);
