@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 
@@ -229,32 +230,41 @@ Ucma::Id* Ucma::by_conn(uint32_t conn) {
 // The handler of command number `cmd` (<rdma/rdma_user_cm.h>), nullptr past the table (EINVAL,
 // as the kernel's). GET_OPTION and the AF_IB address commands (QUERY, RESOLVE_ADDR) answer ENOSYS.
 Ucma::Handler Ucma::handler(uint32_t cmd) {
-  switch (cmd) {
-    case RDMA_USER_CM_CMD_CREATE_ID: return &Ucma::create_id;
-    case RDMA_USER_CM_CMD_DESTROY_ID: return &Ucma::destroy_id;
-    case RDMA_USER_CM_CMD_BIND_IP: return &Ucma::bind_ip;
-    case RDMA_USER_CM_CMD_RESOLVE_IP: return &Ucma::resolve_ip;
-    case RDMA_USER_CM_CMD_RESOLVE_ROUTE: return &Ucma::resolve_route;
-    case RDMA_USER_CM_CMD_QUERY_ROUTE: return &Ucma::query_route;
-    case RDMA_USER_CM_CMD_CONNECT: return &Ucma::connect;
-    case RDMA_USER_CM_CMD_LISTEN: return &Ucma::listen;
-    case RDMA_USER_CM_CMD_ACCEPT: return &Ucma::accept;
-    case RDMA_USER_CM_CMD_REJECT: return &Ucma::reject;
-    case RDMA_USER_CM_CMD_DISCONNECT: return &Ucma::disconnect;
-    case RDMA_USER_CM_CMD_INIT_QP_ATTR: return &Ucma::init_qp_attr;
-    case RDMA_USER_CM_CMD_GET_EVENT: return &Ucma::get_event;
-    case RDMA_USER_CM_CMD_SET_OPTION: return &Ucma::set_option;
-    case RDMA_USER_CM_CMD_NOTIFY: return &Ucma::notify;
-    case RDMA_USER_CM_CMD_MIGRATE_ID: return &Ucma::migrate_id;
-    case RDMA_USER_CM_CMD_BIND: return &Ucma::bind_af_ib;
-    case RDMA_USER_CM_CMD_JOIN_IP_MCAST: return &Ucma::join_ip_mcast;
-    case RDMA_USER_CM_CMD_JOIN_MCAST: return &Ucma::join_mcast;
-    case RDMA_USER_CM_CMD_LEAVE_MCAST: return &Ucma::leave_mcast;
-    case RDMA_USER_CM_CMD_GET_OPTION:
-    case RDMA_USER_CM_CMD_QUERY:
-    case RDMA_USER_CM_CMD_RESOLVE_ADDR: return &Ucma::not_supported;
-    default: return nullptr;
-  }
+  static const auto kTable = [] {
+    struct Entry {
+      uint32_t cmd;
+      Handler handler;
+    };
+    static constexpr Entry kEntries[] = {
+      {RDMA_USER_CM_CMD_CREATE_ID, &Ucma::create_id},
+      {RDMA_USER_CM_CMD_DESTROY_ID, &Ucma::destroy_id},
+      {RDMA_USER_CM_CMD_BIND_IP, &Ucma::bind_ip},
+      {RDMA_USER_CM_CMD_RESOLVE_IP, &Ucma::resolve_ip},
+      {RDMA_USER_CM_CMD_RESOLVE_ROUTE, &Ucma::resolve_route},
+      {RDMA_USER_CM_CMD_QUERY_ROUTE, &Ucma::query_route},
+      {RDMA_USER_CM_CMD_CONNECT, &Ucma::connect},
+      {RDMA_USER_CM_CMD_LISTEN, &Ucma::listen},
+      {RDMA_USER_CM_CMD_ACCEPT, &Ucma::accept},
+      {RDMA_USER_CM_CMD_REJECT, &Ucma::reject},
+      {RDMA_USER_CM_CMD_DISCONNECT, &Ucma::disconnect},
+      {RDMA_USER_CM_CMD_INIT_QP_ATTR, &Ucma::init_qp_attr},
+      {RDMA_USER_CM_CMD_GET_EVENT, &Ucma::get_event},
+      {RDMA_USER_CM_CMD_SET_OPTION, &Ucma::set_option},
+      {RDMA_USER_CM_CMD_NOTIFY, &Ucma::notify},
+      {RDMA_USER_CM_CMD_MIGRATE_ID, &Ucma::migrate_id},
+      {RDMA_USER_CM_CMD_BIND, &Ucma::bind_af_ib},
+      {RDMA_USER_CM_CMD_JOIN_IP_MCAST, &Ucma::join_ip_mcast},
+      {RDMA_USER_CM_CMD_JOIN_MCAST, &Ucma::join_mcast},
+      {RDMA_USER_CM_CMD_LEAVE_MCAST, &Ucma::leave_mcast},
+      {RDMA_USER_CM_CMD_GET_OPTION, &Ucma::not_supported},
+      {RDMA_USER_CM_CMD_QUERY, &Ucma::not_supported},
+      {RDMA_USER_CM_CMD_RESOLVE_ADDR, &Ucma::not_supported},
+    };
+    std::array<Handler, RDMA_USER_CM_CMD_JOIN_MCAST + 1> t{};
+    for (const Entry& e : kEntries) t.at(e.cmd) = e.handler;
+    return t;
+  }();
+  return cmd < kTable.size() ? kTable[cmd] : nullptr;
 }
 
 int Ucma::command(uint32_t channel, std::span<const uint8_t> cmd, std::span<const uint8_t> optval,
