@@ -107,45 +107,37 @@ struct Engine::ResponderRequest {
   Verdict acknowledge();
 };
 
-const char* to_string(ResponderCheck c) {
-  static constexpr const char* kNames[] = {
-#define DROCE_X(name, rule) #name,
-      DROCE_RESPONDER_CHECK_LIST(DROCE_X)
+namespace {
+
+// Each check's and verdict's name and one-line text, in enum order, from the lists in
+// responder.h; one lookup serves the four functions below.
+struct NameText {
+  const char* name;
+  const char* text;
+};
+constexpr NameText kCheckNames[] = {
+#define DROCE_X(name, rule) {#name, rule},
+    DROCE_RESPONDER_CHECK_LIST(DROCE_X)
 #undef DROCE_X
-  };
-  const auto i = static_cast<size_t>(c);
-  return i < std::size(kNames) ? kNames[i] : "?";
+};
+constexpr NameText kVerdictNames[] = {
+#define DROCE_X(name, text) {#name, text},
+    DROCE_RESPONDER_VERDICT_LIST(DROCE_X)
+#undef DROCE_X
+};
+
+template <size_t N>
+const char* lookup(const NameText (&table)[N], size_t i, bool text) {
+  if (i >= N) return "?";
+  return text ? table[i].text : table[i].name;
 }
 
-const char* describe(ResponderCheck c) {
-  static constexpr const char* kRules[] = {
-#define DROCE_X(name, rule) rule,
-      DROCE_RESPONDER_CHECK_LIST(DROCE_X)
-#undef DROCE_X
-  };
-  const auto i = static_cast<size_t>(c);
-  return i < std::size(kRules) ? kRules[i] : "?";
-}
+}  // namespace
 
-const char* to_string(ResponderVerdict v) {
-  static constexpr const char* kNames[] = {
-#define DROCE_X(name, text) #name,
-      DROCE_RESPONDER_VERDICT_LIST(DROCE_X)
-#undef DROCE_X
-  };
-  const auto i = static_cast<size_t>(v);
-  return i < std::size(kNames) ? kNames[i] : "?";
-}
-
-const char* describe(ResponderVerdict v) {
-  static constexpr const char* kTexts[] = {
-#define DROCE_X(name, text) text,
-      DROCE_RESPONDER_VERDICT_LIST(DROCE_X)
-#undef DROCE_X
-  };
-  const auto i = static_cast<size_t>(v);
-  return i < std::size(kTexts) ? kTexts[i] : "?";
-}
+const char* to_string(ResponderCheck c) { return lookup(kCheckNames, static_cast<size_t>(c), false); }
+const char* describe(ResponderCheck c) { return lookup(kCheckNames, static_cast<size_t>(c), true); }
+const char* to_string(ResponderVerdict v) { return lookup(kVerdictNames, static_cast<size_t>(v), false); }
+const char* describe(ResponderVerdict v) { return lookup(kVerdictNames, static_cast<size_t>(v), true); }
 
 std::string to_string(const ResponderTraceEntry& e) {
   char buf[128];
