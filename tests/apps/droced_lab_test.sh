@@ -272,6 +272,17 @@ for link in af_xdp af_packet; do
       bad "$link: droced on $h exited"; tail -5 "/run/droce-lab/$name/$h.log" | sed 's/^/    /'
     fi
   done
+  if [ "$link" = af_packet ]; then
+    # A droced that stops takes its TC filter along: the kernel gets RoCE for h1 again.
+    p1=$(cat "/run/droce-lab/$name/h1.pid")
+    kill -TERM "$p1" 2>/dev/null
+    for _ in $(seq 100); do kill -0 "$p1" 2>/dev/null || break; sleep 0.1; done
+    if ! kill -0 "$p1" 2>/dev/null && ! inns h1 tc filter show dev eth0 ingress | grep -q droce_tc; then
+      pass "$link: droced's exit removed its TC filter"
+    else
+      bad "$link: after droced's exit: $(inns h1 tc filter show dev eth0 ingress | tr '\n' ' ')"
+    fi
+  fi
   teardown
 done
 
