@@ -29,6 +29,7 @@ std::shared_ptr<ControlJobs::Job> ControlJobs::submit(std::function<int(const Jo
   counters_.submitted.fetch_add(1, std::memory_order_relaxed);
   run([this, job, fn = std::move(fn), wake_fd] {
     job->rc = fn(*job);
+    if (job->rc != 0) counters_.failed.fetch_add(1, std::memory_order_relaxed);
     job->done.store(true, std::memory_order_release);
     counters_.completed.fetch_add(1, std::memory_order_relaxed);
     if (wake_fd >= 0) {

@@ -47,6 +47,7 @@ struct ControlJobCounters {
   uint64_t submitted = 0;
   uint64_t completed = 0;
   uint64_t running = 0;
+  uint64_t failed = 0;
   uint64_t released = 0;
 };
 
@@ -55,6 +56,8 @@ inline constexpr core::Counter<ControlJobCounters> kControlJobCounters[] = {
     {"submitted", &ControlJobCounters::submitted, "control jobs started (registrations populated off the worker)"},
     {"completed", &ControlJobCounters::completed, "control jobs ended"},
     {"running", &ControlJobCounters::running, "control jobs under way now"},
+    {"failed", &ControlJobCounters::failed,
+     "control jobs that ended with an error (a registration left to fault in on first touch)"},
     {"released", &ControlJobCounters::released, "large mappings unmapped off the worker (dereg, a client's exit)"},
 };
 static_assert(core::covers(kControlJobCounters));
@@ -73,6 +76,7 @@ class ControlJobs {
   struct Counters {
     std::atomic<uint64_t> submitted{0};
     std::atomic<uint64_t> completed{0};
+    std::atomic<uint64_t> failed{0};  ///< ended with rc != 0
     std::atomic<uint64_t> released{0};  ///< objects destroyed here
   };
 
@@ -104,7 +108,8 @@ class ControlJobs {
   const Counters& counters() const { return counters_; }
   ControlJobCounters snapshot() const {
     return {counters_.submitted.load(std::memory_order_relaxed), counters_.completed.load(std::memory_order_relaxed),
-            running(), counters_.released.load(std::memory_order_relaxed)};
+            running(), counters_.failed.load(std::memory_order_relaxed),
+            counters_.released.load(std::memory_order_relaxed)};
   }
   /// Jobs submitted and not yet done.
   uint64_t running() const {

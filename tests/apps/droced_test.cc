@@ -1109,6 +1109,7 @@ TEST_F(TwoDaemons, ARegistrationOfEightGibDoesNotHoldUpAnotherClient) {
   reg.join();
   ASSERT_EQ(reg_rc, 0);
   EXPECT_EQ(stat_of(d_[0].sock, "control_jobs_completed"), 1);
+  EXPECT_EQ(stat_of(d_[0].sock, "control_jobs_failed"), 0);  // populated, not left to fault in
   ASSERT_EQ(a->dereg_mr(lkey), 0);
   while (stat_of(d_[0].sock, "control_jobs_released") != 1 && std::chrono::steady_clock::now() < end)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
