@@ -6,6 +6,7 @@
 
 #include <rte_eal.h>
 #include <rte_errno.h>
+#include <rte_ethdev.h>
 #include <rte_interrupts.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -81,8 +82,13 @@ bool eal_interrupt_barrier() {
 }
 
 void eal_stop() {
-  if (!eal_interrupt_barrier()) DROCE_LOG(WARNING, net, "EAL's interrupt thread did not answer; cleaning up anyway");
-  rte_eal_cleanup();
+  if (!eal_interrupt_barrier()) DROCE_LOG(WARNING, net, "EAL's interrupt thread did not answer; closing anyway");
+  uint16_t port;
+  RTE_ETH_FOREACH_DEV(port) {
+    if (rte_eth_dev_stop(port) != 0) DROCE_LOG(WARNING, net, "port %u did not stop at exit", port);
+    rte_eth_dev_close(port);
+  }
+  eal_interrupt_barrier();
 }
 
 int eal_start(const EalOptions& opts) {

@@ -40,10 +40,16 @@ int eal_start(const EalOptions& opts);
 /// removal; true when the barrier ran.
 bool eal_interrupt_barrier();
 
-/// Ends EAL: the interrupt barrier, then rte_eal_cleanup. Without the
-/// barrier, DPDK 22.11's cleanup can unmap memory a memif callback is still
-/// using on the interrupt thread (seen as a SIGSEGV at exit, about one run
-/// in ten of droce-engine-demo under load).
+/// Ends EAL for a process about to exit: the interrupt barrier, then every
+/// port still open is stopped and closed (af_xdp takes its XDP program off
+/// the netdev there). It does not call rte_eal_cleanup: in DPDK 22.11 that
+/// unmaps EAL's memory while the interrupt thread, which it never stops, keeps
+/// serving the drivers' sources; an event arriving afterwards (the far end of
+/// a memif control channel closing late) made that thread read unmapped memory
+/// (an ASan SEGV at exit of rocev2_engine_port, once in ~15 runs under load,
+/// after the barrier of 5a1c887 made it rarer). droce's EAL is private
+/// (--no-shconf, --in-memory or --no-huge), so the kernel reclaims everything
+/// cleanup would have released when the process exits.
 void eal_stop();
 
 /// Free 2 MiB or 1 GiB hugepages on this machine, from /proc/meminfo.
