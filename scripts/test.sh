@@ -71,11 +71,14 @@ setup() {  # setup DIR ARGS...: configure once, reconfigure when options change
   grep -E '^(WARNING|DEPRECATION):' <<<"$out" >&2 || true
 }
 
+# Each step says when it began, so where a run's minutes went can be read from its log.
+step() { echo "== $* (at $((SECONDS / 60))m$((SECONDS % 60))s)"; }
+
 status=0
-echo "== build: debug (ASan + UBSan)"
+step "build: debug (ASan + UBSan)"
 setup "$build/debug" -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false -Dprovider=enabled
 ninja -C "$build/debug"
-echo "== test: debug"
+step "test: debug"
 # DPDK's EAL keeps some memory until exit; leaks in droce's own code still fail.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
@@ -84,11 +87,11 @@ meson test -C "$build/debug" --print-errorlogs --num-processes 2 "${meson_args[@
 logs=("$build/debug/meson-logs/testlog.json")
 if [ "$fuzz" = 1 ]; then
   if command -v clang++ >/dev/null; then
-    echo "== build: fuzz (clang, libFuzzer, ASan + UBSan)"
+    step "build: fuzz (clang, libFuzzer, ASan + UBSan)"
     CXX=clang++ setup "$build/fuzz" -Dprovider=disabled -Dfuzz=enabled -Dbuildtype=debugoptimized \
       -Db_sanitize=address,undefined -Db_lundef=false -Dfuzz_seconds="$fuzz_seconds"
     ninja -C "$build/fuzz" tests/fuzz/droce_parse_fuzz apps/droce
-    echo "== test: fuzz (${fuzz_seconds}s)"
+    step "test: fuzz (${fuzz_seconds}s)"
     meson test -C "$build/fuzz" --suite fuzz --print-errorlogs --no-rebuild || status=1
     logs+=("$build/fuzz/meson-logs/testlog.json")
   else
@@ -98,7 +101,7 @@ fi
 
 if [ "$soak" != 0 ]; then
   # In the ASan + UBSan build, so "nothing leaks" is checked for the whole run.
-  echo "== test: soak, $soak messages (debug, ASan + UBSan)"
+  step "test: soak, $soak messages (debug, ASan + UBSan)"
   DROCE_SOAK_MESSAGES=$soak meson test -C "$build/debug" rocev2_engine_soak --print-errorlogs --no-rebuild \
     --timeout-multiplier 40 || status=1
 fi
@@ -132,4 +135,5 @@ for u in unrun:
     print("not run:", u)
 print(f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped")
 PY
+echo "== done in $((SECONDS / 60))m$((SECONDS % 60))s"
 exit $status
