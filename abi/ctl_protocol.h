@@ -34,7 +34,8 @@ inline constexpr uint16_t kAbiMajor = 1;
 /// 4: attach_mcast, detach_mcast; QueryDeviceReply's multicast limits.
 /// 5: CreateQpRequest's flags (kQpBlockSelfMcastLoopback).
 /// 6: destroy_cq's reply (DestroyCqReply).
-inline constexpr uint16_t kAbiMinor = 6;
+/// 7: fault (FaultRequest), `droce fault`.
+inline constexpr uint16_t kAbiMinor = 7;
 /// Largest message either side sends or accepts.
 inline constexpr size_t kMaxMessage = 4096;
 
@@ -65,8 +66,9 @@ enum class MsgType : uint16_t {
   resize_cq = 24,         ///< minor 3: ibv_resize_cq, the ring moved to a new region (ResizeCqRequest)
   attach_mcast = 25,      ///< minor 4: ibv_attach_mcast (McastRequest)
   detach_mcast = 26,      ///< minor 4: ibv_detach_mcast (McastRequest)
+  fault = 27,             ///< minor 7: `droce fault`: set or clear a fault rule (FaultRequest)
 };
-inline constexpr uint16_t kLastMsgType = static_cast<uint16_t>(MsgType::detach_mcast);
+inline constexpr uint16_t kLastMsgType = static_cast<uint16_t>(MsgType::fault);
 
 enum CtlFlags : uint16_t {
   kFlagReply = 1u << 0,
@@ -415,6 +417,26 @@ static_assert(sizeof(CreateAhRequest) == 56);
 /// A memfd with the text comes beside the reply.
 struct StatsReply {
   uint64_t length;
+};
+
+/// fault (minor 7): a fault rule of the device (droced/fault_stage.h) set or cleared. Only
+/// root or droced's own user may (-EPERM): a rule changes every client's traffic. Reply:
+/// FaultReply, the rule's id. set: -EINVAL for a spec that does not parse or a bad direction,
+/// -ENOSPC past droced's rule limit; clear: -ENOENT for an unknown id. The rules and what they
+/// did are in the stats JSON ("faults").
+enum class FaultOp : uint32_t { set = 1, clear = 2 };
+struct FaultRequest {
+  uint32_t op;         ///< FaultOp
+  uint32_t id;         ///< set: 0 for a new rule, else the rule it replaces; clear: 0 for all
+  uint32_t qpn;        ///< the local QP whose frames it takes; 0xffffffff: every RoCE frame
+  uint32_t direction;  ///< 1 received, 2 sent, 3 both
+  uint64_t seed;
+  char spec[192];      ///< net/fault_model.h's text form, NUL-terminated
+};
+static_assert(sizeof(FaultRequest) == 216);
+struct FaultReply {
+  uint32_t id;
+  uint32_t reserved;
 };
 
 /// rereg_mr (minor 2): the region `lkey` takes the PD, access and range

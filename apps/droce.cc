@@ -54,6 +54,11 @@ void usage(FILE* out) {
       "      comm ID and CM state, QPs, groups), multicast groups with their attached\n"
       "      QPs and the IGMP/MLD memberships reported, global counters (RX parse failures by\n"
       "      reason, neighbour discovery, sleeps, CM); status shows all tables.\n"
+      "  fault [list | set SPEC [--qp N] [--dir rx|tx|both] [--seed N] [--id N] | clear ID|all]\n"
+      "      [--json] [--device NAME | --socket PATH]\n"
+      "      A running droced's fault rules: drop, burst loss, delay and jitter, reorder,\n"
+      "      duplicate, corrupt (payload or ICRC), truncate, per QP or for every RoCE frame,\n"
+      "      received or sent, changed while traffic runs (`droce fault --help`).\n"
       "  events [--count N] [--timeout SECONDS] [--device NAME | --socket PATH]\n"
       "      Open a verbs context and print the async events droced delivers to it\n"
       "      (port active/down, device fatal). Exit 1 if fewer than N came in time.\n"
@@ -248,6 +253,7 @@ namespace droce::cli {
 int status_command(std::string_view cmd, const std::vector<std::string_view>& args);
 int events_command(const std::vector<std::string_view>& args);
 int exec_command(int argc, char** argv);
+int fault_command(const std::vector<std::string_view>& args);
 }
 
 int main(int argc, char** argv) {
@@ -261,6 +267,7 @@ int main(int argc, char** argv) {
   if (cmd == "gen") return cmd_gen(args);
   if (cmd == "events") return droce::cli::events_command(args);
   if (cmd == "exec") return droce::cli::exec_command(argc - 1, argv + 1);
+  if (cmd == "fault") return droce::cli::fault_command(args);
   for (const char* c : {"devices", "ports", "gids", "qps", "clients", "cores", "cm", "multicast", "counters", "status"})
     if (cmd == c) return droce::cli::status_command(cmd, args);
   if (cmd == "help" || cmd == "--help" || cmd == "-h") {

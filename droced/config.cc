@@ -55,8 +55,9 @@ const char* usage() {
          "  --log-level LEVEL    droce log level (error, warning, info, debug)\n"
          "  --sysfs-root DIR     the device tree for libibverbs (<run-dir>/sys; none: no tree)\n"
          "  --dev-node yes|no    as root, make /dev/infiniband/uverbs_<name> if missing (yes)\n"
-         "  --drop-rate PERCENT  discard this share of received frames, as a lossy link\n"
-         "                       would (tests, labs): 1 or 1% is one frame in a hundred (0)\n"
+         "  --drop-rate PERCENT  discard this share of received RoCE frames, as a lossy link\n"
+         "                       would (tests, labs): 1 or 1% is one frame in a hundred (0);\n"
+         "                       fault rule 1 (`droce fault` changes or adds rules live)\n"
          "  --drop-seed N        seed of the --drop-rate draw, for a repeatable run (1)\n"
          "  --config FILE        read the same keys from FILE (key = value)\n";
 }

@@ -82,11 +82,11 @@ struct DaemonConfig {
   /// when running as root and it is missing. It stays after exit (an alias of
   /// /dev/full, perhaps shared with another droced of the same name).
   bool dev_node = true;
-  /// A lossy link for tests and labs: each received frame (from the port or
-  /// looped back) is discarded with this probability, in parts per million,
-  /// before droced looks at it (net/frame_loss.h). 0: none.
+  /// A lossy link for tests and labs: each received RoCE frame (from the port
+  /// or looped back) is discarded with this probability, in parts per million:
+  /// fault rule 1 (droced/fault_stage.h). 0: none.
   uint32_t drop_ppm = 0;
-  uint64_t drop_seed = 1;  ///< the draw's seed (core k uses seed + k)
+  uint64_t drop_seed = 1;  ///< the rule's seed (each core derives its own dice from it)
 };
 
 /// Parses argv (and a --config file). 0, 1 for --help (usage printed), or

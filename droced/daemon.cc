@@ -118,9 +118,17 @@ int Daemon::start(const DaemonConfig& cfg) {
                 r == -EADDRINUSE ? " (rdma_rxe, or another program, has it; then the kernel is quiet anyway)" : "");
   }
   gids_ = std::make_unique<net::GidTable>(port_->mac(), port_->kernel_netdev() ? port_->ifname() : std::string());
-  if (cfg.drop_ppm != 0)
-    DROCE_LOG(WARNING, app, "%s: --drop-rate: discarding %.4g %% of received frames on purpose (seed %llu)",
+  if (cfg.drop_ppm != 0) {
+    // --drop-rate is fault rule 1: drop that share of the RoCE frames received.
+    FaultRule r;
+    r.direction = FaultDirection::rx;
+    r.spec.loss = cfg.drop_ppm / 1e6;
+    r.seed = cfg.drop_seed;
+    uint32_t id;
+    (void)faults_.set(r, &id);
+    DROCE_LOG(WARNING, app, "%s: --drop-rate: discarding %.4g %% of received RoCE frames on purpose (seed %llu)",
               cfg.name.c_str(), cfg.drop_ppm / 10000.0, static_cast<unsigned long long>(cfg.drop_seed));
+  }
   DeviceCoreConfig dc;
   dc.port = port_.get();
   dc.vlan = cfg.vlan;
@@ -197,11 +205,12 @@ int Daemon::start(const DaemonConfig& cfg) {
   shared_.max_qps = cfg.max_qps;
   jobs_ = std::make_unique<ControlJobs>(1);
   shared_.jobs = jobs_.get();
+  shared_.faults = &faults_;
   shared_.render_stats = stats_trampoline;
   shared_.render_arg = this;
   for (unsigned k = 0; k < cores; ++k) {
     dc.index = k;
-    dc.loss = net::FrameLoss(cfg.drop_ppm, cfg.drop_seed + k);
+    dc.faults = &faults_;
     auto core = std::make_unique<DeviceCore>(dc, &rc);
     if (rc != 0) return rc;
     workers_.push_back(std::make_unique<Worker>(worker_context(), k, cfg.lcores[k], std::move(core), shared_, &rc));
@@ -491,6 +500,7 @@ std::string Daemon::render_locked() const {
   s.workers = &workers_;
   s.xdp = xdp_.get();
   s.jobs = jobs_.get();
+  s.faults = &faults_;
   s.counters = counters_;
   return stats_json(s);
 }

@@ -121,6 +121,10 @@ DeviceCore::DeviceCore(const DeviceCoreConfig& cfg, int* rc) : cfg_(cfg), group_
   ec.local_ip = cfg.addresses.front();
   ec.local_ips = cfg.addresses;
   ec.offloads = hw_offload::select_offloads(*cfg.port);  // once, at start
+  faults_ = std::make_unique<FaultStage>(cfg.faults, cfg_.index, cfg.port->pool(),
+                                         !ec.offloads.rx_icrc && !ec.offloads.tx_icrc);
+  fault_port_ = std::make_unique<FaultPort>(link_.get(), faults_.get());
+  ec.port = fault_port_.get();
   // This core's QPNs: (index << kQpnCoreShift) | n, never past the next core's.
   ec.first_qpn = (cfg_.index << kQpnCoreShift) | (cfg.engine.first_qpn & ((1u << kQpnCoreShift) - 1));
   ec.max_qps = std::min(ec.max_qps, (1u << kQpnCoreShift) - (ec.first_qpn & ((1u << kQpnCoreShift) - 1)));
@@ -137,7 +141,8 @@ DeviceCore::DeviceCore(const DeviceCoreConfig& cfg, int* rc) : cfg_(cfg), group_
 }
 
 uint64_t DeviceCore::next_deadline() const {
-  uint64_t d = engine_->next_deadline();
+  // Held frames are due at their time; frames the port refused go again at once.
+  uint64_t d = std::min(engine_->next_deadline(), fault_port_->has_queued() ? 0 : faults_->next_release_ns());
   if (cfg_.index == 0) {
     std::lock_guard l(group_->neighbor_mutex());
     d = std::min({d, group_->neighbors().next_deadline_ns(), group_->membership().next_deadline_ns()});
@@ -224,17 +229,12 @@ void DeviceCore::route(rte_mbuf** frames, uint16_t n, std::vector<rte_mbuf*>* lo
   }
 }
 
-size_t DeviceCore::apply_loss(rte_mbuf** frames, size_t n) {
-  size_t kept = 0;
-  for (size_t i = 0; i < n; ++i) {
-    if (cfg_.loss.drop()) {
-      rte_pktmbuf_free(frames[i]);
-      ++counters_.loss_dropped;
-    } else {
-      frames[kept++] = frames[i];
-    }
-  }
-  return kept;
+void DeviceCore::route_faulted(uint64_t now_ns) {
+  faulted_.clear();
+  faults_->process(FaultDirection::rx, rx_batch_.data(), rx_batch_.size(), now_ns, &faulted_);
+  rx_batch_.clear();
+  for (size_t i = 0; i < faulted_.size(); i += 32)
+    route(faulted_.data() + i, static_cast<uint16_t>(std::min<size_t>(32, faulted_.size() - i)), &local_);
 }
 
 void DeviceCore::run_once(uint64_t now_ns) {
@@ -242,8 +242,9 @@ void DeviceCore::run_once(uint64_t now_ns) {
   rte_mbuf* roce[32];
   local_.clear();
   woken_ = 0;
-  uint16_t n = rx_queue_ < 0 ? 0 : cfg_.port->rx_burst(uint16_t(rx_queue_), rx, 32);
-  if (cfg_.loss.enabled()) n = static_cast<uint16_t>(apply_loss(rx, n));
+  faults_->refresh();
+  const bool rx_faults = faults_->active(FaultDirection::rx);
+  const uint16_t n = rx_queue_ < 0 ? 0 : cfg_.port->rx_burst(uint16_t(rx_queue_), rx, 32);
   uint16_t k = 0;
   bool neighbor_work = false;
   const net::MacAddr own = cfg_.port->mac();
@@ -278,7 +279,12 @@ void DeviceCore::run_once(uint64_t now_ns) {
     }
     rte_pktmbuf_free(rx[i]);
   }
-  route(roce, k, &local_);
+  if (rx_faults) {
+    rx_batch_.assign(roce, roce + k);
+    route_faulted(now_ns);
+  } else {
+    route(roce, k, &local_);
+  }
   // What other cores handed here.
   rte_mbuf* in[64];
   const unsigned got = rte_ring_sc_dequeue_burst(group_->inbound(cfg_.index), reinterpret_cast<void**>(in), 64,
@@ -288,10 +294,14 @@ void DeviceCore::run_once(uint64_t now_ns) {
   if (link_->has_loopback()) {
     link_->take_loopback(&loopback_rx_);
     counters_.loopback_frames += loopback_rx_.size();
-    if (cfg_.loss.enabled())
-      loopback_rx_.resize(apply_loss(loopback_rx_.data(), loopback_rx_.size()));
-    for (size_t i = 0; i < loopback_rx_.size(); i += 32)
-      route(loopback_rx_.data() + i, static_cast<uint16_t>(std::min<size_t>(32, loopback_rx_.size() - i)), &local_);
+    if (rx_faults) {
+      rx_batch_.swap(loopback_rx_);
+      route_faulted(now_ns);
+    } else {
+      for (size_t i = 0; i < loopback_rx_.size(); i += 32)
+        route(loopback_rx_.data() + i, static_cast<uint16_t>(std::min<size_t>(32, loopback_rx_.size() - i)),
+              &local_);
+    }
   }
   for (size_t i = 0; i < local_.size(); i += 32)
     engine_->rx_burst(local_.data() + i, static_cast<uint16_t>(std::min<size_t>(32, local_.size() - i)), now_ns);
@@ -309,6 +319,7 @@ void DeviceCore::run_once(uint64_t now_ns) {
   }
   if (neighbor_work) send_neighbor_frames();
   engine_->poll(now_ns);
+  fault_port_->poll(now_ns);
   sync_multicast();
 }
 

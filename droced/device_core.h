@@ -43,7 +43,7 @@
 #include <vector>
 
 #include "core/counter_table.h"
-#include "net/frame_loss.h"
+#include "droced/fault_stage.h"
 #include "net/gid_table.h"
 #include "net/membership.h"
 #include "net/kernel_net.h"
@@ -151,8 +151,8 @@ struct DeviceCoreConfig {
   uint16_t vlan = net::kNoVlan;
   net::NeighborConfig neighbor;
   rocev2::EngineConfig engine;  ///< pool, port, MAC, IP and offloads are filled in from the above
-  /// Received frames this core discards as lost (droced --drop-rate).
-  net::FrameLoss loss;
+  /// The device's fault rules (`droce fault`, --drop-rate); nullptr: none.
+  const FaultRules* faults = nullptr;
 };
 
 /// What each counts is in kDeviceCoreCounters.
@@ -166,7 +166,6 @@ struct DeviceCoreCounters {
   uint64_t handed_out = 0;
   uint64_t handed_in = 0;
   uint64_t hand_off_dropped = 0;
-  uint64_t loss_dropped = 0;
   uint64_t rx_own_frames = 0;
 };
 
@@ -185,7 +184,6 @@ inline constexpr core::Counter<DeviceCoreCounters> kDeviceCoreCounters[] = {
     {"handed_in", &DeviceCoreCounters::handed_in, "frames other cores handed here"},
     {"hand_off_dropped", &DeviceCoreCounters::hand_off_dropped,
      "the owner's inbound ring was full (or no copy for multicast)"},
-    {"loss_dropped", &DeviceCoreCounters::loss_dropped, "received frames discarded by --drop-rate"},
     {"rx_own_frames", &DeviceCoreCounters::rx_own_frames, "our own frames seen again (af_packet shows what we send)"},
 };
 static_assert(core::covers(kDeviceCoreCounters));
@@ -215,6 +213,8 @@ class DeviceCore {
   CoreGroup& group() { return *group_; }
   unsigned index() const { return cfg_.index; }
   const DeviceCoreCounters& counters() const { return counters_; }
+  /// This core's fault rules at work (their counters).
+  const FaultStage& faults() const { return *faults_; }
   /// Frames handed here and not yet taken (the sleep handshake's last look).
   bool has_inbound() const { return rte_ring_count(group_->inbound(cfg_.index)) != 0; }
   uint64_t next_deadline() const;
@@ -245,8 +245,12 @@ class DeviceCore {
   std::vector<std::vector<uint8_t>> neighbor_tx_;
   std::vector<rte_mbuf*> loopback_rx_;
   std::vector<rte_mbuf*> local_;
-  /// Frees the frames cfg_.loss picks and closes the gap; the survivors' count.
-  size_t apply_loss(rte_mbuf** frames, size_t n);
+  /// Frames of rx_batch_ the rx fault rules let through now, and those due, routed.
+  void route_faulted(uint64_t now_ns);
+  std::unique_ptr<FaultStage> faults_;
+  std::unique_ptr<FaultPort> fault_port_;  ///< the engine's port: the tx rules, then link_
+  std::vector<rte_mbuf*> rx_batch_;
+  std::vector<rte_mbuf*> faulted_;
 
   uint32_t woken_ = 0;  ///< cores handed frames this run_once (bit k), woken once each
   bool has_multicast_ = false;

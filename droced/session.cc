@@ -36,6 +36,7 @@ Session::Session(Device* dev, core::Fd socket, uint32_t id) : dev_(dev), sock_(s
   core::PeerCredentials cred;
   if (core::peer_credentials(sock_.get(), &cred) == 0) {
     pid_ = cred.pid;
+    uid_ = cred.uid;
     // As Linux (6.4 on) asks of ibv_modify_qp: CAP_NET_RAW for a controlled Q_Key.
     privileged_ = core::process_has_capability(cred.pid, core::kCapNetRaw);
   }

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "droced/control_jobs.h"
+#include "droced/fault_stage.h"
 #include "droced/device_core.h"
 #include "droced/peer_memory.h"
 #include "abi/ctl_protocol.h"
@@ -75,6 +76,8 @@ struct Device {
   ControlJobs* jobs = nullptr;
   /// Which session owns each engine object (async events are routed by it).
   std::unordered_map<uint32_t, Session*> qp_owner, cq_owner, srq_owner;
+  /// The device's fault rules (`droce fault`); nullptr: none can be set.
+  FaultRules* faults = nullptr;
   /// A JSON rendering of droced's state for the `stats` message.
   std::string (*render_stats)(void* arg) = nullptr;
   void* render_arg = nullptr;
@@ -217,6 +220,7 @@ class Session {
   static std::span<const ControlEntry> qp_controls();
   static std::span<const ControlEntry> ah_controls();
   static std::span<const ControlEntry> mcast_controls();
+  static std::span<const ControlEntry> fault_controls();
   /// The entry of message type `type`; nullptr when no family serves it.
   static const ControlEntry* control_for(uint16_t type);
 
@@ -276,6 +280,7 @@ class Session {
   core::Fd sock_;
   uint32_t id_;
   pid_t pid_ = -1;
+  uid_t uid_ = static_cast<uid_t>(-1);
   bool privileged_ = false;  ///< the client held CAP_NET_RAW when it connected
   std::string program_;
   bool hello_done_ = false;

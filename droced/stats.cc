@@ -153,6 +153,7 @@ CounterTotals totals_of(const StatsSources& s) {
     core::add_counters(rocev2::kEngineCounters, e, &t.engine);
     core::add_counters(kDeviceCoreCounters, w->core().counters(), &t.device);
     core::add_counters(kWorkerCounters, w->counters(), &t.worker);
+    t.faults += w->core().faults().totals();
   }
   t.daemon = s.counters;
   if (const CmHost* cm = s.workers->empty() ? nullptr : (*s.workers)[0]->cm())
@@ -344,6 +345,27 @@ Json cm_section(const StatsSources& s) {
   return ids;
 }
 
+// The fault rules (`droce fault`) and what each did, its counters added up over the cores.
+Json faults_section(const StatsSources& s) {
+  Json rows = Json::array();
+  if (s.faults == nullptr) return rows;
+  for (const FaultRule& r : s.faults->rules()) {
+    FaultCounters sum;
+    for (const auto& w : *s.workers)
+      for (const auto& [id, c] : w->core().faults().rule_counters())
+        if (id == r.id) sum += c;
+    Json j;
+    j["id"] = r.id;
+    j["qpn"] = r.qpn == kAllQps ? Json("all") : Json(r.qpn);
+    j["direction"] = to_string(r.direction);
+    j["spec"] = r.spec.to_string();
+    j["seed"] = r.seed;
+    put_all(j["counters"], kFaultCounters, sum);
+    rows.push_back(std::move(j));
+  }
+  return rows;
+}
+
 }  // namespace
 
 void walk_counters(const CounterTotals& t, CounterSink& sink) {
@@ -380,6 +402,9 @@ void walk_counters(const CounterTotals& t, CounterSink& sink) {
     sink.group("kernel");
     walk(sink, net::kKernelNetCounters, *t.kernel);
   }
+  // What the fault rules did (`droce fault`, --drop-rate), every rule's added up.
+  sink.group("faults");
+  walk(sink, kFaultCounters, t.faults);
   if (t.xdp) {
     // droce's filter (XDP on af_xdp, TC ingress on af_packet): RoCE taken (af_packet: dropped
     // after the tap), RoCE for addresses not droce's (left to the kernel), passed.
@@ -402,6 +427,7 @@ std::string stats_json(const StatsSources& s) {
   j["multicast"] = multicast_section(s);
   j["membership"] = membership_section(s);
   j["cm"] = cm_section(s);
+  j["faults"] = faults_section(s);
   return dump(j);
 }
 

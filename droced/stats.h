@@ -1,8 +1,8 @@
 #pragma once
 // droced's state as the control protocol's `stats` message returns it: one JSON object, which
 // `droce status --json` prints and the CLI's tables (`droce devices|ports|gids|qps|clients|
-// cores|cm|multicast|counters`) are read from. Its sections: device, ports, gids, counters,
-// cores, clients, qps, multicast, membership, cm.
+// cores|cm|multicast|counters|fault`) are read from. Its sections: device, ports, gids, counters,
+// cores, clients, qps, multicast, membership, cm, faults.
 //
 // Every counter in it comes from a counter table (core/counter_table.h) next to its struct:
 // the totals (`counters`) are walked in one place, walk_counters(), which the JSON, the text of
@@ -70,6 +70,7 @@ struct CounterTotals {
   std::optional<net::KernelNetCounters> kernel;  ///< --netdev: what droced asked the kernel
   std::optional<net::XdpFilterCounters> xdp;     ///< --netdev: droce's XDP (af_xdp) or TC (af_packet) filter
   std::optional<ControlJobCounters> jobs;        ///< long control work off the workers
+  FaultCounters faults;                          ///< every fault rule's, removed ones' too
 };
 
 /// What a rendering of the totals is told, in output order.
@@ -77,7 +78,7 @@ class CounterSink {
  public:
   virtual ~CounterSink() = default;
   /// The counters that follow, up to the next group(), belong to the group `name` (a nested
-  /// object in the JSON: "transport", "parse", "neighbor", "kernel", "xdp"); those before the
+  /// object in the JSON: "transport", "parse", "neighbor", "kernel", "xdp", "faults"); those before the
   /// first group() to none. Called for every group the totals have, even one with no counters.
   virtual void group(std::string_view name) = 0;
   virtual void counter(std::string_view name, uint64_t value, std::string_view help) = 0;
@@ -101,6 +102,7 @@ struct StatsSources {
   const std::vector<std::unique_ptr<Worker>>* workers = nullptr;
   net::XdpFilter* xdp = nullptr;  ///< null without droce's XDP or TC filter
   const ControlJobs* jobs = nullptr;
+  const FaultRules* faults = nullptr;  ///< null: no fault rules can be set
   DaemonCounters counters;
 };
 

@@ -1,49 +1,14 @@
 #include "net/sim_link.h"
 
+#include "net/frame_faults.h"
+
 #include <algorithm>
 #include <cassert>
 
 namespace droce::net {
 namespace {
 
-// One generator per direction, seeded through splitmix64 so that seeds 0, 1,
-// 2... and the two directions of one seed start far apart.
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-// The standard library's distributions are implementation-defined; these are
-// not, so a seed replays the same on any compiler and library.
-double unit(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
-
-// r scaled to [0, n) (multiply-shift; bias below 2^-64 * n).
-uint64_t below(uint64_t r, uint64_t n) {
-  return static_cast<uint64_t>((static_cast<unsigned __int128>(r) * n) >> 64);
-}
-
 uint64_t add_sat(uint64_t a, uint64_t b) { return b > UINT64_MAX - a ? UINT64_MAX : a + b; }
-
-// The same draws for every frame, whatever happens to it.
-struct Draws {
-  double loss, channel, burst, reorder, corrupt, duplicate;
-  uint64_t bit, jitter;
-};
-
-Draws draw(std::mt19937_64& rng) {
-  Draws d{};
-  d.loss = unit(rng);
-  d.channel = unit(rng);
-  d.burst = unit(rng);
-  d.reorder = unit(rng);
-  d.corrupt = unit(rng);
-  d.duplicate = unit(rng);
-  d.bit = rng();
-  d.jitter = rng();
-  return d;
-}
 
 uint64_t serialization_ns(uint32_t pkt_len, uint64_t rate_bps) {
   const unsigned __int128 bits_ns = static_cast<unsigned __int128>(pkt_len) * 8u * 1'000'000'000u;
@@ -56,10 +21,6 @@ bool later(const auto& a, const auto& b) {
   return a.arrival_ns != b.arrival_ns ? a.arrival_ns > b.arrival_ns : a.seq > b.seq;
 }
 
-bool shared(const rte_mbuf* seg) {
-  return !RTE_MBUF_DIRECT(seg) || rte_mbuf_refcnt_read(seg) > 1;
-}
-
 }  // namespace
 
 SimLink::SimLink(uint64_t seed, const LinkFaults& a_to_b, const LinkFaults& b_to_a,
@@ -67,7 +28,8 @@ SimLink::SimLink(uint64_t seed, const LinkFaults& a_to_b, const LinkFaults& b_to
     : seed_(seed), pool_(pool) {
   dir_[0].faults = a_to_b;
   dir_[1].faults = b_to_a;
-  for (int i = 0; i < 2; ++i) dir_[i].rng.seed(splitmix64(seed ^ (0xA5A5A5A5A5A5A5A5ull * (i + 1))));
+  // One generator per direction, far apart for seeds 0, 1, 2... and for the two directions.
+  for (int i = 0; i < 2; ++i) dir_[i].dice = FaultDice(mix_seed(seed ^ (0xA5A5A5A5A5A5A5A5ull * (i + 1))));
 }
 
 SimLink::~SimLink() {
@@ -80,7 +42,7 @@ SimLink::~SimLink() {
 void SimLink::set_faults(int from, const LinkFaults& f) {
   assert(from == 0 || from == 1);
   dir_[from].faults = f;
-  if (f.burst_enter <= 0) dir_[from].bad = false;
+  if (f.burst_enter <= 0) dir_[from].dice.heal();
 }
 
 const LinkStats& SimLink::stats(int from) const {
@@ -102,39 +64,6 @@ void SimLink::enqueue(Direction& d, rte_mbuf* m, uint64_t arrival_ns) {
   std::push_heap(d.heap.begin(), d.heap.end(), [](const InFlight& a, const InFlight& b) { return later(a, b); });
 }
 
-rte_mbuf* SimLink::deep_copy(const rte_mbuf* m) const {
-  if (pool_ == nullptr) return nullptr;
-  return rte_pktmbuf_copy(m, pool_, 0, UINT32_MAX);
-}
-
-bool SimLink::flip_bit(rte_mbuf** frame, uint64_t bit) {
-  rte_mbuf* m = *frame;
-  uint64_t off = bit / 8;
-  rte_mbuf* seg = m;
-  while (seg != nullptr && off >= seg->data_len) {
-    off -= seg->data_len;
-    seg = seg->next;
-  }
-  if (seg == nullptr) return false;  // pkt_len longer than the chain: a broken mbuf
-  if (shared(seg)) {
-    // Someone else sees these bytes (a clone, a zero-copy payload): corrupt a
-    // private copy instead, and let go of our reference to the original.
-    rte_mbuf* copy = deep_copy(m);
-    if (copy == nullptr) return false;
-    rte_pktmbuf_free(m);
-    m = copy;
-    off = bit / 8;
-    seg = m;
-    while (off >= seg->data_len) {
-      off -= seg->data_len;
-      seg = seg->next;
-    }
-  }
-  *rte_pktmbuf_mtod_offset(seg, uint8_t*, off) ^= static_cast<uint8_t>(1u << (bit % 8));
-  *frame = m;
-  return true;
-}
-
 void SimLink::send(int from, rte_mbuf* const* frames, uint16_t n, uint64_t now_ns) {
   assert(from == 0 || from == 1);
   Direction& d = dir_[from];
@@ -142,7 +71,6 @@ void SimLink::send(int from, rte_mbuf* const* frames, uint16_t n, uint64_t now_n
   for (uint16_t i = 0; i < n; ++i) {
     rte_mbuf* m = frames[i];
     assert(m != nullptr);
-    const Draws r = draw(d.rng);
     ++d.stats.sent;
 
     if (f.queue_limit != 0 && d.heap.size() >= f.queue_limit) {
@@ -157,43 +85,28 @@ void SimLink::send(int from, rte_mbuf* const* frames, uint16_t n, uint64_t now_n
       d.serializer_free_ns = t;
     }
 
-    if (f.burst_enter > 0) {
-      d.bad = d.bad ? !(r.channel < f.burst_exit) : r.channel < f.burst_enter;
-    } else {
-      d.bad = false;
-    }
-    if (d.bad && r.burst < f.burst_loss) {
+    const FrameFate fate = d.dice.roll(f, FrameRegions{m->pkt_len, 0, 0, 0});
+    if (fate.lost) {
       ++d.stats.lost;
-      ++d.stats.burst_lost;
+      d.stats.burst_lost += fate.burst_lost;
       rte_pktmbuf_free(m);
       continue;
     }
-    if (r.loss < f.loss) {
-      ++d.stats.lost;
-      rte_pktmbuf_free(m);
-      continue;
+    const uint64_t arrival = add_sat(t, fate.hold_ns);
+    d.stats.reordered += fate.reordered;
+    if (fate.corrupt) {
+      if (flip_frame_bit(&m, fate.corrupt_bit, pool_)) ++d.stats.corrupted;
+      else ++d.stats.copy_failed;
     }
-
-    uint64_t arrival = add_sat(t, f.delay_ns);
-    if (f.jitter_ns != 0) {
-      arrival = add_sat(arrival, f.jitter_ns == UINT64_MAX ? r.jitter : below(r.jitter, f.jitter_ns + 1));
-    }
-    if (r.reorder < f.reorder) {
-      arrival = add_sat(arrival, f.reorder_delay_ns);
-      ++d.stats.reordered;
-    }
-
-    if (r.corrupt < f.corrupt && m->pkt_len != 0) {
-      if (flip_bit(&m, below(r.bit, uint64_t{m->pkt_len} * 8)))
-        ++d.stats.corrupted;
-      else
-        ++d.stats.copy_failed;
+    if (fate.truncate) {
+      if (truncate_frame(&m, fate.keep_len, pool_)) ++d.stats.truncated;
+      else ++d.stats.copy_failed;
     }
 
     enqueue(d, m, arrival);
 
-    if (r.duplicate < f.duplicate) {
-      rte_mbuf* copy = deep_copy(m);
+    if (fate.duplicate) {
+      rte_mbuf* copy = copy_frame(m, pool_);
       if (copy != nullptr) {
         enqueue(d, copy, arrival);
         ++d.stats.duplicated;

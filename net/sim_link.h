@@ -10,33 +10,23 @@
 // sequence of calls: a failing test fails the same way every time it runs
 // with the same seed (print it).
 //
-// The fate of one frame, in order:
+// The fate of one frame: first the link's own two, then the fault model's (net/fault_model.h,
+// which droced's live fault rules use too):
 //   1. queue_limit: if the direction already holds queue_limit frames, the
 //      frame is tail-dropped (queue_dropped) and never reaches the wire.
 //   2. rate_bps: the frame waits for the serializer (frames sent earlier in
 //      this direction) and takes ceil(pkt_len * 8 / rate) to serialize, FCS,
-//      preamble and inter-frame gap not counted. 0: instantaneous.
-//   3. Gilbert-Elliott: with burst_enter > 0 the channel steps good->bad with
-//      P(burst_enter), bad->good with P(burst_exit), then a frame on a bad
-//      channel is lost with P(burst_loss) (lost and burst_lost). Runs of bad
-//      frames are geometric with mean 1/burst_exit.
-//   4. loss: lost with P(loss) (lost). A lost frame still used the serializer.
-//   5. arrival = serialization end + delay_ns + uniform 0..jitter_ns, plus
-//      reorder_delay_ns with P(reorder) (reordered). Jitter alone may reorder
-//      frames too: each frame's jitter is independent.
-//   6. corrupt: with P(corrupt), one uniformly chosen bit of the frame, any
-//      byte of any segment, is flipped (corrupted). When that segment's data
-//      is shared (refcnt > 1, indirect or external), the link first replaces
-//      the frame by a deep copy (rte_pktmbuf_copy from `pool`), so no other
-//      frame or holder ever sees the flip.
-//   7. duplicate: with P(duplicate), a deep copy (rte_pktmbuf_copy from
-//      `pool`) of the frame as it will arrive, after any corruption, arrives
-//      at the same time, right after it (duplicated). The copy is not subject
-//      to queue_limit.
-// Every frame passed to send() consumes the same number of random draws
-// whatever happens to it, so turning one fault on or off does not change the
-// dice another fault sees for the same frame.
-//
+//      preamble and inter-frame gap not counted. 0: instantaneous. A frame the
+//      model then loses still used the serializer.
+//   3. FaultDice::roll: burst and independent loss (lost, burst_lost), then
+//      arrival = serialization end + delay_ns + jitter + the reorder window
+//      (reordered), a bit flip (corrupted; the frame's bytes are all "any",
+//      the link knows no RoCE layout), truncation (truncated) and a duplicate
+//      (duplicated) that arrives right after it.
+// Corrupting or truncating a frame whose data is shared (refcnt > 1, indirect
+// or external) first replaces it by a deep copy (rte_pktmbuf_copy from `pool`),
+// so no other frame or holder ever sees the change; a duplicate is a deep copy
+// of the frame as it will arrive. The copy is not subject to queue_limit.
 // "In flight" means accepted by send() and not yet handed out by receive():
 // frames that have arrived but wait for the receiver count, like a full RX
 // ring. in_flight() and queue_limit use this one definition.
@@ -59,24 +49,17 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <random>
 #include <vector>
+
+#include "net/fault_model.h"
 
 namespace droce::net {
 
-struct LinkFaults {
-  double loss = 0;            ///< independent drop probability per frame
-  double burst_enter = 0;     ///< Gilbert-Elliott: P(good->bad) per frame; 0 disables
-  double burst_exit = 0.25;   ///< P(bad->good) per frame
-  double burst_loss = 1.0;    ///< drop probability while bad
-  double reorder = 0;         ///< P(frame is held back by reorder_delay_ns extra)
-  uint64_t reorder_delay_ns = 20000;
-  double duplicate = 0;       ///< P(frame is delivered twice; the copy is a deep copy)
-  double corrupt = 0;         ///< P(one random bit of the frame is flipped; any byte)
-  uint64_t delay_ns = 1000;   ///< one-way propagation delay
-  uint64_t jitter_ns = 0;     ///< uniform extra 0..jitter_ns inclusive (may reorder)
-  uint64_t rate_bps = 0;      ///< serialization rate; 0 = infinitely fast
-  uint32_t queue_limit = 0;   ///< frames in flight per direction before tail drop; 0 = unlimited
+/// The fault model's faults (a propagation delay of 1 us by default) and the link's own.
+struct LinkFaults : FaultSpec {
+  LinkFaults() { delay_ns = 1000; }
+  uint64_t rate_bps = 0;     ///< serialization rate; 0 = infinitely fast
+  uint32_t queue_limit = 0;  ///< frames in flight per direction before tail drop; 0 = unlimited
 };
 
 /// Counters of one direction (the sending end's view; delivered counts what
@@ -88,9 +71,10 @@ struct LinkStats {
   uint64_t burst_lost = 0;     ///< of lost: dropped while the Gilbert-Elliott channel was bad
   uint64_t duplicated = 0;     ///< extra copies made
   uint64_t corrupted = 0;      ///< frames with one bit flipped
-  uint64_t reordered = 0;      ///< frames held back by reorder_delay_ns
+  uint64_t reordered = 0;      ///< frames held back by the reorder window
+  uint64_t truncated = 0;      ///< frames that lost their tail
   uint64_t queue_dropped = 0;  ///< tail drops at queue_limit
-  uint64_t copy_failed = 0;    ///< duplicates or corruptions skipped: no mbuf for the copy
+  uint64_t copy_failed = 0;    ///< duplicates, corruptions or truncations skipped: no mbuf for the copy
 
   bool operator==(const LinkStats&) const = default;
 };
@@ -141,19 +125,14 @@ class SimLink {
   };
   struct Direction {
     LinkFaults faults;
-    std::mt19937_64 rng;
+    FaultDice dice;
     LinkStats stats;
     std::vector<InFlight> heap;  ///< min-heap on (arrival_ns, seq)
     uint64_t next_seq = 0;
     uint64_t serializer_free_ns = 0;
-    bool bad = false;  ///< Gilbert-Elliott channel state
   };
 
   void enqueue(Direction& d, rte_mbuf* m, uint64_t arrival_ns);
-  /// Flips bit `bit` of *m, copying the frame first if that byte's data is
-  /// shared. False (and *m untouched) when the copy cannot be made.
-  bool flip_bit(rte_mbuf** m, uint64_t bit);
-  rte_mbuf* deep_copy(const rte_mbuf* m) const;
 
   uint64_t seed_;
   rte_mempool* pool_;

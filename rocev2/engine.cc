@@ -727,6 +727,7 @@ void Engine::send_frame(rte_mbuf* m, Qp* q) {
   if (cfg_.offloads.tx_ipv4_checksum && ipv == 4) m->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM;
   ++q->counters.tx_packets;
   q->counters.tx_bytes += m->pkt_len;
+  m->hash.usr = q->qpn;  // frame_source_qpn()
   tx_.push_back(m);
   if (tx_.size() >= 32) flush_tx();
 }

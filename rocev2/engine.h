@@ -38,6 +38,10 @@ namespace droce::rocev2 {
 
 /// Where the engine's frames go: a DPDK port queue, a simulated link, a
 /// capture. One call per burst, never per packet.
+/// The local QP that sent a frame the engine built: send_frame() tags it in the mbuf's
+/// user hash, which no transmit path reads (droced's tx fault rules match on it).
+inline uint32_t frame_source_qpn(const rte_mbuf* m) { return m->hash.usr; }
+
 class PacketPort {
  public:
   virtual ~PacketPort() = default;

@@ -604,6 +604,15 @@ int query_stats(const std::string& socket_path, std::string* json) {
   return c->stats(json);  // allowed before hello
 }
 
+int control_fault(const std::string& socket_path, const FaultRequest& q, uint32_t* id) {
+  std::unique_ptr<Context> c(new Context());
+  if (int rc = core::seqpacket_connect(socket_path, &c->sock_); rc != 0) return rc;
+  FaultReply r{};
+  const int rc = c->call(MsgType::fault, &q, sizeof q, &r, sizeof r);  // allowed before hello
+  *id = r.id;
+  return rc;
+}
+
 // ---- Data path -----------------------------------------------------------------
 
 void Context::ring_doorbell(uint16_t kind, uint32_t id, uint32_t* pending) {

@@ -181,6 +181,8 @@ EventElement event_element(uint32_t type);
 
 /// droced's state as JSON, without opening a verbs context (the droce CLI).
 int query_stats(const std::string& socket_path, std::string* json);
+/// A fault rule set or cleared (`droce fault`, abi::ctl::FaultRequest); *id the rule's.
+int control_fault(const std::string& socket_path, const abi::ctl::FaultRequest& q, uint32_t* id);
 
 class Context {
  public:
@@ -274,6 +276,7 @@ class Context {
   friend class Qp;
   friend class Srq;
   friend int query_stats(const std::string&, std::string*);
+  friend int control_fault(const std::string&, const abi::ctl::FaultRequest&, uint32_t*);
   Context() = default;
 
   int call(abi::ctl::MsgType type, const void* body, size_t len, void* reply, size_t reply_len,

@@ -199,7 +199,7 @@ for pmd in "${pmds[@]}"; do
   # Link down and up on B's end of the veth.
   "$droce" events --socket "$(sock_a)" --count 2 --timeout 20 >"$work/events.txt" 2>&1 &
   watcher=$!
-  wait_for 5 grep -q watching "$work/events.txt"
+  wait_for 20 grep -q watching "$work/events.txt" || bad "$pmd: droce events did not start watching"
   ip -n "$nsb" link set vb down
   if wait_port "$(sock_b)" DOWN && wait_port "$(sock_a)" DOWN; then
     pass "$pmd: link down on vb: both ports DOWN"

@@ -300,7 +300,7 @@ TEST_F(TwoDaemons, DropRateLosesFramesAndRcRetransmitsThroughIt) {
     EXPECT_TRUE(line.find("UD SEND") != std::string::npos || line.find("bad R_Key") != std::string::npos)
         << line;
   }
-  const long long lost = stat_of(d_[0].sock, "loss_dropped") + stat_of(d_[1].sock, "loss_dropped");
+  const long long lost = stat_of(d_[0].sock, "dropped", "faults") + stat_of(d_[1].sock, "dropped", "faults");
   const long long rx = stat_of(d_[0].sock, "rx_frames") + stat_of(d_[1].sock, "rx_frames");
   EXPECT_GT(lost, 0);
   // About 5 % of what arrived (rx_frames counts the survivors).

@@ -612,7 +612,7 @@ TEST_F(SimLinkTest, ReorderHoldsFramesBackSoOthersOvertake) {
   SCOPED_TRACE(seed_note(seed));
   LinkFaults f;
   f.reorder = 0.2;
-  f.reorder_delay_ns = 20000;
+  f.reorder_window_ns = 20000;
   SimLink link(seed, f, LinkFaults{}, pool_);
   const std::vector<Delivery> got = drive(link, evenly(2000, 1000));
   ASSERT_EQ(got.size(), 2000u);
@@ -623,7 +623,7 @@ TEST_F(SimLinkTest, ReorderHoldsFramesBackSoOthersOvertake) {
     ASSERT_LT(i, 2000u);
     ++times_seen[i];
     const uint64_t sent_at = i * 1000ull;
-    if (got[k].at_ns == sent_at + f.delay_ns + f.reorder_delay_ns) {
+    if (got[k].at_ns == sent_at + f.delay_ns + f.reorder_window_ns) {
       ++held;
     } else {
       EXPECT_EQ(got[k].at_ns, sent_at + f.delay_ns) << i;

@@ -11,7 +11,7 @@
 #   mpi_test.sh DROCE DROCED PAIR_LIB MPI_CHECK
 #
 # Asserts each run's exit status, mpi_check's "0 failures", NetPIPE's last size, that the frames
-# crossed droce (droced B's rx_frames grew; with loss, loss_dropped > 0), and no UCX error or
+# crossed droce (droced B's rx_frames grew; with loss, the fault rule's dropped > 0), and no UCX error or
 # warning line. Skips (77) without mpirun (openmpi-bin), NPopenmpi (netpipe-openmpi) or a built
 # MPI_CHECK (libopenmpi-dev at build time).
 set -uo pipefail
@@ -109,7 +109,7 @@ fi
 if mpi2 netpipe.ud.loss ud_verbs,self 600 NPopenmpi -u 1048576; then
   expect_line "NetPIPE over ud_verbs with 1 % loss, to 1 MiB" '^ *[0-9]+: +1048579 bytes'
 fi
-lost=$(( $(stat_of "$DROCE_A_SOCK" loss_dropped) + $(stat_of "$DROCE_B_SOCK" loss_dropped) ))
+lost=$(( $(stat_of "$DROCE_A_SOCK" dropped) + $(stat_of "$DROCE_B_SOCK" dropped) ))  # the faults group's
 if [ "$lost" -gt 0 ]; then
   echo "ok: the link lost $lost frames on the way"
 else

@@ -1,0 +1,284 @@
+#include "droced/fault_stage.h"
+
+#include <algorithm>
+#include <cerrno>
+
+#include "core/clock.h"
+#include "net/frame_faults.h"
+#include "rocev2/parser.h"
+
+namespace droce::droced {
+namespace {
+
+bool later(const auto& a, const auto& b) { return a.due_ns != b.due_ns ? a.due_ns > b.due_ns : a.seq > b.seq; }
+
+uint64_t add_sat(uint64_t a, uint64_t b) { return b > UINT64_MAX - a ? UINT64_MAX : a + b; }
+
+// Where the payload and the ICRC of a RoCE frame are (only asked for when a rule corrupts one).
+net::FrameRegions regions_of(const rte_mbuf* m, net::CorruptTarget target) {
+  net::FrameRegions r{m->pkt_len, 0, 0, 0};
+  if (target == net::CorruptTarget::any) return r;
+  rocev2::ParsedPacket p;
+  rocev2::ParseOptions o;
+  o.verify_icrc = false;
+  o.verify_ipv4_checksum = false;
+  if (rocev2::parse_frame(m, &p, o) != rocev2::ParseStatus::ok) return r;
+  r.payload_off = p.layout.payload_off;
+  r.payload_len = p.layout.payload_len;
+  r.icrc_len = rocev2::kIcrcLen;
+  return r;
+}
+
+}  // namespace
+
+const char* to_string(FaultDirection d) {
+  switch (d) {
+    case FaultDirection::rx: return "rx";
+    case FaultDirection::tx: return "tx";
+    case FaultDirection::both: break;
+  }
+  return "both";
+}
+
+FaultCounters& FaultCounters::operator+=(const FaultCounters& o) {
+  for (const auto& c : kFaultCounters) this->*c.member += o.*c.member;
+  return *this;
+}
+
+// ---- FaultRules ---------------------------------------------------------------------
+
+int FaultRules::set(FaultRule r, uint32_t* id) {
+  if (r.direction != FaultDirection::rx && r.direction != FaultDirection::tx && r.direction != FaultDirection::both)
+    return -EINVAL;
+  std::lock_guard l(mutex_);
+  auto it = std::find_if(rules_.begin(), rules_.end(), [&](const FaultRule& x) { return x.id == r.id; });
+  if (r.id != 0 && it != rules_.end()) {
+    *it = r;
+  } else {
+    if (rules_.size() >= kMaxRules) return -ENOSPC;
+    if (r.id == 0) r.id = next_id_;
+    next_id_ = std::max(next_id_, r.id + 1);
+    rules_.push_back(r);
+  }
+  // A QP's rules before the port's, so the most specific matches first.
+  std::stable_sort(rules_.begin(), rules_.end(), [](const FaultRule& a, const FaultRule& b) {
+    return (a.qpn == kAllQps) != (b.qpn == kAllQps) ? a.qpn != kAllQps : a.id < b.id;
+  });
+  *id = r.id;
+  version_.fetch_add(1, std::memory_order_release);
+  return 0;
+}
+
+int FaultRules::clear(uint32_t id) {
+  std::lock_guard l(mutex_);
+  if (id == 0) {
+    rules_.clear();
+  } else {
+    auto it = std::find_if(rules_.begin(), rules_.end(), [&](const FaultRule& x) { return x.id == id; });
+    if (it == rules_.end()) return -ENOENT;
+    rules_.erase(it);
+  }
+  version_.fetch_add(1, std::memory_order_release);
+  return 0;
+}
+
+std::vector<FaultRule> FaultRules::rules() const {
+  std::lock_guard l(mutex_);
+  return rules_;
+}
+
+// ---- FaultStage ---------------------------------------------------------------------
+
+FaultStage::FaultStage(const FaultRules* rules, unsigned core, rte_mempool* pool, bool icrc_on_link)
+    : rules_(rules), core_(core), pool_(pool), icrc_on_link_(icrc_on_link) {
+  refresh();
+}
+
+FaultStage::~FaultStage() {
+  for (auto& h : heap_)
+    for (Held& x : h) rte_pktmbuf_free(x.m);
+}
+
+void FaultStage::reload() {
+  version_ = rules_->version();
+  std::vector<Active> next;
+  active_ = 0;
+  for (const FaultRule& r : rules_->rules()) {
+    auto old = std::find_if(active_rules_.begin(), active_rules_.end(), [&](const Active& a) { return a.rule.id == r.id; });
+    if (old != active_rules_.end() && old->rule.seed == r.seed) {
+      // Changed while traffic runs: the rule keeps its dice and counters.
+      next.push_back(std::move(*old));
+      next.back().rule = r;
+      if (r.spec.burst_enter <= 0)
+        for (auto& d : next.back().dice) d.heal();
+    } else {
+      Active a{r, {net::FaultDice(1), net::FaultDice(1)}, {}};
+      for (int d = 0; d < 2; ++d)
+        a.dice[d] = net::FaultDice(net::mix_seed(r.seed ^ (uint64_t{core_} << 32) ^ (0xA5A5A5A5A5A5A5A5ull * (d + 1))));
+      next.push_back(std::move(a));
+    }
+    if (r.spec.any()) active_ |= uint8_t(r.direction);
+  }
+  active_rules_ = std::move(next);
+}
+
+FaultStage::Active* FaultStage::match(FaultDirection d, const rte_mbuf* m) {
+  uint32_t qpn = kAllQps;
+  bool qpn_known = false;
+  for (Active& a : active_rules_) {
+    if ((uint8_t(a.rule.direction) & uint8_t(d)) == 0 || !a.rule.spec.any()) continue;
+    if (a.rule.qpn == kAllQps) return &a;
+    if (!qpn_known) {
+      qpn_known = true;
+      if (d == FaultDirection::tx) {
+        qpn = rocev2::frame_source_qpn(m);
+      } else if (!rocev2::peek_dest_qpn(rte_pktmbuf_mtod(m, const uint8_t*), m->data_len, &qpn)) {
+        qpn = kAllQps;
+      }
+    }
+    if (qpn == a.rule.qpn) return &a;
+  }
+  return nullptr;
+}
+
+void FaultStage::hold(FaultDirection d, rte_mbuf* m, uint64_t due_ns) {
+  if (RTE_MBUF_HAS_EXTBUF(m)) {
+    // A droce_shm slot lent to this frame: holding it would hold the ring behind it.
+    rte_mbuf* copy = net::copy_frame(m, pool_);
+    rte_pktmbuf_free(m);
+    if (copy == nullptr) {
+      ++totals_.copy_failed;
+      return;  // no mbuf to hold it in: lost, as a full queue would lose it
+    }
+    m = copy;
+  }
+  auto& h = heap_[index(d)];
+  h.push_back(Held{due_ns, next_seq_++, m});
+  std::push_heap(h.begin(), h.end(), [](const Held& a, const Held& b) { return later(a, b); });
+  held_[index(d)] = h.size();
+}
+
+void FaultStage::apply(Active& a, FaultDirection d, rte_mbuf* m, uint64_t now_ns, std::vector<rte_mbuf*>* out) {
+  FaultCounters& c = a.counters;
+  FaultCounters before = c;
+  ++c.matched;
+  const net::FaultSpec& f = a.rule.spec;
+  const net::FrameFate fate =
+      a.dice[index(d)].roll(f, f.corrupt > 0 ? regions_of(m, f.corrupt_target) : net::FrameRegions{m->pkt_len, 0, 0, 0});
+  if (fate.lost) {
+    ++c.dropped;
+    c.burst_dropped += fate.burst_lost;
+    rte_pktmbuf_free(m);
+  } else {
+    bool gone = false;
+    if (fate.corrupt) {
+      if (!net::flip_frame_bit(&m, fate.corrupt_bit, pool_)) {
+        ++c.copy_failed;
+      } else {
+        ++c.corrupted;
+        if (!icrc_on_link_) {
+          ++c.corrupt_discarded;
+          rte_pktmbuf_free(m);
+          gone = true;
+        }
+      }
+    }
+    if (!gone && fate.truncate) {
+      if (net::truncate_frame(&m, fate.keep_len, pool_)) ++c.truncated;
+      else ++c.copy_failed;
+    }
+    if (!gone) {
+      rte_mbuf* dup = nullptr;
+      if (fate.duplicate) {
+        dup = net::copy_frame(m, pool_);
+        if (dup != nullptr) ++c.duplicated;
+        else ++c.copy_failed;
+      }
+      if (fate.hold_ns != 0) {
+        ++c.delayed;
+        c.reordered += fate.reordered;
+        const uint64_t due = add_sat(now_ns, fate.hold_ns);
+        hold(d, m, due);
+        if (dup != nullptr) hold(d, dup, due);
+      } else {
+        out->push_back(m);
+        if (dup != nullptr) out->push_back(dup);
+      }
+    }
+  }
+  FaultCounters delta;
+  for (const auto& k : kFaultCounters) delta.*k.member = c.*k.member - before.*k.member;
+  totals_ += delta;
+}
+
+void FaultStage::release(FaultDirection d, uint64_t now_ns, std::vector<rte_mbuf*>* out) {
+  auto& h = heap_[index(d)];
+  while (!h.empty() && h.front().due_ns <= now_ns) {
+    std::pop_heap(h.begin(), h.end(), [](const Held& a, const Held& b) { return later(a, b); });
+    out->push_back(h.back().m);
+    h.pop_back();
+  }
+  held_[index(d)] = h.size();
+}
+
+void FaultStage::process(FaultDirection d, rte_mbuf* const* frames, size_t n, uint64_t now_ns,
+                         std::vector<rte_mbuf*>* out) {
+  release(d, now_ns, out);
+  for (size_t i = 0; i < n; ++i) {
+    rte_mbuf* m = frames[i];
+    Active* a = (active_ & uint8_t(d)) != 0 ? match(d, m) : nullptr;
+    if (a == nullptr) out->push_back(m);
+    else apply(*a, d, m, now_ns, out);
+  }
+}
+
+uint64_t FaultStage::next_release_ns() const {
+  uint64_t t = UINT64_MAX;
+  for (const auto& h : heap_)
+    if (!h.empty()) t = std::min(t, h.front().due_ns);
+  return t;
+}
+
+std::vector<std::pair<uint32_t, FaultCounters>> FaultStage::rule_counters() const {
+  std::vector<std::pair<uint32_t, FaultCounters>> v;
+  v.reserve(active_rules_.size());
+  for (const Active& a : active_rules_) v.emplace_back(a.rule.id, a.counters);
+  return v;
+}
+
+// ---- FaultPort ----------------------------------------------------------------------
+
+FaultPort::~FaultPort() {
+  for (rte_mbuf* m : queued_) rte_pktmbuf_free(m);
+}
+
+void FaultPort::flush() {
+  size_t sent = 0;
+  while (sent < queued_.size()) {
+    const uint16_t n = static_cast<uint16_t>(std::min<size_t>(queued_.size() - sent, 64));
+    const uint16_t k = inner_->tx_burst(queued_.data() + sent, n);
+    sent += k;
+    if (k < n) break;
+  }
+  queued_.erase(queued_.begin(), queued_.begin() + static_cast<ptrdiff_t>(sent));
+}
+
+uint16_t FaultPort::tx_burst(rte_mbuf** frames, uint16_t n) {
+  if (queued_.empty() && !stage_->active(FaultDirection::tx)) return inner_->tx_burst(frames, n);
+  if (queued_.size() >= kMaxQueued) {
+    flush();
+    if (queued_.size() >= kMaxQueued) return 0;
+  }
+  const uint16_t take = static_cast<uint16_t>(std::min<size_t>(n, kMaxQueued - queued_.size()));
+  stage_->process(FaultDirection::tx, frames, take, core::monotonic_ns(), &queued_);
+  flush();
+  return take;
+}
+
+void FaultPort::poll(uint64_t now_ns) {
+  if (!stage_->active(FaultDirection::tx) && queued_.empty()) return;
+  stage_->release(FaultDirection::tx, now_ns, &queued_);
+  flush();
+}
+
+}  // namespace droce::droced

@@ -1,0 +1,189 @@
+#pragma once
+// Faults on a running droced (`droce fault`): rules, each a fault spec (net/fault_model.h) for
+// the frames of one QP or of the whole port, received (rx), sent (tx) or both, changed and
+// cleared while traffic runs. `--drop-rate` is the rule "drop P% of every frame received".
+//
+// Where they act: on RoCE frames only (ARP, ND, IGMP and the kernel's traffic pass untouched,
+// so a lab's loss never breaks neighbour resolution), per core:
+//   rx: frames from the port and frames looped back from this droced's own QPs, before they
+//       are routed to their core's engine; a rule for QP N takes frames whose BTH destination
+//       QP is N (requests to it, and acknowledgements and responses to it);
+//   tx: frames an engine sends, before the port (FaultPort wraps the engine's PacketPort); a
+//       rule for QP N takes the frames QP N sends (its requests or its acknowledgements).
+// The first rule that matches a frame decides its fate (a QP's rules come before the port's:
+// they are kept sorted so), and counts it.
+//
+// A held frame (delay, jitter, reorder) never pins a link's buffer: one in a droce_shm slot
+// (an external buffer) is copied to a pool mbuf first. Corruption on a link that carries no
+// ICRC (droce_shm with icrc=skip: nobody would check it) discards the frame as the receiver's
+// ICRC check would have, and counts it (corrupt_discarded).
+//
+// Threading: FaultRules is shared by the cores of a device; set()/clear() from any thread, the
+// cores pick a new version up at their next loop (one relaxed load per loop when nothing
+// changed). A FaultStage belongs to one core.
+
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/counter_table.h"
+#include "net/fault_model.h"
+#include "rocev2/engine.h"
+
+namespace droce::droced {
+
+enum class FaultDirection : uint8_t { rx = 1, tx = 2, both = 3 };
+const char* to_string(FaultDirection d);
+
+inline constexpr uint32_t kAllQps = UINT32_MAX;
+
+struct FaultRule {
+  uint32_t id = 0;          ///< 1, 2, ...; set() with 0 picks the next
+  uint32_t qpn = kAllQps;   ///< the local QP whose frames it takes, or every RoCE frame
+  FaultDirection direction = FaultDirection::rx;
+  net::FaultSpec spec;
+  uint64_t seed = 1;        ///< each core and direction derives its own dice from it
+};
+
+/// What one rule did (on one core; the stats add the cores up).
+struct FaultCounters {
+  uint64_t matched = 0;
+  uint64_t dropped = 0;
+  uint64_t burst_dropped = 0;
+  uint64_t delayed = 0;
+  uint64_t reordered = 0;
+  uint64_t duplicated = 0;
+  uint64_t corrupted = 0;
+  uint64_t corrupt_discarded = 0;
+  uint64_t truncated = 0;
+  uint64_t copy_failed = 0;
+
+  FaultCounters& operator+=(const FaultCounters& o);
+};
+
+inline constexpr core::Counter<FaultCounters> kFaultCounters[] = {
+    {"matched", &FaultCounters::matched, "frames the rule took (a frame goes to the first rule that matches)"},
+    {"dropped", &FaultCounters::dropped, "frames lost, burst losses included"},
+    {"burst_dropped", &FaultCounters::burst_dropped, "of dropped: lost while the burst channel was bad"},
+    {"delayed", &FaultCounters::delayed, "frames held (delay, jitter or reorder) before going on"},
+    {"reordered", &FaultCounters::reordered, "of delayed: held back the reorder window"},
+    {"duplicated", &FaultCounters::duplicated, "extra copies sent on"},
+    {"corrupted", &FaultCounters::corrupted, "frames with one bit flipped"},
+    {"corrupt_discarded", &FaultCounters::corrupt_discarded,
+     "of corrupted: discarded on a link without ICRC, as the receiver's check would"},
+    {"truncated", &FaultCounters::truncated, "frames that lost their tail"},
+    {"copy_failed", &FaultCounters::copy_failed, "a copy (duplicate, private copy) found no mbuf: that fault skipped"},
+};
+static_assert(core::covers(kFaultCounters));
+
+/// A device's rules (droced has one; the cores read it).
+class FaultRules {
+ public:
+  /// Adds the rule, or replaces the one with its id (keeping that rule's dice and counters on
+  /// each core). *id gets the rule's id. -EINVAL: a bad direction; -ENOSPC: kMaxRules rules.
+  int set(FaultRule r, uint32_t* id);
+  /// Removes rule `id` (0: every rule). -ENOENT: no such rule.
+  int clear(uint32_t id);
+  std::vector<FaultRule> rules() const;
+  uint64_t version() const { return version_.load(std::memory_order_acquire); }
+
+  static constexpr size_t kMaxRules = 64;
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<FaultRule> rules_;  ///< QP rules first, then port rules; by id within each
+  uint32_t next_id_ = 1;
+  std::atomic<uint64_t> version_{0};
+};
+
+class FaultStage {
+ public:
+  /// `pool` gives copies; `icrc_on_link` false for a link that carries no ICRC.
+  FaultStage(const FaultRules* rules, unsigned core, rte_mempool* pool, bool icrc_on_link);
+  ~FaultStage();
+  FaultStage(const FaultStage&) = delete;
+  FaultStage& operator=(const FaultStage&) = delete;
+
+  /// Picks up changed rules (cheap when none changed).
+  void refresh() {
+    if (rules_ != nullptr && rules_->version() != version_) reload();
+  }
+  /// Some rule acts on direction d, or frames of d are held.
+  bool active(FaultDirection d) const { return (active_ & uint8_t(d)) != 0 || held_[index(d)] != 0; }
+
+  /// Takes n frames of direction d; appends to *out, in order, the held frames due by now and
+  /// then the frames that go on now; keeps the rest until due.
+  void process(FaultDirection d, rte_mbuf* const* frames, size_t n, uint64_t now_ns, std::vector<rte_mbuf*>* out);
+  /// Appends the held frames of direction d due by now_ns to *out.
+  void release(FaultDirection d, uint64_t now_ns, std::vector<rte_mbuf*>* out);
+  /// When the next held frame is due; UINT64_MAX when none is held.
+  uint64_t next_release_ns() const;
+
+  /// Each live rule's counters on this core (by rule id), and the sum over every rule this core
+  /// ever ran (removed ones too).
+  std::vector<std::pair<uint32_t, FaultCounters>> rule_counters() const;
+  const FaultCounters& totals() const { return totals_; }
+
+ private:
+  struct Active {
+    FaultRule rule;
+    net::FaultDice dice[2];  ///< rx, tx
+    FaultCounters counters;
+  };
+  struct Held {
+    uint64_t due_ns;
+    uint64_t seq;  ///< arrival order: breaks ties, so equal delays keep order
+    rte_mbuf* m;
+  };
+  static size_t index(FaultDirection d) { return d == FaultDirection::tx ? 1 : 0; }
+  void reload();
+  Active* match(FaultDirection d, const rte_mbuf* m);
+  void hold(FaultDirection d, rte_mbuf* m, uint64_t due_ns);
+  /// Applies one rolled fate; appends what goes on now to *out.
+  void apply(Active& a, FaultDirection d, rte_mbuf* m, uint64_t now_ns, std::vector<rte_mbuf*>* out);
+
+  const FaultRules* rules_;
+  unsigned core_;
+  rte_mempool* pool_;
+  bool icrc_on_link_;
+  uint64_t version_ = 0;
+  uint8_t active_ = 0;  ///< FaultDirection bits some rule covers
+  std::vector<Active> active_rules_;
+  std::vector<Held> heap_[2];  ///< min-heaps on (due, seq), rx and tx
+  size_t held_[2] = {0, 0};
+  uint64_t next_seq_ = 0;
+  FaultCounters totals_;
+};
+
+/// The engine's PacketPort with the tx faults in front: frames a rule holds or drops are taken
+/// here, the rest go on to `inner` in order. With no tx rule and nothing held, one branch.
+/// Back-pressure: frames the inner port refused wait here (in order) up to kMaxQueued, past
+/// which tx_burst takes no more (the engine keeps them, as for a full port).
+class FaultPort : public rocev2::PacketPort {
+ public:
+  static constexpr size_t kMaxQueued = 1024;
+  FaultPort(rocev2::PacketPort* inner, FaultStage* stage) : inner_(inner), stage_(stage) {}
+  ~FaultPort() override;
+
+  uint16_t tx_burst(rte_mbuf** frames, uint16_t n) override;
+  rte_mbuf* alloc_frame(const net::MacAddr& dst, uint32_t len, bool* none_now) override {
+    return inner_->alloc_frame(dst, len, none_now);
+  }
+  /// Sends held frames that are due, and what the inner port refused before.
+  void poll(uint64_t now_ns);
+  bool has_queued() const { return !queued_.empty(); }
+
+ private:
+  void flush();
+  rocev2::PacketPort* inner_;
+  FaultStage* stage_;
+  std::vector<rte_mbuf*> queued_;
+  std::vector<rte_mbuf*> scratch_;
+};
+
+}  // namespace droce::droced

@@ -1,0 +1,303 @@
+// droced's fault rules on crafted frames (droced/fault_stage.h): which frames a rule takes (by
+// destination QP received, by sending QP sent, QP rules before port rules), what each fault does
+// to the frames that come out (dropped, held until due and in order, copied out of a lent
+// buffer, corrupted and discarded where the link has no ICRC, truncated, duplicated), rules
+// changed and cleared between frames, and FaultPort's order and back-pressure.
+
+#include <gtest/gtest.h>
+
+#include <rte_mbuf.h>
+
+#include <cstring>
+#include <vector>
+
+#include "droced/fault_stage.h"
+#include "net/eal.h"
+#include "rocev2/builder.h"
+#include "rocev2/opcode.h"
+#include "tests/test_support.h"
+
+namespace droce::droced {
+namespace {
+
+using rocev2::PacketHeaders;
+
+class FaultStageTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { pool_ = net::create_mbuf_pool("fault_pool", 4096, 2048); }
+
+  void TearDown() override {
+    for (rte_mbuf* m : out_) rte_pktmbuf_free(m);
+  }
+
+  // A SEND Only to QP `dqpn` from QP `sqpn` (the engine's tag), `payload` bytes of `fill`.
+  static rte_mbuf* frame(uint32_t dqpn, uint32_t sqpn = 0, uint32_t payload = 256, uint8_t fill = 0xab) {
+    PacketHeaders h;
+    h.l3.src = rocev2::ipv4_mapped(0x0a000001);
+    h.l3.dst = rocev2::ipv4_mapped(0x0a000002);
+    h.bth.opcode = rocev2::op::kSendOnly;  // RC
+    h.bth.dest_qp = dqpn;
+    std::vector<uint8_t> data(payload, fill);
+    rte_mbuf* m = rte_pktmbuf_alloc(pool_);
+    EXPECT_NE(m, nullptr);
+    EXPECT_EQ(rocev2::build_mbuf(h, data, m), 0);
+    m->hash.usr = sqpn;
+    return m;
+  }
+  static uint32_t dest_qp(const rte_mbuf* m) {
+    uint32_t q = 0;
+    EXPECT_TRUE(rocev2::peek_dest_qpn(rte_pktmbuf_mtod(m, const uint8_t*), m->data_len, &q));
+    return q;
+  }
+
+  uint32_t add(const char* spec, uint32_t qpn = kAllQps, FaultDirection d = FaultDirection::rx, uint32_t id = 0) {
+    FaultRule r;
+    r.id = id;
+    r.qpn = qpn;
+    r.direction = d;
+    EXPECT_EQ(r.spec.parse(spec), "");
+    uint32_t got = 0;
+    EXPECT_EQ(rules_.set(r, &got), 0);
+    return got;
+  }
+  FaultCounters counters_of(const FaultStage& s, uint32_t id) {
+    for (const auto& [i, c] : s.rule_counters())
+      if (i == id) return c;
+    ADD_FAILURE() << "no rule " << id;
+    return {};
+  }
+  // Runs frames through direction d at time now; what came out is in out_ (appended).
+  void run(FaultStage& s, FaultDirection d, std::vector<rte_mbuf*> in, uint64_t now) {
+    s.refresh();
+    s.process(d, in.data(), in.size(), now, &out_);
+  }
+
+  static rte_mempool* pool_;
+  FaultRules rules_;
+  std::vector<rte_mbuf*> out_;
+};
+rte_mempool* FaultStageTest::pool_ = nullptr;
+
+TEST_F(FaultStageTest, WithoutRulesEveryFrameGoesOnUntouched) {
+  FaultStage s(&rules_, 0, pool_, true);
+  EXPECT_FALSE(s.active(FaultDirection::rx));
+  rte_mbuf* a = frame(17);
+  rte_mbuf* b = frame(18);
+  run(s, FaultDirection::rx, {a, b}, 0);
+  EXPECT_EQ(out_, (std::vector<rte_mbuf*>{a, b}));
+}
+
+TEST_F(FaultStageTest, AQpRuleTakesOnlyThatQpsFramesAndComesBeforeThePortRule) {
+  const uint32_t port = add("delay=1us");  // added first, yet the QP's rule matches first
+  const uint32_t qp = add("drop=100%", 17);
+  FaultStage s(&rules_, 0, pool_, true);
+  rte_mbuf* other = frame(18);
+  run(s, FaultDirection::rx, {frame(17), other, frame(17)}, 1000);
+  EXPECT_TRUE(out_.empty());  // QP 17's are lost, QP 18's held a microsecond
+  EXPECT_EQ(counters_of(s, qp).dropped, 2u);
+  EXPECT_EQ(counters_of(s, port).delayed, 1u);
+  s.release(FaultDirection::rx, 2000, &out_);
+  EXPECT_EQ(out_, (std::vector<rte_mbuf*>{other}));
+  EXPECT_EQ(s.totals().matched, 3u);
+}
+
+TEST_F(FaultStageTest, SentFramesMatchTheirSendingQpAndDirectionsStayApart) {
+  const uint32_t id = add("drop=100%", 5, FaultDirection::tx);
+  FaultStage s(&rules_, 0, pool_, true);
+  EXPECT_TRUE(s.active(FaultDirection::tx));
+  EXPECT_FALSE(s.active(FaultDirection::rx));
+  rte_mbuf* kept = frame(5, /*sqpn=*/6);  // to QP 5, but from QP 6
+  run(s, FaultDirection::tx, {frame(99, 5), kept}, 0);
+  EXPECT_EQ(out_, (std::vector<rte_mbuf*>{kept}));
+  EXPECT_EQ(counters_of(s, id).dropped, 1u);
+  rte_mbuf* received = frame(5);
+  run(s, FaultDirection::rx, {received}, 0);  // a tx rule leaves received frames alone
+  EXPECT_EQ(out_.back(), received);
+}
+
+TEST_F(FaultStageTest, HeldFramesComeOutWhenDueAndInTheirOrder) {
+  add("delay=10us");
+  FaultStage s(&rules_, 0, pool_, true);
+  std::vector<rte_mbuf*> in = {frame(17, 0, 8, 1), frame(17, 0, 8, 2), frame(17, 0, 8, 3)};
+  run(s, FaultDirection::rx, in, 100'000);
+  EXPECT_TRUE(out_.empty());
+  EXPECT_EQ(s.next_release_ns(), 110'000u);
+  s.release(FaultDirection::rx, 109'999, &out_);
+  EXPECT_TRUE(out_.empty());
+  s.release(FaultDirection::rx, 110'000, &out_);
+  EXPECT_EQ(out_, in);  // equal delays keep their order
+  EXPECT_EQ(s.next_release_ns(), UINT64_MAX);
+}
+
+TEST_F(FaultStageTest, TheReorderWindowLetsLaterFramesOvertake) {
+  add("reorder=100%,window=50us");
+  FaultStage s(&rules_, 0, pool_, true);
+  rte_mbuf* first = frame(17, 0, 8, 1);
+  run(s, FaultDirection::rx, {first}, 0);
+  rules_.clear(0);  // the next frame goes straight on
+  rte_mbuf* second = frame(17, 0, 8, 2);
+  run(s, FaultDirection::rx, {second}, 10'000);
+  s.release(FaultDirection::rx, 60'000, &out_);
+  EXPECT_EQ(out_, (std::vector<rte_mbuf*>{second, first}));
+  EXPECT_FALSE(s.active(FaultDirection::rx));  // no rule and nothing held
+}
+
+TEST_F(FaultStageTest, AHeldFrameInALentBufferIsCopiedAndTheLoanReturned) {
+  add("delay=5us");
+  FaultStage s(&rules_, 0, pool_, true);
+  // A frame in a buffer lent to its mbuf, as a droce_shm slot is: an external buffer whose
+  // free callback says when the loan ends.
+  rte_mbuf* model = frame(17, 0, 64, 0x5a);
+  alignas(64) static uint8_t slot[2048];
+  static bool returned;
+  returned = false;
+  uint16_t len = sizeof slot;
+  rte_mbuf_ext_shared_info* shinfo = rte_pktmbuf_ext_shinfo_init_helper(
+      slot, &len, [](void*, void*) { returned = true; }, nullptr);
+  ASSERT_NE(shinfo, nullptr);
+  rte_mbuf* lent = rte_pktmbuf_alloc(pool_);
+  rte_pktmbuf_attach_extbuf(lent, slot, RTE_BAD_IOVA, len, shinfo);
+  std::memcpy(rte_pktmbuf_append(lent, uint16_t(model->pkt_len)), rte_pktmbuf_mtod(model, void*), model->pkt_len);
+  run(s, FaultDirection::rx, {lent}, 0);
+  EXPECT_TRUE(returned);  // held as a copy: the slot is free at once
+  s.release(FaultDirection::rx, 5'000, &out_);
+  ASSERT_EQ(out_.size(), 1u);
+  EXPECT_FALSE(RTE_MBUF_HAS_EXTBUF(out_[0]));
+  ASSERT_EQ(out_[0]->pkt_len, model->pkt_len);
+  EXPECT_EQ(std::memcmp(rte_pktmbuf_mtod(out_[0], void*), rte_pktmbuf_mtod(model, void*), model->pkt_len), 0);
+  rte_pktmbuf_free(model);
+}
+
+TEST_F(FaultStageTest, CorruptionFlipsOnePayloadBitOrIsDiscardedWhereNoIcrcWouldCatchIt) {
+  const uint32_t id = add("corrupt=100%,corrupt-at=payload");
+  {
+    FaultStage s(&rules_, 0, pool_, /*icrc_on_link=*/true);
+    rte_mbuf* m = frame(17, 0, 256, 0);
+    run(s, FaultDirection::rx, {m}, 0);
+    ASSERT_EQ(out_.size(), 1u);
+    // Exactly one bit differs, and inside the 256 payload bytes (those before the ICRC).
+    const auto* p = rte_pktmbuf_mtod(out_[0], const uint8_t*);
+    const uint32_t payload_off = out_[0]->pkt_len - 256 - 4;
+    int bits = 0;
+    for (uint32_t i = payload_off; i < payload_off + 256; ++i) bits += __builtin_popcount(p[i]);
+    EXPECT_EQ(bits, 1);
+    EXPECT_EQ(counters_of(s, id).corrupted, 1u);
+    EXPECT_EQ(counters_of(s, id).corrupt_discarded, 0u);
+  }
+  FaultStage s(&rules_, 0, pool_, /*icrc_on_link=*/false);
+  const size_t before = out_.size();
+  run(s, FaultDirection::rx, {frame(17)}, 0);
+  EXPECT_EQ(out_.size(), before);
+  EXPECT_EQ(counters_of(s, id).corrupt_discarded, 1u);
+}
+
+TEST_F(FaultStageTest, TruncationShortensAndDuplicationCopies) {
+  const uint32_t t = add("truncate=100%", 17);
+  const uint32_t d = add("duplicate=100%", 18);
+  FaultStage s(&rules_, 0, pool_, true);
+  rte_mbuf* long_frame = frame(17, 0, 1000);
+  const uint32_t full = long_frame->pkt_len;
+  rte_mbuf* dup = frame(18, 0, 100, 0x33);
+  run(s, FaultDirection::rx, {long_frame, dup}, 0);
+  ASSERT_EQ(out_.size(), 3u);
+  EXPECT_LT(out_[0]->pkt_len, full);
+  EXPECT_GE(out_[0]->pkt_len, net::kMinTruncatedLen);
+  EXPECT_EQ(out_[1], dup);
+  EXPECT_NE(out_[2], dup);
+  EXPECT_EQ(out_[2]->pkt_len, dup->pkt_len);
+  EXPECT_EQ(std::memcmp(rte_pktmbuf_mtod(out_[2], void*), rte_pktmbuf_mtod(dup, void*), dup->pkt_len), 0);
+  EXPECT_EQ(counters_of(s, t).truncated, 1u);
+  EXPECT_EQ(counters_of(s, d).duplicated, 1u);
+}
+
+TEST_F(FaultStageTest, ARuleChangedKeepsItsCountersAndAClearedOneStops) {
+  const uint32_t id = add("drop=100%", 17);
+  FaultStage s(&rules_, 0, pool_, true);
+  run(s, FaultDirection::rx, {frame(17)}, 0);
+  add("delay=1us", 17, FaultDirection::rx, id);  // the same rule, another fault
+  run(s, FaultDirection::rx, {frame(17)}, 0);
+  const FaultCounters c = counters_of(s, id);
+  EXPECT_EQ(c.matched, 2u);
+  EXPECT_EQ(c.dropped, 1u);
+  EXPECT_EQ(c.delayed, 1u);
+  EXPECT_EQ(rules_.clear(id), 0);
+  EXPECT_EQ(rules_.clear(id), -ENOENT);
+  rte_mbuf* m = frame(17);
+  run(s, FaultDirection::rx, {m}, 0);
+  EXPECT_EQ(out_.back(), m);
+  EXPECT_TRUE(s.rule_counters().empty());
+  EXPECT_EQ(s.totals().matched, 2u);  // the device's totals keep what removed rules did
+  s.release(FaultDirection::rx, 1'000'000, &out_);
+}
+
+TEST_F(FaultStageTest, TheSameSeedDropsTheSameFrames) {
+  add("drop=30%");
+  auto survivors = [&](unsigned core) {
+    FaultStage s(&rules_, core, pool_, true);
+    std::vector<int> kept;
+    for (int i = 0; i < 200; ++i) {
+      std::vector<rte_mbuf*> got;
+      rte_mbuf* m = frame(17, 0, 8);
+      rte_mbuf* one[] = {m};
+      s.process(FaultDirection::rx, one, 1, 0, &got);
+      if (!got.empty()) kept.push_back(i);
+      for (rte_mbuf* g : got) rte_pktmbuf_free(g);
+    }
+    return kept;
+  };
+  EXPECT_EQ(survivors(0), survivors(0));
+  EXPECT_NE(survivors(0), survivors(1));  // each core has dice of its own
+}
+
+TEST_F(FaultStageTest, RulesAreBoundedAndDirectionsChecked) {
+  FaultRule r;
+  r.direction = static_cast<FaultDirection>(0);
+  uint32_t id;
+  EXPECT_EQ(rules_.set(r, &id), -EINVAL);
+  r.direction = FaultDirection::rx;
+  for (size_t i = 0; i < FaultRules::kMaxRules; ++i) ASSERT_EQ(rules_.set(r, &id), 0);
+  EXPECT_EQ(rules_.set(r, &id), -ENOSPC);
+}
+
+// FaultPort: the engine's port with the tx rules in front.
+class Sink : public rocev2::PacketPort {
+ public:
+  uint16_t tx_burst(rte_mbuf** frames, uint16_t n) override {
+    const uint16_t k = std::min<uint16_t>(n, room);
+    sent.insert(sent.end(), frames, frames + k);
+    room -= k;
+    return k;
+  }
+  ~Sink() override {
+    for (rte_mbuf* m : sent) rte_pktmbuf_free(m);
+  }
+  uint16_t room = UINT16_MAX;
+  std::vector<rte_mbuf*> sent;
+};
+
+TEST_F(FaultStageTest, AFaultPortPassesStraightThroughWithoutRulesAndQueuesInOrderWithThem) {
+  FaultStage s(&rules_, 0, pool_, true);
+  Sink sink;
+  FaultPort port(&sink, &s);
+  std::vector<rte_mbuf*> a = {frame(1, 1), frame(1, 1)};
+  EXPECT_EQ(port.tx_burst(a.data(), 2), 2);
+  EXPECT_EQ(sink.sent, a);
+
+  add("duplicate=0%", 1, FaultDirection::tx);  // a rule that does nothing: not active
+  add("delay=1ms", 2, FaultDirection::tx);
+  s.refresh();
+  sink.room = 1;  // the port takes one frame, then is full
+  std::vector<rte_mbuf*> b = {frame(9, 1), frame(9, 1), frame(9, 2)};
+  EXPECT_EQ(port.tx_burst(b.data(), 3), 3);  // all taken: one sent, one queued, one held
+  EXPECT_EQ(sink.sent.size(), 3u);
+  EXPECT_TRUE(port.has_queued());
+  sink.room = UINT16_MAX;
+  port.poll(0);  // the queued one goes; the held one is not due
+  EXPECT_EQ(sink.sent, (std::vector<rte_mbuf*>{a[0], a[1], b[0], b[1]}));
+  port.poll(UINT64_MAX);
+  EXPECT_EQ(sink.sent.back(), b[2]);
+  EXPECT_FALSE(port.has_queued());
+}
+
+}  // namespace
+}  // namespace droce::droced
