@@ -408,6 +408,7 @@ void Daemon::check_link(uint64_t now_ns) {
   const bool up = port_->link().up;
   if (up == link_up_) return;
   link_up_ = up;
+  if (!up) ++counters_.link_downs;
   DROCE_LOG(INFO, app, "%s: port link %s", cfg_.name.c_str(), up ? "up" : "down");
   if (sysfs_) sysfs_->set_port_state(1, up ? provider::PortState::active : provider::PortState::down);
   link_generation_.fetch_add(1, std::memory_order_release);  // each worker tells its clients

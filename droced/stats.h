@@ -43,11 +43,13 @@ namespace droce::droced {
 /// The daemon's own counters (not a worker's); what each counts is in kDaemonCounters.
 struct DaemonCounters {
   uint64_t clients_accepted = 0;
+  uint64_t link_downs = 0;
 };
 
 /// DaemonCounters described once (core/counter_table.h).
 inline constexpr core::Counter<DaemonCounters> kDaemonCounters[] = {
     {"clients_accepted", &DaemonCounters::clients_accepted, "clients that connected to the control socket"},
+    {"link_downs", &DaemonCounters::link_downs, "times the port's link went down"},
 };
 static_assert(core::covers(kDaemonCounters));
 
