@@ -110,4 +110,18 @@ struct StatsSources {
 /// neighbour lock is taken here.
 std::string stats_json(const StatsSources& s);
 
+/// The totals the `counters` section shows, for exporters (droced/metrics.h). Locks as
+/// stats_json().
+CounterTotals counter_totals(const StatsSources& s);
+
+/// One live QP's counters.
+struct QpCounterRow {
+  uint32_t qpn = 0;
+  rocev2::QpCounters counters;
+};
+
+/// Every live QP's counters, in the order of the `qps` section. The caller holds every
+/// worker's state lock.
+std::vector<QpCounterRow> qp_counter_rows(const StatsSources& s);
+
 }  // namespace droce::droced
