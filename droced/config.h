@@ -87,6 +87,9 @@ struct DaemonConfig {
   /// before droced looks at it (net/frame_loss.h). 0: none.
   uint32_t drop_ppm = 0;
   uint64_t drop_seed = 1;  ///< the draw's seed (core k uses seed + k)
+  /// Where to serve the counters as OpenMetrics (`GET /metrics`, droced/metrics.h):
+  /// "ADDRESS:PORT" ("[V6]:PORT"), normalised from "PORT" to "127.0.0.1:PORT". Empty: nowhere.
+  std::string metrics;
 };
 
 /// Parses argv (and a --config file). 0, 1 for --help (usage printed), or
