@@ -7,6 +7,8 @@
 #include <map>
 #include <sstream>
 
+#include "droced/metrics_server.h"
+
 namespace droce::droced {
 
 const char* usage() {
@@ -59,6 +61,8 @@ const char* usage() {
          "                       would (tests, labs): 1 or 1% is one frame in a hundred (0);\n"
          "                       fault rule 1 (`droce fault` changes or adds rules live)\n"
          "  --drop-seed N        seed of the --drop-rate draw, for a repeatable run (1)\n"
+         "  --metrics [ADDR:]PORT  serve the counters as OpenMetrics (GET /metrics, for\n"
+         "                       Prometheus) on ADDR:PORT; 127.0.0.1 unless ADDR is given\n"
          "  --config FILE        read the same keys from FILE (key = value)\n";
 }
 
@@ -189,6 +193,14 @@ int apply(const std::string& key, const std::string& value, DaemonConfig* c, std
     }
   }
   else if (key == "drop-seed") { if (!num(UINT64_MAX)) return -EINVAL; c->drop_seed = n; }
+  else if (key == "metrics") {
+    ListenAddress a;
+    if (parse_listen_address(value, &a) != 0) {
+      *err = "--metrics is PORT, ADDRESS:PORT or [IPV6]:PORT (numeric, port 0-65535): " + value;
+      return -EINVAL;
+    }
+    c->metrics = format_listen_address(a);
+  }
   else {
     *err = "unknown option --" + key;
     return -EINVAL;

@@ -87,6 +87,9 @@ struct DaemonConfig {
   /// fault rule 1 (droced/fault_stage.h). 0: none.
   uint32_t drop_ppm = 0;
   uint64_t drop_seed = 1;  ///< the rule's seed (each core derives its own dice from it)
+  /// Where to serve the counters as OpenMetrics (`GET /metrics`, droced/metrics.h):
+  /// "ADDRESS:PORT" ("[V6]:PORT"), normalised from "PORT" to "127.0.0.1:PORT". Empty: nowhere.
+  std::string metrics;
 };
 
 /// Parses argv (and a --config file). 0, 1 for --help (usage printed), or

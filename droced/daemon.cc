@@ -54,6 +54,19 @@ void explain_open_failure(const std::string& devargs) {
 
 std::string stats_trampoline(void* arg) { return static_cast<const Daemon*>(arg)->render_stats(); }
 
+// Runs f with every worker's state lock held, so that it reads engines and sessions that are
+// not moving: a worker's own lock goes first, then all are taken in index order (Worker, "the
+// state lock"); from another thread (the metrics thread) there is none of its own.
+template <class F>
+void with_every_state_lock(const std::vector<std::unique_ptr<Worker>>& workers, F&& f) {
+  Worker* self = Worker::current();
+  if (self != nullptr) self->unlock_state();
+  for (const auto& w : workers) w->lock_state();
+  f();
+  for (const auto& w : workers) w->unlock_state();
+  if (self != nullptr) self->lock_state();
+}
+
 }  // namespace
 
 Daemon::~Daemon() { shutdown(); }
@@ -216,6 +229,10 @@ int Daemon::start(const DaemonConfig& cfg) {
     workers_.push_back(std::make_unique<Worker>(worker_context(), k, cfg.lcores[k], std::move(core), shared_, &rc));
     if (rc != 0) return rc;
   }
+
+  // Before the control socket: whoever sees droced ready finds its metrics too.
+  if (!cfg.metrics.empty())
+    if (int r = start_metrics(); r != 0) return r;
 
   std::error_code ec;
   std::filesystem::create_directories(cfg.run_dir, ec);
@@ -417,6 +434,7 @@ void Daemon::check_link(uint64_t now_ns) {
   const bool up = port_->link().up;
   if (up == link_up_) return;
   link_up_ = up;
+  if (!up) ++counters_.link_downs;
   DROCE_LOG(INFO, app, "%s: port link %s", cfg_.name.c_str(), up ? "up" : "down");
   if (sysfs_) sysfs_->set_port_state(1, up ? provider::PortState::active : provider::PortState::down);
   link_generation_.fetch_add(1, std::memory_order_release);  // each worker tells its clients
@@ -453,6 +471,7 @@ WorkerContext Daemon::worker_context() {
 }
 
 void Daemon::shutdown() {
+  metrics_.reset();  // its thread reads the workers: it stops before they go
   // Jobs write their worker's eventfd when they end: all of them end before any worker goes.
   if (jobs_ != nullptr) {
     jobs_->cancel_all();
@@ -478,18 +497,25 @@ void Daemon::shutdown() {
 }
 
 std::string Daemon::render_stats() const {
-  // Every worker's state, read while none moves: the caller's own lock goes
-  // first, then all are taken in index order (Worker, "the state lock").
-  Worker* self = Worker::current();
-  if (self != nullptr) self->unlock_state();
-  for (const auto& w : workers_) w->lock_state();
-  std::string out = render_locked();
-  for (const auto& w : workers_) w->unlock_state();
-  if (self != nullptr) self->lock_state();
+  std::string out;
+  with_every_state_lock(workers_, [&] { out = render_locked(); });
   return out;
 }
 
-std::string Daemon::render_locked() const {
+MetricsSnapshot Daemon::metrics_snapshot() const {
+  MetricsSnapshot m;
+  m.device = cfg_.name;
+  with_every_state_lock(workers_, [&] {
+    const StatsSources s = sources_locked();
+    m.totals = counter_totals(s);
+    m.qps = qp_counter_rows(s);
+  });
+  return m;
+}
+
+std::string Daemon::render_locked() const { return stats_json(sources_locked()); }
+
+StatsSources Daemon::sources_locked() const {
   StatsSources s;
   s.cfg = &cfg_;
   s.node_guid = shared_.node_guid;
@@ -502,7 +528,28 @@ std::string Daemon::render_locked() const {
   s.jobs = jobs_.get();
   s.faults = &faults_;
   s.counters = counters_;
-  return stats_json(s);
+  return s;
+}
+
+int Daemon::start_metrics() {
+  ListenAddress at;
+  if (parse_listen_address(cfg_.metrics, &at) != 0) {
+    DROCE_LOG(ERR, app, "--metrics %s: not ADDRESS:PORT or PORT", cfg_.metrics.c_str());
+    return -EINVAL;
+  }
+  const auto render = [this] { return render_openmetrics(metrics_snapshot()); };
+  if (int rc = MetricsServer::start(at, render, &metrics_); rc != 0) {
+    DROCE_LOG(ERR, app, "%s: --metrics: cannot listen on %s: %s", cfg_.name.c_str(), format_listen_address(at).c_str(),
+              std::strerror(-rc));
+    return rc;
+  }
+  const std::string where = format_listen_address(metrics_->address());
+  if (is_loopback(metrics_->address()))
+    DROCE_LOG(INFO, app, "%s: metrics on http://%s/metrics", cfg_.name.c_str(), where.c_str());
+  else
+    DROCE_LOG(WARNING, app, "%s: metrics on http://%s/metrics, which other hosts may reach (it has no authentication)",
+              cfg_.name.c_str(), where.c_str());
+  return 0;
 }
 
 }  // namespace droce::droced

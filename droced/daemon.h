@@ -28,6 +28,8 @@
 
 #include "droced/config.h"
 #include "droced/device_core.h"
+#include "droced/metrics.h"
+#include "droced/metrics_server.h"
 #include "droced/session.h"
 #include "droced/stats.h"
 #include "droced/worker.h"
@@ -57,6 +59,10 @@ class Daemon {
   /// droced's state as JSON (the `stats` message, droced/stats.h): every
   /// worker's, read under their state locks.
   std::string render_stats() const;
+  /// The counter totals and every live QP's counters (what `droce counters --json` and the
+  /// `qps` rows show), read under every worker's state lock as render_stats() reads them; for
+  /// the metrics thread (--metrics), which is no worker.
+  MetricsSnapshot metrics_snapshot() const;
 
   // ---- for the workers ----
   const DaemonConfig& config() const { return cfg_; }
@@ -88,6 +94,10 @@ class Daemon {
   /// The table's addresses, the engine's source first and GID 0 last.
   static std::vector<net::IpAddr> addresses_of(const net::GidTable& gids);
   std::string render_locked() const;
+  /// What stats_json() and the metrics read of this daemon; under every worker's state lock.
+  StatsSources sources_locked() const;
+  /// --metrics: listens and starts the metrics thread. 0 or -errno (said in the log).
+  int start_metrics();
   /// Writes the sysfs-shaped tree and the char node (docs/discovery.md).
   void publish_device();
   void shutdown();
@@ -112,6 +122,7 @@ class Daemon {
   core::Fd signal_;
   core::Fd udp_sink_;  ///< net::open_udp_sink on a netdev the kernel shares
   std::unique_ptr<provider::SysfsTree> sysfs_;
+  std::unique_ptr<MetricsServer> metrics_;  ///< --metrics; stopped first at shutdown
   uint64_t next_key_ = kFirstSessionKey;
   DaemonCounters counters_;
   std::atomic<bool> stopping_{false};

@@ -142,9 +142,11 @@ Json gids_section(const StatsSources& s) {
   return gids;
 }
 
+}  // namespace
+
 // The totals: every worker's counters added up, worker 0's CM, the group's neighbour table
 // and kernel view (under its lock), the XDP program's.
-CounterTotals totals_of(const StatsSources& s) {
+CounterTotals counter_totals(const StatsSources& s) {
   CounterTotals t;
   for (const auto& w : *s.workers) {
     t.transport += w->core().engine().qp_totals();
@@ -167,6 +169,19 @@ CounterTotals totals_of(const StatsSources& s) {
   if (s.jobs != nullptr) t.jobs = s.jobs->snapshot();
   return t;
 }
+
+std::vector<QpCounterRow> qp_counter_rows(const StatsSources& s) {
+  std::vector<QpCounterRow> rows;
+  for (const auto& w : *s.workers) {
+    rocev2::Engine& e = w->core().engine();
+    for (const auto& [k, session] : w->sessions())
+      for (uint32_t qpn : session->qpns())
+        if (const rocev2::Qp* q = e.qp(qpn)) rows.push_back({qpn, q->counters});
+  }
+  return rows;
+}
+
+namespace {
 
 // One row per worker: its place, its thread as the scheduler saw it, its policies' counters
 // and a few of its engine's and device core's.
@@ -420,7 +435,7 @@ std::string stats_json(const StatsSources& s) {
   j["device"] = device_section(s);
   j["ports"] = ports_section(s);
   j["gids"] = gids_section(s);
-  j["counters"] = counters_object(totals_of(s));
+  j["counters"] = counters_object(counter_totals(s));
   j["cores"] = cores_section(s);
   j["clients"] = clients_section(s);
   j["qps"] = qps_section(s);

@@ -43,11 +43,13 @@ namespace droce::droced {
 /// The daemon's own counters (not a worker's); what each counts is in kDaemonCounters.
 struct DaemonCounters {
   uint64_t clients_accepted = 0;
+  uint64_t link_downs = 0;
 };
 
 /// DaemonCounters described once (core/counter_table.h).
 inline constexpr core::Counter<DaemonCounters> kDaemonCounters[] = {
     {"clients_accepted", &DaemonCounters::clients_accepted, "clients that connected to the control socket"},
+    {"link_downs", &DaemonCounters::link_downs, "times the port's link went down"},
 };
 static_assert(core::covers(kDaemonCounters));
 
@@ -109,5 +111,19 @@ struct StatsSources {
 /// droced's state as JSON (no newline). The caller holds every worker's state lock; the
 /// neighbour lock is taken here.
 std::string stats_json(const StatsSources& s);
+
+/// The totals the `counters` section shows, for exporters (droced/metrics.h). Locks as
+/// stats_json().
+CounterTotals counter_totals(const StatsSources& s);
+
+/// One live QP's counters.
+struct QpCounterRow {
+  uint32_t qpn = 0;
+  rocev2::QpCounters counters;
+};
+
+/// Every live QP's counters, in the order of the `qps` section. The caller holds every
+/// worker's state lock.
+std::vector<QpCounterRow> qp_counter_rows(const StatsSources& s);
 
 }  // namespace droce::droced

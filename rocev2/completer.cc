@@ -4,6 +4,7 @@
 // the error statuses that end a QP.
 
 #include "rocev2/engine.h"
+#include "rocev2/probes.h"
 
 namespace droce::rocev2 {
 
@@ -90,6 +91,8 @@ Engine::RetireStop Engine::retire_acknowledged(Qp* q) {
 void Engine::completer_fail(Qp* q, WcStatus status) {
   if (status == WcStatus::retry_exc_err) ++q->counters.retry_exceeded;
   if (status == WcStatus::rnr_retry_exc_err) ++q->counters.rnr_retry_exceeded;
+  if (status == WcStatus::retry_exc_err) DROCE_PROBE(retry_exceeded, q->qpn);
+  if (status == WcStatus::rnr_retry_exc_err) DROCE_PROBE(rnr_retry_exceeded, q->qpn);
   // The oldest outstanding WQE carries the error; the rest are flushed.
   if (q->sq_tail != q->sq_head) complete_send(q, q->sq[q->sq_tail % q->sq_depth], status);
   enter_error(q);
@@ -122,6 +125,8 @@ void Engine::completer_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint6
       case AethKind::rnr_nak: {
         if (psn_diff(psn, r.unacked_psn) < 0) return;  // stale
         ++q->counters.rnr_naks_received;
+        DROCE_PROBE(rnr_nak_received, q->qpn, psn);
+        DROCE_PROBE(nak_received, q->qpn, aeth.syndrome, psn);
         completer_retire(q, psn_add(psn, kPsnMask), now_ns);  // all before it arrived
         if (q->state == QpState::err) return;
         if (q->attr.rnr_retry != 7) {  // 7: retry forever
@@ -138,6 +143,7 @@ void Engine::completer_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint6
       }
       case AethKind::nak: {
         if (psn_diff(psn, r.unacked_psn) < 0) return;  // stale
+        DROCE_PROBE(nak_received, q->qpn, aeth.syndrome, psn);
         completer_retire(q, psn_add(psn, kPsnMask), now_ns);
         if (q->state == QpState::err) return;
         switch (static_cast<NakCode>(aeth.value())) {

@@ -12,6 +12,7 @@
 #include "net/frame_bytes.h"
 #include "rocev2/builder.h"
 #include "rocev2/icrc.h"
+#include "rocev2/probes.h"
 #include "rocev2/qp_modify.h"
 
 namespace droce::rocev2 {
@@ -347,6 +348,7 @@ int Engine::modify_qp(uint32_t qpn, const QpAttr& a, uint32_t mask) {
 
   if (to != q->state) {
     const QpState from = q->state;
+    DROCE_PROBE(qp_state, q->qpn, unsigned(from), unsigned(to));
     q->state = to;
     switch (to) {
       case QpState::reset: {
@@ -625,6 +627,7 @@ void Engine::complete_recv(Qp* q, const RecvWqe&, const Completion& c, bool soli
 }
 
 void Engine::enter_error(Qp* q) {
+  DROCE_PROBE(qp_state, q->qpn, unsigned(q->state), unsigned(QpState::err));
   q->state = QpState::err;
   q->attr.qp_state = QpState::err;
   cancel_retry_timer(q);

@@ -3,6 +3,7 @@
 // for go-back-N retransmission. One packet per call to requester_send_one.
 
 #include "rocev2/engine.h"
+#include "rocev2/probes.h"
 
 namespace droce::rocev2 {
 
@@ -221,6 +222,7 @@ bool Engine::requester_send_one(Qp* q, uint64_t now_ns) {
     }
   }
   if (psn_diff(bth.psn, r.max_psn) < 0) ++q->counters.retransmits;  // this PSN went out before
+  if (psn_diff(bth.psn, r.max_psn) < 0) DROCE_PROBE(retransmit, q->qpn, bth.psn);
 
   send_frame(m, q);
 
@@ -256,6 +258,7 @@ void Engine::retire_sent(Qp* q, uint64_t now_ns) {
       // receives go on, and modify SQE->RTS resumes sending.
       complete_send(q, w, w.local_error);
       if (q->state == QpState::err) return;  // its completion overflowed the CQ: ERR, not SQE
+      DROCE_PROBE(qp_state, q->qpn, unsigned(q->state), unsigned(QpState::sqe));
       q->state = QpState::sqe;
       q->attr.qp_state = QpState::sqe;
       flush_qp(q);

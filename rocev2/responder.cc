@@ -16,6 +16,7 @@
 
 #include "core/log.h"
 #include "rocev2/engine.h"
+#include "rocev2/probes.h"
 
 namespace droce::rocev2 {
 
@@ -195,6 +196,7 @@ void Engine::responder_send_ack(Qp* q) {
 }
 
 void Engine::responder_nak(Qp* q, uint8_t syndrome, uint32_t psn) {
+  DROCE_PROBE(nak_sent, q->qpn, syndrome, psn);
   responder_send_ack(q);  // keep order: what was acknowledged goes first
   Qp::Responder& s = q->resp;
   s.ack_pending = true;
@@ -543,6 +545,7 @@ inline Verdict Engine::ResponderRequest::check_recv() {
     if (!e.take_recv(q, &w)) {
       if (rc) {
         ++q->counters.rnr_naks_sent;
+        DROCE_PROBE(rnr_nak_sent, q->qpn, psn);
         return Verdict::nak_rnr;
       }
       ++q->counters.dropped;

@@ -17,6 +17,8 @@ packages=(
   python3 python3-scapy tshark clang libclang-rt-14-dev iproute2 procps
   iputils-ping  # the lab test's kernel ping across droce's netdevs
   gdb  # the real-client suites print a stuck program's stacks (tests/real_clients/deadline.sh)
+  systemtap-sdt-dev  # <sys/sdt.h>: droced's USDT probes (rocev2/probes.h); without it they compile to nothing
+  python3-prometheus-client  # a real OpenMetrics parser for the --metrics test (tests/apps/droced_metrics_test.sh)
   # the rdma-core provider: the libibverbs it loads into and its public headers, the programs
   # that test it (python3-pyverbs brings rdma-core's own test suite, provider_pyverbs), and what
   # scripts/fetch-rdma-core-headers.sh uses (objdump, apt-get source)

@@ -12,6 +12,8 @@
 # DROCE_PAIR_LINK picks the link: shm (default; droce's own, which wakes a
 # sleeping droced when a frame comes) or memif (DPDK's net_memif, which cannot:
 # a sleeping droced sees frames only when its sleep timer ends).
+# DROCE_PAIR_A_ARGS and DROCE_PAIR_B_ARGS: flags for one host's droced alone, after the common
+# ones (split at spaces), for what the two cannot share, e.g. a --metrics port.
 # Built on scripts/lib/netns.sh, sourced here: the sourcing script gets its helpers too.
 
 # shellcheck source=scripts/lib/netns.sh
@@ -43,13 +45,15 @@ droced_pair_start() {
     DROCE_B_NS=droce-pair-b-$$
     _droced_pair_netns || return 1
   fi
+  # shellcheck disable=SC2086  # DROCE_PAIR_A_ARGS is split on purpose
   droced_spawn "$DROCE_A_NS" "$work/a" "$work/a.log" "$bin/droced" --port "$port_a" \
-    --address 10.77.0.1 --address fd00:77::1 "$@"
+    --address 10.77.0.1 --address fd00:77::1 "$@" ${DROCE_PAIR_A_ARGS:-}
   DROCE_A_PID=$DROCED_PID
   DROCE_A_SOCK=$work/a/droce0.sock
   _droced_pair_wait "$DROCE_A_SOCK" "$DROCE_A_PID" "$work/a.log" || return 1
+  # shellcheck disable=SC2086  # DROCE_PAIR_B_ARGS is split on purpose
   droced_spawn "$DROCE_B_NS" "$work/b" "$work/b.log" "$bin/droced" --port "$port_b" \
-    --address 10.77.0.2 --address fd00:77::2 "$@"
+    --address 10.77.0.2 --address fd00:77::2 "$@" ${DROCE_PAIR_B_ARGS:-}
   DROCE_B_PID=$DROCED_PID
   DROCE_B_SOCK=$work/b/droce0.sock
   _droced_pair_wait "$DROCE_B_SOCK" "$DROCE_B_PID" "$work/b.log" || return 1

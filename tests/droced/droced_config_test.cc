@@ -151,5 +151,30 @@ TEST(DrocedConfig, DropRateIsAPercentage) {
   }
 }
 
+TEST(DrocedConfig, MetricsListenOnLoopbackUnlessAnAddressIsNamed) {
+  DaemonConfig c;
+  std::string err;
+  EXPECT_EQ(c.metrics, "");  // no endpoint unless asked
+  ASSERT_EQ(parse({"--port", "x", "--address", "1.2.3.4", "--metrics", "9464"}, &c, &err), 0) << err;
+  EXPECT_EQ(c.metrics, "127.0.0.1:9464");
+  ASSERT_EQ(parse({"--port", "x", "--address", "1.2.3.4", "--metrics", "0.0.0.0:80"}, &c, &err), 0) << err;
+  EXPECT_EQ(c.metrics, "0.0.0.0:80");
+  ASSERT_EQ(parse({"--port", "x", "--address", "1.2.3.4", "--metrics=[::1]:9464"}, &c, &err), 0) << err;
+  EXPECT_EQ(c.metrics, "[::1]:9464");
+  const std::string path = ::testing::TempDir() + "droced-metrics-test.conf";
+  {
+    std::ofstream f(path);
+    f << "port = x\naddress = 1.2.3.4\nmetrics = 9100\n";
+  }
+  ASSERT_EQ(parse({"--config", path}, &c, &err), 0) << err;
+  EXPECT_EQ(c.metrics, "127.0.0.1:9100");
+  std::remove(path.c_str());
+  for (const char* bad : {"", "port", "70000", "1.2.3.4:", "localhost:9464", "::1:9464", "[::1]9464", "1.2.3:9"}) {
+    err.clear();
+    EXPECT_EQ(parse({"--port", "x", "--address", "1.2.3.4", "--metrics", bad}, &c, &err), -EINVAL) << bad;
+    EXPECT_NE(err.find("--metrics"), std::string::npos) << bad << ": " << err;
+  }
+}
+
 }  // namespace
 }  // namespace droce::droced
