@@ -417,15 +417,15 @@ void walk_counters(const CounterTotals& t, CounterSink& sink) {
     sink.group("kernel");
     walk(sink, net::kKernelNetCounters, *t.kernel);
   }
-  // What the fault rules did (`droce fault`, --drop-rate), every rule's added up.
-  sink.group("faults");
-  walk(sink, kFaultCounters, t.faults);
   if (t.xdp) {
     // droce's filter (XDP on af_xdp, TC ingress on af_packet): RoCE taken (af_packet: dropped
     // after the tap), RoCE for addresses not droce's (left to the kernel), passed.
     sink.group("xdp");
     walk(sink, net::kXdpFilterCounters, *t.xdp);
   }
+  // What the fault rules did (`droce fault`, --drop-rate), every rule's added up.
+  sink.group("faults");
+  walk(sink, kFaultCounters, t.faults);
 }
 
 std::string counters_json(const CounterTotals& t) { return dump(counters_object(t)); }

@@ -73,6 +73,7 @@ CounterTotals full_totals(std::vector<Expected>* want) {
   f.fill(net::kKernelNetCounters, &*t.kernel);
   t.xdp.emplace();
   f.fill(net::kXdpFilterCounters, &*t.xdp);
+  f.fill(kFaultCounters, &t.faults);
 
   f.expect(rocev2::kEngineCounters, t.engine, "");
   f.expect(kDeviceCoreCounters, t.device, "");
@@ -92,6 +93,7 @@ CounterTotals full_totals(std::vector<Expected>* want) {
   f.want.push_back({"neighbor", "frames_malformed", 6});
   f.expect(net::kKernelNetCounters, *t.kernel, "kernel");
   f.expect(net::kXdpFilterCounters, *t.xdp, "xdp");
+  f.expect(kFaultCounters, t.faults, "faults");
   *want = f.want;
   return t;
 }
@@ -139,9 +141,9 @@ TEST(Stats, TheGroupsComeInOrderAndOptionalOnesOnlyWhenThere) {
   const ordered_json full = ordered_json::parse(counters_json(t));
   for (const auto& [k, v] : full.items())
     if (v.is_object()) keys.push_back(k);
-  EXPECT_EQ(keys, (std::vector<std::string>{"transport", "parse", "neighbor", "kernel", "xdp"}));
+  EXPECT_EQ(keys, (std::vector<std::string>{"transport", "parse", "neighbor", "kernel", "xdp", "faults"}));
   // Without a CM, the kernel's view or the XDP program (droced on a memif port): none of
-  // theirs, and an empty "parse" still shows.
+  // theirs, and an empty "parse" and the fault rules' totals still show.
   t.cm.reset();
   t.kernel.reset();
   t.xdp.reset();
@@ -150,7 +152,7 @@ TEST(Stats, TheGroupsComeInOrderAndOptionalOnesOnlyWhenThere) {
   keys.clear();
   for (const auto& [k, v] : j.items())
     if (v.is_object() || k.rfind("cm_", 0) == 0) keys.push_back(k);
-  EXPECT_EQ(keys, (std::vector<std::string>{"transport", "parse", "neighbor"}));
+  EXPECT_EQ(keys, (std::vector<std::string>{"transport", "parse", "neighbor", "faults"}));
   EXPECT_EQ(j["parse"], ordered_json::object());
 }
 
