@@ -27,7 +27,7 @@ constexpr const char* kUsage =
     "usage: droce fault [list] [--json]                       the rules and what each did\n"
     "       droce fault set SPEC [--qp N] [--dir rx|tx|both] [--seed N] [--id N] [--json]\n"
     "       droce fault clear ID|all\n"
-    "  (each also takes --device NAME | --socket PATH)\n"
+    "  (each also takes --device NAME and --run-dir DIR | --socket PATH)\n"
     "  SPEC: comma-separated drop=P burst=ENTER[/EXIT[/LOSS]] delay=T jitter=T reorder=P window=T\n"
     "        duplicate=P corrupt=P corrupt-at=payload|icrc|any truncate=P, or none;\n"
     "        P a percentage (1%, 0.5), T a time (100us, 2ms; bare: us)\n"
@@ -90,7 +90,7 @@ int list(const std::string& socket, bool json) {
 }  // namespace
 
 int fault_command(const std::vector<std::string_view>& all_args) {
-  std::string device = "droce0", socket;
+  std::string device = "droce0", socket, run_dir;
   bool json = false;
   std::vector<std::string_view> args;
   abi::ctl::FaultRequest q{};
@@ -103,6 +103,7 @@ int fault_command(const std::vector<std::string_view>& all_args) {
     if (a == "--json") json = true;
     else if (a == "--device" && has_value) device = all_args[++k];
     else if (a == "--socket" && has_value) socket = all_args[++k];
+    else if (a == "--run-dir" && has_value) run_dir = all_args[++k];
     else if (a == "--qp" && has_value) {
       if (!number(all_args[++k], &q.qpn) || q.qpn > 0xffffff) return usage_error("--qp is a QP number (0..0xffffff)");
     } else if (a == "--dir" && has_value) {
@@ -122,7 +123,7 @@ int fault_command(const std::vector<std::string_view>& all_args) {
       args.push_back(a);
     }
   }
-  if (socket.empty()) socket = client::Context::socket_path(device);
+  if (socket.empty()) socket = run_dir.empty() ? client::Context::socket_path(device) : run_dir + "/" + device + ".sock";
   const std::string_view op = args.empty() ? "list" : args[0];
   if (op == "list" && args.size() <= 1) return list(socket, json);
 

@@ -36,17 +36,19 @@ std::string field(const ordered_json& object, const char* key) {
 
 int status_command(std::string_view cmd, const std::vector<std::string_view>& args) {
   bool json = false;
-  std::string device = "droce0", socket;
+  std::string device = "droce0", socket, run_dir;
   for (size_t k = 0; k < args.size(); ++k) {
     if (args[k] == "--json") json = true;
     else if (args[k] == "--device" && k + 1 < args.size()) device = args[++k];
     else if (args[k] == "--socket" && k + 1 < args.size()) socket = args[++k];
+    else if (args[k] == "--run-dir" && k + 1 < args.size()) run_dir = args[++k];  // as droce exec's
     else {
-      std::fprintf(stderr, "usage: droce %.*s [--json] [--device NAME | --socket PATH]\n", int(cmd.size()), cmd.data());
+      std::fprintf(stderr, "usage: droce %.*s [--json] [--device NAME] [--run-dir DIR | --socket PATH]\n",
+                   int(cmd.size()), cmd.data());
       return 2;
     }
   }
-  if (socket.empty()) socket = client::Context::socket_path(device);
+  if (socket.empty()) socket = run_dir.empty() ? client::Context::socket_path(device) : run_dir + "/" + device + ".sock";
   std::string text;
   if (int rc = client::query_stats(socket, &text); rc != 0) {
     std::fprintf(stderr, "droce: cannot reach droced at %s: %s\n", socket.c_str(), std::strerror(-rc));
