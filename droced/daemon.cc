@@ -432,9 +432,21 @@ void Daemon::check_link(uint64_t now_ns) {
   next_link_check_ns_ = now_ns + kLinkCheckNs;
   if (!port_->take_link_change()) return;
   const bool up = port_->link().up;
-  if (up == link_up_) return;
+  if (up == link_up_) {
+    // The device says the link changed, yet it is up as before: it went down and came back
+    // between two looks. Clients hear both, as a NIC reports a flap (PORT_ERR, PORT_ACTIVE).
+    if (!up) return;
+    ++counters_.link_downs;
+    link_downs_.fetch_add(1, std::memory_order_relaxed);
+    DROCE_LOG(INFO, app, "%s: port link went down and came back", cfg_.name.c_str());
+    link_generation_.fetch_add(1, std::memory_order_release);
+    return;
+  }
   link_up_ = up;
-  if (!up) ++counters_.link_downs;
+  if (!up) {
+    ++counters_.link_downs;
+    link_downs_.fetch_add(1, std::memory_order_relaxed);
+  }
   DROCE_LOG(INFO, app, "%s: port link %s", cfg_.name.c_str(), up ? "up" : "down");
   if (sysfs_) sysfs_->set_port_state(1, up ? provider::PortState::active : provider::PortState::down);
   link_generation_.fetch_add(1, std::memory_order_release);  // each worker tells its clients
@@ -462,6 +474,7 @@ WorkerContext Daemon::worker_context() {
   c.stopping = &stopping_;
   c.link_up = &link_up_;
   c.link_generation = &link_generation_;
+  c.link_downs = &link_downs_;
   c.gid_generation = &gid_generation_;
   c.copy_gids = [this](net::GidTable* out, std::vector<net::IpAddr>* addresses) { copy_gids(out, addresses); };
   c.on_daemon_key = [this](uint64_t key) { on_daemon_key(key); };

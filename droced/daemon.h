@@ -128,6 +128,7 @@ class Daemon {
   std::atomic<bool> stopping_{false};
   std::atomic<bool> link_up_{false};
   std::atomic<uint64_t> link_generation_{0};
+  std::atomic<uint64_t> link_downs_{0};  ///< downs seen, a flap's too (workers tell PORT_ERR for each new one)
   uint64_t next_link_check_ns_ = 0;
 };
 

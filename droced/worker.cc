@@ -367,7 +367,15 @@ void Worker::push_port_events() {
   if (gen == link_generation_) return;
   link_generation_ = gen;
   const bool up = context_.link_up->load(std::memory_order_relaxed);
-  for (auto& [k, s] : sessions_) s->push_event(up ? 9 /* IBV_EVENT_PORT_ACTIVE */ : 10 /* IBV_EVENT_PORT_ERR */, 1);
+  // A down since the last look (one this worker missed, or a flap the daemon saw as one change)
+  // is told before the state now, so a client always hears PORT_ERR before PORT_ACTIVE.
+  const uint64_t downs = context_.link_downs != nullptr ? context_.link_downs->load(std::memory_order_relaxed) : 0;
+  const bool went_down = downs != link_downs_;
+  link_downs_ = downs;
+  for (auto& [k, s] : sessions_) {
+    if (went_down) s->push_event(10 /* IBV_EVENT_PORT_ERR */, 1);
+    if (up) s->push_event(9 /* IBV_EVENT_PORT_ACTIVE */, 1);
+  }
 }
 
 void Worker::consume_rx_interrupt() {
@@ -633,6 +641,7 @@ void Worker::run() {
   DROCE_LOG(INFO, app, "worker %u (lcore %u): %s mode (%s)", index_, lcore_, polling_ ? "poll" : "event",
             mode_reason_.c_str());
   link_generation_ = context_.link_generation->load(std::memory_order_acquire);
+  if (context_.link_downs != nullptr) link_downs_ = context_.link_downs->load(std::memory_order_relaxed);
   uint64_t idle_since = core::monotonic_ns();
   window_start_ns_ = idle_since;
   std::unique_lock lock(state_);

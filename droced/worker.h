@@ -76,6 +76,7 @@ struct WorkerContext {
   const std::atomic<bool>* stopping = nullptr;               ///< the loops end
   const std::atomic<bool>* link_up = nullptr;                ///< the port's link, as last checked
   const std::atomic<uint64_t>* link_generation = nullptr;    ///< moves at each link change
+  const std::atomic<uint64_t>* link_downs = nullptr;         ///< times the link went down (flaps too)
   const std::atomic<uint64_t>* gid_generation = nullptr;     ///< moves at each GID table change
   /// Copies the master GID table, and its addresses, into a worker's own.
   std::function<void(net::GidTable*, std::vector<net::IpAddr>*)> copy_gids;
@@ -233,6 +234,7 @@ class Worker {
   std::mutex state_;
   std::atomic<unsigned> state_waiters_{0};
   uint64_t link_generation_ = 0;  ///< the daemon's link changes already told to the clients here
+  uint64_t link_downs_ = 0;       ///< the downs already told
   uint64_t gid_generation_ = 0;   ///< the daemon's GID table changes already taken here
   std::unique_ptr<net::GidTable> gids_;  ///< this worker's copy of the GID table
   int rx_queue_ = -1;
