@@ -57,7 +57,7 @@ TEST(Pcapng, PacketCarriesTimeLengthsPaddedBytesAndDirection) {
 TEST(Pcapng, PacketInboundAndUnknownDirection) {
   Bytes in, unknown;
   append_packet(&in, 0, 4, Bytes{9, 9, 9, 9}, Direction::inbound);
-  EXPECT_EQ(in.size(), 44u);
+  EXPECT_EQ(in.size(), 48u);
   EXPECT_EQ(in[32], 2);  // epb_flags
   EXPECT_EQ(in[36], 1);  // inbound
   append_packet(&unknown, 0, 4, Bytes{9, 9, 9, 9}, Direction::unknown);
