@@ -35,7 +35,8 @@ inline constexpr uint16_t kAbiMajor = 1;
 /// 5: CreateQpRequest's flags (kQpBlockSelfMcastLoopback).
 /// 6: destroy_cq's reply (DestroyCqReply).
 /// 7: fault (FaultRequest), `droce fault`.
-inline constexpr uint16_t kAbiMinor = 7;
+/// 8: capture (CaptureRequest), `droce capture`.
+inline constexpr uint16_t kAbiMinor = 8;
 /// Largest message either side sends or accepts.
 inline constexpr size_t kMaxMessage = 4096;
 
@@ -67,8 +68,9 @@ enum class MsgType : uint16_t {
   attach_mcast = 25,      ///< minor 4: ibv_attach_mcast (McastRequest)
   detach_mcast = 26,      ///< minor 4: ibv_detach_mcast (McastRequest)
   fault = 27,             ///< minor 7: `droce fault`: set or clear a fault rule (FaultRequest)
+  capture = 28,           ///< minor 8: `droce capture`: stream frames as pcapng (CaptureRequest)
 };
-inline constexpr uint16_t kLastMsgType = static_cast<uint16_t>(MsgType::fault);
+inline constexpr uint16_t kLastMsgType = static_cast<uint16_t>(MsgType::capture);
 
 enum CtlFlags : uint16_t {
   kFlagReply = 1u << 0,
@@ -436,6 +438,24 @@ struct FaultRequest {
 static_assert(sizeof(FaultRequest) == 216);
 struct FaultReply {
   uint32_t id;
+  uint32_t reserved;
+};
+
+/// capture (minor 8): the frames this device receives and sends, written as pcapng
+/// (net/pcapng.h) to the one fd beside the request (a pipe or a stream socket whose other end
+/// the client reads). Only root or droced's own user may (-EPERM): it shows every client's
+/// traffic. One capture at a time per device (-EBUSY). It ends when `count` frames were
+/// written, when the fd's reader goes away, or when the session that asked closes; droced then
+/// writes an Interface Statistics Block (frames seen, frames the capture lost) and closes the
+/// fd, so the reader sees EOF. Reply: CaptureReply. -EBADF: no fd; -EINVAL: a bad snaplen.
+struct CaptureRequest {
+  uint32_t qpn;      ///< only frames to or from this local QP; 0xffffffff: every frame
+  uint32_t snaplen;  ///< bytes kept of each frame; 0: droced's largest (CaptureReply says)
+  uint64_t count;    ///< frames to write, then end; 0: no limit
+};
+static_assert(sizeof(CaptureRequest) == 16);
+struct CaptureReply {
+  uint32_t snaplen;  ///< the snap length in force (droced's record size caps it)
   uint32_t reserved;
 };
 

@@ -59,6 +59,10 @@ void usage(FILE* out) {
       "      A running droced's fault rules: drop, burst loss, delay and jitter, reorder,\n"
       "      duplicate, corrupt (payload or ICRC), truncate, per QP or for every RoCE frame,\n"
       "      received or sent, changed while traffic runs (`droce fault --help`).\n"
+      "  capture -w FILE|- [--qp N] [-s SNAPLEN] [-c COUNT] [--device NAME | --socket PATH]\n"
+      "      A running droced's frames, received and sent, as pcapng to FILE or stdout\n"
+      "      (`droce capture -w - | tshark -i -`), only QP N's with --qp, until COUNT frames\n"
+      "      or SIGINT; the ICRC filled in on links that carry none (`droce capture --help`).\n"
       "  events [--count N] [--timeout SECONDS] [--device NAME | --socket PATH]\n"
       "      Open a verbs context and print the async events droced delivers to it\n"
       "      (port active/down, device fatal). Exit 1 if fewer than N came in time.\n"
@@ -254,6 +258,7 @@ int status_command(std::string_view cmd, const std::vector<std::string_view>& ar
 int events_command(const std::vector<std::string_view>& args);
 int exec_command(int argc, char** argv);
 int fault_command(const std::vector<std::string_view>& args);
+int capture_command(const std::vector<std::string_view>& args);
 }
 
 int main(int argc, char** argv) {
@@ -268,6 +273,7 @@ int main(int argc, char** argv) {
   if (cmd == "events") return droce::cli::events_command(args);
   if (cmd == "exec") return droce::cli::exec_command(argc - 1, argv + 1);
   if (cmd == "fault") return droce::cli::fault_command(args);
+  if (cmd == "capture") return droce::cli::capture_command(args);
   for (const char* c : {"devices", "ports", "gids", "qps", "clients", "cores", "cm", "multicast", "counters", "status"})
     if (cmd == c) return droce::cli::status_command(cmd, args);
   if (cmd == "help" || cmd == "--help" || cmd == "-h") {

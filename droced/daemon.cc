@@ -219,11 +219,14 @@ int Daemon::start(const DaemonConfig& cfg) {
   jobs_ = std::make_unique<ControlJobs>(1);
   shared_.jobs = jobs_.get();
   shared_.faults = &faults_;
+  capture_ = std::make_unique<Capture>(cores);
+  shared_.capture = capture_.get();
   shared_.render_stats = stats_trampoline;
   shared_.render_arg = this;
   for (unsigned k = 0; k < cores; ++k) {
     dc.index = k;
     dc.faults = &faults_;
+    dc.capture = capture_.get();
     auto core = std::make_unique<DeviceCore>(dc, &rc);
     if (rc != 0) return rc;
     workers_.push_back(std::make_unique<Worker>(worker_context(), k, cfg.lcores[k], std::move(core), shared_, &rc));

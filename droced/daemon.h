@@ -111,6 +111,7 @@ class Daemon {
   net::KernelNet* kernel_events_ = nullptr;  ///< the group's, for its event socket
   std::unique_ptr<net::XdpFilter> xdp_;
   std::unique_ptr<CoreGroup> group_;
+  std::unique_ptr<Capture> capture_;  ///< `droce capture`; outlives the cores that tap it
   std::vector<std::unique_ptr<Worker>> workers_;
   Device shared_;  ///< what every worker's Device starts from
   FaultRules faults_;  ///< `droce fault` and --drop-rate (every core reads them)

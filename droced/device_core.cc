@@ -121,9 +121,10 @@ DeviceCore::DeviceCore(const DeviceCoreConfig& cfg, int* rc) : cfg_(cfg), group_
   ec.local_ip = cfg.addresses.front();
   ec.local_ips = cfg.addresses;
   ec.offloads = hw_offload::select_offloads(*cfg.port);  // once, at start
-  faults_ = std::make_unique<FaultStage>(cfg.faults, cfg_.index, cfg.port->pool(),
-                                         !ec.offloads.rx_icrc && !ec.offloads.tx_icrc);
-  fault_port_ = std::make_unique<FaultPort>(link_.get(), faults_.get());
+  icrc_on_link_ = !ec.offloads.rx_icrc && !ec.offloads.tx_icrc;
+  faults_ = std::make_unique<FaultStage>(cfg.faults, cfg_.index, cfg.port->pool(), icrc_on_link_);
+  capture_ = CaptureTap{cfg.capture, cfg_.index};
+  fault_port_ = std::make_unique<FaultPort>(link_.get(), faults_.get(), capture_);
   ec.port = fault_port_.get();
   // This core's QPNs: (index << kQpnCoreShift) | n, never past the next core's.
   ec.first_qpn = (cfg_.index << kQpnCoreShift) | (cfg.engine.first_qpn & ((1u << kQpnCoreShift) - 1));
@@ -183,7 +184,14 @@ void DeviceCore::send_neighbor_frames() {
     }
     std::memcpy(d, f.data(), f.size());
     std::memset(d + f.size(), 0, len - f.size());
-    if (tx(&m, 1) != 1) {
+    m->hash.usr = UINT32_MAX;  // no QP sent it (a capture's QP filter reads it)
+    uint32_t staged = 0;
+    const uint32_t cap = capture_.generation();
+    if (cap != 0)
+      staged = capture_.capture->stage(cfg_.index, cap, net::pcapng::Direction::outbound, &m, 1, core::monotonic_ns());
+    const uint16_t sent = tx(&m, 1);
+    if (cap != 0) capture_.capture->publish(cfg_.index, staged, sent);
+    if (sent != 1) {
       rte_pktmbuf_free(m);
       ++counters_.neighbor_tx_dropped;
       continue;
@@ -244,6 +252,7 @@ void DeviceCore::run_once(uint64_t now_ns) {
   woken_ = 0;
   faults_->refresh();
   const bool rx_faults = faults_->active(FaultDirection::rx);
+  const uint32_t cap = capture_.generation();  // 0 (no capture): each tap below is one branch
   const uint16_t n = rx_queue_ < 0 ? 0 : cfg_.port->rx_burst(uint16_t(rx_queue_), rx, 32);
   uint16_t k = 0;
   bool neighbor_work = false;
@@ -261,6 +270,7 @@ void DeviceCore::run_once(uint64_t now_ns) {
       roce[k++] = rx[i];
       continue;
     }
+    if (cap != 0) capture_.capture->tap(cfg_.index, cap, net::pcapng::Direction::inbound, &rx[i], 1, now_ns);
     uint8_t buf[512];
     const uint32_t len = rx[i]->pkt_len;
     if (len > sizeof buf) {
@@ -279,6 +289,8 @@ void DeviceCore::run_once(uint64_t now_ns) {
     }
     rte_pktmbuf_free(rx[i]);
   }
+  // What the wire brought, before the rx fault rules act on it.
+  if (cap != 0) capture_.capture->tap(cfg_.index, cap, net::pcapng::Direction::inbound, roce, k, now_ns);
   if (rx_faults) {
     rx_batch_.assign(roce, roce + k);
     route_faulted(now_ns);
@@ -294,6 +306,10 @@ void DeviceCore::run_once(uint64_t now_ns) {
   if (link_->has_loopback()) {
     link_->take_loopback(&loopback_rx_);
     counters_.loopback_frames += loopback_rx_.size();
+    if (cap != 0)
+      for (size_t i = 0; i < loopback_rx_.size(); i += 32)
+        capture_.capture->tap(cfg_.index, cap, net::pcapng::Direction::inbound, loopback_rx_.data() + i,
+                              static_cast<uint16_t>(std::min<size_t>(32, loopback_rx_.size() - i)), now_ns);
     if (rx_faults) {
       rx_batch_.swap(loopback_rx_);
       route_faulted(now_ns);

@@ -153,6 +153,8 @@ struct DeviceCoreConfig {
   rocev2::EngineConfig engine;  ///< pool, port, MAC, IP and offloads are filled in from the above
   /// The device's fault rules (`droce fault`, --drop-rate); nullptr: none.
   const FaultRules* faults = nullptr;
+  /// The device's capture (`droce capture`); nullptr: none can run.
+  Capture* capture = nullptr;
 };
 
 /// What each counts is in kDeviceCoreCounters.
@@ -215,6 +217,8 @@ class DeviceCore {
   const DeviceCoreCounters& counters() const { return counters_; }
   /// This core's fault rules at work (their counters).
   const FaultStage& faults() const { return *faults_; }
+  /// The link carries the ICRC (false: droce_shm with icrc=skip, where captures fill it in).
+  bool link_has_icrc() const { return icrc_on_link_; }
   /// Frames handed here and not yet taken (the sleep handshake's last look).
   bool has_inbound() const { return rte_ring_count(group_->inbound(cfg_.index)) != 0; }
   uint64_t next_deadline() const;
@@ -252,6 +256,8 @@ class DeviceCore {
   std::vector<rte_mbuf*> rx_batch_;
   std::vector<rte_mbuf*> faulted_;
 
+  CaptureTap capture_;
+  bool icrc_on_link_ = true;
   uint32_t woken_ = 0;  ///< cores handed frames this run_once (bit k), woken once each
   bool has_multicast_ = false;
   DeviceCoreCounters counters_;

@@ -256,7 +256,7 @@ void FaultPort::flush() {
   size_t sent = 0;
   while (sent < queued_.size()) {
     const uint16_t n = static_cast<uint16_t>(std::min<size_t>(queued_.size() - sent, 64));
-    const uint16_t k = inner_->tx_burst(queued_.data() + sent, n);
+    const uint16_t k = send(queued_.data() + sent, n);
     sent += k;
     if (k < n) break;
   }
@@ -264,7 +264,7 @@ void FaultPort::flush() {
 }
 
 uint16_t FaultPort::tx_burst(rte_mbuf** frames, uint16_t n) {
-  if (queued_.empty() && !stage_->active(FaultDirection::tx)) return inner_->tx_burst(frames, n);
+  if (queued_.empty() && !stage_->active(FaultDirection::tx)) return send(frames, n);
   if (queued_.size() >= kMaxQueued) {
     flush();
     if (queued_.size() >= kMaxQueued) return 0;
@@ -273,6 +273,15 @@ uint16_t FaultPort::tx_burst(rte_mbuf** frames, uint16_t n) {
   stage_->process(FaultDirection::tx, frames, take, core::monotonic_ns(), &queued_);
   flush();
   return take;
+}
+
+uint16_t FaultPort::send_captured(uint32_t generation, rte_mbuf** frames, uint16_t n) {
+  // Copied before the port takes them (it may free them at once); kept only for those it took.
+  const uint32_t staged =
+      tap_.capture->stage(tap_.core, generation, net::pcapng::Direction::outbound, frames, n, core::monotonic_ns());
+  const uint16_t k = inner_->tx_burst(frames, n);
+  tap_.capture->publish(tap_.core, staged, k);
+  return k;
 }
 
 void FaultPort::poll(uint64_t now_ns) {

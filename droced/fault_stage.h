@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "core/counter_table.h"
+#include "droced/capture.h"
 #include "net/fault_model.h"
 #include "rocev2/engine.h"
 
@@ -163,11 +164,13 @@ class FaultStage {
 /// The engine's PacketPort with the tx faults in front: frames a rule holds or drops are taken
 /// here, the rest go on to `inner` in order. With no tx rule and nothing held, one branch.
 /// Back-pressure: frames the inner port refused wait here (in order) up to kMaxQueued, past
-/// which tx_burst takes no more (the engine keeps them, as for a full port).
+/// which tx_burst takes no more (the engine keeps them, as for a full port). A running capture
+/// (`tap`) sees the frames the inner port accepts: what goes on the wire, after the faults.
 class FaultPort : public rocev2::PacketPort {
  public:
   static constexpr size_t kMaxQueued = 1024;
-  FaultPort(rocev2::PacketPort* inner, FaultStage* stage) : inner_(inner), stage_(stage) {}
+  FaultPort(rocev2::PacketPort* inner, FaultStage* stage, CaptureTap tap = {})
+      : inner_(inner), stage_(stage), tap_(tap) {}
   ~FaultPort() override;
 
   uint16_t tx_burst(rte_mbuf** frames, uint16_t n) override;
@@ -180,8 +183,16 @@ class FaultPort : public rocev2::PacketPort {
 
  private:
   void flush();
+  /// inner_->tx_burst, with the capture's copy of what it accepted.
+  uint16_t send(rte_mbuf** frames, uint16_t n) {
+    const uint32_t g = tap_.generation();
+    if (g == 0) [[likely]] return inner_->tx_burst(frames, n);
+    return send_captured(g, frames, n);
+  }
+  uint16_t send_captured(uint32_t generation, rte_mbuf** frames, uint16_t n);
   rocev2::PacketPort* inner_;
   FaultStage* stage_;
+  CaptureTap tap_;
   std::vector<rte_mbuf*> queued_;
   std::vector<rte_mbuf*> scratch_;
 };

@@ -45,6 +45,7 @@ Session::Session(Device* dev, core::Fd socket, uint32_t id) : dev_(dev), sock_(s
 Session::~Session() { teardown(); }
 
 void Session::teardown() {
+  if (dev_->capture != nullptr) dev_->capture->stop(id_);  // its capture ends with it
   rocev2::Engine& e = dev_->core->engine();
   // QPs to error first: the peers see what they would see of a dead host,
   // and nothing of this client is touched by the engine afterwards.

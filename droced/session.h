@@ -78,6 +78,8 @@ struct Device {
   std::unordered_map<uint32_t, Session*> qp_owner, cq_owner, srq_owner;
   /// The device's fault rules (`droce fault`); nullptr: none can be set.
   FaultRules* faults = nullptr;
+  /// The device's capture (`droce capture`); nullptr: none can run.
+  Capture* capture = nullptr;
   /// A JSON rendering of droced's state for the `stats` message.
   std::string (*render_stats)(void* arg) = nullptr;
   void* render_arg = nullptr;
@@ -221,6 +223,7 @@ class Session {
   static std::span<const ControlEntry> ah_controls();
   static std::span<const ControlEntry> mcast_controls();
   static std::span<const ControlEntry> fault_controls();
+  static std::span<const ControlEntry> capture_controls();
   /// The entry of message type `type`; nullptr when no family serves it.
   static const ControlEntry* control_for(uint16_t type);
 

@@ -613,6 +613,19 @@ int control_fault(const std::string& socket_path, const FaultRequest& q, uint32_
   return rc;
 }
 
+int start_capture(const std::string& socket_path, const CaptureRequest& q, int fd, core::Fd* session,
+                  uint32_t* snaplen) {
+  std::unique_ptr<Context> c(new Context());
+  if (int rc = core::seqpacket_connect(socket_path, &c->sock_); rc != 0) return rc;
+  CaptureReply r{};
+  const int fds[] = {fd};
+  const int rc = c->call(MsgType::capture, &q, sizeof q, &r, sizeof r, nullptr, fds);  // allowed before hello
+  if (rc != 0) return rc;
+  *snaplen = r.snaplen;
+  *session = std::move(c->sock_);  // the capture lives as long as this connection
+  return 0;
+}
+
 // ---- Data path -----------------------------------------------------------------
 
 void Context::ring_doorbell(uint16_t kind, uint32_t id, uint32_t* pending) {
