@@ -59,7 +59,7 @@ void usage(FILE* out) {
       "      A running droced's fault rules: drop, burst loss, delay and jitter, reorder,\n"
       "      duplicate, corrupt (payload or ICRC), truncate, per QP or for every RoCE frame,\n"
       "      received or sent, changed while traffic runs (`droce fault --help`).\n"
-      "  capture -w FILE|- [--qp N] [-s SNAPLEN] [-c COUNT] [--device NAME | --socket PATH]\n"
+      "  capture -w FILE|- [--qp N] [-s SNAPLEN] [-c COUNT] [--device NAME] [--run-dir DIR | --socket PATH]\n"
       "      A running droced's frames, received and sent, as pcapng to FILE or stdout\n"
       "      (`droce capture -w - | tshark -i -`), only QP N's with --qp, until COUNT frames\n"
       "      or SIGINT; the ICRC filled in on links that carry none (`droce capture --help`).\n"

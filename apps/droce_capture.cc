@@ -32,7 +32,7 @@ namespace droce::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: droce capture -w FILE|- [--qp N] [-s SNAPLEN] [-c COUNT] [--device NAME | --socket PATH]\n"
+    "usage: droce capture -w FILE|- [--qp N] [-s SNAPLEN] [-c COUNT] [--device NAME] [--run-dir DIR | --socket PATH]\n"
     "  the frames droced receives and sends, as pcapng (`-w -`: to stdout, e.g. | tshark -i -);\n"
     "  until COUNT frames or SIGINT\n"
     "  --qp N: only the frames to local QP N (received) and from it (sent)\n"
@@ -72,7 +72,7 @@ bool write_all(int fd, const char* p, size_t n) {
 }  // namespace
 
 int capture_command(const std::vector<std::string_view>& args) {
-  std::string device = "droce0", socket, out_path;
+  std::string device = "droce0", socket, run_dir, out_path;
   abi::ctl::CaptureRequest q{};
   q.qpn = UINT32_MAX;
   for (size_t k = 0; k < args.size(); ++k) {
@@ -80,6 +80,7 @@ int capture_command(const std::vector<std::string_view>& args) {
     const bool has_value = k + 1 < args.size();
     if (a == "--device" && has_value) device = args[++k];
     else if (a == "--socket" && has_value) socket = args[++k];
+    else if (a == "--run-dir" && has_value) run_dir = args[++k];
     else if (a == "-w" && has_value) out_path = args[++k];
     else if (a == "--qp" && has_value) {
       if (!number(args[++k], &q.qpn) || q.qpn > 0xffffff) return usage_error("--qp is a QP number (0..0xffffff)");
@@ -95,7 +96,7 @@ int capture_command(const std::vector<std::string_view>& args) {
     }
   }
   if (out_path.empty()) return usage_error("-w FILE or -w - (stdout) is needed");
-  if (socket.empty()) socket = client::Context::socket_path(device);
+  if (socket.empty()) socket = run_dir.empty() ? client::Context::socket_path(device) : run_dir + "/" + device + ".sock";
 
   core::Fd file;
   int out = STDOUT_FILENO;
