@@ -83,7 +83,7 @@ pingpong() {
   rc_cli=$?
   wait "$srv"
   rc_srv=$?
-  [ "$rc_cli" -eq 0 ] && [ "$rc_srv" -eq 0 ] || { tail -3 "$tmp/pp$1.cli" "$tmp/pp$1.srv"; return 1; }
+  [ "$rc_cli" -eq 0 ] && [ "$rc_srv" -eq 0 ] || { tail -n 3 "$tmp/pp$1.cli" "$tmp/pp$1.srv"; return 1; }
 }
 # tshark_problems FILE: frames that are not RoCEv2 (ARP aside) or carry a malformed mark or an
 # expert note; one line each.

@@ -111,7 +111,7 @@ while read -r kind spec counter; do
     ok "$kind ($spec) on QP $qp: 200 checked messages through it; $matched frames taken, $counter $n"
   else
     bad "$kind:$why"
-    tail -5 "$tmp/$kind.cli" "$tmp/$kind.srv"
+    tail -n 5 "$tmp/$kind.cli" "$tmp/$kind.srv"
   fi
 done <<'EOF'
 drop drop=3% dropped
@@ -146,7 +146,7 @@ if qp=$(new_qp "$before"); then
     ok "ib_write_bw 64 KiB x 3000 through 1 % loss on its QP ($n frames dropped): $(grep -E '^ *65536 +3000 ' "$tmp/bw.cli" | tr -s ' ')"
   else
     bad "ib_write_bw through 1 % loss: exit $rc_cli/$rc_srv, $n dropped"
-    tail -5 "$tmp/bw.cli" "$tmp/bw.srv"
+    tail -n 5 "$tmp/bw.cli" "$tmp/bw.srv"
   fi
 else
   bad "ib_write_bw's server made no QP"
@@ -174,7 +174,7 @@ if qp=$(new_qp "$before"); then
     ok "UD: ib_send_bw for 3 s, the rule dropped $n of $matched datagrams and both ends finished"
   else
     bad "UD: exit $rc_cli/$rc_srv, dropped $n of $matched"
-    tail -5 "$tmp/ud.cli" "$tmp/ud.srv"
+    tail -n 5 "$tmp/ud.cli" "$tmp/ud.srv"
   fi
 else
   bad "ib_send_bw UD's server made no QP"
@@ -215,7 +215,7 @@ if qp=$(new_qp "$before"); then
     ok "the pair ran its 30000 checked messages through set, change and clear"
   else
     bad "the live pair: exit $rc_cli/$rc_srv"
-    tail -5 "$tmp/live.cli" "$tmp/live.srv"
+    tail -n 5 "$tmp/live.cli" "$tmp/live.srv"
   fi
 else
   bad "the live pair's server made no QP"
@@ -225,7 +225,7 @@ fi
 row=$(qp_row "$clean_qp")
 if ! kill -0 "$clean_cli" 2>/dev/null || ! kill -0 "$clean_srv" 2>/dev/null; then
   bad "the clean pair stopped (a data check failed?)"
-  tail -5 "$tmp/clean.cli" "$tmp/clean.srv"
+  tail -n 5 "$tmp/clean.cli" "$tmp/clean.srv"
 elif [ -z "$row" ]; then
   bad "the clean pair's QP $clean_qp is gone"
 else

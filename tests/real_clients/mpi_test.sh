@@ -109,7 +109,8 @@ fi
 if mpi2 netpipe.ud.loss ud_verbs,self 600 NPopenmpi -u 1048576; then
   expect_line "NetPIPE over ud_verbs with 1 % loss, to 1 MiB" '^ *[0-9]+: +1048579 bytes'
 fi
-lost=$(( $(stat_of "$DROCE_A_SOCK" dropped) + $(stat_of "$DROCE_B_SOCK" dropped) ))  # the faults group's
+faults_dropped() { "$droce" counters --json --socket "$1" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["faults"]["dropped"])'; }
+lost=$(( $(faults_dropped "$DROCE_A_SOCK") + $(faults_dropped "$DROCE_B_SOCK") ))
 if [ "$lost" -gt 0 ]; then
   echo "ok: the link lost $lost frames on the way"
 else
