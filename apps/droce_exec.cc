@@ -311,9 +311,14 @@ int exec_command(int argc, char** argv) {
     }
   }
 
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) return kExitFailed;
   if (pid == 0) {
+    // droce exec killed outright (SIGKILL: a test's cleanup, an OOM kill) cannot pass a signal
+    // on; the program must not run on as an orphan holding its port and QPs.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(kExitFailed);  // it died before the line above
     if (need_private_dev) {
       if (int rc = private_dev(nodes); rc != 0) {
         std::fprintf(stderr, "droce exec: cannot give the program /dev/infiniband (%s); run droced as root, or "

@@ -36,6 +36,7 @@ DROCE_BIN=$droce
 on_exit rm -rf "$tmp"
 on_exit droced_pair_stop
 on_exit kill_jobs KILL
+on_exit kill_jobs TERM  # first: droce exec passes TERM on to its program
 
 droced_pair_start "$(dirname "$droced")" "$tmp/hosts" || exit 1
 hosts=$tmp/hosts
@@ -130,9 +131,14 @@ start_qp_capture() {
   started "$tmp/qp.pcapng" || bad "the --qp capture never started: $(cat "$tmp/qp.err")"
 }
 # A clean pair beside it, whose frames the filter must leave out.
-on a ibv_rc_pingpong -d droce0 -g 1 -p 18710 -c -s 1024 -n 100000000 >"$tmp/other.srv" 2>&1 &
+# Started directly, not through on(): $! is then droce exec itself, which passes TERM on.
+"$droce" exec --run-dir "$hosts/a" -- ibv_rc_pingpong -d droce0 -g 1 -p 18710 -c -s 1024 -n 100000000 \
+  >"$tmp/other.srv" 2>&1 &
+other_srv=$!
 wait_tcp_listen "" 18710 "" || true
-on b ibv_rc_pingpong -d droce0 -g 1 -p 18710 -c -s 1024 -n 100000000 127.0.0.1 >"$tmp/other.cli" 2>&1 &
+"$droce" exec --run-dir "$hosts/b" -- ibv_rc_pingpong -d droce0 -g 1 -p 18710 -c -s 1024 -n 100000000 \
+  127.0.0.1 >"$tmp/other.cli" 2>&1 &
+other_cli=$!
 if pingpong 18711 50 start_qp_capture; then
   kill -INT "$cap"
   wait "$cap"
@@ -182,5 +188,7 @@ else
   bad "-w - into tshark: $n frames"
 fi
 
-pgrep -f "ibv_rc_pingpong -d droce0 -g 1 -p 18710" >/dev/null || bad "the clean pair stopped (a data check failed?)"
+# This run's pair (by pid: a pattern would also find another run's).
+kill -0 "$other_srv" 2>/dev/null && kill -0 "$other_cli" 2>/dev/null || bad "the clean pair stopped (a data check failed?)"
+kill "$other_srv" "$other_cli" 2>/dev/null
 exit "$fail"

@@ -38,6 +38,7 @@ DROCE_BIN=$droce
 on_exit rm -rf "$tmp"
 on_exit droced_pair_stop
 on_exit kill_jobs KILL
+on_exit kill_jobs TERM  # first: droce exec passes TERM on to its program
 
 # Path MTU 1024 (ibv_rc_pingpong's -m default): a 4 KiB message is four frames.
 droced_pair_start "$(dirname "$droced")" "$tmp/hosts" || exit 1
@@ -78,11 +79,14 @@ set_rule() {
 
 # ---- the clean pair: ibv_rc_pingpong with completion events, port 18600, checked data --------
 before=$(qpns "$sock_a")
-on a ibv_rc_pingpong -d droce0 -g 1 -p 18600 -e -c -s 1024 -n 100000000 >"$tmp/clean.srv" 2>&1 &
+# Started directly, not through on(): $! is then droce exec itself, which passes TERM on.
+"$droce" exec --run-dir "$hosts/a" -- ibv_rc_pingpong -d droce0 -g 1 -p 18600 -e -c -s 1024 -n 100000000 \
+  >"$tmp/clean.srv" 2>&1 &
 clean_srv=$!
 clean_qp=$(new_qp "$before") || { bad "the clean pair's server made no QP"; exit 1; }
 wait_tcp_listen "" 18600 "$clean_srv" || true
-on b ibv_rc_pingpong -d droce0 -g 1 -p 18600 -e -c -s 1024 -n 100000000 127.0.0.1 >"$tmp/clean.cli" 2>&1 &
+"$droce" exec --run-dir "$hosts/b" -- ibv_rc_pingpong -d droce0 -g 1 -p 18600 -e -c -s 1024 -n 100000000 \
+  127.0.0.1 >"$tmp/clean.cli" 2>&1 &
 clean_cli=$!
 
 # ---- 1. each fault kind on one QP, both directions (ibv_rc_pingpong makes its QP before its
