@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
 
 namespace droce::core {
 
@@ -28,21 +29,32 @@ int make_address(const std::string& path, sockaddr_un* addr) {
 }  // namespace
 
 int seqpacket_listen(const std::string& path, Fd* out, int backlog) {
-  sockaddr_un addr;
+  sockaddr_un addr, tmp_addr;
   if (int rc = make_address(path, &addr); rc != 0) return rc;
+  // Bound and listening under a temporary name, then linked into place: whoever sees the path can
+  // connect (no ECONNREFUSED in the moment between bind and listen, which a client polling for
+  // the file met under load), and link() fails on a taken path as bind() does, so two daemons
+  // still cannot both have it.
+  const std::string tmp = path + "." + std::to_string(::getpid()) + ".new";
+  if (make_address(tmp, &tmp_addr) != 0) return -ENAMETOOLONG;
   Fd s(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   if (!s.valid()) return -errno;
-  if (::bind(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    if (errno != EADDRINUSE) return -errno;
+  ::unlink(tmp.c_str());
+  if (::bind(s.get(), reinterpret_cast<sockaddr*>(&tmp_addr), sizeof tmp_addr) != 0) return -errno;
+  int rc = ::listen(s.get(), backlog) == 0 ? 0 : -errno;
+  if (rc == 0 && ::link(tmp.c_str(), path.c_str()) != 0) {
+    rc = errno == EEXIST ? -EADDRINUSE : -errno;
     // A stale socket file from a daemon that died: replace it, unless live.
     Fd probe;
-    if (seqpacket_connect(path, &probe) == 0) return -EADDRINUSE;
     struct stat st;
-    if (::lstat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) return -EADDRINUSE;
-    ::unlink(path.c_str());
-    if (::bind(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return -errno;
+    if (rc == -EADDRINUSE && seqpacket_connect(path, &probe) != 0 && ::lstat(path.c_str(), &st) == 0 &&
+        S_ISSOCK(st.st_mode)) {
+      ::unlink(path.c_str());
+      rc = ::link(tmp.c_str(), path.c_str()) == 0 ? 0 : (errno == EEXIST ? -EADDRINUSE : -errno);
+    }
   }
-  if (::listen(s.get(), backlog) != 0) return -errno;
+  ::unlink(tmp.c_str());
+  if (rc != 0) return rc;
   *out = std::move(s);
   return 0;
 }
