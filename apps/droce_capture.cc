@@ -16,7 +16,6 @@
 
 #include <cerrno>
 #include <csignal>
-#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -25,6 +24,7 @@
 
 #include "core/clock.h"
 #include "core/unix_socket.h"
+#include "apps/cli_args.h"
 #include "provider/client/client.h"
 
 namespace droce::cli {
@@ -40,17 +40,6 @@ constexpr const char* kUsage =
 
 volatile sig_atomic_t g_stop = 0;
 void on_signal(int) { g_stop = 1; }
-
-template <class T>
-bool number(std::string_view s, T* out) {
-  int base = 10;
-  if (s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
-    s.remove_prefix(2);
-    base = 16;
-  }
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *out, base);
-  return !s.empty() && ec == std::errc() && end == s.data() + s.size();
-}
 
 int usage_error(const std::string& why) {
   if (!why.empty()) std::fprintf(stderr, "droce capture: %s\n", why.c_str());
@@ -96,7 +85,7 @@ int capture_command(const std::vector<std::string_view>& args) {
     }
   }
   if (out_path.empty()) return usage_error("-w FILE or -w - (stdout) is needed");
-  if (socket.empty()) socket = run_dir.empty() ? client::Context::socket_path(device) : run_dir + "/" + device + ".sock";
+  socket = droced_socket(device, run_dir, socket);
 
   core::Fd file;
   int out = STDOUT_FILENO;

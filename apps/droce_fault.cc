@@ -4,7 +4,6 @@
 // its reason instead of droced's bare EINVAL.
 
 #include <cerrno>
-#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -15,6 +14,7 @@
 
 #include "apps/status_text.h"
 #include "net/fault_model.h"
+#include "apps/cli_args.h"
 #include "provider/client/client.h"
 
 namespace droce::cli {
@@ -33,17 +33,6 @@ constexpr const char* kUsage =
     "        P a percentage (1%, 0.5), T a time (100us, 2ms; bare: us)\n"
     "  --qp N: the frames QP N of this droced receives (rx) or sends (tx); default every RoCE frame\n"
     "  --dir: rx (default), tx or both; --id N: change rule N instead of adding one\n";
-
-template <class T>
-bool number(std::string_view s, T* out) {
-  int base = 10;
-  if (s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
-    s.remove_prefix(2);
-    base = 16;
-  }
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *out, base);
-  return !s.empty() && ec == std::errc() && end == s.data() + s.size();
-}
 
 int usage_error(const std::string& why) {
   if (!why.empty()) std::fprintf(stderr, "droce fault: %s\n", why.c_str());
@@ -123,7 +112,7 @@ int fault_command(const std::vector<std::string_view>& all_args) {
       args.push_back(a);
     }
   }
-  if (socket.empty()) socket = run_dir.empty() ? client::Context::socket_path(device) : run_dir + "/" + device + ".sock";
+  socket = droced_socket(device, run_dir, socket);
   const std::string_view op = args.empty() ? "list" : args[0];
   if (op == "list" && args.size() <= 1) return list(socket, json);
 

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/cli_args.h"
 #include "apps/status_text.h"
 #include "provider/client/client.h"
 
@@ -48,7 +49,7 @@ int status_command(std::string_view cmd, const std::vector<std::string_view>& ar
       return 2;
     }
   }
-  if (socket.empty()) socket = run_dir.empty() ? client::Context::socket_path(device) : run_dir + "/" + device + ".sock";
+  socket = droced_socket(device, run_dir, socket);
   std::string text;
   if (int rc = client::query_stats(socket, &text); rc != 0) {
     std::fprintf(stderr, "droce: cannot reach droced at %s: %s\n", socket.c_str(), std::strerror(-rc));

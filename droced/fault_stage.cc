@@ -12,8 +12,6 @@ namespace {
 
 bool later(const auto& a, const auto& b) { return a.due_ns != b.due_ns ? a.due_ns > b.due_ns : a.seq > b.seq; }
 
-uint64_t add_sat(uint64_t a, uint64_t b) { return b > UINT64_MAX - a ? UINT64_MAX : a + b; }
-
 // Where the payload and the ICRC of a RoCE frame are (only asked for when a rule corrupts one).
 net::FrameRegions regions_of(const rte_mbuf* m, net::CorruptTarget target) {
   net::FrameRegions r{m->pkt_len, 0, 0, 0};
@@ -197,7 +195,7 @@ void FaultStage::apply(Active& a, FaultDirection d, rte_mbuf* m, uint64_t now_ns
       if (fate.hold_ns != 0) {
         ++c.delayed;
         c.reordered += fate.reordered;
-        const uint64_t due = add_sat(now_ns, fate.hold_ns);
+        const uint64_t due = net::add_saturating(now_ns, fate.hold_ns);
         hold(d, m, due);
         if (dup != nullptr) hold(d, dup, due);
       } else {

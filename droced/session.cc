@@ -1,5 +1,7 @@
 #include "droced/session.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -43,6 +45,8 @@ Session::Session(Device* dev, core::Fd socket, uint32_t id) : dev_(dev), sock_(s
 }
 
 Session::~Session() { teardown(); }
+
+bool Session::operator_client() const { return uid_ == 0 || uid_ == ::geteuid(); }
 
 void Session::teardown() {
   if (dev_->capture != nullptr) dev_->capture->stop(id_);  // its capture ends with it

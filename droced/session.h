@@ -284,6 +284,9 @@ class Session {
   uint32_t id_;
   pid_t pid_ = -1;
   uid_t uid_ = static_cast<uid_t>(-1);
+  /// Root or droced's own user: who may change what every client's traffic sees (fault rules,
+  /// capture), not only its own objects.
+  bool operator_client() const;
   bool privileged_ = false;  ///< the client held CAP_NET_RAW when it connected
   std::string program_;
   bool hello_done_ = false;

@@ -14,7 +14,7 @@ using namespace abi::ctl;
 template <>
 void Session::serve<MsgType::capture>(const Control& c, const CaptureRequest& q) {
   if (dev_->capture == nullptr) return reply(c.h, -EOPNOTSUPP);
-  if (uid_ != 0 && uid_ != ::geteuid()) return reply(c.h, -EPERM);
+  if (!operator_client()) return reply(c.h, -EPERM);
   if (c.fds.size() != 1) return reply(c.h, -EBADF);
   CaptureParams p;
   p.qpn = q.qpn;

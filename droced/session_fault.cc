@@ -16,7 +16,7 @@ using namespace abi::ctl;
 template <>
 void Session::serve<MsgType::fault>(const Control& c, const FaultRequest& q) {
   if (dev_->faults == nullptr) return reply(c.h, -EOPNOTSUPP);
-  if (uid_ != 0 && uid_ != ::geteuid()) return reply(c.h, -EPERM);
+  if (!operator_client()) return reply(c.h, -EPERM);
   FaultReply r{};
   int rc = -EINVAL;
   if (q.op == uint32_t(FaultOp::clear)) {

@@ -12,8 +12,6 @@ uint64_t below(uint64_t r, uint64_t n) {
   return static_cast<uint64_t>((static_cast<unsigned __int128>(r) * n) >> 64);
 }
 
-uint64_t add_sat(uint64_t a, uint64_t b) { return b > UINT64_MAX - a ? UINT64_MAX : a + b; }
-
 bool to_double(std::string_view s, double* out) {
   if (s.empty()) return false;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
@@ -173,9 +171,9 @@ FrameFate FaultDice::roll(const FaultSpec& f, const FrameRegions& r) {
   }
   fate.hold_ns = f.delay_ns;
   if (f.jitter_ns != 0)
-    fate.hold_ns = add_sat(fate.hold_ns, f.jitter_ns == UINT64_MAX ? jitter : below(jitter, f.jitter_ns + 1));
+    fate.hold_ns = add_saturating(fate.hold_ns, f.jitter_ns == UINT64_MAX ? jitter : below(jitter, f.jitter_ns + 1));
   if (reorder < f.reorder) {
-    fate.hold_ns = add_sat(fate.hold_ns, f.reorder_window_ns);
+    fate.hold_ns = add_saturating(fate.hold_ns, f.reorder_window_ns);
     fate.reordered = true;
   }
   if (corrupt < f.corrupt) {

@@ -106,6 +106,9 @@ class FaultDice {
   bool bad_ = false;
 };
 
+/// a + b, or UINT64_MAX where it would wrap (times far in the future stay far in the future).
+inline uint64_t add_saturating(uint64_t a, uint64_t b) { return b > UINT64_MAX - a ? UINT64_MAX : a + b; }
+
 /// One seed into a well-spread one (splitmix64's finalizer): seeds 0, 1, 2... of the several
 /// dice a run derives from one seed start far apart.
 uint64_t mix_seed(uint64_t x);

@@ -8,8 +8,6 @@
 namespace droce::net {
 namespace {
 
-uint64_t add_sat(uint64_t a, uint64_t b) { return b > UINT64_MAX - a ? UINT64_MAX : a + b; }
-
 uint64_t serialization_ns(uint32_t pkt_len, uint64_t rate_bps) {
   const unsigned __int128 bits_ns = static_cast<unsigned __int128>(pkt_len) * 8u * 1'000'000'000u;
   return static_cast<uint64_t>((bits_ns + rate_bps - 1) / rate_bps);
@@ -81,7 +79,7 @@ void SimLink::send(int from, rte_mbuf* const* frames, uint16_t n, uint64_t now_n
 
     uint64_t t = now_ns;
     if (f.rate_bps != 0) {
-      t = add_sat(std::max(now_ns, d.serializer_free_ns), serialization_ns(m->pkt_len, f.rate_bps));
+      t = add_saturating(std::max(now_ns, d.serializer_free_ns), serialization_ns(m->pkt_len, f.rate_bps));
       d.serializer_free_ns = t;
     }
 
@@ -92,7 +90,7 @@ void SimLink::send(int from, rte_mbuf* const* frames, uint16_t n, uint64_t now_n
       rte_pktmbuf_free(m);
       continue;
     }
-    const uint64_t arrival = add_sat(t, fate.hold_ns);
+    const uint64_t arrival = add_saturating(t, fate.hold_ns);
     d.stats.reordered += fate.reordered;
     if (fate.corrupt) {
       if (flip_frame_bit(&m, fate.corrupt_bit, pool_)) ++d.stats.corrupted;
