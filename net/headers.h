@@ -37,4 +37,11 @@ inline constexpr uint16_t kIpv4FlagDf = 0x4000;
 inline constexpr uint16_t kIpv4FlagMf = 0x2000;
 inline constexpr uint16_t kIpv4FragOffsetMask = 0x1fff;
 
+/// The ECN field, the low two bits of the IPv4 TOS / IPv6 traffic class (RFC 3168 5).
+inline constexpr uint8_t kEcnMask = 0x03;
+inline constexpr uint8_t kEcnNotEct = 0x00;
+inline constexpr uint8_t kEcnEct1 = 0x01;
+inline constexpr uint8_t kEcnEct0 = 0x02;
+inline constexpr uint8_t kEcnCe = 0x03;
+
 }  // namespace droce::net

@@ -358,6 +358,8 @@ int Engine::modify_qp(uint32_t qpn, const QpAttr& a, uint32_t mask) {
         q->sq_head = q->sq_tail = 0;
         q->rq_head = q->rq_tail = 0;
         q->req = Qp::Requester{};
+        q->rp = ReactionPoint{};
+        q->np = NotificationPoint{};
         auto resources = std::move(q->resp.resources);
         auto held = std::move(q->resp.held);
         q->resp = Qp::Responder{};
@@ -692,7 +694,10 @@ rte_mbuf* Engine::build(Qp* q, const AddressVector& av, const Bth& bth, const Ex
   h.l2.vlan_tci = h.l2.vlan ? static_cast<uint16_t>((av.sl << 13) | (av.vlan_id & 0xfff)) : 0;
   const bool v4 = is_ipv4_mapped(av.dgid);
   h.l3.version = v4 ? 4 : 6;
-  h.l3.tos = av.traffic_class;
+  // A QP under DCQCN sends ECN-capable, ECT(0), as mlx5 does: a switch marks it CE instead of
+  // dropping it (RFC 3168). The DSCP stays the address handle's.
+  h.l3.tos = cfg_.cc.rp_enable ? static_cast<uint8_t>((av.traffic_class & ~net::kEcnMask) | net::kEcnEct0)
+                               : av.traffic_class;
   h.l3.ttl = av.hop_limit;
   h.l3.flow_label = v4 ? 0 : av.flow_label;
   h.l3.ipv4_frag = v4 ? net::kIpv4FlagDf : 0;
@@ -701,8 +706,12 @@ rte_mbuf* Engine::build(Qp* q, const AddressVector& av, const Bth& bth, const Ex
   h.l4.src_port = q->udp_sport;
   h.bth = bth;
   h.ext = ext;
+  return emit(h, payload_len);
+}
+
+rte_mbuf* Engine::emit(const PacketHeaders& h, uint32_t payload_len) {
   const size_t len = frame_len(h, payload_len);
-  rte_mbuf* m = new_frame(av.dmac, static_cast<uint32_t>(len));
+  rte_mbuf* m = new_frame(h.l2.dst, static_cast<uint32_t>(len));
   if (m == nullptr) return nullptr;
   if (len > rte_pktmbuf_tailroom(m)) {
     rte_pktmbuf_free(m);
@@ -751,6 +760,66 @@ void Engine::flush_tx() {
   tx_.erase(tx_.begin(), tx_.begin() + static_cast<ptrdiff_t>(sent));
 }
 
+// ---- Congestion control (rocev2/dcqcn.h) -------------------------------------------
+
+void Engine::np_rx_ce(Qp* q, const ParsedPacket& p) {
+  ++counters_.np_ecn_marked_roce_packets;
+  if (!cfg_.cc.np_enable || !q->np.on_ce(cfg_.cc, now_ns_)) {
+    ++counters_.np_cnp_suppressed;
+    return;
+  }
+  // The CNP goes back to whoever sent the marked packet, from the address it was sent to
+  // (Annex A17.9.3): the QP that must slow down is the connected peer (RC, UC) or the
+  // datagram's source QP (UD). Not ECN-capable, DSCP cnp_dscp, 802.1p cnp_802p_prio.
+  PacketHeaders h;
+  h.l2.dst = p.hdr.l2.src;
+  h.l2.src = p.hdr.l2.dst;
+  h.l2.vlan = p.hdr.l2.vlan;
+  h.l2.vlan_tci = h.l2.vlan ? static_cast<uint16_t>(((cfg_.cc.cnp_802p_prio & 7) << 13) | (p.hdr.l2.vlan_tci & 0x0fff)) : 0;
+  const bool v4 = p.hdr.l3.version == 4;
+  h.l3.version = p.hdr.l3.version;
+  h.l3.tos = static_cast<uint8_t>((cfg_.cc.cnp_dscp & 0x3f) << 2);
+  h.l3.ttl = q->type != QpType::ud && q->attr.ah_attr.hop_limit != 0 ? q->attr.ah_attr.hop_limit : 64;
+  h.l3.flow_label = v4 ? 0 : p.hdr.l3.flow_label;
+  h.l3.ipv4_frag = v4 ? net::kIpv4FlagDf : 0;
+  h.l3.src = p.hdr.l3.dst;
+  h.l3.dst = p.hdr.l3.src;
+  h.l4.src_port = q->udp_sport;
+  h.bth.opcode = kOpcodeCnp;
+  h.bth.becn = true;
+  h.bth.pkey = 0xffff;
+  h.bth.dest_qp = q->type == QpType::ud ? p.hdr.ext.deth.src_qp : q->attr.dest_qp_num;
+  h.bth.psn = 0;
+  rte_mbuf* m = emit(h, 0);
+  if (m == nullptr) return;  // counted (tx_no_mbuf); the next marked packet asks again
+  ++counters_.np_cnp_sent;
+  DROCE_PROBE(cnp_sent, q->qpn, h.bth.dest_qp);
+  send_frame(m, q);
+}
+
+void Engine::rp_rx_cnp(const ParsedPacket& p) {
+  ++counters_.cnp_received;
+  Qp* q = lookup(p.hdr.bth.dest_qp);
+  if (q == nullptr) {
+    ++counters_.rx_unknown_qp;  // a CNP for a QP gone (or never here): counted, dropped
+    return;
+  }
+  if (!is_local_dest(p.hdr.l3.dst, false)) {
+    ++counters_.rx_bad_dest;
+    return;
+  }
+  DROCE_PROBE(cnp_received, q->qpn);
+  if (!cfg_.cc.rp_enable) {
+    ++counters_.rp_cnp_ignored;
+    return;
+  }
+  ++counters_.rp_cnp_handled;
+  if (q->rp.on_cnp(cfg_.cc, cfg_.line_rate_mbps, now_ns_) == ReactionPoint::Cnp::cut) {
+    ++counters_.rp_rate_cuts;
+    DROCE_PROBE(rate_change, q->qpn, static_cast<uint64_t>(q->rp.rc()), static_cast<uint64_t>(q->rp.rt()));
+  }
+}
+
 // ---- Timers and the loop -----------------------------------------------------------
 
 void Engine::arm_retry_timer(Qp* q, uint64_t now_ns) {
@@ -778,6 +847,14 @@ void Engine::arm_rnr_timer(Qp* q, uint64_t deadline_ns) {
 void Engine::cancel_retry_timer(Qp* q) {
   q->req.retry_deadline = 0;
   q->req.rnr_until = 0;
+}
+
+void Engine::arm_pace_timer(Qp* q, uint64_t deadline_ns) {
+  Qp::Requester& r = q->req;
+  if (r.pace_queued == 0 || r.pace_queued > deadline_ns) {
+    timers_.arm(q->qpn, kPaceTimer, deadline_ns, q->incarnation);
+    r.pace_queued = deadline_ns;
+  }
 }
 
 void Engine::mark_ready(Qp* q) {
@@ -829,7 +906,7 @@ void Engine::rx_burst(rte_mbuf** frames, uint16_t n, uint64_t now_ns) {
     }
     const OpcodeInfo& info = *p.info;
     if (info.kind == OpKind::cnp) {
-      ++counters_.cnp_received;  // the reaction point (DCQCN) arrives with congestion control
+      rp_rx_cnp(p);
       rte_pktmbuf_free(m);
       continue;
     }
@@ -866,6 +943,7 @@ void Engine::rx_burst(rte_mbuf** frames, uint16_t n, uint64_t now_ns) {
     }
     ++q->counters.rx_packets;
     q->counters.rx_bytes += m->pkt_len;
+    if ((p.hdr.l3.tos & net::kEcnMask) == net::kEcnCe) [[unlikely]] np_rx_ce(q, p);
     bool kept = false;
     if (q->type == QpType::ud) responder_ud_rx(q, p, m);
     else if (info.responder) completer_rx(q, p, m, now_ns);
@@ -878,6 +956,11 @@ void Engine::on_timer(uint32_t qpn, uint32_t kind, uint32_t gen, uint64_t deadli
   Qp* q = lookup(qpn);
   if (q == nullptr || gen != q->incarnation) return;  // a destroyed QP's entry
   Qp::Requester& r = q->req;
+  if (kind == kPaceTimer) {
+    if (deadline == r.pace_queued) r.pace_queued = 0;
+    if (q->state == QpState::rts || q->state == QpState::sqd) mark_ready(q);  // its turn may come
+    return;
+  }
   if (kind == kRnrTimer) {
     if (deadline == r.rnr_queued) r.rnr_queued = 0;
     if (r.rnr_until == 0) return;

@@ -25,6 +25,7 @@
 #include "core/counter_table.h"
 #include "core/timer_heap.h"
 #include "rocev2/cq.h"
+#include "rocev2/dcqcn.h"
 #include "rocev2/mr.h"
 #include "rocev2/offload.h"
 #include "rocev2/packet.h"
@@ -84,6 +85,11 @@ struct EngineConfig {
   /// when sent to local_ip, one of these, or (UD only) a multicast group,
   /// as a NIC takes only its own; others count as rx_bad_dest.
   std::vector<IpAddr> local_ips;
+  /// DCQCN (rocev2/dcqcn.h): off in a bare engine; droced passes its device's parameters
+  /// (on by default, as mlx5 ships). set_cc_params() changes them later.
+  CcParams cc = CcParams::off();
+  /// The port's rate in Mbit/s: the reaction point's maximum when rpg_max_rate is 0.
+  uint32_t line_rate_mbps = 100000;
 };
 
 /// Async events (ibv_event_type values).
@@ -119,6 +125,12 @@ struct EngineCounters {
   uint64_t cq_overflows = 0;
   uint64_t cnp_received = 0;
   uint64_t rx_mcast_unattached = 0;
+  uint64_t np_ecn_marked_roce_packets = 0;
+  uint64_t np_cnp_sent = 0;
+  uint64_t np_cnp_suppressed = 0;
+  uint64_t rp_cnp_handled = 0;
+  uint64_t rp_cnp_ignored = 0;
+  uint64_t rp_rate_cuts = 0;
 };
 
 /// EngineCounters described once (core/counter_table.h), in the order droced shows them.
@@ -138,6 +150,15 @@ inline constexpr core::Counter<EngineCounters> kEngineCounters[] = {
     {"tx_port_full", &EngineCounters::tx_port_full, "back-pressure: frames the port refused (sent again later)"},
     {"cq_overflows", &EngineCounters::cq_overflows, "CQs that overflowed (each reported once, as CQ_ERR)"},
     {"cnp_received", &EngineCounters::cnp_received, "congestion notification packets received"},
+    {"np_ecn_marked_roce_packets", &EngineCounters::np_ecn_marked_roce_packets,
+     "RoCEv2 packets for a QP here that arrived marked CE (mlx5's name)"},
+    {"np_cnp_sent", &EngineCounters::np_cnp_sent, "CNPs sent for CE-marked packets (mlx5's name)"},
+    {"np_cnp_suppressed", &EngineCounters::np_cnp_suppressed,
+     "CE-marked packets not answered: a CNP went less than min_time_between_cnps before, or the NP is off"},
+    {"rp_cnp_handled", &EngineCounters::rp_cnp_handled, "CNPs the reaction point acted on (mlx5's name)"},
+    {"rp_cnp_ignored", &EngineCounters::rp_cnp_ignored, "CNPs received with the reaction point off (mlx5's name)"},
+    {"rp_rate_cuts", &EngineCounters::rp_rate_cuts,
+     "rate cuts (a CNP within rate_reduce_monitor_period of the last cut is handled, not cut)"},
 };
 static_assert(core::covers(kEngineCounters, sizeof(ParseCounters)));
 
@@ -260,6 +281,12 @@ class Engine {
   const ResponderTrace& responder_trace() const { return responder_trace_; }
   void clear_responder_trace() { responder_trace_.clear(); }
 
+  /// DCQCN's parameters (rocev2/dcqcn.h) for every QP of this engine, from the next packet on.
+  /// Turning the reaction point off releases no QP's limiter at once: it stops acting on
+  /// CNPs and marking ECT; a limited QP recovers by its timers. Owning lcore only.
+  void set_cc_params(const CcParams& p) { cfg_.cc = p; }
+  const CcParams& cc_params() const { return cfg_.cc; }
+
   std::vector<AsyncEvent>& events() { return events_; }
   const EngineCounters& counters() const { return counters_; }
   /// Every QP's counters added up, the destroyed ones' included (as rxe's device-wide
@@ -268,7 +295,7 @@ class Engine {
 
  private:
   friend class EngineRoles;
-  enum TimerKind : uint32_t { kRetryTimer = 0, kRnrTimer = 1 };
+  enum TimerKind : uint32_t { kRetryTimer = 0, kRnrTimer = 1, kPaceTimer = 2 };
 
   // engine.cc
   Qp* lookup(uint32_t qpn);
@@ -286,6 +313,8 @@ class Engine {
   rte_mbuf* new_frame(const net::MacAddr& dst, uint32_t len);
   rte_mbuf* build(Qp* qp, const AddressVector& av, const Bth& bth, const ExtHeaders& ext,
                   uint32_t payload_len);
+  /// A frame with headers `h` and room for `payload_len` bytes (zero pad), or nullptr (counted).
+  rte_mbuf* emit(const PacketHeaders& h, uint32_t payload_len);
   void send_frame(rte_mbuf* m, Qp* qp);
   void flush_tx();
   bool is_local_dest(const IpAddr& dst, bool ud) const;
@@ -296,6 +325,12 @@ class Engine {
   void arm_retry_timer(Qp* qp, uint64_t now_ns);
   void arm_rnr_timer(Qp* qp, uint64_t deadline_ns);
   void cancel_retry_timer(Qp* qp);
+  /// The pacer holds `qp` until deadline_ns: a timer entry puts it back on the ready list.
+  void arm_pace_timer(Qp* qp, uint64_t deadline_ns);
+  // Congestion control (engine.cc): the notification point's answer to a CE-marked packet
+  // for `qp`, and the reaction point's CNP.
+  void np_rx_ce(Qp* qp, const ParsedPacket& p);
+  void rp_rx_cnp(const ParsedPacket& p);
   void on_timer(uint32_t qpn, uint32_t kind, uint32_t gen, uint64_t deadline, uint64_t now_ns);
 
   // requester.cc

@@ -13,6 +13,11 @@
 //   rnr_nak_received      qpn, psn
 //   retry_exceeded        qpn                     RC retries ran out (the QP goes to error)
 //   rnr_retry_exceeded    qpn                     RNR retries ran out
+//   cnp_sent              qpn, dest_qp            the notification point answered a CE-marked
+//                                                 packet for qpn with a CNP to the peer's dest_qp
+//   cnp_received          qpn                     a CNP for qpn arrived (acted on or not)
+//   rate_change           qpn, rc, rt             DCQCN cut the QP's rate: current and target,
+//                                                 Mbit/s (rocev2/dcqcn.h)
 //
 // Why USDT: an unattached probe is a nop and a note, with no call and no branch, so the data
 // path may carry them (CONTRIBUTING.md "The hot path"); attaching one costs a trap per hit, paid

@@ -18,6 +18,7 @@
 
 #include "core/counter_table.h"
 #include "rocev2/cq.h"
+#include "rocev2/dcqcn.h"
 #include "rocev2/mr.h"
 #include "rocev2/verbs.h"
 
@@ -183,6 +184,7 @@ struct Qp {
     uint64_t rnr_queued = 0;      ///< deadline of the RNR entry in the timer heap; 0: none
     uint64_t retry_deadline = 0;  ///< local ACK timeout; 0: not armed
     uint64_t retry_queued = 0;    ///< deadline of the retry entry in the timer heap; 0: none
+    uint64_t pace_queued = 0;     ///< deadline of the pacer's entry in the timer heap; 0: none
     uint32_t packets_since_ackreq = 0;
     // The send window (PSNs unacknowledged), adaptive: halved on a loss
     // signal, regrown on acknowledgement (slow start to ssthresh, then one
@@ -224,6 +226,10 @@ struct Qp {
     uint8_t ack_syndrome = 0;
     uint32_t ack_msn = 0;
   } resp;
+
+  // Congestion control (rocev2/dcqcn.h): this QP's rate as a sender, its CNPs as a receiver.
+  ReactionPoint rp;
+  NotificationPoint np;
 
   QpCounters counters;
   bool on_ready_list = false;

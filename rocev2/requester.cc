@@ -85,6 +85,15 @@ bool Engine::requester_send_one(Qp* q, uint64_t now_ns) {
   if (r.next_wqe == q->sq_head) return false;
   SendWqe& w = q->sq[r.next_wqe % q->sq_depth];
   if (w.has_local_error) return false;
+  if (q->rp.limited()) [[unlikely]] {
+    // DCQCN's pacer (rocev2/dcqcn.h): a QP over its rate gives up its turn until a timer
+    // puts it back; the other QPs go on.
+    q->rp.advance(cfg_.cc, cfg_.line_rate_mbps, now_ns);
+    if (!q->rp.may_send(now_ns)) {
+      arm_pace_timer(q, q->rp.next_send_ns());
+      return false;
+    }
+  }
   const bool rc = q->type == QpType::rc;
   const bool new_wqe = r.next_offset == 0 && !w.psn_assigned;
   // SQD: finish the message in progress, start no new one (IBA 10.3.2.5).
@@ -224,7 +233,9 @@ bool Engine::requester_send_one(Qp* q, uint64_t now_ns) {
   if (psn_diff(bth.psn, r.max_psn) < 0) ++q->counters.retransmits;  // this PSN went out before
   if (psn_diff(bth.psn, r.max_psn) < 0) DROCE_PROBE(retransmit, q->qpn, bth.psn);
 
+  const uint32_t frame_bytes = m->pkt_len;
   send_frame(m, q);
+  if (q->rp.limited()) [[unlikely]] q->rp.on_sent(cfg_.cc, cfg_.line_rate_mbps, now_ns, frame_bytes);
 
   r.next_psn = psn_add(r.next_psn, psns);
   if (psn_diff(r.next_psn, r.max_psn) > 0) r.max_psn = r.next_psn;
