@@ -36,7 +36,8 @@ inline constexpr uint16_t kAbiMajor = 1;
 /// 6: destroy_cq's reply (DestroyCqReply).
 /// 7: fault (FaultRequest), `droce fault`.
 /// 8: capture (CaptureRequest), `droce capture`.
-inline constexpr uint16_t kAbiMinor = 8;
+/// 9: cc (CcRequest), `droce cc`.
+inline constexpr uint16_t kAbiMinor = 9;
 /// Largest message either side sends or accepts.
 inline constexpr size_t kMaxMessage = 4096;
 
@@ -69,8 +70,9 @@ enum class MsgType : uint16_t {
   detach_mcast = 26,      ///< minor 4: ibv_detach_mcast (McastRequest)
   fault = 27,             ///< minor 7: `droce fault`: set or clear a fault rule (FaultRequest)
   capture = 28,           ///< minor 8: `droce capture`: stream frames as pcapng (CaptureRequest)
+  cc = 29,                ///< minor 9: `droce cc`: set DCQCN parameters (CcRequest)
 };
-inline constexpr uint16_t kLastMsgType = static_cast<uint16_t>(MsgType::capture);
+inline constexpr uint16_t kLastMsgType = static_cast<uint16_t>(MsgType::cc);
 
 enum CtlFlags : uint16_t {
   kFlagReply = 1u << 0,
@@ -458,6 +460,20 @@ struct CaptureReply {
   uint32_t snaplen;  ///< the snap length in force (droced's record size caps it)
   uint32_t reserved;
 };
+
+/// cc (minor 9): the device's DCQCN parameters (rocev2/dcqcn.h) set, as text: NAME=VALUE
+/// pairs separated by commas, mlx5's names (or the kernel's debugfs aliases), all or none.
+/// Only root or droced's own user may (-EPERM): they change every client's traffic. Every
+/// core's engine takes them at its next loop. Reply: no body. -EINVAL: a name, value or range
+/// the parser refuses (the CLI checks first, with the reason), or text not NUL-terminated.
+/// The parameters in force are in the stats JSON ("cc").
+struct CcRequest {
+  uint32_t op;          ///< 1: set (the only one; reading is the stats message)
+  uint32_t reserved;
+  char assignments[248];
+};
+static_assert(sizeof(CcRequest) == 256);
+inline constexpr uint32_t kCcSet = 1;
 
 /// rereg_mr (minor 2): the region `lkey` takes the PD, access and range
 /// given, keeping its keys (reply: RegMrReply with them). Every field is the

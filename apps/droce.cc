@@ -63,6 +63,9 @@ void usage(FILE* out) {
       "      A running droced's frames, received and sent, as pcapng to FILE or stdout\n"
       "      (`droce capture -w - | tshark -i -`), only QP N's with --qp, until COUNT frames\n"
       "      or SIGINT; the ICRC filled in on links that carry none (`droce capture --help`).\n"
+      "  cc [show | set NAME=VALUE...] [--json] [--device NAME] [--run-dir DIR | --socket PATH]\n"
+      "      A running droced's DCQCN congestion control: its parameters by mlx5's names,\n"
+      "      units and defaults, the CNP counters; set changes them live (`droce cc --help`).\n"
       "  events [--count N] [--timeout SECONDS] [--device NAME | --socket PATH]\n"
       "      Open a verbs context and print the async events droced delivers to it\n"
       "      (port active/down, device fatal). Exit 1 if fewer than N came in time.\n"
@@ -259,6 +262,7 @@ int events_command(const std::vector<std::string_view>& args);
 int exec_command(int argc, char** argv);
 int fault_command(const std::vector<std::string_view>& args);
 int capture_command(const std::vector<std::string_view>& args);
+int cc_command(const std::vector<std::string_view>& args);
 }
 
 int main(int argc, char** argv) {
@@ -274,6 +278,7 @@ int main(int argc, char** argv) {
   if (cmd == "exec") return droce::cli::exec_command(argc - 1, argv + 1);
   if (cmd == "fault") return droce::cli::fault_command(args);
   if (cmd == "capture") return droce::cli::capture_command(args);
+  if (cmd == "cc") return droce::cli::cc_command(args);
   for (const char* c : {"devices", "ports", "gids", "qps", "clients", "cores", "cm", "multicast", "counters", "status"})
     if (cmd == c) return droce::cli::status_command(cmd, args);
   if (cmd == "help" || cmd == "--help" || cmd == "-h") {

@@ -63,6 +63,8 @@ const char* usage() {
          "  --drop-seed N        seed of the --drop-rate draw, for a repeatable run (1)\n"
          "  --metrics [ADDR:]PORT  serve the counters as OpenMetrics (GET /metrics, for\n"
          "                       Prometheus) on ADDR:PORT; 127.0.0.1 unless ADDR is given\n"
+         "  --cc NAME=VALUE[,...]  DCQCN parameters, mlx5's names (rpg_ai_rate=10,\n"
+         "                       np_enable=0, ...; `droce cc` lists them); repeatable\n"
          "  --config FILE        read the same keys from FILE (key = value)\n";
 }
 
@@ -193,6 +195,12 @@ int apply(const std::string& key, const std::string& value, DaemonConfig* c, std
     }
   }
   else if (key == "drop-seed") { if (!num(UINT64_MAX)) return -EINVAL; c->drop_seed = n; }
+  else if (key == "cc") {
+    if (std::string why = rocev2::set_cc_params(&c->cc, value); !why.empty()) {
+      *err = "--cc: " + why;
+      return -EINVAL;
+    }
+  }
   else if (key == "metrics") {
     ListenAddress a;
     if (parse_listen_address(value, &a) != 0) {

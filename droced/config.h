@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "net/addr.h"
+#include "rocev2/dcqcn.h"
 
 namespace droce::droced {
 
@@ -90,6 +91,10 @@ struct DaemonConfig {
   /// Where to serve the counters as OpenMetrics (`GET /metrics`, droced/metrics.h):
   /// "ADDRESS:PORT" ("[V6]:PORT"), normalised from "PORT" to "127.0.0.1:PORT". Empty: nowhere.
   std::string metrics;
+  /// DCQCN's parameters at start (`--cc NAME=VALUE[,...]`, repeatable; `cc = ...` in the
+  /// file): mlx5's names and defaults, both points on (rocev2/dcqcn.h). `droce cc set`
+  /// changes them while droced runs.
+  rocev2::CcParams cc;
 };
 
 /// Parses argv (and a --config file). 0, 1 for --help (usage printed), or

@@ -219,6 +219,9 @@ int Daemon::start(const DaemonConfig& cfg) {
   jobs_ = std::make_unique<ControlJobs>(1);
   shared_.jobs = jobs_.get();
   shared_.faults = &faults_;
+  cc_.set(cfg.cc);
+  shared_.cc = &cc_;
+  dc.cc = &cc_;
   capture_ = std::make_unique<Capture>(cores);
   shared_.capture = capture_.get();
   shared_.render_stats = stats_trampoline;
@@ -537,6 +540,7 @@ StatsSources Daemon::sources_locked() const {
   s.xdp = xdp_.get();
   s.jobs = jobs_.get();
   s.faults = &faults_;
+  s.cc = &cc_;
   s.counters = counters_;
   return s;
 }

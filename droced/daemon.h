@@ -115,6 +115,7 @@ class Daemon {
   std::vector<std::unique_ptr<Worker>> workers_;
   Device shared_;  ///< what every worker's Device starts from
   FaultRules faults_;  ///< `droce fault` and --drop-rate (every core reads them)
+  CcSettings cc_;      ///< `droce cc` and --cc (every core reads them)
   std::unique_ptr<ControlJobs> jobs_;  ///< long control work off the workers (control_jobs.h)
   std::string socket_path_;
   core::Fd listen_;

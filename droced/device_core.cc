@@ -121,6 +121,10 @@ DeviceCore::DeviceCore(const DeviceCoreConfig& cfg, int* rc) : cfg_(cfg), group_
   ec.local_ip = cfg.addresses.front();
   ec.local_ips = cfg.addresses;
   ec.offloads = hw_offload::select_offloads(*cfg.port);  // once, at start
+  if (cfg.cc != nullptr) {
+    cc_version_ = cfg.cc->version();
+    ec.cc = cfg.cc->get();
+  }
   icrc_on_link_ = !ec.offloads.rx_icrc && !ec.offloads.tx_icrc;
   faults_ = std::make_unique<FaultStage>(cfg.faults, cfg_.index, cfg.port->pool(), icrc_on_link_);
   capture_ = CaptureTap{cfg.capture, cfg_.index};
@@ -251,6 +255,10 @@ void DeviceCore::run_once(uint64_t now_ns) {
   local_.clear();
   woken_ = 0;
   faults_->refresh();
+  if (cfg_.cc != nullptr && cfg_.cc->version() != cc_version_) [[unlikely]] {
+    cc_version_ = cfg_.cc->version();  // `droce cc set`: from this loop on
+    engine_->set_cc_params(cfg_.cc->get());
+  }
   const bool rx_faults = faults_->active(FaultDirection::rx);
   const uint32_t cap = capture_.generation();  // 0 (no capture): each tap below is one branch
   const uint16_t n = rx_queue_ < 0 ? 0 : cfg_.port->rx_burst(uint16_t(rx_queue_), rx, 32);

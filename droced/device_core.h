@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "core/counter_table.h"
+#include "droced/cc_settings.h"
 #include "droced/fault_stage.h"
 #include "net/gid_table.h"
 #include "net/membership.h"
@@ -155,6 +156,8 @@ struct DeviceCoreConfig {
   const FaultRules* faults = nullptr;
   /// The device's capture (`droce capture`); nullptr: none can run.
   Capture* capture = nullptr;
+  /// The device's DCQCN parameters (`droce cc`); nullptr: the engine keeps engine.cc.
+  const CcSettings* cc = nullptr;
 };
 
 /// What each counts is in kDeviceCoreCounters.
@@ -257,6 +260,7 @@ class DeviceCore {
   std::vector<rte_mbuf*> faulted_;
 
   CaptureTap capture_;
+  uint64_t cc_version_ = 0;  ///< of cfg_.cc, as the engine has it
   bool icrc_on_link_ = true;
   uint32_t woken_ = 0;  ///< cores handed frames this run_once (bit k), woken once each
   bool has_multicast_ = false;

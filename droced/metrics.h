@@ -76,6 +76,11 @@ inline constexpr HwCounterName kHwCounterNames[] = {
     {"transport", "retry_exceeded", "retry_exceeded_err", "rxe"},
     {"transport", "rnr_retry_exceeded", "retry_rnr_exceeded_err", "rxe"},
     {"", "link_downs", "link_downed", "rxe"},
+    // DCQCN (rocev2/dcqcn.h): mlx5's congestion counters, counted where mlx5 counts them.
+    {"", "np_ecn_marked_roce_packets", "np_ecn_marked_roce_packets", "mlx5"},
+    {"", "np_cnp_sent", "np_cnp_sent", "mlx5"},
+    {"", "rp_cnp_handled", "rp_cnp_handled", "mlx5"},
+    {"", "rp_cnp_ignored", "rp_cnp_ignored", "mlx5"},
 };
 
 /// The snapshot as OpenMetrics text, ending with "# EOF\n".

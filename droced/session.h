@@ -30,6 +30,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "droced/cc_settings.h"
 #include "droced/control_jobs.h"
 #include "droced/fault_stage.h"
 #include "droced/device_core.h"
@@ -80,6 +81,8 @@ struct Device {
   FaultRules* faults = nullptr;
   /// The device's capture (`droce capture`); nullptr: none can run.
   Capture* capture = nullptr;
+  /// The device's DCQCN parameters (`droce cc`); nullptr: none can be set.
+  CcSettings* cc = nullptr;
   /// A JSON rendering of droced's state for the `stats` message.
   std::string (*render_stats)(void* arg) = nullptr;
   void* render_arg = nullptr;
@@ -224,6 +227,7 @@ class Session {
   static std::span<const ControlEntry> mcast_controls();
   static std::span<const ControlEntry> fault_controls();
   static std::span<const ControlEntry> capture_controls();
+  static std::span<const ControlEntry> cc_controls();
   /// The entry of message type `type`; nullptr when no family serves it.
   static const ControlEntry* control_for(uint16_t type);
 

@@ -17,7 +17,7 @@ const Session::ControlEntry* Session::control_for(uint16_t type) {
     std::array<ControlEntry, kLastMsgType + 1> t{};
     for (std::span<const ControlEntry> family : {device_controls(), pd_controls(), mr_controls(), cq_controls(),
                                                  srq_controls(), qp_controls(), ah_controls(), mcast_controls(),
-                                                 fault_controls(), capture_controls()}) {
+                                                 fault_controls(), capture_controls(), cc_controls()}) {
       for (const ControlEntry& e : family) {
         const auto i = static_cast<uint16_t>(e.type);
         assert(i < t.size() && t[i].serve == nullptr && "a message type served twice");

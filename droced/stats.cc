@@ -287,6 +287,10 @@ Json qps_section(const StatsSources& s) {
             q->req.retry_deadline == 0 ? -1 : (int64_t(q->req.retry_deadline) - int64_t(core::monotonic_ns())) / 1000;
         r["expected_psn"] = q->resp.epsn;
         r["ack_pending"] = q->resp.ack_pending;
+        // DCQCN (rocev2/dcqcn.h): the reaction point's current and target rate in Mbit/s
+        // while a CNP limits the QP; 0: not limited (the line rate).
+        r["rate_mbps"] = q->rp.rc();
+        r["target_rate_mbps"] = q->rp.rt();
         qps.push_back(std::move(r));
       }
     }
@@ -381,6 +385,15 @@ Json faults_section(const StatsSources& s) {
   return rows;
 }
 
+// The device's DCQCN parameters in force (`droce cc`), by mlx5's names, in kCcParams' order.
+Json cc_section(const StatsSources& s) {
+  Json j = Json::object();
+  if (s.cc == nullptr) return j;
+  const rocev2::CcParams p = s.cc->get();
+  for (const rocev2::CcParamInfo& i : rocev2::kCcParams) j[i.name] = p.*(i.member);
+  return j;
+}
+
 }  // namespace
 
 void walk_counters(const CounterTotals& t, CounterSink& sink) {
@@ -443,6 +456,7 @@ std::string stats_json(const StatsSources& s) {
   j["membership"] = membership_section(s);
   j["cm"] = cm_section(s);
   j["faults"] = faults_section(s);
+  j["cc"] = cc_section(s);
   return dump(j);
 }
 

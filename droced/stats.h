@@ -105,6 +105,7 @@ struct StatsSources {
   net::XdpFilter* xdp = nullptr;  ///< null without droce's XDP or TC filter
   const ControlJobs* jobs = nullptr;
   const FaultRules* faults = nullptr;  ///< null: no fault rules can be set
+  const CcSettings* cc = nullptr;      ///< null: no DCQCN parameters
   DaemonCounters counters;
 };
 

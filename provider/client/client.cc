@@ -613,6 +613,12 @@ int control_fault(const std::string& socket_path, const FaultRequest& q, uint32_
   return rc;
 }
 
+int control_cc(const std::string& socket_path, const CcRequest& q) {
+  std::unique_ptr<Context> c(new Context());
+  if (int rc = core::seqpacket_connect(socket_path, &c->sock_); rc != 0) return rc;
+  return c->call(MsgType::cc, &q, sizeof q, nullptr, 0);  // allowed before hello
+}
+
 int start_capture(const std::string& socket_path, const CaptureRequest& q, int fd, core::Fd* session,
                   uint32_t* snaplen) {
   std::unique_ptr<Context> c(new Context());

@@ -183,6 +183,8 @@ EventElement event_element(uint32_t type);
 int query_stats(const std::string& socket_path, std::string* json);
 /// A fault rule set or cleared (`droce fault`, abi::ctl::FaultRequest); *id the rule's.
 int control_fault(const std::string& socket_path, const abi::ctl::FaultRequest& q, uint32_t* id);
+/// `droce cc set`: the device's DCQCN parameters (abi::ctl::CcRequest). 0 or -errno.
+int control_cc(const std::string& socket_path, const abi::ctl::CcRequest& q);
 /// `droce capture`: droced writes pcapng to `fd` (a copy goes over the socket) until q.count
 /// frames, the fd's reader goes away, or *session (the control connection, kept open by the
 /// caller) closes. *snaplen: the snap length droced applies. 0 or -errno (-EPERM: not root or
@@ -283,6 +285,7 @@ class Context {
   friend class Srq;
   friend int query_stats(const std::string&, std::string*);
   friend int control_fault(const std::string&, const abi::ctl::FaultRequest&, uint32_t*);
+  friend int control_cc(const std::string&, const abi::ctl::CcRequest&);
   friend int start_capture(const std::string&, const abi::ctl::CaptureRequest&, int, core::Fd*, uint32_t*);
   Context() = default;
 

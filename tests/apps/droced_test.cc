@@ -313,6 +313,60 @@ TEST_F(TwoDaemons, DropRateLosesFramesAndRcRetransmitsThroughIt) {
   EXPECT_TRUE(alive(d_[0]) && alive(d_[1]));
 }
 
+// `droce cc` on a running droced: DCQCN's parameters as --cc set them, changed live by name,
+// a bad value refused with its reason before droced sees it; traffic runs with DCQCN on (the
+// default), and with nothing marking CE on this link no CNP is sent or received.
+TEST_F(TwoDaemons, DroceCcShowsAndSetsDcqcnParametersLive) {
+  start({"--cc", "rpg_ai_rate=7,np_cnp_dscp=40"});
+  const std::string droce = env_or("DROCE_BIN", "apps/droce");
+  auto cli = [&](const std::vector<std::string>& args, std::string* out) {
+    const std::string log = dir_ + "/cc.log";
+    fs::remove(log);
+    std::vector<std::string> argv = {droce, "cc"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.insert(argv.end(), {"--socket", d_[0].sock});
+    const int st = wait_for(spawn(argv, log), 30);
+    *out = slurp(log);
+    return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  };
+  std::string out;
+  ASSERT_EQ(cli({"--json"}, &out), 0) << out;
+  auto j = nlohmann::json::parse(out);
+  EXPECT_EQ(j["params"]["rpg_ai_rate"], 7);
+  EXPECT_EQ(j["params"]["cnp_dscp"], 40);
+  EXPECT_EQ(j["params"]["rp_enable"], 1);
+  EXPECT_EQ(j["params"]["rpg_hai_rate"], 50);
+  EXPECT_EQ(j["counters"]["np_cnp_sent"], 0);
+
+  ASSERT_EQ(cli({"set", "rpg_hai_rate=99", "rp_min_rate=3"}, &out), 0) << out;
+  ASSERT_EQ(cli({"--json"}, &out), 0) << out;
+  j = nlohmann::json::parse(out);
+  EXPECT_EQ(j["params"]["rpg_hai_rate"], 99);
+  EXPECT_EQ(j["params"]["rpg_min_rate"], 3);
+
+  EXPECT_EQ(cli({"set", "cnp_dscp=64"}, &out), 2) << out;
+  EXPECT_NE(out.find("cnp_dscp"), std::string::npos) << out;
+  ASSERT_EQ(cli({}, &out), 0) << out;
+  EXPECT_NE(out.find("rpg_time_reset"), std::string::npos) << out;
+  EXPECT_NE(out.find("cnp_dscp"), std::string::npos) << out;
+
+  // The raw message with a bad value: droced refuses it too, and keeps what it had.
+  abi::ctl::CcRequest q{};
+  q.op = abi::ctl::kCcSet;
+  std::snprintf(q.assignments, sizeof q.assignments, "cnp_dscp=99");
+  EXPECT_EQ(client::control_cc(d_[0].sock, q), -EINVAL);
+  ASSERT_EQ(cli({"--json"}, &out), 0) << out;
+  EXPECT_EQ(nlohmann::json::parse(out)["params"]["cnp_dscp"], 40);
+
+  EXPECT_EQ(selftest({"--qps", "4"}, &out), 0) << out;
+  for (const DaemonProc& d : d_) {
+    EXPECT_EQ(stat_of(d.sock, "np_cnp_sent"), 0);
+    EXPECT_EQ(stat_of(d.sock, "cnp_received"), 0);
+    EXPECT_EQ(stat_of(d.sock, "np_ecn_marked_roce_packets"), 0);
+  }
+  EXPECT_TRUE(alive(d_[0]) && alive(d_[1]));
+}
+
 // The events mask of every eventfd `pid`'s epoll instances watch under `key` (the epoll data
 // droced gives it, droced/daemon.h), read from /proc/PID/fdinfo (DPDK's own epoll uses
 // small keys too, for a pipe).

@@ -57,6 +57,29 @@ TEST(DrocedConfig, EachMistakeSaysWhat) {
   EXPECT_EQ(parse({"--help"}, &c, &err), 1);
 }
 
+// DCQCN starts with mlx5's defaults, both points on; --cc and the file's `cc` change them by
+// mlx5's names (or the debugfs aliases), key by key, and a bad one says which and why.
+TEST(DrocedConfig, CcSetsDcqcnParametersByMlx5Names) {
+  const std::string path = ::testing::TempDir() + "droced-cc-test.conf";
+  {
+    std::ofstream f(path);
+    f << "port = x\naddress = 10.0.0.1\ncc = rpg_ai_rate=7, cnp_dscp=26\n";
+  }
+  DaemonConfig c;
+  std::string err;
+  EXPECT_EQ(c.cc, rocev2::CcParams{});
+  EXPECT_EQ(c.cc.rp_enable, 1u);
+  ASSERT_EQ(parse({"--config", path, "--cc", "np_cnp_dscp=40", "--cc", "rpg_threshold=5"}, &c, &err), 0) << err;
+  EXPECT_EQ(c.cc.rpg_ai_rate, 7u);
+  EXPECT_EQ(c.cc.cnp_dscp, 40u);  // the flag over the file
+  EXPECT_EQ(c.cc.rpg_threshold, 5u);
+  EXPECT_EQ(c.cc.rpg_hai_rate, 50u);
+  DaemonConfig d;
+  EXPECT_EQ(parse({"--port", "x", "--address", "1.2.3.4", "--cc", "rpg_gd=99"}, &d, &err), -EINVAL);
+  EXPECT_NE(err.find("rpg_gd"), std::string::npos) << err;
+  std::remove(path.c_str());
+}
+
 TEST(DrocedConfig, NetdevTakesPortAddressesAndRoutesFromTheKernel) {
   DaemonConfig c;
   std::string err;
