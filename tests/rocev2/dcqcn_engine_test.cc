@@ -2,6 +2,14 @@
 // the test plays the peer, marks its frames CE as a congested switch would, sends CNPs, and
 // reads what the engine sent. Virtual time; no timing decides a verdict.
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
 #include "tests/rocev2/protocol_harness.h"
 
 namespace droce::test {
@@ -235,6 +243,42 @@ TEST_F(DcqcnEngineTest, CnpSlowsTheRequesterWhileOtherQpsGoOn) {
     total += data_frames(out);
   }
   EXPECT_EQ(total, 16u);
+}
+
+// The oracle: a CNP droce builds dissects in scapy's RoCE layer as a CNP (BTH 0x81, BECN,
+// CNPPadding), with the ICRC scapy computes, and equals scapy's own cnp() byte for byte
+// (tests/oracle/cnp_scapy_check.py).
+TEST_F(DcqcnEngineTest, CnpBytesAreScapysCnp) {
+  const char* dir = std::getenv("DROCE_ORACLE_DIR");
+  if (dir == nullptr) GTEST_SKIP() << "DROCE_ORACLE_DIR unset (meson test sets it)";
+  CcParams p;
+  p.cnp_dscp = 26;
+  engine().set_cc_params(p);
+  QpOptions o;
+  o.peer_qpn = 0x0abcde;
+  make_qp(o);
+  auto buf = reg(4096);
+  deliver(write_only(0x5000, *buf, true), pattern(64, 1));
+  const auto c = cnps(sent());
+  ASSERT_EQ(c.size(), 1u);
+  const std::string path = ::testing::TempDir() + "droce-cnp-" + std::to_string(getpid()) + ".hex";
+  {
+    std::ofstream f(path);
+    for (uint8_t b : c[0].frame) f << "0123456789abcdef"[b >> 4] << "0123456789abcdef"[b & 15];
+    f << "\n";
+  }
+  const std::string cmd = std::string("/usr/bin/python3 ") + dir + "/cnp_scapy_check.py " + path + " 0x0abcde 26 2>&1";
+  std::string out;
+  FILE* f = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  char chunk[4096];
+  size_t n;
+  while ((n = std::fread(chunk, 1, sizeof chunk, f)) > 0) out.append(chunk, n);
+  const int st = ::pclose(f);
+  std::remove(path.c_str());
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 77) GTEST_SKIP() << out;
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << out;
+  EXPECT_NE(out.find("1 CNPs checked, 0 problems"), std::string::npos) << out;
 }
 
 TEST_F(DcqcnEngineTest, ResetForgetsTheRate) {
