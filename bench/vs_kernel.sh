@@ -11,7 +11,9 @@
 #   --out DIR   where vs_kernel-DATE.json and .png go (default bench/out)
 #   --netns     (root) also two droced sharing a veth with the kernel (droced --netdev) on
 #               net_af_packet, then on net_af_xdp, between two network namespaces this script
-#               makes and removes, beside the kernel's TCP/UDP on that veth
+#               makes and removes, beside the kernel's TCP/UDP on that veth and DPDK's testpmd
+#               sending 64 B frames over each PMD on it (the PMD's own rate: droce's ceiling);
+#               prints issue #35's goals against the kernel on that veth
 #   --no-build  use build/release as it is (default: ninja brings it up to date, or sets it up)
 #   --droced A  pass A to both droced (repeatable), e.g. --droced --event-affinity=lcore, to
 #               compare droced's knobs; the table's header says which were given
@@ -491,6 +493,32 @@ droced_down() {
   droced_stop "$dpid_a" "$dpid_b" || true
   dpid_a='' dpid_b=''
 }
+# The PMD's own ceiling on this veth, before droce does anything: DPDK's testpmd sends 64 B
+# frames flat out through net_PMD on vb (txonly) to a testpmd on va that only counts them
+# (rxonly), each forwarding on its own vCPU, as the two droced would. No RoCE, no ACKs, no client
+# spinning beside them: what droce's 64 B rate over this PMD can at most be. The median of the
+# receiver's per-second rates (not the first two, nor the last, partly idle), kept as the line's Mmsg/s.
+pmd_floor() {  # pmd_floor PMD (droced down, the veth's MTU as droced_up leaves it)
+  local pmd=$1 rx tx dev eal=(--no-huge --no-shconf -m 256 --no-pci) st=0 rate
+  command -v dpdk-testpmd >/dev/null || { put bw "testpmd 64 B on the veth (the PMD's own rate)" failed 1; return; }
+  rx=$work/testpmd-rx-$pmd.txt tx=$work/testpmd-tx-$pmd.txt
+  dev=net_${pmd}0,iface=va
+  timeout 16 "${srv_ns[@]}" dpdk-testpmd "${eal[@]}" -l 0,1 --main-lcore 0 --vdev="$dev" -- \
+    --forward-mode=rxonly --stats-period=1 --total-num-mbufs=8192 -a >"$rx" 2>&1 &
+  local rpid=$!
+  sleep 3
+  dev=net_${pmd}1,iface=vb
+  timeout 10 "${cli_ns[@]}" dpdk-testpmd "${eal[@]}" -l 0,1 --main-lcore 1 --vdev="$dev" -- \
+    --forward-mode=txonly --txpkts=64 --stats-period=1 --total-num-mbufs=8192 -a >"$tx" 2>&1 || st=$?
+  wait "$rpid" 2>/dev/null || true
+  # timeout ends both (124): what counts is that the receiver printed rates.
+  rate=$(awk '/Rx-pps:/ { print $2 }' "$rx" | tail -n +3 | head -n -1 | sort -n |
+         awk '{ v[n++] = $1 } END { if (n < 2) exit 1; print v[int((n - 1) / 2)] / 1e6 }') || {
+    put bw "testpmd 64 B on the veth (the PMD's own rate)" failed 1
+    echo "  testpmd on net_$pmd: failed (exit $st): $(grep -m1 -i cause "$rx" "$tx")"; return; }
+  put bw "testpmd 64 B on the veth (the PMD's own rate)" mpps "$rate"
+  put bw "testpmd 64 B on the veth (the PMD's own rate)" gbps "$(awk -v r="$rate" 'BEGIN { printf "%.2f", r * 64 * 8 / 1e3 }')"
+}
 if [ "$netns" = 1 ]; then
   srv_ns=(ip netns exec "droce-vsk-a-$$") cli_ns=(ip netns exec "droce-vsk-b-$$") srv_netns=droce-vsk-a-$$
   dpid_a='' dpid_b=''
@@ -517,6 +545,7 @@ if [ "$netns" = 1 ]; then
         put lat "droced on net_$pmd" failed 1
       fi
       droced_down
+      pmd_floor "$pmd"
     done
   else
     section="kernel veth (netns)"
@@ -623,6 +652,34 @@ if "icrc" in offloads:
 goal("idle droced, % of a CPU (the busier of the two)", max(idle) if None not in idle else None, 0.5, False)
 print("\nissue #13's goals, from this run:")
 print("\n".join(goals))
+
+# Issue #35's goals on the veth (--netns), against the kernel measured on that veth in this run,
+# and beside them what the PMD itself moves there (testpmd), the ceiling no stack over it passes.
+ksec = "kernel veth (netns)"
+for pmd in ("af_packet", "af_xdp"):
+    vsec = f"droce {pmd} veth (netns)"
+    if vsec not in res:
+        continue
+    goals = []
+    ktcp, kbw = val(ksec, "TCP ping-pong 64 B (sockperf)", "typical"), val(ksec, "TCP stream (iperf3)", "gbps")
+    vlat, vp99 = val(vsec, "ib_write_lat 64 B", "typical"), val(vsec, "ib_write_lat 64 B", "p99")
+    vev = val(vsec, "ib_send_lat 64 B, events (-e)", "typical")
+    vrate, vbig = val(vsec, "ib_write_bw 64 B, 1 QP", "mpps"), val(vsec, "ib_write_bw 64 KiB", "gbps")
+    floor = val(vsec, "testpmd 64 B on the veth (the PMD's own rate)", "mpps")
+    shared = val(vsec, "kernel TCP stream on the shared veth (iperf3)", "gbps")
+    goal("ib_write_lat 64 B typical / the veth's TCP ping-pong", vlat / ktcp if vlat and ktcp else None, 1, False)
+    goal("ib_write_lat 64 B p99 / typical", vp99 / vlat if vp99 and vlat else None, 5, False)
+    goal("ib_send_lat -e 64 B typical / the veth's TCP ping-pong", vev / ktcp if vev and ktcp else None, 2, False)
+    goal("ib_write_bw 64 B 1 QP, M msg/s", vrate, 0.6, True)
+    goal("ib_write_bw 64 KiB / the veth's iperf3 TCP", vbig / kbw if vbig and kbw else None, 0.6, True)
+    print(f"\nissue #35's goals over net_{pmd}, from this run:")
+    print("\n".join(goals))
+    if floor:
+        print(f"  (testpmd alone moves {floor:.3f} M 64 B frames/s over net_{pmd} on this veth: "
+              f"ib_write_bw 64 B is {vrate / floor if vrate else float('nan'):.2f} of the PMD's own rate)")
+    if shared and vbig:
+        print(f"  (the kernel's TCP on the veth as droced leaves it: {shared:.2f} Gbit/s; "
+              f"ib_write_bw 64 KiB is {vbig / shared:.2f} of it)")
 
 print(f"\nJSON: {base}.json")
 try:
