@@ -20,6 +20,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include <rte_launch.h>
 #include <rte_lcore.h>
@@ -348,7 +349,7 @@ void Daemon::accept_clients() {
 
 void Daemon::on_daemon_key(uint64_t key) {
   if (key == kKernelNetKey) {
-    on_address_events();
+    on_kernel_events();
   } else if (key == kListenKey) {
     accept_clients();
   } else if (key == kSignalKey) {
@@ -369,10 +370,19 @@ std::vector<net::IpAddr> Daemon::addresses_of(const net::GidTable& gids) {
   return out;
 }
 
-void Daemon::on_address_events() {
-  std::vector<net::KernelAddress> events;
+void Daemon::on_kernel_events() {
+  net::KernelEvents kernel_events;
   std::unique_lock nl(group_->neighbor_mutex());  // the KernelNet is the group's
-  int rc = kernel_events_->read_events(&events);
+  int rc = kernel_events_->read_events(&kernel_events);
+  std::vector<net::KernelAddress>& events = kernel_events.addresses;
+  // Link messages: the kernel tells each change as it happens, so a down and up between two
+  // 50 ms looks (a flap on a device without link-state interrupts: veth, af_xdp, af_packet)
+  // is not missed. The look itself comes at once; the port's link stays the truth.
+  for (const net::KernelLink& l : kernel_events.links) down_heard_ = down_heard_ || !l.up;
+  if (!kernel_events.links.empty() || rc == -ENOBUFS) {
+    next_link_check_ns_ = 0;
+    check_link(core::monotonic_ns());
+  }
   if (rc == -ENOBUFS) {
     // Events were lost: read the whole table again and make the GIDs match it.
     DROCE_LOG(NOTICE, app, "%s: address events overflowed; reading %s's addresses again", cfg_.name.c_str(),
@@ -441,13 +451,15 @@ void Daemon::check_link(uint64_t now_ns) {
   // "down" once, then reported no change while up) would otherwise hide the next real down.
   (void)port_->take_link_change();  // consumes a raised LSC event; link() is the truth
   const bool up = port_->link().up;
-  if (up == link_up_) return;
+  const bool flapped = down_heard_ && up && link_up_;  // down and up again since the last look
+  down_heard_ = false;
+  if (up == link_up_ && !flapped) return;
   link_up_ = up;
-  if (!up) {
+  if (!up || flapped) {
     ++counters_.link_downs;
     link_downs_.fetch_add(1, std::memory_order_relaxed);
   }
-  DROCE_LOG(INFO, app, "%s: port link %s", cfg_.name.c_str(), up ? "up" : "down");
+  DROCE_LOG(INFO, app, "%s: port link %s", cfg_.name.c_str(), flapped ? "went down and came up" : up ? "up" : "down");
   if (sysfs_) sysfs_->set_port_state(1, up ? provider::PortState::active : provider::PortState::down);
   link_generation_.fetch_add(1, std::memory_order_release);  // each worker tells its clients
 }

@@ -90,7 +90,8 @@ class Daemon {
   void accept_clients();
   /// Address messages from the kernel: the GID table, the neighbour table's own
   /// addresses, the XDP program's address map and the sysfs tree follow them.
-  void on_address_events();
+  /// The netdev's address and link messages (worker 0, kKernelNetKey).
+  void on_kernel_events();
   /// The table's addresses, the engine's source first and GID 0 last.
   static std::vector<net::IpAddr> addresses_of(const net::GidTable& gids);
   std::string render_locked() const;
@@ -132,6 +133,9 @@ class Daemon {
   std::atomic<uint64_t> link_generation_{0};
   std::atomic<uint64_t> link_downs_{0};  ///< downs seen, a flap's too (workers tell PORT_ERR for each new one)
   uint64_t next_link_check_ns_ = 0;
+  /// The kernel said the netdev went down since the last link check (worker 0): a down and up
+  /// between two looks is a flap the clients hear of (PORT_ERR, then PORT_ACTIVE).
+  bool down_heard_ = false;
 };
 
 }  // namespace droce::droced

@@ -281,6 +281,20 @@ NlParse parse_addr(std::span<const uint8_t> msg, KernelAddress* out, int* err) {
   return NlParse::ok;
 }
 
+NlParse parse_link(std::span<const uint8_t> msg, KernelLink* out, int* err) {
+  const NlParse p = head(msg, RTM_NEWLINK, RTM_DELLINK, sizeof(ifinfomsg), err);
+  if (p != NlParse::ok) return p;
+  nlmsghdr h;
+  std::memcpy(&h, msg.data(), sizeof h);
+  ifinfomsg ifi;
+  std::memcpy(&ifi, msg.data() + NLMSG_HDRLEN, sizeof ifi);
+  // The attributes are not needed, but their lengths must add up as in every other message.
+  if (!for_each_attr(msg, sizeof ifi, [](uint16_t, const uint8_t*, size_t) {})) return NlParse::malformed;
+  out->ifindex = ifi.ifi_index;
+  out->up = h.nlmsg_type == RTM_NEWLINK && (ifi.ifi_flags & IFF_UP) != 0 && (ifi.ifi_flags & IFF_RUNNING) != 0;
+  return NlParse::ok;
+}
+
 // ---- KernelNet ----
 
 size_t KernelNet::IpHash::operator()(const IpAddr& a) const {
@@ -306,7 +320,7 @@ int KernelNet::open(const std::string& ifname, std::unique_ptr<KernelNet>* out) 
   if (!k->events_.valid()) return -errno;
   sockaddr_nl ev{};
   ev.nl_family = AF_NETLINK;
-  ev.nl_groups = RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR;
+  ev.nl_groups = RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR | RTMGRP_LINK;
   if (::bind(k->events_.get(), reinterpret_cast<sockaddr*>(&ev), sizeof ev) != 0) return -errno;
   *out = std::move(k);
   return 0;
@@ -470,7 +484,7 @@ int KernelNet::addresses(std::vector<KernelAddress>* out) {
   });
 }
 
-int KernelNet::read_events(std::vector<KernelAddress>* out) {
+int KernelNet::read_events(KernelEvents* out) {
   alignas(nlmsghdr) uint8_t buf[16384];
   for (;;) {
     const ssize_t n = ::recv(events_.get(), buf, sizeof buf, 0);
@@ -480,14 +494,23 @@ int KernelNet::read_events(std::vector<KernelAddress>* out) {
       // ENOBUFS: events were lost; the caller re-reads the whole table.
       return -errno;
     }
-    const bool ok = for_each_message(std::span<const uint8_t>(buf, size_t(n)), [&](uint16_t, std::span<const uint8_t> m) {
-      KernelAddress a;
+    const bool ok = for_each_message(std::span<const uint8_t>(buf, size_t(n)), [&](uint16_t type, std::span<const uint8_t> m) {
       int perr = 0;
+      if (type == RTM_NEWLINK || type == RTM_DELLINK) {
+        KernelLink l;
+        const NlParse p = parse_link(m, &l, &perr);
+        if (p == NlParse::malformed) ++counters_.malformed;
+        if (p != NlParse::ok || l.ifindex != ifindex_) return;
+        ++counters_.link_events;
+        out->links.push_back(l);
+        return;
+      }
+      KernelAddress a;
       const NlParse p = parse_addr(m, &a, &perr);
       if (p == NlParse::malformed) ++counters_.malformed;
       if (p != NlParse::ok || a.ifindex != ifindex_) return;
       ++counters_.address_events;
-      out->push_back(a);
+      out->addresses.push_back(a);
     });
     if (!ok) ++counters_.malformed;
   }

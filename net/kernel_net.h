@@ -74,6 +74,20 @@ struct KernelAddress {
   bool usable() const;
 };
 
+/// One link message (RTM_NEWLINK / RTM_DELLINK): the netdev's state as the kernel saw it then.
+struct KernelLink {
+  int ifindex = 0;
+  /// Administratively up and running (IFF_UP and IFF_RUNNING: carrier, operstate up), as
+  /// the kernel's rxe judges a netdev's port active; false for RTM_DELLINK.
+  bool up = false;
+};
+
+/// What the event socket held: address changes and link states, this netdev's only, in order.
+struct KernelEvents {
+  std::vector<KernelAddress> addresses;
+  std::vector<KernelLink> links;
+};
+
 // ---- the codec (I/O-free) ----
 /// Each build_* writes one request into `buf` (at least kRequestBufferSize bytes)
 /// and returns its length.
@@ -102,6 +116,7 @@ bool for_each_message(std::span<const uint8_t> buf,
 NlParse parse_route(std::span<const uint8_t> msg, KernelRoute* out, int* err);
 NlParse parse_neigh(std::span<const uint8_t> msg, KernelNeighbor* out, int* err);
 NlParse parse_addr(std::span<const uint8_t> msg, KernelAddress* out, int* err);
+NlParse parse_link(std::span<const uint8_t> msg, KernelLink* out, int* err);
 
 /// What each counts is in kKernelNetCounters.
 struct KernelNetCounters {
@@ -111,6 +126,7 @@ struct KernelNetCounters {
   uint64_t neigh_triggers = 0;
   uint64_t neigh_failures = 0;
   uint64_t address_events = 0;
+  uint64_t link_events = 0;
   uint64_t malformed = 0;
 };
 
@@ -122,6 +138,7 @@ inline constexpr core::Counter<KernelNetCounters> kKernelNetCounters[] = {
     {"neigh_triggers", &KernelNetCounters::neigh_triggers, "NTF_USE sent: the kernel resolves"},
     {"neigh_failures", &KernelNetCounters::neigh_failures, "FAILED entries, or no answer in time"},
     {"address_events", &KernelNetCounters::address_events, "RTM_NEWADDR / RTM_DELADDR for the netdev"},
+    {"link_events", &KernelNetCounters::link_events, "RTM_NEWLINK / RTM_DELLINK for the netdev"},
     {"malformed", &KernelNetCounters::malformed, "messages whose lengths did not add up (dropped)"},
 };
 static_assert(core::covers(kKernelNetCounters));
@@ -160,10 +177,11 @@ class KernelNet {
 
   /// Every address of the netdev now (a dump).
   int addresses(std::vector<KernelAddress>* out);
-  /// The event socket (non-blocking; readable when address messages wait) and
-  /// what it holds, for this netdev only, appended to *out. -errno on a socket error.
+  /// The event socket (non-blocking; readable when address or link messages wait) and
+  /// what it holds, for this netdev only, appended to *out. -errno on a socket error
+  /// (-ENOBUFS: events were lost; read the tables again).
   int event_fd() const { return events_.get(); }
-  int read_events(std::vector<KernelAddress>* out);
+  int read_events(KernelEvents* out);
 
   const KernelNetCounters& counters() const { return counters_; }
 

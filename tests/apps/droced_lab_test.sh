@@ -15,6 +15,8 @@
 #     ucx_perftest (UCT rc_verbs put_bw, UCP tag_bw), between the subnets;
 #   - the GIDs follow the netdev: `ip addr add` on h1's eth0 shows up in `droce gids` and as an
 #     IBV_EVENT_GID_CHANGE to a client within a second, `ip addr del` takes it away;
+#   - a link flap of a few milliseconds (h1's eth0 down and up) reaches a client as
+#     IBV_EVENT_PORT_ERR then IBV_EVENT_PORT_ACTIVE (netlink link messages);
 #   - a route through a gateway that never answers fails the verb (EHOSTUNREACH), droced lives;
 #   - bad input from the router (scapy): datagrams to UDP 4791 that are not RoCE, and RoCE frames
 #     for an address droce does not own, are counted and dropped (af_xdp: the XDP program leaves
@@ -120,6 +122,33 @@ gid_follows() {
   wait $epid
   if [ "$(grep -c GID_CHANGE "$work/events.txt")" -ge 2 ]; then pass "$link: a client got IBV_EVENT_GID_CHANGE for each"
   else bad "$link: GID change events"; sed 's/^/    /' "$work/events.txt"; fi
+}
+
+# link_flap: h1's eth0 down and straight up again, a few milliseconds apart, well inside
+# droced's 50 ms look at the link: the kernel's link messages (netlink) must still let a client
+# hear IBV_EVENT_PORT_ERR, then IBV_EVENT_PORT_ACTIVE, and the port end ACTIVE. The netdev's own
+# flags, not its carrier: the kernel's linkwatch may fold a carrier drop and return shorter than
+# its delay into one message, and then no one (rxe included) hears the flap. Last in a section:
+# the kernel drops h1's routes through eth0 as it goes down.
+link_flap() {
+  local sock=/run/droce-lab/$name/h1/droce0.sock
+  # Every event for 3 s: the kernel also takes h1's IPv6 address away as eth0 goes down (GID
+  # changes come in between).
+  timeout 15 ip netns exec "$name-h1" "$droce" events --timeout 3 --socket "$sock" >"$work/flap.txt" 2>&1 &
+  local epid=$!
+  wait_for 10 grep -qs watching "$work/flap.txt" || { bad "$link: droce events did not start"; return; }
+  local downs0 downs1
+  downs0=$(inns h1 "$droce" counters --socket "$sock" | awk '$1 == "link_downs" {print $2}')
+  inns h1 sh -c 'ip link set eth0 down && ip link set eth0 up'
+  wait $epid
+  downs1=$(inns h1 "$droce" counters --socket "$sock" | awk '$1 == "link_downs" {print $2}')
+  if grep -A100 IBV_EVENT_PORT_ERR "$work/flap.txt" | grep -q IBV_EVENT_PORT_ACTIVE &&
+     wait_for 5 sh -c "ip netns exec '$name-h1' '$droce' ports --socket '$sock' | grep -q ACTIVE"; then
+    pass "$link: a link flap shorter than droced's look: IBV_EVENT_PORT_ERR, then IBV_EVENT_PORT_ACTIVE"
+  else
+    bad "$link: a short link flap (link_downs ${downs0:-?} -> ${downs1:-?}): $(tr '\n' ' ' <"$work/flap.txt")"
+    tail -n 8 "/run/droce-lab/$name/h1.log" | sed 's/^/    /'
+  fi
 }
 
 # bad_input: five garbage datagrams to h1's RoCE port and five RoCE frames for 10.71.1.99 (not
@@ -267,6 +296,7 @@ for link in af_xdp af_packet; do
     bad "$link: a silent gateway"
     echo "$out" | tail -3 | sed 's/^/    /'
   fi
+  link_flap
   for h in h1 h2; do
     if ! kill -0 "$(cat /run/droce-lab/$name/$h.pid)" 2>/dev/null; then
       bad "$link: droced on $h exited"; tail -5 "/run/droce-lab/$name/$h.log" | sed 's/^/    /'

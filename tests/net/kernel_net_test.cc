@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <linux/if_addr.h>
+#include <net/if.h>
 #include <linux/neighbour.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
@@ -195,6 +196,46 @@ TEST(KernelNetCodec, ParsesNeighbours) {
   EXPECT_EQ(parse_neigh(m, &n, &err), NlParse::malformed);
   m = Msg(RTM_NEWNEIGH, &nd, sizeof nd).attr(NDA_DST, kV4Gw, 4).attr(NDA_LLADDR, mac, 5).done();
   EXPECT_EQ(parse_neigh(m, &n, &err), NlParse::malformed);
+}
+
+TEST(KernelNetCodec, ParsesLinkStatesAsUpOnlyWhenUpAndRunning) {
+  ifinfomsg ifi{};
+  ifi.ifi_family = AF_UNSPEC;
+  ifi.ifi_index = 7;
+  ifi.ifi_flags = IFF_UP | IFF_RUNNING | 0x10000;  // and IFF_LOWER_UP (linux/if.h, which net/if.h excludes)
+  const char name[] = "vb";
+  auto m = Msg(RTM_NEWLINK, &ifi, sizeof ifi).attr(IFLA_IFNAME, name, sizeof name).u32(IFLA_MTU, 9000).done();
+  KernelLink l;
+  int err = 0;
+  ASSERT_EQ(parse_link(m, &l, &err), NlParse::ok);
+  EXPECT_EQ(l.ifindex, 7);
+  EXPECT_TRUE(l.up);
+  // Administratively up, no carrier (the veth's peer went down): not up.
+  ifi.ifi_flags = IFF_UP;
+  m = Msg(RTM_NEWLINK, &ifi, sizeof ifi).done();
+  ASSERT_EQ(parse_link(m, &l, &err), NlParse::ok);
+  EXPECT_FALSE(l.up);
+  // Running but set down by the operator: not up.
+  ifi.ifi_flags = IFF_RUNNING;
+  m = Msg(RTM_NEWLINK, &ifi, sizeof ifi).done();
+  ASSERT_EQ(parse_link(m, &l, &err), NlParse::ok);
+  EXPECT_FALSE(l.up);
+  // The netdev removed.
+  ifi.ifi_flags = IFF_UP | IFF_RUNNING;
+  m = Msg(RTM_DELLINK, &ifi, sizeof ifi).done();
+  ASSERT_EQ(parse_link(m, &l, &err), NlParse::ok);
+  EXPECT_FALSE(l.up);
+  // An address message is another type; an attribute running past the message is malformed.
+  ifaddrmsg ifa{};
+  EXPECT_EQ(parse_link(Msg(RTM_NEWADDR, &ifa, sizeof ifa).done(), &l, &err), NlParse::other);
+  m = Msg(RTM_NEWLINK, &ifi, sizeof ifi).u32(IFLA_MTU, 1500).done();
+  rtattr bad{uint16_t(RTA_LENGTH(64)), IFLA_MTU};
+  std::memcpy(m.data() + NLMSG_HDRLEN + NLMSG_ALIGN(sizeof ifi), &bad, sizeof bad);
+  EXPECT_EQ(parse_link(m, &l, &err), NlParse::malformed);
+  // Shorter than its header says.
+  m = Msg(RTM_NEWLINK, &ifi, sizeof ifi).done();
+  m.resize(NLMSG_HDRLEN + 4);
+  EXPECT_EQ(parse_link(m, &l, &err), NlParse::malformed);
 }
 
 TEST(KernelNetCodec, ParsesAddressesAndTheirUsability) {
