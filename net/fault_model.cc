@@ -78,14 +78,14 @@ uint64_t mix_seed(uint64_t x) {
 
 bool FaultSpec::any() const {
   return loss > 0 || (burst_enter > 0 && burst_loss > 0) || reorder > 0 || duplicate > 0 || corrupt > 0 ||
-         truncate > 0 || delay_ns != 0 || jitter_ns != 0;
+         truncate > 0 || delay_ns != 0 || jitter_ns != 0 || queue.any();
 }
 
 std::string FaultSpec::parse(std::string_view text) {
   FaultSpec s = *this;
   if (text == "none") text = {};
   while (!text.empty()) {
-    const size_t comma = text.find(',');
+    const size_t comma = text.find_first_of(", ");
     std::string_view item = text.substr(0, comma);
     text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
     if (item.empty()) continue;
@@ -117,12 +117,25 @@ std::string FaultSpec::parse(std::string_view text) {
         rest = slash == std::string_view::npos ? std::string_view{} : rest.substr(slash + 1);
       }
       ok = ok && rest.empty() && (s.burst_enter == 0 || s.burst_exit > 0);
+    } else if (k == "rate") {
+      ok = parse_rate(v, &s.queue.rate_bps);
+    } else if (k == "buffer") {
+      ok = parse_bytes(v, &s.queue.buffer_bytes);
+    } else if (k == "ecn-min") {
+      ok = parse_bytes(v, &s.queue.ecn_min);
+    } else if (k == "ecn-max") {
+      ok = parse_bytes(v, &s.queue.ecn_max);
+    } else if (k == "ecn-pmax") {
+      ok = probability(v, &s.queue.ecn_pmax);
     } else {
       return "unknown fault '" + std::string(k) +
-             "' (drop, burst, delay, jitter, reorder, window, duplicate, corrupt, corrupt-at, truncate)";
+             "' (drop, burst, delay, jitter, reorder, window, duplicate, corrupt, corrupt-at, truncate, rate, buffer, "
+             "ecn-min, ecn-max, ecn-pmax)";
     }
     if (!ok) return "bad value for " + std::string(k) + ": '" + std::string(v) + "'";
   }
+  if (s.queue.ecn_max != 0 && s.queue.ecn_max < s.queue.ecn_min) return "ecn-max is below ecn-min";
+  if (!s.queue.any() && (s.queue.buffer_bytes != 0 || s.queue.ecn_max != 0)) return "buffer and ecn-* need a rate";
   *this = s;
   return {};
 }
@@ -138,6 +151,13 @@ std::string FaultSpec::to_string() const {
   if (duplicate > 0) add("duplicate=" + percent(duplicate));
   if (corrupt > 0) add("corrupt=" + percent(corrupt) + ",corrupt-at=" + target_name(corrupt_target));
   if (truncate > 0) add("truncate=" + percent(truncate));
+  if (queue.any()) {
+    add("rate=" + rate_text(queue.rate_bps));
+    if (queue.buffer_bytes != 0) add("buffer=" + bytes_text(queue.buffer_bytes));
+    if (queue.ecn_max != 0)
+      add("ecn-min=" + bytes_text(queue.ecn_min) + ",ecn-max=" + bytes_text(queue.ecn_max) +
+          ",ecn-pmax=" + percent(queue.ecn_pmax));
+  }
   return out.empty() ? "none" : out;
 }
 

@@ -25,13 +25,19 @@
 // Text form (`droce fault set`, FaultSpec::parse): comma-separated key=value,
 //   drop=1%  burst=0.5%[/25%[/100%]]  delay=100us  jitter=20us  reorder=5%  window=50us
 //   duplicate=1%  corrupt=0.1%  corrupt-at=payload|icrc|any  truncate=1%
-// probabilities as percentages (a bare number too) and times with ns/us/ms/s (bare: us).
+//   rate=1gbit  buffer=256k  ecn-min=40k  ecn-max=160k  ecn-pmax=20%   (a congestion point)
+// probabilities as percentages (a bare number too) and times with ns/us/ms/s (bare: us); items
+// may be separated by spaces too. rate= puts a congestion point (net/congestion_point.h) in
+// front of the other faults: a frame it drops meets no other, the rest leave it at their
+// departure time, then delay/jitter/reorder hold them further (delay= is the link's fixed delay).
 //
 // Threading: a FaultSpec is a value; one FaultDice per thread. No allocation when rolling.
 
 #include <cstdint>
 #include <string>
 #include <string_view>
+
+#include "net/congestion_point.h"
 
 namespace droce::net {
 
@@ -54,11 +60,12 @@ struct FaultSpec {
   double truncate = 0;      ///< P(the frame loses its tail)
   uint64_t delay_ns = 0;    ///< one-way extra delay
   uint64_t jitter_ns = 0;   ///< uniform extra 0..jitter_ns inclusive (may reorder)
+  QueueSpec queue;          ///< a congestion point the frames go through first (rate 0: none)
 
   /// True when some fault can happen (a spec of all zeros changes nothing).
   bool any() const;
   /// True when a frame may be held (delay, jitter or reorder).
-  bool holds() const { return delay_ns != 0 || jitter_ns != 0 || reorder > 0; }
+  bool holds() const { return delay_ns != 0 || jitter_ns != 0 || reorder > 0 || queue.any(); }
 
   /// The text form above, over the defaults; "" on success, else what is wrong (the spec is
   /// then unchanged). "none" or "" is a spec that does nothing.
