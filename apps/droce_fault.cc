@@ -30,7 +30,9 @@ constexpr const char* kUsage =
     "  (each also takes --device NAME and --run-dir DIR | --socket PATH)\n"
     "  SPEC: comma-separated drop=P burst=ENTER[/EXIT[/LOSS]] delay=T jitter=T reorder=P window=T\n"
     "        duplicate=P corrupt=P corrupt-at=payload|icrc|any truncate=P, or none;\n"
-    "        P a percentage (1%, 0.5), T a time (100us, 2ms; bare: us)\n"
+    "        a congestion point: rate=R buffer=B ecn-min=B ecn-max=B ecn-pmax=P (RED/ECN marking)\n"
+    "        P a percentage (1%, 0.5), T a time (100us, 2ms; bare: us), R a rate (1gbit, 800mbit),\n"
+    "        B bytes (256k, 9000)\n"
     "  --qp N: the frames QP N of this droced receives (rx) or sends (tx); default every RoCE frame\n"
     "  --dir: rx (default), tx or both; --id N: change rule N instead of adding one\n";
 
@@ -70,7 +72,7 @@ int list(const std::string& socket, bool json) {
   }
   std::fputs(table_text(rows, {"id", "qpn", "direction", "spec", "seed", "matched", "dropped", "delayed",
                                "reordered", "duplicated", "corrupted", "corrupt_discarded", "truncated",
-                               "copy_failed"})
+                               "copy_failed", "queue_marked", "queue_dropped", "queue_depth", "queue_depth_max"})
                  .c_str(),
              stdout);
   return 0;

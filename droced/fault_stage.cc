@@ -4,7 +4,9 @@
 #include <cerrno>
 
 #include "core/clock.h"
+#include "rocev2/probes.h"
 #include "net/frame_faults.h"
+#include "net/headers.h"
 #include "rocev2/parser.h"
 
 namespace droce::droced {
@@ -110,9 +112,12 @@ void FaultStage::reload() {
       if (r.spec.burst_enter <= 0)
         for (auto& d : next.back().dice) d.heal();
     } else {
-      Active a{r, {net::FaultDice(1), net::FaultDice(1)}, {}};
-      for (int d = 0; d < 2; ++d)
-        a.dice[d] = net::FaultDice(net::mix_seed(r.seed ^ (uint64_t{core_} << 32) ^ (0xA5A5A5A5A5A5A5A5ull * (d + 1))));
+      Active a{r, {net::FaultDice(1), net::FaultDice(1)}, {net::CongestionPoint(1), net::CongestionPoint(1)}, {}};
+      for (int d = 0; d < 2; ++d) {
+        const uint64_t seed = net::mix_seed(r.seed ^ (uint64_t{core_} << 32) ^ (0xA5A5A5A5A5A5A5A5ull * (d + 1)));
+        a.dice[d] = net::FaultDice(seed);
+        a.queue[d] = net::CongestionPoint(~seed);
+      }
       next.push_back(std::move(a));
     }
     if (r.spec.any()) active_ |= uint8_t(r.direction);
@@ -156,11 +161,59 @@ void FaultStage::hold(FaultDirection d, rte_mbuf* m, uint64_t due_ns) {
   held_[index(d)] = h.size();
 }
 
+bool FaultStage::enqueue(Active& a, FaultDirection d, rte_mbuf** m, uint64_t now_ns, uint64_t* depart_ns) {
+  FaultCounters& c = a.counters;
+  net::CongestionPoint& q = a.queue[index(d)];
+  const net::QueueSpec& s = a.rule.spec.queue;
+  const int ecn = net::frame_ecn(*m);
+  const uint32_t len = (*m)->pkt_len;
+  const net::QueueDecision v = q.enqueue(s, len, ecn < 0 ? net::kEcnNotEct : uint8_t(ecn), now_ns);
+  switch (v.verdict) {
+    case net::QueueVerdict::dropped_full:
+    case net::QueueVerdict::dropped_red:
+      if (v.verdict == net::QueueVerdict::dropped_full) ++c.queue_dropped;
+      else ++c.queue_red_dropped;
+      DROCE_PROBE(queue_drop, a.rule.id, len, q.depth(s, now_ns));
+      rte_pktmbuf_free(*m);
+      return false;
+    case net::QueueVerdict::marked:
+      if (net::set_frame_ce(m, pool_)) {
+        ++c.queue_marked;
+        DROCE_PROBE(queue_mark, a.rule.id, len, q.depth(s, now_ns));
+      } else {
+        ++c.copy_failed;
+      }
+      break;
+    case net::QueueVerdict::queued: break;
+  }
+  c.queue_bytes += len;
+  c.queue_depth = q.depth(s, now_ns);
+  c.queue_depth_max = std::max(c.queue_depth_max, q.counters().depth_max);
+  *depart_ns = v.depart_ns;
+  return true;
+}
+
+void FaultStage::update_depths(FaultDirection d, uint64_t now_ns) {
+  for (Active& a : active_rules_) {
+    if (!a.rule.spec.queue.any()) continue;
+    const uint64_t depth = a.queue[index(d)].depth(a.rule.spec.queue, now_ns);
+    totals_.queue_depth += depth - a.counters.queue_depth;  // the totals carry the sum of the gauges
+    a.counters.queue_depth = depth;
+  }
+}
+
 void FaultStage::apply(Active& a, FaultDirection d, rte_mbuf* m, uint64_t now_ns, std::vector<rte_mbuf*>* out) {
   FaultCounters& c = a.counters;
   FaultCounters before = c;
   ++c.matched;
   const net::FaultSpec& f = a.rule.spec;
+  uint64_t depart_ns = now_ns;
+  if (f.queue.any() && !enqueue(a, d, &m, now_ns, &depart_ns)) {
+    FaultCounters delta;
+    for (const auto& k : kFaultCounters) delta.*k.member = c.*k.member - before.*k.member;
+    totals_ += delta;
+    return;
+  }
   const net::FrameFate fate =
       a.dice[index(d)].roll(f, f.corrupt > 0 ? regions_of(m, f.corrupt_target) : net::FrameRegions{m->pkt_len, 0, 0, 0});
   if (fate.lost) {
@@ -192,10 +245,10 @@ void FaultStage::apply(Active& a, FaultDirection d, rte_mbuf* m, uint64_t now_ns
         if (dup != nullptr) ++c.duplicated;
         else ++c.copy_failed;
       }
-      if (fate.hold_ns != 0) {
-        ++c.delayed;
+      if (fate.hold_ns != 0 || depart_ns > now_ns) {
+        c.delayed += fate.hold_ns != 0;
         c.reordered += fate.reordered;
-        const uint64_t due = net::add_saturating(now_ns, fate.hold_ns);
+        const uint64_t due = net::add_saturating(depart_ns, fate.hold_ns);
         hold(d, m, due);
         if (dup != nullptr) hold(d, dup, due);
       } else {
@@ -217,6 +270,7 @@ void FaultStage::release(FaultDirection d, uint64_t now_ns, std::vector<rte_mbuf
     h.pop_back();
   }
   held_[index(d)] = h.size();
+  if ((active_ & uint8_t(d)) != 0) update_depths(d, now_ns);
 }
 
 void FaultStage::process(FaultDirection d, rte_mbuf* const* frames, size_t n, uint64_t now_ns,

@@ -18,6 +18,12 @@
 // ICRC (droce_shm with icrc=skip: nobody would check it) discards the frame as the receiver's
 // ICRC check would have, and counts it (corrupt_discarded).
 //
+// A rule with rate= is a congestion point (net/congestion_point.h): one queue per rule,
+// direction and core, drained at the rate, drop-tail at buffer=, RED/ECN marking between
+// ecn-min and ecn-max (CE set in the IP header, its checksum fixed); its frames are held until
+// they leave the queue. As an rx rule for every QP it is the switch's egress port toward this
+// host: every sender's frames share it (per core: a droced of one core has one queue).
+//
 // Threading: FaultRules is shared by the cores of a device; set()/clear() from any thread, the
 // cores pick a new version up at their next loop (one relaxed load per loop when nothing
 // changed). A FaultStage belongs to one core.
@@ -33,6 +39,7 @@
 
 #include "core/counter_table.h"
 #include "droced/capture.h"
+#include "net/congestion_point.h"
 #include "net/fault_model.h"
 #include "rocev2/engine.h"
 
@@ -63,6 +70,12 @@ struct FaultCounters {
   uint64_t corrupt_discarded = 0;
   uint64_t truncated = 0;
   uint64_t copy_failed = 0;
+  uint64_t queue_bytes = 0;
+  uint64_t queue_marked = 0;
+  uint64_t queue_dropped = 0;
+  uint64_t queue_red_dropped = 0;
+  uint64_t queue_depth = 0;
+  uint64_t queue_depth_max = 0;
 
   FaultCounters& operator+=(const FaultCounters& o);
 };
@@ -79,6 +92,13 @@ inline constexpr core::Counter<FaultCounters> kFaultCounters[] = {
      "of corrupted: discarded on a link without ICRC, as the receiver's check would"},
     {"truncated", &FaultCounters::truncated, "frames that lost their tail"},
     {"copy_failed", &FaultCounters::copy_failed, "a copy (duplicate, private copy) found no mbuf: that fault skipped"},
+    {"queue_bytes", &FaultCounters::queue_bytes, "congestion point (rate=): bytes through the queue"},
+    {"queue_marked", &FaultCounters::queue_marked, "congestion point: frames RED marked CE"},
+    {"queue_dropped", &FaultCounters::queue_dropped, "congestion point: frames dropped at a full buffer"},
+    {"queue_red_dropped", &FaultCounters::queue_red_dropped,
+     "congestion point: frames not ECN-capable RED dropped where they would be marked"},
+    {"queue_depth", &FaultCounters::queue_depth, "congestion point: bytes queued now (a gauge)"},
+    {"queue_depth_max", &FaultCounters::queue_depth_max, "congestion point: the deepest the queue was, bytes (a gauge)"},
 };
 static_assert(core::covers(kFaultCounters));
 
@@ -134,6 +154,7 @@ class FaultStage {
   struct Active {
     FaultRule rule;
     net::FaultDice dice[2];  ///< rx, tx
+    net::CongestionPoint queue[2];  ///< rx, tx (rate= rules only)
     FaultCounters counters;
   };
   struct Held {
@@ -145,6 +166,10 @@ class FaultStage {
   void reload();
   Active* match(FaultDirection d, const rte_mbuf* m);
   void hold(FaultDirection d, rte_mbuf* m, uint64_t due_ns);
+  /// Through the rule's congestion point: false when it dropped the frame; *depart_ns when it leaves.
+  bool enqueue(Active& a, FaultDirection d, rte_mbuf** m, uint64_t now_ns, uint64_t* depart_ns);
+  /// The queues' depth gauges at now_ns.
+  void update_depths(FaultDirection d, uint64_t now_ns);
   /// Applies one rolled fate; appends what goes on now to *out.
   void apply(Active& a, FaultDirection d, rte_mbuf* m, uint64_t now_ns, std::vector<rte_mbuf*>* out);
 

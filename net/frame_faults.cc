@@ -1,5 +1,8 @@
 #include "net/frame_faults.h"
 
+#include "net/frame_build.h"
+#include "net/headers.h"
+
 namespace droce::net {
 namespace {
 
@@ -15,7 +18,53 @@ bool make_private(rte_mbuf** m, rte_mempool* pool) {
   return true;
 }
 
+// Where the IP header starts in the first segment, and whether it is IPv4; -1 if not IP.
+int ip_offset(const rte_mbuf* m, bool* v4) {
+  const auto* p = rte_pktmbuf_mtod(m, const uint8_t*);
+  size_t off = kEthHdrLen;
+  if (m->data_len < kEthHdrLen) return -1;
+  uint16_t type = static_cast<uint16_t>(p[12] << 8 | p[13]);
+  if (type == kEtherTypeVlan) {
+    if (m->data_len < kEthHdrLen + kVlanHdrLen) return -1;
+    type = static_cast<uint16_t>(p[16] << 8 | p[17]);
+    off += kVlanHdrLen;
+  }
+  *v4 = type == kEtherTypeIpv4;
+  if (!*v4 && type != kEtherTypeIpv6) return -1;
+  if (m->data_len < off + (*v4 ? kIpv4HdrLen : kIpv6HdrLen)) return -1;
+  if (*v4 && (p[off] >> 4 != 4 || m->data_len < off + (p[off] & 0x0f) * 4u)) return -1;
+  return static_cast<int>(off);
+}
+
 }  // namespace
+
+int frame_ecn(const rte_mbuf* m) {
+  bool v4;
+  const int off = ip_offset(m, &v4);
+  if (off < 0) return -1;
+  const auto* ip = rte_pktmbuf_mtod_offset(m, const uint8_t*, off);
+  return v4 ? ip[1] & kEcnMask : (ip[1] >> 4) & kEcnMask;  // IPv6: the traffic class's low bits
+}
+
+bool set_frame_ce(rte_mbuf** frame, rte_mempool* pool) {
+  bool v4;
+  const int off = ip_offset(*frame, &v4);
+  if (off < 0) return false;
+  if (frame_ecn(*frame) == kEcnCe) return true;
+  if (!make_private(frame, pool)) return false;
+  auto* ip = rte_pktmbuf_mtod_offset(*frame, uint8_t*, off);
+  if (v4) {
+    ip[1] |= kEcnCe;
+    const size_t ihl = (ip[0] & 0x0f) * 4u;
+    ip[10] = ip[11] = 0;
+    const uint16_t sum = inet_checksum(ip, ihl);
+    ip[10] = static_cast<uint8_t>(sum >> 8);
+    ip[11] = static_cast<uint8_t>(sum);
+  } else {
+    ip[1] |= kEcnCe << 4;
+  }
+  return true;
+}
 
 rte_mbuf* copy_frame(const rte_mbuf* m, rte_mempool* pool) {
   return pool == nullptr ? nullptr : rte_pktmbuf_copy(m, pool, 0, UINT32_MAX);

@@ -23,5 +23,12 @@ bool frame_is_shared(const rte_mbuf* m);
 bool flip_frame_bit(rte_mbuf** m, uint64_t bit, rte_mempool* pool);
 /// Cuts *m to its first keep_len bytes (keep_len < pkt_len).
 bool truncate_frame(rte_mbuf** m, uint32_t keep_len, rte_mempool* pool);
+/// The IP ECN bits (net/headers.h kEcn*) of an Ethernet frame (one VLAN tag allowed) carrying
+/// IPv4 or IPv6, or -1 for any other frame.
+int frame_ecn(const rte_mbuf* m);
+/// Sets CE (ECN 11) in the frame's IPv4 TOS, with its header checksum, or IPv6 traffic class, as
+/// a congestion point does; the RoCE ICRC masks these bits, so it stays valid. False for a frame
+/// that is not IP or a copy that cannot be made.
+bool set_frame_ce(rte_mbuf** m, rte_mempool* pool);
 
 }  // namespace droce::net

@@ -18,6 +18,10 @@
 //   cnp_received          qpn                     a CNP for qpn arrived (acted on or not)
 //   rate_change           qpn, rc, rt             DCQCN cut the QP's rate: current and target,
 //                                                 Mbit/s (rocev2/dcqcn.h)
+//   queue_mark            rule, bytes, depth      a congestion point (droced/fault_stage.h) set CE
+//                                                 on a frame of `bytes`, finding `depth` queued
+//   queue_drop            rule, bytes, depth      a congestion point dropped a frame (buffer
+//                                                 full, or RED on a frame that is not ECN-capable)
 //
 // Why USDT: an unattached probe is a nop and a note, with no call and no branch, so the data
 // path may carry them (CONTRIBUTING.md "The hot path"); attaching one costs a trap per hit, paid

@@ -13,8 +13,10 @@
 
 #include "droced/fault_stage.h"
 #include "net/eal.h"
+#include "net/headers.h"
 #include "rocev2/builder.h"
 #include "rocev2/opcode.h"
+#include "rocev2/parser.h"
 #include "tests/test_support.h"
 
 namespace droce::droced {
@@ -31,8 +33,10 @@ class FaultStageTest : public ::testing::Test {
   }
 
   // A SEND Only to QP `dqpn` from QP `sqpn` (the engine's tag), `payload` bytes of `fill`.
-  static rte_mbuf* frame(uint32_t dqpn, uint32_t sqpn = 0, uint32_t payload = 256, uint8_t fill = 0xab) {
+  static rte_mbuf* frame(uint32_t dqpn, uint32_t sqpn = 0, uint32_t payload = 256, uint8_t fill = 0xab,
+                         uint8_t tos = 0) {
     PacketHeaders h;
+    h.l3.tos = tos;
     h.l3.src = rocev2::ipv4_mapped(0x0a000001);
     h.l3.dst = rocev2::ipv4_mapped(0x0a000002);
     h.bth.opcode = rocev2::op::kSendOnly;  // RC
@@ -113,6 +117,49 @@ TEST_F(FaultStageTest, SentFramesMatchTheirSendingQpAndDirectionsStayApart) {
   rte_mbuf* received = frame(5);
   run(s, FaultDirection::rx, {received}, 0);  // a tx rule leaves received frames alone
   EXPECT_EQ(out_.back(), received);
+}
+
+TEST_F(FaultStageTest, ACongestionPointHoldsFramesUntilTheyLeaveMarksCeAndDrops) {
+  // 314-byte frames (256 payload) at 1 Gbit/s: 2512 ns each. kmin 300, kmax 600, pmax 0: a frame
+  // finding more than 600 bytes queued is marked; more than 1000 with it does not fit.
+  const uint32_t id = add("rate=1gbit,buffer=1000,ecn-min=300,ecn-max=600,ecn-pmax=0");
+  FaultStage s(&rules_, 0, pool_, true);
+  std::vector<rte_mbuf*> ect;
+  for (uint8_t i = 0; i < 4; ++i) ect.push_back(frame(17, 0, 256, i, net::kEcnEct0));
+  ASSERT_EQ(ect[0]->pkt_len, 314u);
+  std::vector<rte_mbuf*> kept(ect.begin(), ect.begin() + 3);
+  run(s, FaultDirection::rx, ect, 0);
+  // Expect: nothing leaves at once; the 4th frame found 942 queued and was dropped.
+  EXPECT_TRUE(out_.empty());
+  EXPECT_EQ(s.next_release_ns(), 2512u);
+  // Expect: at 2512 the first left; a frame that is not ECN-capable finds 628 > kmax: RED drops it.
+  run(s, FaultDirection::rx, {frame(17, 0, 256, 9, net::kEcnNotEct)}, 2512);
+  ASSERT_EQ(out_.size(), 1u);
+  EXPECT_EQ(out_[0], kept[0]);
+  EXPECT_EQ(counters_of(s, id).queue_depth, 628u);
+  s.release(FaultDirection::rx, 7536, &out_);
+  ASSERT_EQ(out_.size(), 3u);
+  EXPECT_EQ(out_[1], kept[1]);
+  // Expect: the third left with CE, its IPv4 checksum and ICRC still good (the ICRC masks TOS).
+  for (size_t i = 0; i < 3; ++i) {
+    rocev2::ParsedPacket p;
+    rocev2::ParseOptions o;
+    o.verify_icrc = true;
+    o.verify_ipv4_checksum = true;
+    ASSERT_EQ(rocev2::parse_frame(out_[i], &p, o), rocev2::ParseStatus::ok) << i;
+    EXPECT_EQ(p.hdr.l3.tos & net::kEcnMask, i == 2 ? net::kEcnCe : net::kEcnEct0) << i;
+  }
+  const FaultCounters c = counters_of(s, id);
+  EXPECT_EQ(c.matched, 5u);
+  EXPECT_EQ(c.queue_marked, 1u);
+  EXPECT_EQ(c.queue_dropped, 1u);
+  EXPECT_EQ(c.queue_red_dropped, 1u);
+  EXPECT_EQ(c.queue_bytes, 3u * 314);
+  EXPECT_EQ(c.queue_depth, 0u);
+  EXPECT_EQ(c.queue_depth_max, 942u);
+  EXPECT_EQ(s.totals().queue_marked, 1u);
+  EXPECT_EQ(s.totals().queue_depth, 0u);
+  EXPECT_EQ(s.next_release_ns(), UINT64_MAX);
 }
 
 TEST_F(FaultStageTest, HeldFramesComeOutWhenDueAndInTheirOrder) {
