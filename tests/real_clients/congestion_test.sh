@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# droce's congestion point (a `droce fault` rule with rate=, net/congestion_point.h) and DCQCN
+# with the distro's programs: three droce hosts on a bridge (scripts/lab.sh, af_packet, lab
+# "dcpt": namespaces dcpt-sw, dcpt-h1..h3, made and removed here), h2 and h3 sending to h1
+# through one small queue on h1's receive path, ib_write_bw 64 KiB from both for 4 s and an
+# ibv_rc_pingpong with its data check (-c) beside them:
+#   1. DCQCN on (droce cc defaults), RED/ECN marking: the queue marks CE (> 0), h1 answers with
+#      CNPs (np_cnp_sent > 0), h2 and h3 act on them (rp_cnp_handled > 0, rp_rate_cuts > 0); all
+#      programs finish and the pingpong's 50 checked messages arrive;
+#   2. DCQCN off on every host (`droce cc set rp_enable=0 np_enable=0`), the queue drop-tail only:
+#      it drops (queue_dropped > 0), the senders retransmit (retransmits > 0), and RC still
+#      delivers: every program finishes, the pingpong's data checked.
+# Nothing here times anything: the rate is far below what even a debug droced sends, so the
+# queue fills whatever the machine's speed.
+#
+#   congestion_test.sh DROCE DROCED LAB_SCRIPT
+#
+# Root (namespaces). Skips (77) without root, ibv_rc_pingpong or perftest.
+set -uo pipefail
+[ $# -eq 3 ] || { echo "usage: $0 DROCE DROCED LAB_SCRIPT" >&2; exit 2; }
+droce=$(realpath "$1")
+droced=$(realpath "$2")
+lab_sh=$(realpath "$3")
+deadline=$(dirname "$(realpath "$0")")/deadline.sh
+build=$(dirname "$(dirname "$droced")")
+
+skip() { echo "SKIP: $*"; exit 77; }
+[ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces)"
+command -v ibv_rc_pingpong >/dev/null || skip "ibv_rc_pingpong not installed (Debian package ibverbs-utils)"
+command -v ib_write_bw >/dev/null || skip "ib_write_bw not installed (Debian package perftest)"
+
+lab=dcpt
+state=/run/droce-lab/$lab
+tmp=$(mktemp -d /tmp/droce-congestion-test.XXXXXX)
+fail=0
+# shellcheck source=scripts/lib/netns.sh
+. "$(dirname "$lab_sh")/lib/netns.sh"
+on_exit rm -rf "$tmp"
+on_exit "$lab_sh" down --name "$lab"
+on_exit kill_jobs KILL
+on_exit kill_jobs TERM
+
+ok() { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fail=1; }
+sock() { echo "$state/$1/droce0.sock"; }
+run_on() { "$lab_sh" exec "$1" --name "$lab" --build "$build" -- "${@:2}"; }
+
+# counter HOST NAME: the counter NAME in `droce counters --json` of HOST (its first occurrence).
+counter() {
+  "$droce" counters --json --socket "$(sock "$1")" | /usr/bin/python3 -c '
+import json, sys
+def find(j, k):
+    if isinstance(j, dict):
+        if k in j and not isinstance(j[k], (dict, list)): return j[k]
+        for v in j.values():
+            r = find(v, k)
+            if r is not None: return r
+    return None
+r = find(json.load(sys.stdin), sys.argv[1])
+print(-1 if r is None else r)' "$2"
+}
+# rule_counter NAME: the counter NAME of h1's congestion point rule.
+rule_counter() {
+  "$droce" fault --json --socket "$(sock h1)" |
+    /usr/bin/python3 -c "import json,sys; print(next((r['counters']['$1'] for r in json.load(sys.stdin) if r['id'] == $rule), -1))"
+}
+
+if [ -d "$state" ]; then "$lab_sh" down --name "$lab"; fi  # a run killed before its cleanup
+DROCE_LAB_DROCED_ARGS="--log-level=droce.*:warning" "$lab_sh" up --hosts 3 --link af_packet --name "$lab" \
+  --build "$build" >"$tmp/lab.out" 2>&1 || { cat "$tmp/lab.out"; bad "the lab did not come up"; exit 1; }
+recv=$("$lab_sh" addr h1 --name "$lab")
+
+# traffic PHASE PORT: ib_write_bw 64 KiB for 4 s from h2 and from h3 to h1, and ibv_rc_pingpong
+# -c (50 x 4 KiB) from h2 beside them; 0 when every program finished well.
+traffic() {
+  local phase=$1 p=$2 pids=() rc=0 s
+  for s in 0 1; do
+    run_on h1 ib_write_bw -d droce0 -x 1 -s 65536 -D 4 -p $((p + s)) >"$tmp/$phase.bw$s.srv" 2>&1 &
+    pids+=($!)
+  done
+  run_on h1 ibv_rc_pingpong -d droce0 -g 1 -p $((p + 2)) -c -s 4096 -n 50 >"$tmp/$phase.pp.srv" 2>&1 &
+  pids+=($!)
+  for s in 0 1 2; do wait_tcp_listen "$lab-h1" $((p + s)) "" || true; done
+  for s in 0 1; do
+    "$deadline" 60 "$lab_sh" exec "h$((s + 2))" --name "$lab" --build "$build" -- ib_write_bw -d droce0 -x 1 \
+      -s 65536 -D 4 -p $((p + s)) "$recv" >"$tmp/$phase.bw$s.cli" 2>&1 &
+    pids+=($!)
+  done
+  sleep 0.5
+  "$deadline" 60 "$lab_sh" exec h2 --name "$lab" --build "$build" -- ibv_rc_pingpong -d droce0 -g 1 -p $((p + 2)) \
+    -c -s 4096 -n 50 "$recv" >"$tmp/$phase.pp.cli" 2>&1 &
+  pids+=($!)
+  for s in "${pids[@]}"; do wait "$s" || rc=1; done
+  grep -q "^50 iters" "$tmp/$phase.pp.cli" || rc=1
+  for s in 0 1; do grep -qE '^ *65536 +[0-9]+ ' "$tmp/$phase.bw$s.cli" || rc=1; done
+  if [ "$rc" -ne 0 ]; then
+    for f in "$tmp/$phase".*; do echo "--- $f"; tail -n 5 "$f"; done
+  fi
+  return "$rc"
+}
+
+# ---- 1. DCQCN on, RED/ECN marking ---------------------------------------------------------------
+# 40 Mbit/s: 5 MB/s, a tenth of what a debug droced sends; marking from 16 KiB, always past 48 KiB.
+rule=$("$droce" fault set "rate=40mbit,buffer=128k,ecn-min=16k,ecn-max=48k,ecn-pmax=20%" --dir rx --json \
+  --socket "$(sock h1)" | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['id'])")
+[ -n "$rule" ] || { bad "the congestion point rule was refused"; exit 1; }
+if traffic dcqcn 19910; then
+  ok "DCQCN: both ib_write_bw runs and the pingpong's 50 checked messages finished through the queue"
+else
+  bad "DCQCN: a program failed"
+fi
+marked=$(rule_counter queue_marked)
+cnp_sent=$(counter h1 np_cnp_sent)
+handled=$(( $(counter h2 rp_cnp_handled) + $(counter h3 rp_cnp_handled) ))
+cuts=$(( $(counter h2 rp_rate_cuts) + $(counter h3 rp_rate_cuts) ))
+depth_max=$(rule_counter queue_depth_max)
+dropped1=$(( $(rule_counter queue_dropped) + $(rule_counter queue_red_dropped) ))
+[ "$marked" -gt 0 ] && ok "the queue marked $marked frames CE (deepest $depth_max bytes, $dropped1 dropped)" ||
+  bad "the queue marked nothing (deepest $depth_max bytes)"
+[ "$cnp_sent" -gt 0 ] && ok "h1 answered with $cnp_sent CNPs" || bad "h1 sent no CNP ($marked marked)"
+[ "$handled" -gt 0 ] && [ "$cuts" -gt 0 ] && ok "h2 and h3 handled $handled CNPs, $cuts rate cuts" ||
+  bad "the senders handled $handled CNPs, $cuts rate cuts"
+
+# ---- 2. DCQCN off, drop-tail only -----------------------------------------------------------------
+for h in h1 h2 h3; do
+  "$droce" cc set rp_enable=0 np_enable=0 --socket "$(sock "$h")" >/dev/null || bad "droce cc set on $h failed"
+done
+"$droce" fault set "rate=40mbit,buffer=32k" --id "$rule" --dir rx --socket "$(sock h1)" >/dev/null ||
+  bad "changing the rule failed"
+retx0=$(( $(counter h2 retransmits) + $(counter h3 retransmits) ))
+marked0=$(rule_counter queue_marked)
+if traffic droptail 19920; then
+  ok "drop-tail: both ib_write_bw runs and the pingpong's 50 checked messages finished through the drops"
+else
+  bad "drop-tail: a program failed"
+fi
+dropped=$(( $(rule_counter queue_dropped) + $(rule_counter queue_red_dropped) - dropped1 ))
+retx=$(( $(counter h2 retransmits) + $(counter h3 retransmits) - retx0 ))
+marked2=$(( $(rule_counter queue_marked) - marked0 ))
+[ "$dropped" -gt 0 ] && ok "the full queue dropped $dropped frames" || bad "the queue dropped nothing"
+[ "$retx" -gt 0 ] && ok "the senders retransmitted $retx packets" || bad "no retransmits ($dropped dropped)"
+[ "$marked2" -eq 0 ] && ok "without ecn-* nothing was marked" || bad "$marked2 frames marked without ecn-*"
+exit "$fail"
