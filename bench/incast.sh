@@ -16,17 +16,21 @@
 # issue 37 (printed, never asserted): the share of samples with the queue under kmin and under
 # kmax, drops, the three flows' rates' spread (max/min over the run's middle), retransmits.
 # During the dcqcn run `droce capture` on h2 records what h2 receives and sends (first 96 bytes
-# of each frame) and tshark counts the CNPs in it (BTH opcode 0x81).
+# of each of its first 100 000 frames, so the capture's cost ends early) and tshark counts the
+# CNPs in it (BTH opcode 0x81).
 # Writes incast.json and incast.png (python3-matplotlib) under bench/out or --out DIR.
 #
 #   bench/incast.sh [--out DIR] [--secs N] [--rate R] [--buffer B] [--ecn-min B] [--ecn-max B]
-#                   [--ecn-pmax P] [--build DIR] [--no-build]
+#                   [--ecn-pmax P] [--cc 'NAME=VALUE ...'] [--build DIR] [--no-build]
+# --cc: DCQCN parameters (droce cc set) for the dcqcn run on every host, over the defaults: e.g.
+# 'rpg_max_rate=1000 clamp_tgt_rate=1' starts the reaction point from this path's rate instead of
+# the 100 Gbit/s line rate droced assumes.
 # Root (namespaces). Defaults: 10 s, rate 500mbit (this 2-vCPU VM's af_packet path carries about
 # 1-1.5 Gbit/s, so three senders overrun it), buffer 256k, ecn-min 20k, ecn-max 100k, ecn-pmax 20%.
 # The queue is the same in both runs: without DCQCN the data is Not-ECT, so RED drops it where
 # it would mark (RFC 3168) and drop-tail acts at the buffer; the table tells the two apart.
 set -uo pipefail
-out=bench/out secs=10 rate=500mbit buffer=256k kmin=20k kmax=100k pmax=20% build=build/release no_build=0
+cc_extra="" out=bench/out secs=10 rate=500mbit buffer=256k kmin=20k kmax=100k pmax=20% build=build/release no_build=0
 while [ $# -gt 0 ]; do
   case $1 in
     --out) out=$2; shift 2 ;;
@@ -37,6 +41,7 @@ while [ $# -gt 0 ]; do
     --ecn-max) kmax=$2; shift 2 ;;
     --ecn-pmax) pmax=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
+    --cc) cc_extra=$2; shift 2 ;;
     --no-build) no_build=1; shift ;;
     *) sed -n '2,25p' "$0"; exit 2 ;;
   esac
@@ -111,7 +116,8 @@ PY
 run() {
   local mode=$1 p=$2 h s pids=()
   for h in h1 h2 h3 h4; do
-    if [ "$mode" = dcqcn ]; then "$droce" cc set rp_enable=1 np_enable=1 --socket "$(sock "$h")" >/dev/null
+    # shellcheck disable=SC2086 # cc_extra is a list of NAME=VALUE
+    if [ "$mode" = dcqcn ]; then "$droce" cc set rp_enable=1 np_enable=1 $cc_extra --socket "$(sock "$h")" >/dev/null
     else "$droce" cc set rp_enable=0 np_enable=0 --socket "$(sock "$h")" >/dev/null; fi
   done
   "$droce" fault clear all --socket "$(sock h1)" >/dev/null 2>&1
@@ -122,7 +128,7 @@ run() {
   done
   for s in 0 1 2; do wait_tcp_listen "$lab-h1" $((p + s)) "" || true; done
   if [ "$mode" = dcqcn ]; then
-    ip netns exec "$lab-h2" "$droce" capture -s 96 -c 2000000 -w "$tmp/cnp.pcapng" --socket "$(sock h2)" \
+    ip netns exec "$lab-h2" "$droce" capture -s 96 -c 100000 -w "$tmp/cnp.pcapng" --socket "$(sock h2)" \
       >"$tmp/capture.out" 2>&1 &
     cap=$!
   fi
@@ -140,16 +146,16 @@ run() {
     echo "  $mode h$((s + 2)): $(grep -E '^ *65536 ' "$tmp/$mode.cli$s" | tr -s ' ' || tail -n 2 "$tmp/$mode.cli$s")"
   done
 }
-echo "--- with DCQCN (droce cc defaults)"
+echo "--- with DCQCN (droce cc defaults${cc_extra:+, $cc_extra})"
 run dcqcn 19810
 cnps=$(tshark -r "$tmp/cnp.pcapng" -Y 'infiniband.bth.opcode == 0x81' 2>/dev/null | wc -l)
 echo "  CNPs captured on h2 that tshark decodes (infiniband.bth.opcode == 0x81): $cnps"
 echo "--- without DCQCN (rp_enable=0 np_enable=0 on every host)"
 run no-dcqcn 19820
 
-$py - "$tmp" "$out" "$recv" "${path:-0}" "$rate" "$buffer" "$kmin" "$kmax" "$pmax" "$cnps" <<'PY'
+$py - "$tmp" "$out" "$recv" "${path:-0}" "$rate" "$buffer" "$kmin" "$kmax" "$pmax" "$cnps" "$cc_extra" <<'PY'
 import json, sys
-tmp, out, recv, path, rate, buffer, kmin, kmax, pmax, cnps = sys.argv[1:]
+tmp, out, recv, path, rate, buffer, kmin, kmax, pmax, cnps = sys.argv[1:11]
 def size(s):
     s = s.lower()
     for u, k in (("kib", 1024), ("mib", 1 << 20), ("k", 1024), ("m", 1 << 20)):
@@ -217,7 +223,7 @@ def analyse(mode):
         "spread": (max(mean.values()) / min(mean.values())) if len(mean) == 3 and min(mean.values()) > 0 else None,
     }
     return series, fig
-res = {"path_gbps": float(path), "queue": {"rate": rate, "buffer": buffer, "ecn_min": kmin, "ecn_max": kmax,
+res = {"path_gbps": float(path), "cc": sys.argv[11], "queue": {"rate": rate, "buffer": buffer, "ecn_min": kmin, "ecn_max": kmax,
        "ecn_pmax": pmax}, "cnps_captured": int(cnps), "runs": {}}
 for mode in ("dcqcn", "no-dcqcn"):
     series, fig = analyse(mode)
@@ -264,10 +270,9 @@ try:
         ax[1][col].axhline(kmax_b / 1024, ls="--", color="r", label="kmax")
         ax[1][col].set_title("queue depth (KiB)")
         ax[1][col].legend(fontsize=7)
-        ax[2][col].plot(t, [s["cnp_sent"] for s in ser], label="CNPs sent (h1)")
-        ax[2][col].plot(t, [s["dropped"] for s in ser], label="drops")
-        ax[2][col].plot(t, [s["retx_total"] for s in ser], label="retransmits")
-        ax[2][col].set_title("cumulative")
+        for k, label in (("cnp_sent", "CNPs sent (h1)"), ("dropped", "drops"), ("retx_total", "retransmits")):
+            ax[2][col].plot(t, [s[k] - ser[0][k] for s in ser], label=label)
+        ax[2][col].set_title("since the run began")
         ax[2][col].set_xlabel("s")
         ax[2][col].legend(fontsize=7)
     fig.tight_layout()
