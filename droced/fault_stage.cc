@@ -122,6 +122,11 @@ void FaultStage::reload() {
     }
     if (r.spec.any()) active_ |= uint8_t(r.direction);
   }
+  // A removed rule's queue is gone: its depth leaves the totals' gauge (its other counts stay).
+  for (const Active& a : active_rules_)
+    if (std::none_of(next.begin(), next.end(),
+                     [&](const Active& n) { return n.rule.id == a.rule.id && n.rule.seed == a.rule.seed; }))
+      totals_.queue_depth -= a.counters.queue_depth;
   active_rules_ = std::move(next);
 }
 
@@ -208,12 +213,7 @@ void FaultStage::apply(Active& a, FaultDirection d, rte_mbuf* m, uint64_t now_ns
   ++c.matched;
   const net::FaultSpec& f = a.rule.spec;
   uint64_t depart_ns = now_ns;
-  if (f.queue.any() && !enqueue(a, d, &m, now_ns, &depart_ns)) {
-    FaultCounters delta;
-    for (const auto& k : kFaultCounters) delta.*k.member = c.*k.member - before.*k.member;
-    totals_ += delta;
-    return;
-  }
+  if (f.queue.any() && !enqueue(a, d, &m, now_ns, &depart_ns)) return add_to_totals(before, c);
   const net::FrameFate fate =
       a.dice[index(d)].roll(f, f.corrupt > 0 ? regions_of(m, f.corrupt_target) : net::FrameRegions{m->pkt_len, 0, 0, 0});
   if (fate.lost) {
@@ -257,9 +257,12 @@ void FaultStage::apply(Active& a, FaultDirection d, rte_mbuf* m, uint64_t now_ns
       }
     }
   }
-  FaultCounters delta;
-  for (const auto& k : kFaultCounters) delta.*k.member = c.*k.member - before.*k.member;
-  totals_ += delta;
+  add_to_totals(before, c);
+}
+
+void FaultStage::add_to_totals(const FaultCounters& before, const FaultCounters& after) {
+  // Differences wrap for a gauge that went down; adding them back wraps the same way.
+  for (const auto& k : kFaultCounters) totals_.*k.member += after.*k.member - before.*k.member;
 }
 
 void FaultStage::release(FaultDirection d, uint64_t now_ns, std::vector<rte_mbuf*>* out) {

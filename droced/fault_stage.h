@@ -168,6 +168,8 @@ class FaultStage {
   void hold(FaultDirection d, rte_mbuf* m, uint64_t due_ns);
   /// Through the rule's congestion point: false when it dropped the frame; *depart_ns when it leaves.
   bool enqueue(Active& a, FaultDirection d, rte_mbuf** m, uint64_t now_ns, uint64_t* depart_ns);
+  /// What a rule's counters moved by since `before`, into the core's totals.
+  void add_to_totals(const FaultCounters& before, const FaultCounters& after);
   /// The queues' depth gauges at now_ns.
   void update_depths(FaultDirection d, uint64_t now_ns);
   /// Applies one rolled fate; appends what goes on now to *out.

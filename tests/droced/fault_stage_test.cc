@@ -162,6 +162,20 @@ TEST_F(FaultStageTest, ACongestionPointHoldsFramesUntilTheyLeaveMarksCeAndDrops)
   EXPECT_EQ(s.next_release_ns(), UINT64_MAX);
 }
 
+TEST_F(FaultStageTest, AClearedCongestionPointLeavesNoDepthInTheTotals) {
+  const uint32_t id = add("rate=1gbit");
+  FaultStage s(&rules_, 0, pool_, true);
+  run(s, FaultDirection::rx, {frame(17, 0, 256, 1, net::kEcnEct0), frame(17, 0, 256, 2, net::kEcnEct0)}, 0);
+  EXPECT_EQ(s.totals().queue_depth, 628u);
+  ASSERT_EQ(rules_.clear(id), 0);
+  s.refresh();
+  // Expect: the queue's frames still leave when due; the gauge no longer counts a queue that is gone.
+  EXPECT_EQ(s.totals().queue_depth, 0u);
+  s.release(FaultDirection::rx, 5024, &out_);
+  EXPECT_EQ(out_.size(), 2u);
+  EXPECT_EQ(s.totals().queue_marked, 0u);
+}
+
 TEST_F(FaultStageTest, HeldFramesComeOutWhenDueAndInTheirOrder) {
   add("delay=10us");
   FaultStage s(&rules_, 0, pool_, true);
