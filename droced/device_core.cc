@@ -125,6 +125,9 @@ DeviceCore::DeviceCore(const DeviceCoreConfig& cfg, int* rc) : cfg_(cfg), group_
     cc_version_ = cfg.cc->version();
     ec.cc = cfg.cc->get();
   }
+  // DCQCN's line rate (where a QP's rate starts, and rpg_max_rate 0) is the port's speed, as
+  // on mlx5; a port that tells none (or is down at start) keeps the engine's 100 Gbit/s.
+  if (const uint32_t speed = cfg.port->link().speed_mbps; speed != 0) ec.line_rate_mbps = speed;
   icrc_on_link_ = !ec.offloads.rx_icrc && !ec.offloads.tx_icrc;
   faults_ = std::make_unique<FaultStage>(cfg.faults, cfg_.index, cfg.port->pool(), icrc_on_link_);
   capture_ = CaptureTap{cfg.capture, cfg_.index};
