@@ -34,6 +34,7 @@ const char* to_string(WcStatus s) {
     case WcStatus::bad_resp_err: return "BAD_RESP_ERR";
     case WcStatus::loc_access_err: return "LOC_ACCESS_ERR";
     case WcStatus::rem_inv_req_err: return "REM_INV_REQ_ERR";
+    case WcStatus::mw_bind_err: return "MW_BIND_ERR";
     case WcStatus::rem_access_err: return "REM_ACCESS_ERR";
     case WcStatus::rem_op_err: return "REM_OP_ERR";
     case WcStatus::retry_exc_err: return "RETRY_EXC_ERR";

@@ -162,8 +162,12 @@ enum class WrOpcode : uint8_t {
   atomic_cmp_and_swp = 5,
   atomic_fetch_and_add = 6,
   local_inv = 7,
+  bind_mw = 8,
   send_with_inv = 9,
 };
+
+/// ibv_mw_type.
+enum class MwType : uint8_t { type1 = 1, type2 = 2 };
 
 /// ibv_send_flags.
 enum SendFlags : uint32_t {
@@ -183,6 +187,7 @@ enum class WcStatus : uint8_t {
   bad_resp_err = 7,
   loc_access_err = 8,
   rem_inv_req_err = 9,
+  mw_bind_err = 6,
   rem_access_err = 10,
   rem_op_err = 11,
   retry_exc_err = 12,
@@ -200,6 +205,7 @@ enum class WcOpcode : uint8_t {
   rdma_read = 2,
   comp_swap = 3,
   fetch_add = 4,
+  bind_mw = 5,
   local_inv = 6,
   recv = 128,
   recv_rdma_with_imm = 129,
@@ -235,6 +241,13 @@ struct SendWr {
   uint32_t ah = 0;                ///< UD: address handle id
   uint32_t remote_qpn = 0;        ///< UD
   uint32_t remote_qkey = 0;       ///< UD; MSB set: use the QP's Q_Key (IBA 10.2.5)
+  /// BIND_MW (ibv_send_wr's bind_mw): the window is named by its current
+  /// R_Key in invalidate_rkey, its new R_Key (whose low 8 bits are the new
+  /// tag) in rkey, the range in remote_addr and bind_length; an MR's L_Key of
+  /// 0 with length 0 unbinds a type 1 window.
+  uint32_t bind_mr_lkey = 0;
+  uint32_t bind_access = 0;
+  uint64_t bind_length = 0;
   uint32_t num_sge = 0;
   Sge sg_list[kMaxSge];
 };

@@ -27,6 +27,7 @@ WcOpcode wc_opcode_of(WrOpcode op) {
     case WrOpcode::atomic_cmp_and_swp: return WcOpcode::comp_swap;
     case WrOpcode::atomic_fetch_and_add: return WcOpcode::fetch_add;
     case WrOpcode::local_inv: return WcOpcode::local_inv;
+    case WrOpcode::bind_mw: return WcOpcode::bind_mw;
     default: return WcOpcode::send;
   }
 }
@@ -42,12 +43,12 @@ bool valid_for_type(QpType t, WrOpcode op) {
     case QpType::ud: return op == WrOpcode::send || op == WrOpcode::send_with_imm;
     case QpType::uc:
       return op == WrOpcode::send || op == WrOpcode::send_with_imm || op == WrOpcode::rdma_write ||
-             op == WrOpcode::rdma_write_with_imm || op == WrOpcode::local_inv;
+             op == WrOpcode::rdma_write_with_imm || op == WrOpcode::local_inv || op == WrOpcode::bind_mw;
     case QpType::rc:
       return op == WrOpcode::send || op == WrOpcode::send_with_imm || op == WrOpcode::send_with_inv ||
              op == WrOpcode::rdma_write || op == WrOpcode::rdma_write_with_imm ||
              op == WrOpcode::rdma_read || op == WrOpcode::atomic_cmp_and_swp ||
-             op == WrOpcode::atomic_fetch_and_add || op == WrOpcode::local_inv;
+             op == WrOpcode::atomic_fetch_and_add || op == WrOpcode::local_inv || op == WrOpcode::bind_mw;
   }
   return false;
 }
@@ -131,6 +132,22 @@ int Engine::dereg_mr(uint32_t lkey) {
   if (mr == nullptr) return -EINVAL;
   const uint32_t pd = mr->pd;
   int rc = mrs_.dereg(lkey);
+  if (rc == 0) --pd_refs_[pd];
+  return rc;
+}
+
+int Engine::alloc_mw(uint32_t pd, MwType type, uint32_t* rkey) {
+  if (pd == 0 || pd >= pd_used_.size() || !pd_used_[pd]) return -EINVAL;
+  int rc = mrs_.alloc_mw(pd, type, rkey);
+  if (rc == 0) ++pd_refs_[pd];
+  return rc;
+}
+
+int Engine::dealloc_mw(uint32_t rkey) {
+  Mr* mw = mrs_.find(rkey);
+  if (mw == nullptr || !mw->is_mw()) return -EINVAL;
+  const uint32_t pd = mw->pd;
+  int rc = mrs_.dealloc_mw(rkey);
   if (rc == 0) --pd_refs_[pd];
   return rc;
 }
@@ -414,6 +431,7 @@ int Engine::destroy_qp(uint32_t qpn) {
   cancel_retry_timer(q);
   drop_held(q);
   detach_all(qpn);
+  mrs_.unbind_qp(qpn);
   --pd_refs_[q->pd];
   retired_qp_counters_ += q->counters;
   if (qpn == kGsiQpn) {
@@ -537,8 +555,8 @@ int Engine::post_send(uint32_t qpn, const SendWr& wr) {
   }
   if (wr.opcode == WrOpcode::rdma_read) {
     w.npackets = std::max<uint32_t>(1, (w.length + q->mtu - 1) / q->mtu);
-  } else if (is_atomic || wr.opcode == WrOpcode::local_inv) {
-    w.npackets = wr.opcode == WrOpcode::local_inv ? 0 : 1;
+  } else if (is_atomic || wr.opcode == WrOpcode::local_inv || wr.opcode == WrOpcode::bind_mw) {
+    w.npackets = is_atomic ? 1 : 0;  // local operations send nothing
   } else {
     w.npackets = std::max<uint32_t>(1, (w.length + q->mtu - 1) / q->mtu);
   }

@@ -202,6 +202,10 @@ class Engine {
   int reg_mr(uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint32_t access, Mr** out,
              bool invalidatable = false);
   int dereg_mr(uint32_t lkey);
+  /// ibv_alloc_mw / ibv_dealloc_mw (MrTable::alloc_mw, dealloc_mw); a window
+  /// holds its PD. Binding is a send WR (WrOpcode::bind_mw) on a QP.
+  int alloc_mw(uint32_t pd, MwType type, uint32_t* rkey);
+  int dealloc_mw(uint32_t rkey);
   /// ibv_rereg_mr in place (keys unchanged): -EINVAL for an unknown key or
   /// PD, or what MrTable::rereg refuses.
   int rereg_mr(uint32_t lkey, uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint32_t access);

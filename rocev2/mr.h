@@ -10,6 +10,14 @@
 // where the engine's process sees the same bytes (in droced, the shared
 // mapping of the application's memory; in tests, the same pointer).
 //
+// Memory windows (IBA 10.6.7) live in the same table and key space: a
+// window's slot holds the range it is bound to (its `host` points into the
+// bound MR's mapping), so the responder checks an MW's R_Key exactly as an
+// MR's. A window has no L_Key (check_local refuses it). Each bind replaces
+// the key's low 8 bits with the tag the bind asks for (ibv_inc_rkey), so the
+// key of an earlier binding stops matching. A zero-based window (type 2 only,
+// o10-36.2.2) is kept with va 0: remote addresses are offsets into it.
+//
 // Threading: registration is control path; lookups happen on the owning
 // lcore. The table is not internally synchronized.
 
@@ -34,6 +42,25 @@ struct Mr {
   /// Only fast-registration regions (and memory windows) may be invalidated
   /// (IBA 10.6.6; rxe refuses others): never one from an ordinary reg_mr.
   bool invalidatable = false;
+  /// Memory windows: the type (0 for a region), the QP a bound type 2
+  /// window belongs to (C10-?: only it may use the key), the bound region's
+  /// slot index; on a region, how many windows are bound to it.
+  uint8_t mw_type = 0;
+  uint32_t mw_qpn = 0;
+  uint32_t mw_mr_index = 0;
+  uint32_t bound_mws = 0;
+  bool is_mw() const { return mw_type != 0; }
+};
+
+/// A bind (IBV_WR_BIND_MW, or ibv_bind_mw's type 1 bind), as the engine
+/// executes it.
+struct MwBind {
+  uint32_t mw_rkey = 0;   ///< the window's current R_Key
+  uint32_t new_rkey = 0;  ///< its low 8 bits become the window's new tag
+  uint32_t mr_lkey = 0;   ///< the region to bind to (unused with length 0)
+  uint64_t addr = 0;
+  uint64_t length = 0;
+  uint32_t access = 0;    ///< remote read/write/atomic, zero-based
 };
 
 /// Why an access was refused; each maps to a completion status or NAK.
@@ -64,16 +91,44 @@ class MrTable {
     return (mr.valid && mr.lkey == key) ? &mr : nullptr;
   }
 
+  /// ibv_alloc_mw: a window of `type` on `pd`, unbound (type 1 windows are
+  /// valid but of length 0, so no access passes). -ENOMEM when full.
+  int alloc_mw(uint32_t pd, MwType type, uint32_t* rkey);
+  /// ibv_dealloc_mw by the window's current R_Key; a bound window is unbound
+  /// first (as rxe). -EINVAL if no such window.
+  int dealloc_mw(uint32_t rkey);
+  /// Executes a bind posted on QP `qpn` of PD `qp_pd`. -EINVAL for every rule
+  /// it breaks (the caller completes the WR with IBV_WC_MW_BIND_ERR): an
+  /// unknown or stale window key, another PD's window or region, a type 1
+  /// zero-based bind (o10-36.2.2), a bound type 2 window (o10-37.2.30) or one
+  /// bound with no region or length 0 (o10-37.2.40), a region without
+  /// IBV_ACCESS_MW_BIND (C10-73) or without local write for a writable or
+  /// atomic window (C10-74), a range outside the region (C10-75), access
+  /// bits other than remote access and zero-based.
+  int bind_mw(const MwBind& b, uint32_t qp_pd, uint32_t qpn);
+
   /// Local access through an L_Key (a gather or scatter list entry).
   MrCheck check_local(uint32_t lkey, uint32_t pd, uint64_t va, uint64_t len, uint32_t need,
                       Mr** out);
-  /// Remote access through an R_Key (RETH, AtomicETH).
+  /// Remote access through an R_Key (RETH, AtomicETH) arriving on QP `qpn`
+  /// (a type 2 window answers only the QP it is bound to).
   MrCheck check_remote(uint32_t rkey, uint32_t pd, uint64_t va, uint64_t len, uint32_t need,
-                       Mr** out);
+                       Mr** out, uint32_t qpn = 0);
 
   /// SEND_WITH_INV / LOCAL_INV: the R_Key stops working. -EINVAL if unknown,
-  /// of another PD, or not an invalidatable region.
-  int invalidate(uint32_t rkey, uint32_t pd);
+  /// of another PD, not an invalidatable region, a type 1 window (o10-37.2.26),
+  /// or a window not bound. A type 2 window becomes free to bind again.
+  /// `qpn` nonzero (a SEND with invalidate arriving): a type 2 window must be
+  /// bound to that QP.
+  int invalidate(uint32_t rkey, uint32_t pd, uint32_t qpn = 0);
+
+  /// The current key of slot `index`, 0 when it holds nothing (droced frees a client's
+  /// windows by index: each bind changed their tag).
+  uint32_t key_at(uint32_t index) const {
+    return index < slots_.size() && slots_[index].valid ? slots_[index].lkey : 0;
+  }
+  /// The QP went: type 2 windows bound to it are unbound (its QPN may come back).
+  void unbind_qp(uint32_t qpn);
 
   size_t registered() const { return registered_; }
 
@@ -83,6 +138,9 @@ class MrTable {
     return MrCheck::ok;
   }
 
+  uint32_t take_slot();
+  void unbind(Mr& mw);
+
   std::vector<Mr> slots_;
   // Free indexes, reused oldest first: an index comes back only after every
   // other free one has, so its 8-bit key byte repeats only after
@@ -91,6 +149,7 @@ class MrTable {
   size_t free_head_ = 0;
   std::vector<uint8_t> key_byte_;
   size_t registered_ = 0;
+  size_t bound_type2_ = 0;  ///< type 2 windows bound to a QP (unbind_qp skips its scan without)
 };
 
 /// The host pointer for va inside a checked region.

@@ -146,11 +146,18 @@ bool Engine::requester_send_one(Qp* q, uint64_t now_ns) {
   bool last = true;
 
   switch (w.wr.opcode) {
-    case WrOpcode::local_inv: {
-      // A local operation: no packet. It completes in order with the others.
-      if (mrs_.invalidate(w.wr.invalidate_rkey, q->pd) != 0) {
+    case WrOpcode::local_inv:
+    case WrOpcode::bind_mw: {
+      // Local operations: no packet. They complete in order with the others, with rxe's
+      // statuses for what they refuse.
+      const bool bind = w.wr.opcode == WrOpcode::bind_mw;
+      const int rc = bind ? mrs_.bind_mw({w.wr.invalidate_rkey, w.wr.rkey, w.wr.bind_mr_lkey, w.wr.remote_addr,
+                                          w.wr.bind_length, w.wr.bind_access},
+                                         q->pd, q->qpn)
+                          : mrs_.invalidate(w.wr.invalidate_rkey, q->pd);
+      if (rc != 0) {
         w.has_local_error = true;
-        w.local_error = WcStatus::loc_qp_op_err;
+        w.local_error = bind ? WcStatus::mw_bind_err : WcStatus::loc_qp_op_err;
       }
       w.resp_complete = true;
       ++r.next_wqe;

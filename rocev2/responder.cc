@@ -235,8 +235,8 @@ void Engine::responder_read_run(Qp* q, uint32_t* budget) {
       Mr* mr = mrs_.find(rd.rkey);
       uint8_t* dst = rte_pktmbuf_mtod_offset(m, uint8_t*, m->l2_len + m->l3_len + m->l4_len);
       // Checked when the READ arrived; re-checked in case it was deregistered since.
-      if (mr == nullptr || mrs_.check_remote(rd.rkey, q->pd, rd.va + s.read_offset, len, kAccessRemoteRead, &mr) !=
-                               MrCheck::ok) {
+      if (mr == nullptr || mrs_.check_remote(rd.rkey, q->pd, rd.va + s.read_offset, len, kAccessRemoteRead, &mr,
+                                             q->qpn) != MrCheck::ok) {
         rte_pktmbuf_free(m);
         s.reading = false;
         responder_nak(q, nak(NakCode::remote_access_error), s.read_psn);
@@ -517,7 +517,8 @@ inline Verdict Engine::ResponderRequest::check_qp_access(uint32_t need) const {
 // a zero-length RDMA operation checks no R_Key.
 inline Verdict Engine::ResponderRequest::check_rkey(uint32_t rkey, uint64_t va, uint32_t length, uint32_t need) {
   if (length == 0) return Verdict::ok;
-  return e.mrs_.check_remote(rkey, q->pd, va, length, need, &mr) == MrCheck::ok ? Verdict::ok : Verdict::nak_rem_acc;
+  return e.mrs_.check_remote(rkey, q->pd, va, length, need, &mr, q->qpn) == MrCheck::ok ? Verdict::ok
+                                                                                      : Verdict::nak_rem_acc;
 }
 
 // C9-? atomics operate on 8-byte aligned addresses.
@@ -590,7 +591,7 @@ inline Verdict Engine::ResponderRequest::execute_send() {
 
 // IBA 9.4.1.2.x: SEND with invalidate; the IETH's R_Key must be one the QP's PD may invalidate.
 inline Verdict Engine::ResponderRequest::invalidate_rkey() {
-  if (e.mrs_.invalidate(p.hdr.ext.ieth.rkey, q->pd) == 0) return Verdict::ok;
+  if (e.mrs_.invalidate(p.hdr.ext.ieth.rkey, q->pd, q->qpn) == 0) return Verdict::ok;
   recv_status = WcStatus::loc_qp_op_err;
   return Verdict::nak_inv_req;
 }
@@ -650,7 +651,8 @@ inline Verdict Engine::ResponderRequest::execute_write() {
   if (len != 0) {
     Mr* target = e.mrs_.find(s.write_rkey);
     if (target == nullptr ||
-        e.mrs_.check_remote(s.write_rkey, q->pd, s.write_va, len, kAccessRemoteWrite, &target) != MrCheck::ok)
+        e.mrs_.check_remote(s.write_rkey, q->pd, s.write_va, len, kAccessRemoteWrite, &target, q->qpn) !=
+            MrCheck::ok)
       return Verdict::nak_rem_acc;
     uint8_t* dst = mr_host(*target, s.write_va);
     net::FrameBytes(m).for_each_piece(p.layout.payload_off, len, [&](const uint8_t* piece, size_t k) {

@@ -22,6 +22,7 @@ using abi::DeviceLimits;
 using abi::kMaxSge;
 using abi::MigState;
 using abi::mtu_bytes;
+using abi::MwType;
 using abi::path_mtu_for;
 using abi::PathMtu;
 using abi::QpAttr;

@@ -107,5 +107,51 @@ TEST(MrTable, ReregKeepsTheKeysAndTakesTheNewRangePdAndAccess) {
   EXPECT_EQ(t.rereg(key, 2, 0x8000, 8192, b.data(), kAccessLocalWrite), -EINVAL);
 }
 
+TEST(MrTable, WindowBindRules) {
+  MrTable t(16);
+  std::vector<uint8_t> buf(256);
+  Mr* mr = nullptr;
+  ASSERT_EQ(t.reg(1, 0x1000, 256, buf.data(), kAccessLocalWrite | kAccessMwBind, &mr), 0);
+  Mr* other = nullptr;
+  ASSERT_EQ(t.reg(2, 0x1000, 256, buf.data(), kAccessLocalWrite | kAccessMwBind, &other), 0);
+  uint32_t w1 = 0, w2 = 0;
+  ASSERT_EQ(t.alloc_mw(1, MwType::type1, &w1), 0);
+  ASSERT_EQ(t.alloc_mw(1, MwType::type2, &w2), 0);
+  EXPECT_EQ(t.alloc_mw(1, static_cast<MwType>(3), &w2), -EINVAL);
+  const uint32_t rw = kAccessRemoteWrite | kAccessRemoteRead;
+  Mr* out = nullptr;
+  // Expect: an unbound window lets nothing through, and a window key is never an L_Key.
+  EXPECT_EQ(t.check_remote(w1, 1, 0x1000, 1, kAccessRemoteRead, &out), MrCheck::bad_key);
+  EXPECT_EQ(t.check_local(w1, 1, 0x1000, 1, 0, &out), MrCheck::bad_key);
+  EXPECT_EQ(t.dereg(w1), -EINVAL) << "a window is not deregistered as a region";
+  EXPECT_EQ(t.bind_mw({w1, w1 + 1, mr->lkey, 0x1000, 16, rw | kAccessZeroBased}, 1, 5), -EINVAL) << "o10-36.2.2";
+  EXPECT_EQ(t.bind_mw({w2, w2 + 1, mr->lkey, 0x1000, 0, rw}, 1, 5), -EINVAL) << "o10-37.2.40";
+  EXPECT_EQ(t.bind_mw({w2, w2 + 1, mr->lkey, 0x10f0, 17, rw}, 1, 5), -EINVAL) << "C10-75: past the MR";
+  EXPECT_EQ(t.bind_mw({w2, w2 + 1, mr->lkey, 0xff0, 17, rw}, 1, 5), -EINVAL) << "C10-75: before the MR";
+  EXPECT_EQ(t.bind_mw({w2, w2 + 1, other->lkey, 0x1000, 16, rw}, 1, 5), -EINVAL) << "another PD's MR";
+  EXPECT_EQ(t.bind_mw({w2, w2 + 1, mr->lkey, 0x1000, 16, rw}, 2, 5), -EINVAL) << "C10-72: a QP of another PD";
+  EXPECT_EQ(t.bind_mw({w2 + 1, w2 + 2, mr->lkey, 0x1000, 16, rw}, 1, 5), -EINVAL) << "a stale window key";
+  EXPECT_EQ(t.bind_mw({w2, w2 + 1, mr->lkey, 0x1000, 16, rw | kAccessLocalWrite}, 1, 5), -EINVAL);
+  // A good bind: the new tag, the range, type 2's QP.
+  ASSERT_EQ(t.bind_mw({w2, (w2 & ~0xffu) | 0x42, mr->lkey, 0x1010, 16, rw}, 1, 5), 0);
+  const uint32_t k = (w2 & ~0xffu) | 0x42;
+  EXPECT_EQ(t.check_remote(w2, 1, 0x1010, 16, kAccessRemoteRead, &out, 5), MrCheck::bad_key);
+  EXPECT_EQ(t.check_remote(k, 1, 0x1010, 16, kAccessRemoteRead, &out, 5), MrCheck::ok);
+  EXPECT_EQ(mr_host(*out, 0x1010), buf.data() + 0x10);
+  EXPECT_EQ(t.check_remote(k, 1, 0x1010, 17, kAccessRemoteRead, &out, 5), MrCheck::out_of_bounds);
+  EXPECT_EQ(t.check_remote(k, 1, 0x1010, 16, kAccessRemoteAtomic, &out, 5), MrCheck::no_access);
+  EXPECT_NE(t.check_remote(k, 1, 0x1010, 16, kAccessRemoteRead, &out, 6), MrCheck::ok) << "another QP";
+  EXPECT_EQ(t.dereg(mr->lkey), -EINVAL) << "IBA 10.6.7.2.6: a window is bound to it";
+  EXPECT_EQ(t.invalidate(k, 1, 6), -EINVAL) << "a SEND with invalidate on another QP";
+  EXPECT_EQ(t.invalidate(w1, 1), -EINVAL) << "o10-37.2.26: type 1 is never invalidated";
+  ASSERT_EQ(t.invalidate(k, 1, 5), 0);
+  EXPECT_EQ(t.invalidate(k, 1), -EINVAL) << "not bound any more";
+  EXPECT_EQ(t.check_remote(k, 1, 0x1010, 16, kAccessRemoteRead, &out, 5), MrCheck::bad_key);
+  EXPECT_EQ(t.dereg(mr->lkey), 0);
+  EXPECT_EQ(t.dealloc_mw(k), 0);
+  EXPECT_EQ(t.dealloc_mw(w1), 0);
+  EXPECT_EQ(t.find(k), nullptr);
+}
+
 }  // namespace
 }  // namespace droce::rocev2
