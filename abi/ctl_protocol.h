@@ -37,7 +37,8 @@ inline constexpr uint16_t kAbiMajor = 1;
 /// 7: fault (FaultRequest), `droce fault`.
 /// 8: capture (CaptureRequest), `droce capture`.
 /// 9: cc (CcRequest), `droce cc`.
-inline constexpr uint16_t kAbiMinor = 9;
+/// 10: alloc_mw, dealloc_mw (memory windows); QueryDeviceReply's max_mw.
+inline constexpr uint16_t kAbiMinor = 10;
 /// Largest message either side sends or accepts.
 inline constexpr size_t kMaxMessage = 4096;
 
@@ -71,8 +72,10 @@ enum class MsgType : uint16_t {
   fault = 27,             ///< minor 7: `droce fault`: set or clear a fault rule (FaultRequest)
   capture = 28,           ///< minor 8: `droce capture`: stream frames as pcapng (CaptureRequest)
   cc = 29,                ///< minor 9: `droce cc`: set DCQCN parameters (CcRequest)
+  alloc_mw = 30,          ///< minor 10: ibv_alloc_mw (AllocMwRequest; reply IdReply, the R_Key)
+  dealloc_mw = 31,        ///< minor 10: ibv_dealloc_mw (IdRequest: the window's current R_Key)
 };
-inline constexpr uint16_t kLastMsgType = static_cast<uint16_t>(MsgType::cc);
+inline constexpr uint16_t kLastMsgType = static_cast<uint16_t>(MsgType::dealloc_mw);
 
 enum CtlFlags : uint16_t {
   kFlagReply = 1u << 0,
@@ -271,7 +274,8 @@ struct QueryDeviceReply {
   uint32_t max_mcast_grp;
   uint32_t max_mcast_qp_attach;
   uint32_t max_total_mcast_qp_attach;
-  uint32_t reserved;
+  // minor 10 (zero from an older droced: no memory windows)
+  uint32_t max_mw;
 };
 static_assert(sizeof(QueryDeviceReply) == 192);
 
@@ -474,6 +478,16 @@ struct CcRequest {
 };
 static_assert(sizeof(CcRequest) == 256);
 inline constexpr uint32_t kCcSet = 1;
+
+/// alloc_mw (minor 10): a memory window of `type` (1 or 2, ibv_mw_type) on PD `pd`, unbound.
+/// Binding it is a send WR (abi/queues.h, BIND_MW) on a QP of the same PD; droced checks there
+/// that the region is the client's, of that PD, and holds the range. Reply: IdReply, the
+/// window's R_Key. -EINVAL: an unknown PD or type; -ENOMEM: past max_mw.
+struct AllocMwRequest {
+  uint32_t pd;
+  uint32_t type;
+};
+static_assert(sizeof(AllocMwRequest) == 8);
 
 /// rereg_mr (minor 2): the region `lkey` takes the PD, access and range
 /// given, keeping its keys (reply: RegMrReply with them). Every field is the

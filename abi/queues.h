@@ -21,6 +21,9 @@ struct WqeSge {
 static_assert(sizeof(WqeSge) == 16);
 
 /// A send WQE's header; num_sge WqeSge entries or inline_len bytes follow.
+/// A BIND_MW WQE (no SGEs) carries the window's current R_Key in imm_or_inv,
+/// its new R_Key in rkey, the address in remote_addr, the length in
+/// compare_add and the MR's L_Key | access flags << 32 in swap.
 struct SendWqeHeader {
   uint64_t wr_id;
   uint64_t remote_addr;

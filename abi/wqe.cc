@@ -30,6 +30,7 @@ bool known_opcode(uint8_t op) {
     case WrOpcode::atomic_cmp_and_swp:
     case WrOpcode::atomic_fetch_and_add:
     case WrOpcode::local_inv:
+    case WrOpcode::bind_mw:
     case WrOpcode::send_with_inv:
       return true;
   }
@@ -79,6 +80,11 @@ void send_wr_fields(const SendWqeHeader& h, SendWr* out) {
   out->ah = h.ah;
   out->remote_qpn = h.remote_qpn & 0xffffff;
   out->remote_qkey = h.remote_qkey;
+  if (out->opcode == WrOpcode::bind_mw) {  // SendWqeHeader's comment: the bind's fields
+    out->bind_length = h.compare_add;
+    out->bind_mr_lkey = uint32_t(h.swap);
+    out->bind_access = uint32_t(h.swap >> 32);
+  }
 }
 
 uint32_t send_wqe_used(std::span<const uint8_t> header) {
@@ -119,8 +125,14 @@ SendWqeHeader send_wqe_header(const SendWr& wr) {
   h.compare_add = wr.compare_add;
   h.swap = wr.swap;
   h.rkey = wr.rkey;
-  h.imm_or_inv = wr.opcode == WrOpcode::send_with_inv || wr.opcode == WrOpcode::local_inv ? wr.invalidate_rkey
-                                                                                          : wr.imm_data;
+  h.imm_or_inv = wr.opcode == WrOpcode::send_with_inv || wr.opcode == WrOpcode::local_inv ||
+                         wr.opcode == WrOpcode::bind_mw
+                     ? wr.invalidate_rkey
+                     : wr.imm_data;
+  if (wr.opcode == WrOpcode::bind_mw) {
+    h.compare_add = wr.bind_length;
+    h.swap = uint64_t{wr.bind_mr_lkey} | uint64_t{wr.bind_access} << 32;
+  }
   h.ah = wr.ah;
   h.remote_qpn = wr.remote_qpn;
   h.remote_qkey = wr.remote_qkey;

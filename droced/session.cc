@@ -70,6 +70,7 @@ void Session::teardown() {
   active_srqs_.clear();
   for (uint32_t ah : ahs_) (void)e.destroy_ah(ah);
   ahs_.clear();
+  release_mws();
   for (auto& [lkey, m] : mrs_) {
     (void)e.dereg_mr(lkey);
     release_mr(std::move(m));  // a large mapping goes on ControlJobs, the others here

@@ -28,6 +28,7 @@
 #include <string>
 #include <type_traits>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "droced/cc_settings.h"
@@ -220,6 +221,7 @@ class Session {
   static std::span<const ControlEntry> device_controls();
   static std::span<const ControlEntry> pd_controls();
   static std::span<const ControlEntry> mr_controls();
+  static std::span<const ControlEntry> mw_controls();
   static std::span<const ControlEntry> cq_controls();
   static std::span<const ControlEntry> srq_controls();
   static std::span<const ControlEntry> qp_controls();
@@ -240,6 +242,8 @@ class Session {
   int prepare_reg_mr(const abi::ctl::RegMrRequest& q, const Control& c, MrEntry* m);
   int finish_reg_mr(const abi::ctl::RegMrRequest& q, std::unique_ptr<MrEntry> m, abi::ctl::RegMrReply* out);
   void release_mr(std::unique_ptr<MrEntry> m);
+  /// Deallocates every window of this client (before its regions: a bound one holds its region).
+  void release_mws();
   void finish_pending_reg_mr();
   /// ibv_rereg_mr in place (rereg_mr): the keys stay.
   int on_rereg_mr(const abi::ctl::ReregMrRequest& q, const Control& c, abi::ctl::RegMrReply* out);
@@ -309,6 +313,7 @@ class Session {
   std::unordered_map<uint32_t, std::unique_ptr<SharedCq>> cqs_;
   std::unordered_map<uint32_t, std::unique_ptr<SharedSrq>> srqs_;
   std::unordered_map<uint32_t, std::unique_ptr<MrEntry>> mrs_;  ///< by lkey
+  std::unordered_set<uint32_t> mws_;  ///< memory windows, by key index (a bind changes the tag)
   std::vector<uint32_t> ahs_;
   /// Completion channels by id (register_channel); CQs share them.
   std::unordered_map<uint32_t, std::shared_ptr<core::Fd>> channels_;
