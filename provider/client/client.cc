@@ -161,6 +161,20 @@ int Context::dealloc_pd(uint32_t pd) {
   return call(MsgType::dealloc_pd, &q, sizeof q, nullptr, 0);
 }
 
+int Context::alloc_mw(uint32_t pd, uint32_t type, uint32_t* rkey) {
+  if (daemon_minor_ < 10) return -EOPNOTSUPP;  // a droced from before memory windows
+  AllocMwRequest q{pd, type};
+  IdReply r{};
+  int rc = call(MsgType::alloc_mw, &q, sizeof q, &r, sizeof r);
+  if (rc == 0) *rkey = r.id;
+  return rc;
+}
+
+int Context::dealloc_mw(uint32_t rkey) {
+  IdRequest q{rkey, 0};
+  return call(MsgType::dealloc_mw, &q, sizeof q, nullptr, 0);
+}
+
 int Context::reg_mr(uint32_t pd, void* addr, size_t length, uint32_t access, uint32_t* lkey, uint32_t* rkey) {
   if (addr == nullptr || length == 0) return -EINVAL;
   // Remote write or atomic access needs local write (ibv_reg_mr(3)).

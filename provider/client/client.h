@@ -214,6 +214,12 @@ class Context {
   int dealloc_pd(uint32_t pd);
   int reg_mr(uint32_t pd, void* addr, size_t length, uint32_t access, uint32_t* lkey, uint32_t* rkey);
   int dereg_mr(uint32_t lkey);
+  /// ibv_alloc_mw: *rkey is the new window's R_Key. -EINVAL (PD, type), -ENOMEM,
+  /// -EOPNOTSUPP when droced predates memory windows (ABI minor < 10).
+  int alloc_mw(uint32_t pd, uint32_t type, uint32_t* rkey);
+  /// ibv_dealloc_mw by the window's R_Key (its index; the tag may be older): -EINVAL if it
+  /// names none of this client's windows.
+  int dealloc_mw(uint32_t rkey);
   /// ibv_rereg_mr in place: the region keeps its keys and takes `pd`,
   /// `access` and, with abi::ctl::kReregTranslation in `flags`, the range
   /// [addr, addr + length) (else addr/length must be its current range).

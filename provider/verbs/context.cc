@@ -253,6 +253,52 @@ int droce_dealloc_pd(ibv_pd* pd) {
   return 0;
 }
 
+// ---- Memory windows ------------------------------------------------------------------
+
+ibv_mw* droce_alloc_mw(ibv_pd* pd, ibv_mw_type type) {
+  if (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2) return fail<ibv_mw>(EINVAL);
+  auto* o = new (std::nothrow) Object<ibv_mw>();
+  if (o == nullptr) return fail<ibv_mw>(ENOMEM);
+  uint32_t rkey = 0;
+  if (int rc = context_of(pd->context)->client->alloc_mw(pd->handle, type, &rkey); rc != 0) {
+    delete o;
+    return fail<ibv_mw>(rc);
+  }
+  o->obj.context = pd->context;
+  o->obj.pd = pd;
+  o->obj.rkey = rkey;
+  o->obj.handle = rkey >> 8;
+  o->obj.type = type;
+  return &o->obj;
+}
+
+int droce_dealloc_mw(ibv_mw* mw) {
+  if (int rc = context_of(mw->context)->client->dealloc_mw(mw->rkey); rc != 0 && rc != -EIO) return positive(rc);
+  delete object_of(mw);
+  return 0;
+}
+
+// ibv_bind_mw(3) (type 1): a BIND_MW WR on the QP asking for the next tag; the window
+// takes its new R_Key at once (the application undoes it on an error completion, as with
+// rxe). libibverbs has checked the type and that the MR is of the window's PD.
+int droce_bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind) {
+  if (qp == nullptr || mw == nullptr || mw_bind == nullptr) return EINVAL;
+  const ibv_mw_bind_info& b = mw_bind->bind_info;
+  if (b.mr == nullptr && (b.addr != 0 || b.length != 0)) return EINVAL;
+  if (b.mw_access_flags & IBV_ACCESS_ZERO_BASED) return EINVAL;  // o10-36.2.2: not for type 1
+  if (b.mr != nullptr && b.mr->pd != mw->pd) return EPERM;
+  ibv_send_wr wr{};
+  wr.wr_id = mw_bind->wr_id;
+  wr.opcode = IBV_WR_BIND_MW;
+  wr.send_flags = mw_bind->send_flags;
+  wr.bind_mw.mw = mw;
+  wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+  wr.bind_mw.bind_info = b;
+  ibv_send_wr* bad = nullptr;
+  if (int rc = droce_post_send(qp, &wr, &bad); rc != 0) return rc;
+  return 0;
+}
+
 // ---- MRs -----------------------------------------------------------------------------
 
 int droce_glue_reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, int access, ibv_mr* mr) {

@@ -67,6 +67,7 @@ static_assert(eq(int(WrOpcode::rdma_write), IBV_WR_RDMA_WRITE) &&
               eq(int(WrOpcode::atomic_cmp_and_swp), IBV_WR_ATOMIC_CMP_AND_SWP) &&
               eq(int(WrOpcode::atomic_fetch_and_add), IBV_WR_ATOMIC_FETCH_AND_ADD) &&
               eq(int(WrOpcode::local_inv), IBV_WR_LOCAL_INV) &&
+              eq(int(WrOpcode::bind_mw), IBV_WR_BIND_MW) &&
               eq(int(WrOpcode::send_with_inv), IBV_WR_SEND_WITH_INV));
 static_assert(eq(kSendFence, IBV_SEND_FENCE) &&
               eq(kSendSignaled, IBV_SEND_SIGNALED) &&
@@ -80,6 +81,8 @@ static_assert(eq(int(WcStatus::success), IBV_WC_SUCCESS) &&
               eq(int(WcStatus::bad_resp_err), IBV_WC_BAD_RESP_ERR) &&
               eq(int(WcStatus::loc_access_err), IBV_WC_LOC_ACCESS_ERR) &&
               eq(int(WcStatus::rem_inv_req_err), IBV_WC_REM_INV_REQ_ERR) &&
+              eq(int(WcStatus::mw_bind_err), IBV_WC_MW_BIND_ERR) &&
+              eq(int(abi::MwType::type1), IBV_MW_TYPE_1) && eq(int(abi::MwType::type2), IBV_MW_TYPE_2) &&
               eq(int(WcStatus::rem_access_err), IBV_WC_REM_ACCESS_ERR) &&
               eq(int(WcStatus::rem_op_err), IBV_WC_REM_OP_ERR) &&
               eq(int(WcStatus::retry_exc_err), IBV_WC_RETRY_EXC_ERR) &&
@@ -93,6 +96,7 @@ static_assert(eq(int(WcOpcode::send), IBV_WC_SEND) &&
               eq(int(WcOpcode::comp_swap), IBV_WC_COMP_SWAP) &&
               eq(int(WcOpcode::fetch_add), IBV_WC_FETCH_ADD) &&
               eq(int(WcOpcode::local_inv), IBV_WC_LOCAL_INV) &&
+              eq(int(WcOpcode::bind_mw), IBV_WC_BIND_MW) &&
               eq(int(WcOpcode::recv), IBV_WC_RECV) &&
               eq(int(WcOpcode::recv_rdma_with_imm), IBV_WC_RECV_RDMA_WITH_IMM));
 static_assert(eq(kWcGrh, IBV_WC_GRH) &&
@@ -121,8 +125,8 @@ int to_access(int ibv_access, uint32_t* out) {
   if (a & ~kKnown) return EINVAL;
   // ibv_reg_mr(3): remote write or atomic access needs local write.
   if ((a & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(a & IBV_ACCESS_LOCAL_WRITE)) return EINVAL;
-  // There are no memory windows to bind, and HUGETLB is a hint.
-  *out = a & ~uint32_t{IBV_ACCESS_MW_BIND | IBV_ACCESS_HUGETLB};
+  // HUGETLB is a hint.
+  *out = a & ~uint32_t{IBV_ACCESS_HUGETLB};
   return 0;
 }
 
@@ -142,6 +146,8 @@ bool opcode_allowed(int op, ibv_qp_type type) {
     case IBV_WR_SEND_WITH_INV:
     case IBV_WR_LOCAL_INV:
       return type == IBV_QPT_RC;
+    case IBV_WR_BIND_MW:
+      return type == IBV_QPT_RC || type == IBV_QPT_UC;  // as rxe
     default:
       return false;
   }
@@ -152,7 +158,6 @@ bool opcode_allowed(int op, ibv_qp_type type) {
 int to_send_wqe_header(const ibv_send_wr& wr, ibv_qp_type type, uint32_t ud_ah_id, SendWqeHeader* out) {
   const int op = raw(wr.opcode);
   switch (op) {
-    case IBV_WR_BIND_MW:
     case IBV_WR_TSO:
     case IBV_WR_DRIVER1:
     case IBV_WR_ATOMIC_WRITE:
@@ -176,6 +181,17 @@ int to_send_wqe_header(const ibv_send_wr& wr, ibv_qp_type type, uint32_t ud_ah_i
     case IBV_WR_LOCAL_INV:
       out->imm_or_inv = wr.invalidate_rkey;
       break;
+    case IBV_WR_BIND_MW: {
+      // abi/queues.h: the window by its current R_Key, the new one, the range, the region.
+      const ibv_mw_bind_info& b = wr.bind_mw.bind_info;
+      if (wr.bind_mw.mw == nullptr || (b.mr == nullptr && b.length != 0)) return EINVAL;
+      out->imm_or_inv = wr.bind_mw.mw->rkey;
+      out->rkey = wr.bind_mw.rkey;
+      out->remote_addr = b.addr;
+      out->compare_add = b.length;
+      out->swap = uint64_t{b.mr != nullptr ? b.mr->lkey : 0} | uint64_t{uint32_t(b.mw_access_flags)} << 32;
+      break;
+    }
     default:
       break;
   }
@@ -369,7 +385,8 @@ void to_device_attr(const abi::ctl::QueryDeviceReply& r, ibv_device_attr_ex* out
   d.atomic_cap = static_cast<ibv_atomic_cap>(r.atomic_cap);
   d.max_ee = 0;
   d.max_rdd = 0;
-  d.max_mw = 0;
+  d.max_mw = static_cast<int>(r.max_mw);  // 0 from a droced before minor 10
+  if (r.max_mw != 0) d.device_cap_flags |= IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;  // as rxe
   d.max_raw_ipv6_qp = 0;
   d.max_raw_ethy_qp = 0;
   d.max_mcast_grp = static_cast<int>(r.max_mcast_grp);

@@ -43,7 +43,11 @@ int post_one(VerbsQp* q, const ibv_send_wr& wr) {
   }
   abi::SendWqeHeader h;
   if (int rc = to_send_wqe_header(wr, q->type, ah, &h); rc != 0) return rc;
-  return positive(q->qp->post_send(h, {wr.sg_list, static_cast<uint32_t>(wr.num_sge)}));
+  const int rc = positive(q->qp->post_send(h, {wr.sg_list, static_cast<uint32_t>(wr.num_sge)}));
+  // A bound window's key is the one the bind asked for, so that the next bind, local
+  // invalidate or dealloc through this ibv_mw names it (ibv_bind_mw does the same).
+  if (rc == 0 && wr.opcode == IBV_WR_BIND_MW) wr.bind_mw.mw->rkey = wr.bind_mw.rkey;
+  return rc;
 }
 
 // ---- Extended CQ (ibv_create_cq_ex): one completion at a time ----
@@ -102,6 +106,8 @@ abi::SendWr* begin_wr(ibv_qp_ex* qpx, abi::WrOpcode op) {
   w.rkey = 0;
   w.compare_add = w.swap = 0;
   w.ah = w.remote_qpn = w.remote_qkey = 0;
+  w.bind_mr_lkey = w.bind_access = 0;
+  w.bind_length = 0;
   w.num_sge = 0;
   return &w;
 }
@@ -147,6 +153,22 @@ void wr_send_inv(ibv_qp_ex* qpx, uint32_t rkey) {
 }
 void wr_local_inv(ibv_qp_ex* qpx, uint32_t rkey) {
   if (auto* w = begin_wr(qpx, abi::WrOpcode::local_inv)) w->invalidate_rkey = rkey;
+}
+void wr_bind_mw(ibv_qp_ex* qpx, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* info) {
+  if (mw == nullptr || info == nullptr || (info->mr == nullptr && info->length != 0)) {
+    WrBatch& b = *qp_ex_of(qpx)->batch;
+    if (b.error == 0) b.error = EINVAL;
+    return;
+  }
+  if (auto* w = begin_wr(qpx, abi::WrOpcode::bind_mw)) {
+    w->invalidate_rkey = mw->rkey;
+    w->rkey = rkey;
+    w->remote_addr = info->addr;
+    w->bind_length = info->length;
+    w->bind_mr_lkey = info->mr != nullptr ? info->mr->lkey : 0;
+    w->bind_access = uint32_t(info->mw_access_flags);
+    mw->rkey = rkey;  // as post_one does for a posted bind
+  }
 }
 void wr_rdma_write(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr) {
   if (auto* w = begin_wr(qpx, abi::WrOpcode::rdma_write)) {
@@ -279,6 +301,7 @@ void fill_qp_ex_ops(ibv_qp_ex* qpx, uint64_t ops) {
   if (ops & IBV_QP_EX_WITH_SEND_WITH_IMM) qpx->wr_send_imm = wr_send_imm;
   if (ops & IBV_QP_EX_WITH_SEND_WITH_INV) qpx->wr_send_inv = wr_send_inv;
   if (ops & IBV_QP_EX_WITH_LOCAL_INV) qpx->wr_local_inv = wr_local_inv;
+  if (ops & IBV_QP_EX_WITH_BIND_MW) qpx->wr_bind_mw = wr_bind_mw;
   if (ops & IBV_QP_EX_WITH_RDMA_WRITE) qpx->wr_rdma_write = wr_rdma_write;
   if (ops & IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM) qpx->wr_rdma_write_imm = wr_rdma_write_imm;
   if (ops & IBV_QP_EX_WITH_RDMA_READ) qpx->wr_rdma_read = wr_rdma_read;

@@ -196,11 +196,13 @@ static int droce_destroy_qp(struct ibv_qp *ibqp)
 
 /*
  * Every op not named here stays libibverbs' dummy, which fails with EOPNOTSUPP (or ENOSYS):
- * XRC, memory windows, flow steering, WQs, device memory, counters, imports, ECE.
+ * XRC, flow steering, WQs, device memory, counters, imports, ECE.
  */
 static const struct verbs_context_ops droce_ctx_ops = {
+  .alloc_mw = droce_alloc_mw,
   .alloc_pd = droce_alloc_pd,
   .attach_mcast = droce_attach_mcast,
+  .bind_mw = droce_bind_mw,
   .cq_event = droce_cq_event,
   .create_ah = droce_create_ah,
   .create_cq = droce_create_cq,
@@ -208,6 +210,7 @@ static const struct verbs_context_ops droce_ctx_ops = {
   .create_qp = droce_create_qp,
   .create_qp_ex = droce_create_qp_ex,
   .create_srq = droce_create_srq,
+  .dealloc_mw = droce_dealloc_mw,
   .dealloc_pd = droce_dealloc_pd,
   .dereg_mr = droce_dereg_mr,
   .destroy_ah = droce_destroy_ah,

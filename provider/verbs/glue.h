@@ -93,6 +93,11 @@ int droce_query_port(struct ibv_context *context, uint8_t port_num, struct ibv_p
 struct ibv_pd *droce_alloc_pd(struct ibv_context *context);
 int droce_dealloc_pd(struct ibv_pd *pd);
 
+/* Memory windows: allocated by droced; a type 1 bind is a BIND_MW WR on the QP, as rxe's. */
+struct ibv_mw *droce_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
+int droce_dealloc_mw(struct ibv_mw *mw);
+int droce_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind);
+
 struct ibv_cq *droce_create_cq(struct ibv_context *context, int cqe, struct ibv_comp_channel *channel,
                                int comp_vector);
 struct ibv_cq_ex *droce_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr);

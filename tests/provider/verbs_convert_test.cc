@@ -23,10 +23,11 @@ TEST(VerbsConvert, AccessFlags) {
   // Remote write or atomic without local write is refused (ibv_reg_mr(3)).
   EXPECT_EQ(to_access(IBV_ACCESS_REMOTE_WRITE, &a), EINVAL);
   EXPECT_EQ(to_access(IBV_ACCESS_REMOTE_ATOMIC, &a), EINVAL);
-  // Optional flags, HUGETLB and MW_BIND are dropped; ODP and zero-based are not offered.
+  // Optional flags and HUGETLB are dropped, MW_BIND kept (memory windows check it); ODP and
+  // zero-based regions are not offered.
   EXPECT_EQ(to_access(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_RELAXED_ORDERING | IBV_ACCESS_HUGETLB | IBV_ACCESS_MW_BIND, &a),
             0);
-  EXPECT_EQ(a, uint32_t(IBV_ACCESS_LOCAL_WRITE));
+  EXPECT_EQ(a, uint32_t(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND));
   EXPECT_EQ(to_access(IBV_ACCESS_ON_DEMAND, &a), EOPNOTSUPP);
   EXPECT_EQ(to_access(IBV_ACCESS_ZERO_BASED, &a), EOPNOTSUPP);
   EXPECT_EQ(to_access(1 << 12, &a), EINVAL);
@@ -97,7 +98,8 @@ TEST(VerbsConvert, SendWrRefusals) {
   wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
   EXPECT_EQ(to_send_wr(wr, IBV_QPT_UC, 0, &s), EINVAL);
   wr.opcode = IBV_WR_BIND_MW;
-  EXPECT_EQ(to_send_wr(wr, IBV_QPT_RC, 0, &s), EOPNOTSUPP);
+  EXPECT_EQ(to_send_wr(wr, IBV_QPT_RC, 0, &s), EINVAL);  // no window
+  EXPECT_EQ(to_send_wr(wr, IBV_QPT_UD, 0, &s), EINVAL);  // RC and UC only
   wr.opcode = IBV_WR_TSO;
   EXPECT_EQ(to_send_wr(wr, IBV_QPT_RC, 0, &s), EOPNOTSUPP);
   wr.opcode = static_cast<ibv_wr_opcode>(77);
@@ -167,10 +169,47 @@ TEST(VerbsConvert, SendWqeHeaderAndTheIbvListAsDrocedReadsThem) {
   wr.num_sge = 33;
   EXPECT_EQ(to_send_wqe_header(wr, IBV_QPT_RC, 0, &h), EINVAL);
   wr.num_sge = 1;
-  wr.opcode = IBV_WR_BIND_MW;
+  wr.opcode = IBV_WR_TSO;
   EXPECT_EQ(to_send_wqe_header(wr, IBV_QPT_RC, 0, &h), EOPNOTSUPP);
   wr.opcode = IBV_WR_RDMA_READ;
   EXPECT_EQ(to_send_wqe_header(wr, IBV_QPT_UD, 0, &h), EINVAL);
+}
+
+TEST(VerbsConvert, BindMwCarriesTheWindowTheRangeAndTheRegion) {
+  ibv_mw mw{};
+  mw.rkey = 0x1234'07;
+  ibv_mr mr{};
+  mr.lkey = 0x5600'01;
+  ibv_send_wr wr{};
+  wr.wr_id = 3;
+  wr.opcode = IBV_WR_BIND_MW;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.bind_mw.mw = &mw;
+  wr.bind_mw.rkey = ibv_inc_rkey(mw.rkey);
+  wr.bind_mw.bind_info = {&mr, 0x7000, 4096, IBV_ACCESS_REMOTE_READ | IBV_ACCESS_ZERO_BASED};
+  abi::SendWr s;
+  ASSERT_EQ(to_send_wr(wr, IBV_QPT_UC, 0, &s), 0);
+  // Expect: through the WQE header and back, every field of the bind the engine reads.
+  EXPECT_EQ(s.opcode, abi::WrOpcode::bind_mw);
+  EXPECT_EQ(s.invalidate_rkey, 0x1234'07u);
+  EXPECT_EQ(s.rkey, 0x1234'08u);
+  EXPECT_EQ(s.bind_mr_lkey, 0x5600'01u);
+  EXPECT_EQ(s.remote_addr, 0x7000u);
+  EXPECT_EQ(s.bind_length, 4096u);
+  EXPECT_EQ(s.bind_access, uint32_t(IBV_ACCESS_REMOTE_READ | IBV_ACCESS_ZERO_BASED));
+  EXPECT_EQ(s.num_sge, 0u);
+  abi::SendWqeHeader h = abi::send_wqe_header(s);
+  abi::SendWr back;
+  abi::send_wr_fields(h, &back);
+  EXPECT_EQ(back.bind_mr_lkey, s.bind_mr_lkey);
+  EXPECT_EQ(back.bind_access, s.bind_access);
+  EXPECT_EQ(back.bind_length, s.bind_length);
+  EXPECT_EQ(back.invalidate_rkey, s.invalidate_rkey);
+  // Expect: a length without a region is refused; a zero-length bind (type 1 unbind) is not.
+  wr.bind_mw.bind_info.mr = nullptr;
+  EXPECT_EQ(to_send_wr(wr, IBV_QPT_RC, 0, &s), EINVAL);
+  wr.bind_mw.bind_info.length = 0;
+  EXPECT_EQ(to_send_wr(wr, IBV_QPT_RC, 0, &s), 0);
 }
 
 TEST(VerbsConvert, RecvWr) {
@@ -294,6 +333,15 @@ TEST(VerbsConvert, DeviceAndPortAttributes) {
   EXPECT_EQ(d.orig_attr.max_res_rd_atom, 1600);
   EXPECT_EQ(d.orig_attr.atomic_cap, IBV_ATOMIC_HCA);
   EXPECT_EQ(d.phys_port_cnt_ex, 1u);
+  // Expect: no memory windows from a droced that reports none (before ABI minor 10), rxe's
+  // capability bits from one that does.
+  EXPECT_EQ(d.orig_attr.max_mw, 0);
+  EXPECT_EQ(d.orig_attr.device_cap_flags & (IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B), 0u);
+  r.max_mw = 65536;
+  to_device_attr(r, &d);
+  EXPECT_EQ(d.orig_attr.max_mw, 65536);
+  EXPECT_EQ(d.orig_attr.device_cap_flags & (IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B),
+            unsigned(IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B));
 
   abi::ctl::QueryPortReply p{};
   p.state = IBV_PORT_ACTIVE;
