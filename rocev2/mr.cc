@@ -170,7 +170,10 @@ int MrTable::dealloc_mw(uint32_t rkey) {
 }
 
 int MrTable::bind_mw(const MwBind& b, uint32_t qp_pd, uint32_t qpn) {
-  constexpr uint32_t kMwAccess = kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic | kAccessZeroBased;
+  // Local write and MW_BIND mean nothing for a window; rxe accepts them (pyverbs binds with
+  // LOCAL_WRITE | REMOTE_WRITE), so droce does too.
+  constexpr uint32_t kMwAccess = kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic | kAccessZeroBased |
+                                 kAccessLocalWrite | kAccessMwBind;
   Mr* mw = find(b.mw_rkey);
   if (mw == nullptr || !mw->is_mw() || mw->pd != qp_pd) return -EINVAL;  // C10-72
   if (b.access & ~kMwAccess) return -EINVAL;

@@ -104,7 +104,8 @@ class MrTable {
   /// bound with no region or length 0 (o10-37.2.40), a region without
   /// IBV_ACCESS_MW_BIND (C10-73) or without local write for a writable or
   /// atomic window (C10-74), a range outside the region (C10-75), access
-  /// bits other than remote access and zero-based.
+  /// bits other than remote access, zero-based, local write and MW_BIND
+  /// (the last two accepted and meaningless, as rxe).
   int bind_mw(const MwBind& b, uint32_t qp_pd, uint32_t qpn);
 
   /// Local access through an L_Key (a gather or scatter list entry).

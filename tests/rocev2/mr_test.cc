@@ -131,7 +131,7 @@ TEST(MrTable, WindowBindRules) {
   EXPECT_EQ(t.bind_mw({w2, w2 + 1, other->lkey, 0x1000, 16, rw}, 1, 5), -EINVAL) << "another PD's MR";
   EXPECT_EQ(t.bind_mw({w2, w2 + 1, mr->lkey, 0x1000, 16, rw}, 2, 5), -EINVAL) << "C10-72: a QP of another PD";
   EXPECT_EQ(t.bind_mw({w2 + 1, w2 + 2, mr->lkey, 0x1000, 16, rw}, 1, 5), -EINVAL) << "a stale window key";
-  EXPECT_EQ(t.bind_mw({w2, w2 + 1, mr->lkey, 0x1000, 16, rw | kAccessLocalWrite}, 1, 5), -EINVAL);
+  EXPECT_EQ(t.bind_mw({w2, w2 + 1, mr->lkey, 0x1000, 16, rw | kAccessRelaxedOrdering}, 1, 5), -EINVAL);
   // A good bind: the new tag, the range, type 2's QP.
   ASSERT_EQ(t.bind_mw({w2, (w2 & ~0xffu) | 0x42, mr->lkey, 0x1010, 16, rw}, 1, 5), 0);
   const uint32_t k = (w2 & ~0xffu) | 0x42;
@@ -151,6 +151,24 @@ TEST(MrTable, WindowBindRules) {
   EXPECT_EQ(t.dealloc_mw(k), 0);
   EXPECT_EQ(t.dealloc_mw(w1), 0);
   EXPECT_EQ(t.find(k), nullptr);
+}
+
+TEST(MrTable, AGoneQpUnbindsItsType2WindowsOnly) {
+  MrTable t(16);
+  std::vector<uint8_t> buf(64);
+  Mr* mr = nullptr;
+  ASSERT_EQ(t.reg(1, 0x1000, 64, buf.data(), kAccessLocalWrite | kAccessMwBind, &mr), 0);
+  uint32_t mine = 0, other = 0;
+  ASSERT_EQ(t.alloc_mw(1, MwType::type2, &mine), 0);
+  ASSERT_EQ(t.alloc_mw(1, MwType::type2, &other), 0);
+  ASSERT_EQ(t.bind_mw({mine, mine + 1, mr->lkey, 0x1000, 64, kAccessRemoteRead}, 1, 7), 0);
+  ASSERT_EQ(t.bind_mw({other, other + 1, mr->lkey, 0x1000, 64, kAccessRemoteRead}, 1, 8), 0);
+  t.unbind_qp(7);
+  Mr* out = nullptr;
+  // Expect: QP 7's window is free (a new QP 7 may not use it); QP 8's still answers.
+  EXPECT_EQ(t.check_remote(mine + 1, 1, 0x1000, 8, kAccessRemoteRead, &out, 7), MrCheck::bad_key);
+  EXPECT_EQ(t.check_remote(other + 1, 1, 0x1000, 8, kAccessRemoteRead, &out, 8), MrCheck::ok);
+  EXPECT_EQ(mr->bound_mws, 1u);
 }
 
 }  // namespace
