@@ -4,7 +4,7 @@
 // data; a list of WRs with a bad one in the middle; the ibv_wr_* API; UD with its GRH and an AH
 // made from the completion; completion channels (with the preload) including solicited-only
 // arming; async events (SRQ limit, CQ overrun with the QP's fatal error, and the device fatal
-// when droced dies); rereg_mr; resize_cq with completions pending, during traffic and across arming.
+// when droced dies); rereg_mr; resize_cq with completions pending, during traffic and across arming; memory windows.
 //
 //   verbs_api_probe DEV_A DEV_B [DROCED_B_PID]
 //
@@ -546,6 +546,142 @@ ibv_send_wr ud_send_wr(ibv_sge* s, ibv_ah* ah, uint32_t remote_qpn) {
   wr.wr.ud.remote_qpn = remote_qpn;
   wr.wr.ud.remote_qkey = 0x11111111;
   return wr;
+}
+
+// Memory windows between the two hosts: the device's capability, alloc/dealloc errnos, a type 2
+// window on B bound with a BIND_MW WR, A's WRITE and READ through it (and past it), A's SEND with
+// invalidate of its R_Key (B's receive reports it), and A's next WRITE failing with a remote
+// access error; a type 1 window bound with ibv_bind_mw and unbound with a zero-length bind.
+void memory_windows(Dev& a, Dev& b) {
+  check(b.attr.max_mw > 0 && (b.attr.device_cap_flags & IBV_DEVICE_MEM_WINDOW) &&
+            (b.attr.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B),
+        "query_device: max_mw %d, MEM_WINDOW and MEM_WINDOW_TYPE_2B", b.attr.max_mw);
+  check(ibv_alloc_mw(b.pd, static_cast<ibv_mw_type>(3)) == nullptr && errno == EINVAL, "alloc_mw(type 3): EINVAL");
+  ibv_mw* mw1 = ibv_alloc_mw(b.pd, IBV_MW_TYPE_1);
+  ibv_mw* mw2 = ibv_alloc_mw(b.pd, IBV_MW_TYPE_2);
+  check(mw1 != nullptr && mw2 != nullptr && mw1->type == IBV_MW_TYPE_1 && mw2->type == IBV_MW_TYPE_2 &&
+            mw1->rkey != mw2->rkey,
+        "alloc_mw(type 1), alloc_mw(type 2) (errno %d)", mw1 != nullptr && mw2 != nullptr ? 0 : errno);
+  if (mw1 == nullptr || mw2 == nullptr) return;
+  uint8_t* mem = b.buf + 32768;
+  ibv_mr* mr = ibv_reg_mr(b.pd, mem, 8192, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+  check(mr != nullptr, "reg_mr(LOCAL_WRITE | MW_BIND) (errno %d)", mr != nullptr ? 0 : errno);
+  if (mr == nullptr) return;
+  ibv_cq* acq = ibv_create_cq(a.ctx, 64, nullptr, nullptr, 0);
+  ibv_cq* bcq = ibv_create_cq(b.ctx, 64, nullptr, nullptr, 0);
+  if (acq == nullptr || bcq == nullptr) die("create_cq");
+  ibv_qp* aq = make_qp(a, IBV_QPT_RC, acq, acq);
+  ibv_qp* bq = make_qp(b, IBV_QPT_RC, bcq, bcq);
+  connect_rc(aq, bq->qp_num, b.gid);
+  connect_rc(bq, aq->qp_num, a.gid);
+  ibv_wc wc[4];
+  ibv_send_wr* bad = nullptr;
+  // Posts one WR and waits for its completion (in wc[0]); the check reads wc[0] only after it,
+  // so its message shows the completion's own status.
+  auto done = [&](ibv_qp* qp, ibv_send_wr* w, ibv_cq* cq) {
+    return ibv_post_send(qp, w, &bad) == 0 && poll_n(cq, wc, 1) == 1;
+  };
+  bool ok = false;
+
+  // ibv_bind_mw refuses a type 2 window (libibverbs) and a zero-based type 1 bind (o10-36.2.2).
+  ibv_mw_bind mb{};
+  mb.wr_id = 40;
+  mb.send_flags = IBV_SEND_SIGNALED;
+  mb.bind_info = {mr, reinterpret_cast<uintptr_t>(mem), 4096, IBV_ACCESS_REMOTE_WRITE};
+  check(ibv_bind_mw(bq, mw2, &mb) == EINVAL, "bind_mw(a type 2 window): EINVAL");
+  mb.bind_info.mw_access_flags |= IBV_ACCESS_ZERO_BASED;
+  check(ibv_bind_mw(bq, mw1, &mb) == EINVAL, "bind_mw(type 1, zero-based): EINVAL");
+  mb.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
+  ibv_mr* other_pd_mr = a.mr;  // A's region: another PD (another device)
+  mb.bind_info.mr = other_pd_mr;
+  check(ibv_bind_mw(bq, mw1, &mb) == EPERM, "bind_mw(an MR of another PD): EPERM");
+  mb.bind_info.mr = mr;
+
+  // Type 1: ibv_bind_mw moves the tag; A writes through the new key.
+  const uint32_t old1 = mw1->rkey;
+  check(ibv_bind_mw(bq, mw1, &mb) == 0 && mw1->rkey == ibv_inc_rkey(old1), "bind_mw(type 1): the next tag");
+  ok = poll_n(bcq, wc, 1) == 1;
+  check(ok && wc[0].status == IBV_WC_SUCCESS && wc[0].opcode == IBV_WC_BIND_MW &&
+            wc[0].wr_id == 40,
+        "bind_mw(type 1) completes: BIND_MW, status %d", wc[0].status);
+  std::memset(a.buf, 0x5a, 64);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(a.buf), 64, a.mr->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 41;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(mem) + 100;
+  wr.wr.rdma.rkey = mw1->rkey;
+  ok = done(aq, &wr, acq);
+  check(ok && wc[0].status == IBV_WC_SUCCESS &&
+            mem[100] == 0x5a && mem[163] == 0x5a && mem[164] == 0,
+        "WRITE through a type 1 window: status %d", wc[0].status);
+  mb.bind_info = {mr, 0, 0, 0};  // unbind: a zero-length bind
+  check(ibv_bind_mw(bq, mw1, &mb) == 0 && poll_n(bcq, wc, 1) == 1 && wc[0].status == IBV_WC_SUCCESS,
+        "bind_mw(type 1, length 0) unbinds");
+  check(ibv_dealloc_mw(mw1) == 0, "dealloc_mw(type 1)");
+
+  // Type 2: a BIND_MW WR on B's QP, with the next tag; B's QP is the only one it answers.
+  ibv_send_wr bw{};
+  bw.wr_id = 50;
+  bw.opcode = IBV_WR_BIND_MW;
+  bw.send_flags = IBV_SEND_SIGNALED;
+  bw.bind_mw.mw = mw2;
+  bw.bind_mw.rkey = ibv_inc_rkey(mw2->rkey);
+  bw.bind_mw.bind_info = {mr, reinterpret_cast<uintptr_t>(mem) + 4096, 1024,
+                          IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ};
+  const uint32_t key = bw.bind_mw.rkey;
+  ok = done(bq, &bw, bcq);
+  check(ok && wc[0].status == IBV_WC_SUCCESS &&
+            wc[0].opcode == IBV_WC_BIND_MW,
+        "post_send BIND_MW (type 2): status %d", wc[0].status);
+  for (int i = 0; i < 1024; ++i) a.buf[i] = static_cast<uint8_t>(i * 7);
+  sge = {reinterpret_cast<uintptr_t>(a.buf), 1024, a.mr->lkey};
+  wr.wr_id = 51;
+  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(mem) + 4096;
+  wr.wr.rdma.rkey = key;
+  ok = done(aq, &wr, acq);
+  check(ok && wc[0].status == IBV_WC_SUCCESS &&
+            std::memcmp(mem + 4096, a.buf, 1024) == 0,
+        "WRITE through the type 2 window: status %d, the bytes", wc[0].status);
+  sge = {reinterpret_cast<uintptr_t>(a.buf) + 2048, 1024, a.mr->lkey};
+  wr.wr_id = 52;
+  wr.opcode = IBV_WR_RDMA_READ;
+  ok = done(aq, &wr, acq);
+  check(ok && wc[0].status == IBV_WC_SUCCESS &&
+            std::memcmp(a.buf + 2048, a.buf, 1024) == 0,
+        "READ through the type 2 window: status %d, the bytes", wc[0].status);
+
+  check(ibv_dereg_mr(mr) == EINVAL, "dereg_mr of a region a window is bound to: EINVAL (IBA 10.6.7.2.6)");
+
+  // A's SEND with invalidate of the window's key: B's receive says so; the key is dead.
+  check(post_recv(bq, nullptr, 53, b.buf, 64, b.mr->lkey) == 0, "post_recv");
+  ibv_send_wr iw{};
+  iw.wr_id = 54;
+  iw.opcode = IBV_WR_SEND_WITH_INV;
+  iw.send_flags = IBV_SEND_SIGNALED;
+  iw.invalidate_rkey = key;
+  ok = done(aq, &iw, acq);
+  check(ok && wc[0].status == IBV_WC_SUCCESS,
+        "post_send SEND_WITH_INV: status %d", wc[0].status);
+  ok = poll_n(bcq, wc, 1) == 1;
+  check(ok && wc[0].status == IBV_WC_SUCCESS && wc[0].opcode == IBV_WC_RECV &&
+            (wc[0].wc_flags & IBV_WC_WITH_INV) && wc[0].invalidated_rkey == key,
+        "the receive: WITH_INV, invalidated_rkey 0x%x", wc[0].invalidated_rkey);
+  sge = {reinterpret_cast<uintptr_t>(a.buf), 64, a.mr->lkey};
+  wr.wr_id = 55;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  ok = done(aq, &wr, acq);
+  check(ok && wc[0].status == IBV_WC_REM_ACCESS_ERR,
+        "WRITE through the invalidated window: REM_ACCESS_ERR (status %d)", wc[0].status);
+  check(ibv_dereg_mr(mr) == 0, "dereg_mr once the window is invalidated");
+  check(ibv_dealloc_mw(mw2) == 0, "dealloc_mw(type 2)");
+  ibv_destroy_qp(aq);
+  ibv_destroy_qp(bq);
+  ibv_destroy_cq(acq);
+  ibv_destroy_cq(bcq);
 }
 
 void ud_traffic(Dev& a, Dev& b) {
@@ -1128,6 +1264,7 @@ int main(int argc, char** argv) {
 
   bad_arguments(a);
   rc_traffic(a, b);
+  memory_windows(a, b);
   ud_traffic(a, b);
   ud_multicast(a, b);
   channels_and_events(a, b);
