@@ -136,7 +136,25 @@ TEST(ShmWqe, HostileFieldsAreRefusedWithTheirReason) {
     std::memcpy(e.data(), &h, sizeof h);
     return e;
   };
-  EXPECT_EQ(decode_send_wqe(with([](SendWqeHeader& h) { h.opcode = 8; }), {2, 0}, &got), WqeError::bad_opcode);
+  EXPECT_EQ(decode_send_wqe(with([](SendWqeHeader& h) { h.opcode = 10; }), {2, 0}, &got), WqeError::bad_opcode);  // TSO
+  // BIND_MW (8) is known since memory windows: its fields come back from the header.
+  const auto bind = with([](SendWqeHeader& h) {
+    h.opcode = 8;
+    h.num_sge = 0;
+    h.imm_or_inv = 0x1207;
+    h.rkey = 0x1208;
+    h.remote_addr = 0x9000;
+    h.compare_add = 512;
+    h.swap = uint64_t{0x3401} | uint64_t{kAccessRemoteRead} << 32;
+  });
+  ASSERT_EQ(decode_send_wqe(bind, {2, 0}, &got), WqeError::ok);
+  EXPECT_EQ(got.opcode, WrOpcode::bind_mw);
+  EXPECT_EQ(got.invalidate_rkey, 0x1207u);
+  EXPECT_EQ(got.rkey, 0x1208u);
+  EXPECT_EQ(got.remote_addr, 0x9000u);
+  EXPECT_EQ(got.bind_length, 512u);
+  EXPECT_EQ(got.bind_mr_lkey, 0x3401u);
+  EXPECT_EQ(got.bind_access, uint32_t(kAccessRemoteRead));
   EXPECT_EQ(decode_send_wqe(with([](SendWqeHeader& h) { h.opcode = 0xff; }), {2, 0}, &got), WqeError::bad_opcode);
   EXPECT_EQ(decode_send_wqe(with([](SendWqeHeader& h) { h.num_sge = 3; }), {2, 0}, &got), WqeError::too_many_sge);
   EXPECT_EQ(decode_send_wqe(with([](SendWqeHeader& h) { h.num_sge = 0xffff; }), {0xffff, 0}, &got),
