@@ -24,7 +24,7 @@
 #                   [--ecn-pmax P] [--cc 'NAME=VALUE ...'] [--build DIR] [--no-build]
 # --cc: DCQCN parameters (droce cc set) for the dcqcn run on every host, over the defaults: e.g.
 # 'rpg_max_rate=1000 clamp_tgt_rate=1' starts the reaction point from this path's rate instead of
-# the 100 Gbit/s line rate droced assumes.
+# the line rate (the port's speed: af_packet on a veth says 10 Gbit/s).
 # Root (namespaces). Defaults: 10 s, rate 500mbit (this 2-vCPU VM's af_packet path carries about
 # 1-1.5 Gbit/s, so three senders overrun it), buffer 256k, ecn-min 20k, ecn-max 100k, ecn-pmax 20%.
 # The queue is the same in both runs: without DCQCN the data is Not-ECT, so RED drops it where

@@ -151,11 +151,11 @@ bool Engine::requester_send_one(Qp* q, uint64_t now_ns) {
       // Local operations: no packet. They complete in order with the others, with rxe's
       // statuses for what they refuse.
       const bool bind = w.wr.opcode == WrOpcode::bind_mw;
-      const int rc = bind ? mrs_.bind_mw({w.wr.invalidate_rkey, w.wr.rkey, w.wr.bind_mr_lkey, w.wr.remote_addr,
-                                          w.wr.bind_length, w.wr.bind_access},
-                                         q->pd, q->qpn)
-                          : mrs_.invalidate(w.wr.invalidate_rkey, q->pd);
-      if (rc != 0) {
+      const int err = bind ? mrs_.bind_mw({w.wr.invalidate_rkey, w.wr.rkey, w.wr.bind_mr_lkey, w.wr.remote_addr,
+                                           w.wr.bind_length, w.wr.bind_access},
+                                          q->pd, q->qpn)
+                           : mrs_.invalidate(w.wr.invalidate_rkey, q->pd);
+      if (err != 0) {
         w.has_local_error = true;
         w.local_error = bind ? WcStatus::mw_bind_err : WcStatus::loc_qp_op_err;
       }
