@@ -26,11 +26,12 @@
 # 'rpg_max_rate=1000 clamp_tgt_rate=1' starts the reaction point from this path's rate instead of
 # the line rate (the port's speed: af_packet on a veth says 10 Gbit/s).
 # Root (namespaces). Defaults: 10 s, rate 500mbit (this 2-vCPU VM's af_packet path carries about
-# 1-1.5 Gbit/s, so three senders overrun it), buffer 256k, ecn-min 20k, ecn-max 100k, ecn-pmax 20%.
+# 1-1.5 Gbit/s, so three senders overrun it), buffer 1m (256k drops the first burst: the three
+# senders start at the line rate, before the first CNPs), ecn-min 20k, ecn-max 100k, ecn-pmax 20%.
 # The queue is the same in both runs: without DCQCN the data is Not-ECT, so RED drops it where
 # it would mark (RFC 3168) and drop-tail acts at the buffer; the table tells the two apart.
 set -uo pipefail
-cc_extra="" out=bench/out secs=10 rate=500mbit buffer=256k kmin=20k kmax=100k pmax=20% build=build/release no_build=0
+cc_extra="" out=bench/out secs=10 rate=500mbit buffer=1m kmin=20k kmax=100k pmax=20% build=build/release no_build=0
 while [ $# -gt 0 ]; do
   case $1 in
     --out) out=$2; shift 2 ;;
