@@ -186,6 +186,7 @@ struct Qp {
     uint64_t retry_queued = 0;    ///< deadline of the retry entry in the timer heap; 0: none
     uint64_t pace_queued = 0;     ///< deadline of the pacer's entry in the timer heap; 0: none
     uint32_t packets_since_ackreq = 0;
+    uint64_t last_ackreq_ns = 0;  ///< when a packet last asked for an ACK (a paced QP's clock)
     // The send window (PSNs unacknowledged), adaptive: halved on a loss
     // signal, regrown on acknowledgement (slow start to ssthresh, then one
     // PSN per window). Go-back-N throws away what is in flight past a loss,

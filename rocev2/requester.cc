@@ -213,13 +213,20 @@ bool Engine::requester_send_one(Qp* q, uint64_t now_ns) {
                (info.kind == OpKind::send || info.immediate());
       ++r.packets_since_ackreq;
       // Ask for an ACK at the end of a message, every ack_req_every packets,
-      // and when the window is about to close.
+      // and when the window is about to close; and, on a QP DCQCN paces, once an eighth of the
+      // ACK timeout has gone by since the last ask: paced at a few Mbit/s, ack_req_every packets
+      // take longer than the timeout, and the packets sent first would time out and be sent again
+      // though none was lost (the incast bench's retransmits without drops).
       bth.ackreq = rc && (last || r.packets_since_ackreq >= std::min(cfg_.ack_req_every, std::max(r.cwnd / 2, 1u)) ||
-                          psn_diff(r.next_psn, r.unacked_psn) + 1 >= static_cast<int32_t>(std::max(r.cwnd, cfg_.min_unacked_psns)));
+                          psn_diff(r.next_psn, r.unacked_psn) + 1 >= static_cast<int32_t>(std::max(r.cwnd, cfg_.min_unacked_psns)) ||
+                          (q->rp.limited() && now_ns - r.last_ackreq_ns >= ack_timeout_ns(q->attr.timeout) / 8));
       break;
     }
   }
-  if (bth.ackreq) r.packets_since_ackreq = 0;
+  if (bth.ackreq) {
+    r.packets_since_ackreq = 0;
+    r.last_ackreq_ns = now_ns;
+  }
 
   rte_mbuf* m = build(q, av, bth, ext, payload);
   if (m == nullptr) {

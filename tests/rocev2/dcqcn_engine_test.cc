@@ -245,6 +245,50 @@ TEST_F(DcqcnEngineTest, CnpSlowsTheRequesterWhileOtherQpsGoOn) {
   EXPECT_EQ(total, 16u);
 }
 
+TEST_F(DcqcnEngineTest, APacedQpAsksForAnAckOnceAnEighthOfTheAckTimeoutHasPassed) {
+  CcParams p;
+  p.rate_to_set_on_first_cnp = 1;  // Mbit/s: 8 us a byte, a 1 KiB frame every ~9 ms
+  p.rpg_time_reset = 0;
+  p.rpg_byte_reset = 0;
+  engine().set_cc_params(p);
+  QpOptions o;
+  o.peer_qpn = 0x100;
+  const uint32_t paced = make_qp(o);  // ACK timeout 14: 67 ms, an eighth 8.4 ms
+  o.peer_qpn = 0x200;
+  const uint32_t free_qp = make_qp(o);
+  auto src = reg(16384);
+  deliver(cnp_to(paced));
+  ASSERT_TRUE(engine().qp(paced)->rp.limited());
+  for (uint32_t q : {paced, free_qp}) {
+    SendWr w = send_wr(WrOpcode::rdma_write, q, src->sge(0, 16384));
+    w.remote_addr = 0x10000;
+    w.rkey = 9;
+    ASSERT_EQ(engine().post_send(q, w), 0);
+  }
+  // Step: time on, frame by frame (nobody ACKs).
+  size_t paced_frames = 0, paced_asks = 0, free_frames = 0, free_asks = 0;
+  uint64_t t = now_;
+  // Six frames (~54 ms), inside the 67 ms timeout: nothing is sent again meanwhile.
+  for (int i = 0; i < 4000 && paced_frames < 6; ++i, t += 100'000) {
+    at(t);
+    for (const Sent& s : sent()) {
+      if (s.pkt.info == nullptr || s.pkt.info->kind != OpKind::write) continue;
+      const bool ask = s.bth().ackreq;
+      if (s.bth().dest_qp == 0x100) ++paced_frames, paced_asks += ask && paced_frames > 1;
+      if (s.bth().dest_qp == 0x200) ++free_frames, free_asks += ask;
+    }
+  }
+  // Expect: the paced QP's frames, ~9 ms apart, each ask for an ACK after the first (each comes
+  // more than 8.4 ms after the last ask; the first goes at once, at the CNP's moment); the
+  // unpaced QP's 16 asked only at ack_req_every and the end.
+  EXPECT_EQ(paced_frames, 6u);
+  EXPECT_EQ(paced_asks, 5u);
+  EXPECT_EQ(engine().qp(paced)->counters.retransmits, 0u);
+  EXPECT_EQ(free_frames, 16u);
+  EXPECT_GE(free_asks, 1u);
+  EXPECT_LT(free_asks, 16u);
+}
+
 // The oracle: a CNP droce builds dissects in scapy's RoCE layer as a CNP (BTH 0x81, BECN,
 // CNPPadding), with the ICRC scapy computes, and equals scapy's own cnp() byte for byte
 // (tests/oracle/cnp_scapy_check.py).
