@@ -2,7 +2,12 @@
 // What several `droce` commands read the same way: numbers (decimal or 0x hex) and which droced
 // to talk to (--device, --run-dir as droce exec takes it, or --socket).
 
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
 #include <charconv>
+#include <cstdio>
+#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -27,6 +32,22 @@ bool number(std::string_view s, T* out) {
 inline std::string droced_socket(const std::string& device, const std::string& run_dir, const std::string& socket) {
   if (!socket.empty()) return socket;
   return run_dir.empty() ? client::Context::socket_path(device) : run_dir + "/" + device + ".sock";
+}
+
+/// droced's stats JSON (the `stats` message) as an object in *out; false, with the reason on
+/// stderr, when droced cannot be reached or answers something else.
+inline bool read_stats(const std::string& socket, nlohmann::ordered_json* out) {
+  std::string text;
+  if (int rc = client::query_stats(socket, &text); rc != 0) {
+    std::fprintf(stderr, "droce: cannot reach droced at %s: %s\n", socket.c_str(), std::strerror(-rc));
+    return false;
+  }
+  *out = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (out->is_discarded() || !out->is_object()) {
+    std::fprintf(stderr, "droce: droced sent something that is not JSON\n");
+    return false;
+  }
+  return true;
 }
 
 }  // namespace droce::cli

@@ -39,13 +39,9 @@ constexpr const char* kCcCounters[] = {"np_ecn_marked_roce_packets", "np_cnp_sen
                                        "rp_cnp_handled", "rp_cnp_ignored", "rp_rate_cuts", "cnp_received"};
 
 int show(const std::string& socket, bool json) {
-  std::string text;
-  if (int rc = client::query_stats(socket, &text); rc != 0) {
-    std::fprintf(stderr, "droce: cannot reach droced at %s: %s\n", socket.c_str(), std::strerror(-rc));
-    return 1;
-  }
-  const ordered_json all = ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
-  const auto it = all.is_object() ? all.find("cc") : all.end();
+  ordered_json all;
+  if (!read_stats(socket, &all)) return 1;
+  const auto it = all.find("cc");
   if (it == all.end() || !it->is_object()) {
     std::fprintf(stderr, "droce: this droced has no DCQCN parameters (an older version?)\n");
     return 1;

@@ -43,13 +43,9 @@ int usage_error(const std::string& why) {
 }
 
 int list(const std::string& socket, bool json) {
-  std::string text;
-  if (int rc = client::query_stats(socket, &text); rc != 0) {
-    std::fprintf(stderr, "droce: cannot reach droced at %s: %s\n", socket.c_str(), std::strerror(-rc));
-    return 1;
-  }
-  const ordered_json all = ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
-  const auto it = all.is_object() ? all.find("faults") : all.end();
+  ordered_json all;
+  if (!read_stats(socket, &all)) return 1;
+  const auto it = all.find("faults");
   if (it == all.end()) {
     std::fprintf(stderr, "droce: this droced has no fault rules (an older version?)\n");
     return 1;

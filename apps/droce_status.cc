@@ -50,16 +50,8 @@ int status_command(std::string_view cmd, const std::vector<std::string_view>& ar
     }
   }
   socket = droced_socket(device, run_dir, socket);
-  std::string text;
-  if (int rc = client::query_stats(socket, &text); rc != 0) {
-    std::fprintf(stderr, "droce: cannot reach droced at %s: %s\n", socket.c_str(), std::strerror(-rc));
-    return 1;
-  }
-  const ordered_json all = ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (all.is_discarded() || !all.is_object()) {
-    std::fprintf(stderr, "droce: droced sent something that is not JSON\n");
-    return 1;
-  }
+  ordered_json all;
+  if (!read_stats(socket, &all)) return 1;
   const std::map<std::string_view, const char*> section = {
       {"devices", "device"}, {"ports", "ports"}, {"gids", "gids"}, {"qps", "qps"},
       {"clients", "clients"}, {"counters", "counters"}, {"cores", "cores"}, {"cm", "cm"},
