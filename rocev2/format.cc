@@ -60,6 +60,8 @@ std::string ext_text(const ParsedPacket& p) {
   const OpcodeInfo& info = *p.info;
   const ExtHeaders& e = p.hdr.ext;
   std::string s;
+  if (info.has(kHdrFeth))
+    s += sprintf_str("  FETH   placement_type=0x%x selectivity=%u\n", e.feth.placement_type, e.feth.selectivity);
   if (info.has(kHdrDeth))
     s += sprintf_str("  DETH   qkey=0x%08x src_qp=0x%06x\n", e.deth.qkey, e.deth.src_qp);
   if (info.has(kHdrReth))

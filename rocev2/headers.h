@@ -65,6 +65,13 @@ struct __attribute__((packed)) AtomicAckEthWire {
 };
 static_assert(sizeof(AtomicAckEthWire) == 8);
 
+/// FETH, the FLUSH extended transport header (IBA Annex A19.4.1; rxe_hdr.h's rxe_feth): one
+/// big-endian word, reserved(26) | selectivity level(2) | placement type(4).
+struct __attribute__((packed)) FethWire {
+  uint32_t bits;
+};
+static_assert(sizeof(FethWire) == 4);
+
 struct __attribute__((packed)) DethWire {
   uint32_t qkey;
   uint8_t resv8;
@@ -226,6 +233,28 @@ struct AtomicAckEth {
   void encode(void* out) const { core::store_be64(out, orig); }
   static AtomicAckEth decode(const void* in) { return {core::load_be64(in)}; }
   friend bool operator==(const AtomicAckEth&, const AtomicAckEth&) = default;
+};
+
+/// FLUSH placement types (FETH bits 3:0; ibv_placement_type's values) and selectivity levels
+/// (bits 5:4; ibv_selectivity_level's).
+inline constexpr uint8_t kFlushGlobal = 1u << 0;      ///< global visibility
+inline constexpr uint8_t kFlushPersistent = 1u << 1;  ///< persistence
+inline constexpr uint8_t kFlushRange = 0;             ///< the RETH's range
+inline constexpr uint8_t kFlushMr = 1;                ///< the whole region the R_Key names
+
+struct Feth {
+  uint8_t placement_type = 0;  ///< 4 bits
+  uint8_t selectivity = 0;     ///< 2 bits
+  uint32_t resv = 0;           ///< 26 reserved bits, kept so a parsed packet rebuilds the same
+
+  void encode(void* out) const {
+    core::store_be32(out, (resv << 6) | (uint32_t{selectivity & 3u} << 4) | (placement_type & 0xfu));
+  }
+  static Feth decode(const void* in) {
+    const uint32_t v = core::load_be32(in);
+    return {static_cast<uint8_t>(v & 0xf), static_cast<uint8_t>((v >> 4) & 3), v >> 6};
+  }
+  friend bool operator==(const Feth&, const Feth&) = default;
 };
 
 struct Deth {

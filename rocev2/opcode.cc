@@ -14,7 +14,10 @@ struct OpDef {
   bool responder;
 };
 
-// IBA Vol. 1 table 38, operations 0x00-0x17 as RC defines them.
+// IBA Vol. 1 table 38, operations 0x00-0x17 as RC defines them, and IBA 1.5's FLUSH and ATOMIC
+// WRITE (Annex A19; RC only, as rxe has them): FLUSH carries a FETH then a RETH and no payload,
+// ATOMIC WRITE a RETH and 8 bytes of payload. Both are answered by an RDMA READ response only of
+// no payload.
 constexpr std::array<OpDef, 32> kOps = [] {
   std::array<OpDef, 32> t{};
   for (auto& d : t) d = {nullptr, OpKind::none, Position::none, 0, false, false, false};
@@ -49,6 +52,8 @@ constexpr std::array<OpDef, 32> kOps = [] {
   t[op::kFetchAdd] = {"FETCH_ADD", K::fetch_add, P::only, kHdrAtomicEth, false, true, false};
   t[op::kSendLastInv] = {"SEND_LAST_WITH_INVALIDATE", K::send, P::last, kHdrIeth, true, true, false};
   t[op::kSendOnlyInv] = {"SEND_ONLY_WITH_INVALIDATE", K::send, P::only, kHdrIeth, true, true, false};
+  t[op::kFlush] = {"FLUSH", K::flush, P::only, kHdrFeth | kHdrReth, false, true, false};
+  t[op::kAtomicWrite] = {"ATOMIC_WRITE", K::atomic_write, P::only, kHdrReth, true, true, false};
   return t;
 }();
 
@@ -155,6 +160,8 @@ const char* to_string(OpKind k) {
     case OpKind::atomic_ack: return "atomic_ack";
     case OpKind::compare_swap: return "compare_swap";
     case OpKind::fetch_add: return "fetch_add";
+    case OpKind::flush: return "flush";
+    case OpKind::atomic_write: return "atomic_write";
     case OpKind::cnp: return "cnp";
   }
   return "?";

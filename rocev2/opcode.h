@@ -33,21 +33,25 @@ enum class OpKind : uint8_t {
   atomic_ack,
   compare_swap,
   fetch_add,
+  flush,         ///< RDMA FLUSH (IBA 1.5, Annex A19)
+  atomic_write,  ///< RDMA ATOMIC WRITE (IBA 1.5, Annex A19)
   cnp,
 };
 
 enum class Position : uint8_t { none, first, middle, last, only };
 
-/// Extension headers, each one bit; they appear on the wire in this order.
+/// Extension headers, each one bit; they appear on the wire in this order (FLUSH's FETH
+/// comes before its RETH, A19.4.1; a FETH and a DETH never meet).
 enum HeaderBit : uint16_t {
-  kHdrDeth = 1u << 0,
-  kHdrReth = 1u << 1,
-  kHdrAtomicEth = 1u << 2,
-  kHdrAeth = 1u << 3,
-  kHdrAtomicAckEth = 1u << 4,
-  kHdrImmDt = 1u << 5,
-  kHdrIeth = 1u << 6,
-  kHdrCnp = 1u << 7,
+  kHdrFeth = 1u << 0,
+  kHdrDeth = 1u << 1,
+  kHdrReth = 1u << 2,
+  kHdrAtomicEth = 1u << 3,
+  kHdrAeth = 1u << 4,
+  kHdrAtomicAckEth = 1u << 5,
+  kHdrImmDt = 1u << 6,
+  kHdrIeth = 1u << 7,
+  kHdrCnp = 1u << 8,
 };
 
 /// Operation codes (BTH opcode bits 4:0), IBA names.
@@ -75,6 +79,8 @@ inline constexpr uint8_t kCompareSwap = 0x13;
 inline constexpr uint8_t kFetchAdd = 0x14;
 inline constexpr uint8_t kSendLastInv = 0x16;
 inline constexpr uint8_t kSendOnlyInv = 0x17;
+inline constexpr uint8_t kFlush = 0x1c;        ///< IBA 1.5 (rxe's IB_OPCODE_FLUSH), RC only
+inline constexpr uint8_t kAtomicWrite = 0x1d;  ///< IBA 1.5 (rxe's IB_OPCODE_ATOMIC_WRITE), RC only
 }  // namespace op
 
 /// The full 8-bit opcode of an operation on a transport.
@@ -108,6 +114,7 @@ struct OpcodeInfo {
 /// Byte length of each extension header.
 constexpr uint8_t header_len(HeaderBit h) {
   switch (h) {
+    case kHdrFeth: return 4;
     case kHdrDeth: return 8;
     case kHdrReth: return 16;
     case kHdrAtomicEth: return 28;

@@ -50,6 +50,7 @@ struct L4Header {
 
 /// Extension headers; which of them are present follows from the opcode.
 struct ExtHeaders {
+  Feth feth;
   Deth deth;
   Reth reth;
   AtomicEth atomic_eth;

@@ -29,11 +29,11 @@ except ImportError as e:
 FIELDS = ("opcode", "psn", "dqpn", "pad", "payload_len", "ip_version", "vlan",
           "se", "ackreq", "pkey")
 CNP = 0x81
-RC = set(range(0x00, 0x15)) | {0x16, 0x17}
+RC = set(range(0x00, 0x15)) | {0x16, 0x17, 0x1C, 0x1D}   # 0x1C FLUSH, 0x1D ATOMIC WRITE (IBA 1.5)
 UC = set(range(0x20, 0x2C))                      # SEND 0x00-0x05, WRITE 0x06-0x0B
 UD = {0x64, 0x65}                                # SEND_ONLY, SEND_ONLY_WITH_IMM
 VALID = sorted(RC | UC | UD | {CNP})
-NO_PAYLOAD = {0x0C, 0x11, 0x12, 0x13, 0x14, CNP}  # READ req, ACK, atomic ACK/req, CNP
+NO_PAYLOAD = {0x0C, 0x11, 0x12, 0x13, 0x14, 0x1C, CNP}  # READ req, ACK, atomic ACK/req, FLUSH, CNP
 FIRST_MIDDLE = {0x00, 0x01, 0x06, 0x07, 0x0D, 0x0E, 0x20, 0x21, 0x26, 0x27}
 AETH_OPS = {0x0D, 0x0F, 0x10, 0x11, 0x12}         # AETH is the first ext header
 MAX_PAYLOAD = 4096
@@ -47,7 +47,8 @@ def ext_len(op):
         return 16                                 # reserved bytes
     low, n = op & 0x1F, 0
     n += 8 if op in UD else 0                     # DETH (before ImmDt)
-    n += 16 if low in (0x06, 0x0A, 0x0B, 0x0C) else 0     # RETH
+    n += 4 if low == 0x1C else 0                  # FETH (before RETH)
+    n += 16 if low in (0x06, 0x0A, 0x0B, 0x0C, 0x1C, 0x1D) else 0     # RETH
     n += 28 if low in (0x13, 0x14) else 0         # AtomicETH
     n += 4 if low in AETH_OPS else 0              # AETH
     n += 8 if low == 0x12 else 0                  # AtomicAckETH

@@ -28,6 +28,33 @@ TEST(OpcodeTable, ExtensionHeaderLengthsFollowTheSpecification) {
   EXPECT_EQ(opcode_info(ud(op::kSendOnly)).ext_len, 8);
   EXPECT_EQ(opcode_info(ud(op::kSendOnlyImm)).ext_len, 12);
   EXPECT_EQ(opcode_info(kOpcodeCnp).ext_len, 16);
+  EXPECT_EQ(opcode_info(rc(op::kFlush)).ext_len, 20);        // FETH 4 + RETH 16
+  EXPECT_EQ(opcode_info(rc(op::kAtomicWrite)).ext_len, 16);  // RETH
+}
+
+// IBA 1.5 (Annex A19), as rxe's rxe_opcode.c has them: RC only, first and last at once.
+TEST(OpcodeTable, FlushAndAtomicWrite) {
+  const auto& flush = opcode_info(0x1c);
+  EXPECT_STREQ(flush.name, "RC_FLUSH");
+  EXPECT_TRUE(flush.valid());
+  EXPECT_EQ(flush.kind, OpKind::flush);
+  EXPECT_EQ(flush.position, Position::only);
+  EXPECT_TRUE(flush.has(kHdrFeth) && flush.has(kHdrReth));
+  EXPECT_FALSE(flush.payload);
+  EXPECT_TRUE(flush.requester);
+  const auto& aw = opcode_info(0x1d);
+  EXPECT_STREQ(aw.name, "RC_ATOMIC_WRITE");
+  EXPECT_TRUE(aw.valid());
+  EXPECT_EQ(aw.kind, OpKind::atomic_write);
+  EXPECT_EQ(aw.position, Position::only);
+  EXPECT_EQ(aw.headers, kHdrReth);
+  EXPECT_TRUE(aw.payload);
+  EXPECT_TRUE(aw.requester);
+  EXPECT_EQ(opcode_info(uc(op::kFlush)).cls, OpcodeClass::invalid_for_transport);
+  EXPECT_EQ(opcode_info(uc(op::kAtomicWrite)).cls, OpcodeClass::invalid_for_transport);
+  EXPECT_EQ(opcode_info(ud(op::kAtomicWrite)).cls, OpcodeClass::invalid_for_transport);
+  EXPECT_STREQ(to_string(OpKind::flush), "flush");
+  EXPECT_STREQ(to_string(OpKind::atomic_write), "atomic_write");
 }
 
 TEST(OpcodeTable, TransportsAllowOnlyTheirOperations) {
@@ -37,7 +64,7 @@ TEST(OpcodeTable, TransportsAllowOnlyTheirOperations) {
     uc_valid += opcode_info(uc(uint8_t(o))).valid();
     ud_valid += opcode_info(ud(uint8_t(o))).valid();
   }
-  EXPECT_EQ(rc_valid, 23);  // 0x00-0x14, 0x16, 0x17
+  EXPECT_EQ(rc_valid, 25);  // 0x00-0x14, 0x16, 0x17, 0x1c, 0x1d
   EXPECT_EQ(uc_valid, 12);  // SEND and WRITE
   EXPECT_EQ(ud_valid, 2);   // SEND only, with or without immediate
   EXPECT_EQ(opcode_info(uc(op::kReadRequest)).cls, OpcodeClass::invalid_for_transport);

@@ -171,6 +171,108 @@ TEST(ParserPeek, DestQpnOfEveryShapeOfFrameAndNothingFromAShortOne) {
   EXPECT_FALSE(peek_dest_qpn(frame.data(), frame.size(), &qpn));
 }
 
+// IBA 1.5's FLUSH and ATOMIC WRITE and the READ response only of no payload that answers both,
+// byte for byte as rxe puts them on the wire (rxe_req.c's init_req_packet, rxe_hdr.h's feth_init,
+// rxe_resp.c's send_read_response_ack). The bytes were made apart from droce (a Python script:
+// struct.pack of each header by the specification's layout, zlib.crc32 for the ICRC), so a
+// builder and a parser that agreed with each other but not with rxe would fail here.
+// FLUSH: PSN 0x100, AckReq, FETH selectivity MR (1) and placement global (1), RETH va
+// 0x7f0000001000 rkey 0x1234 length 4096, no payload.
+constexpr uint8_t kRxeFlush[] = {
+    0x02, 0x00, 0x00, 0x00, 0x00, 0x02, 0x02, 0x00, 0x00, 0x00, 0x00, 0x01,
+    0x08, 0x00, 0x45, 0x00, 0x00, 0x40, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11,
+    0x26, 0xab, 0x0a, 0x00, 0x00, 0x01, 0x0a, 0x00, 0x00, 0x02, 0xc1, 0x23,
+    0x12, 0xb7, 0x00, 0x2c, 0x00, 0x00, 0x1c, 0x00, 0xff, 0xff, 0x00, 0x00,
+    0x00, 0x11, 0x80, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x11, 0x00, 0x00,
+    0x7f, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00, 0x12, 0x34, 0x00, 0x00,
+    0x10, 0x00, 0x4c, 0x91, 0xa8, 0xd9,
+};
+// ATOMIC WRITE: PSN 0x101, AckReq, RETH va 0x7f0000002000 rkey 0x1234 length 8, payload 01..08.
+constexpr uint8_t kRxeAtomicWrite[] = {
+    0x02, 0x00, 0x00, 0x00, 0x00, 0x02, 0x02, 0x00, 0x00, 0x00, 0x00, 0x01,
+    0x08, 0x00, 0x45, 0x00, 0x00, 0x44, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11,
+    0x26, 0xa7, 0x0a, 0x00, 0x00, 0x01, 0x0a, 0x00, 0x00, 0x02, 0xc1, 0x23,
+    0x12, 0xb7, 0x00, 0x30, 0x00, 0x00, 0x1d, 0x00, 0xff, 0xff, 0x00, 0x00,
+    0x00, 0x11, 0x80, 0x00, 0x01, 0x01, 0x00, 0x00, 0x7f, 0x00, 0x00, 0x00,
+    0x20, 0x00, 0x00, 0x00, 0x12, 0x34, 0x00, 0x00, 0x00, 0x08, 0x01, 0x02,
+    0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0xc6, 0x9e, 0x1c, 0x57,
+};
+// Its answer (and FLUSH's): RDMA READ response only, PSN 0x100, AETH ACK 0x1f MSN 1, no payload.
+constexpr uint8_t kRxeReadResponseAck[] = {
+    0x02, 0x00, 0x00, 0x00, 0x00, 0x02, 0x02, 0x00, 0x00, 0x00, 0x00, 0x01,
+    0x08, 0x00, 0x45, 0x00, 0x00, 0x30, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11,
+    0x26, 0xbb, 0x0a, 0x00, 0x00, 0x01, 0x0a, 0x00, 0x00, 0x02, 0xc1, 0x23,
+    0x12, 0xb7, 0x00, 0x1c, 0x00, 0x00, 0x10, 0x00, 0xff, 0xff, 0x00, 0x00,
+    0x00, 0x11, 0x00, 0x00, 0x01, 0x00, 0x1f, 0x00, 0x00, 0x01, 0x21, 0x1e,
+    0x4f, 0xa0,
+};
+
+void expect_rebuilds(std::span<const uint8_t> frame, const ParsedPacket& p) {
+  std::vector<uint8_t> out(frame.size() + 16);
+  const auto payload = frame.subspan(p.layout.payload_off, p.layout.payload_len);
+  const size_t n = build_frame(p.hdr, payload, out);
+  ASSERT_EQ(n, frame.size());
+  out.resize(n);
+  EXPECT_EQ(out, std::vector<uint8_t>(frame.begin(), frame.end()));
+}
+
+TEST(ParserIba15, FlushAsRxeSendsIt) {
+  ParsedPacket p;
+  ASSERT_EQ(parse_frame(std::span<const uint8_t>(kRxeFlush), &p), ParseStatus::ok);
+  EXPECT_EQ(p.info->kind, OpKind::flush);
+  EXPECT_TRUE(p.hdr.bth.ackreq);
+  EXPECT_EQ(p.hdr.bth.psn, 0x100u);
+  EXPECT_EQ(p.hdr.bth.dest_qp, 0x11u);
+  EXPECT_EQ(p.hdr.ext.feth.placement_type, kFlushGlobal);
+  EXPECT_EQ(p.hdr.ext.feth.selectivity, kFlushMr);
+  EXPECT_EQ(p.hdr.ext.feth.resv, 0u);
+  EXPECT_EQ(p.hdr.ext.reth, (Reth{0x7f0000001000, 0x1234, 4096}));
+  EXPECT_EQ(p.layout.payload_len, 0u);
+  EXPECT_EQ(p.layout.payload_off, 14u + 20 + 8 + 12 + 4 + 16);  // the FETH comes before the RETH
+  expect_rebuilds(kRxeFlush, p);
+}
+
+TEST(ParserIba15, AtomicWriteAsRxeSendsIt) {
+  ParsedPacket p;
+  ASSERT_EQ(parse_frame(std::span<const uint8_t>(kRxeAtomicWrite), &p), ParseStatus::ok);
+  EXPECT_EQ(p.info->kind, OpKind::atomic_write);
+  EXPECT_TRUE(p.hdr.bth.ackreq);
+  EXPECT_EQ(p.hdr.bth.psn, 0x101u);
+  EXPECT_EQ(p.hdr.bth.pad, 0);
+  EXPECT_EQ(p.hdr.ext.reth, (Reth{0x7f0000002000, 0x1234, 8}));
+  EXPECT_EQ(p.layout.payload_len, 8u);
+  EXPECT_EQ(kRxeAtomicWrite[p.layout.payload_off], 0x01);
+  expect_rebuilds(kRxeAtomicWrite, p);
+}
+
+TEST(ParserIba15, TheirAnswerIsAReadResponseOnlyOfNoPayload) {
+  ParsedPacket p;
+  ASSERT_EQ(parse_frame(std::span<const uint8_t>(kRxeReadResponseAck), &p), ParseStatus::ok);
+  EXPECT_EQ(p.info->kind, OpKind::read_response);
+  EXPECT_EQ(p.info->position, Position::only);
+  EXPECT_EQ(p.hdr.ext.aeth, (Aeth{0x1f, 1}));
+  EXPECT_EQ(p.layout.payload_len, 0u);
+  expect_rebuilds(kRxeReadResponseAck, p);
+}
+
+TEST(ParserIba15, FethFieldsAndReservedBitsRoundTrip) {
+  uint8_t b[4];
+  Feth{kFlushPersistent | kFlushGlobal, kFlushRange, 0x2aaaaaa}.encode(b);
+  EXPECT_EQ(core::load_be32(b), (0x2aaaaaau << 6) | 0x03u);
+  EXPECT_EQ(Feth::decode(b), (Feth{3, 0, 0x2aaaaaa}));
+  Feth{kFlushGlobal, kFlushMr, 0}.encode(b);
+  EXPECT_EQ(core::load_be32(b), 0x11u);  // rxe's feth_init(type 1, level 1)
+}
+
+TEST(ParserIba15, FlushWithPayloadIsRefused) {
+  // oA19-2: a FLUSH carries no payload. An ATOMIC WRITE's frame relabelled FLUSH: its 16 bytes
+  // of RETH and 8 of payload read as FETH, RETH and 4 bytes of payload.
+  auto f = FrameEdit::of(0x1d, 8);
+  f.bth()[0] = 0x1c;
+  ParsedPacket p;
+  EXPECT_EQ(parse_frame(std::span<const uint8_t>(f.b), &p), ParseStatus::unexpected_payload);
+}
+
 TEST(ParserRobustness, NoProperPrefixOfAFrameIsAccepted) {
   std::mt19937_64 rng(42);
   for (int i = 0; i < 200; ++i) {
