@@ -23,7 +23,9 @@ static_assert(sizeof(WqeSge) == 16);
 /// A send WQE's header; num_sge WqeSge entries or inline_len bytes follow.
 /// A BIND_MW WQE (no SGEs) carries the window's current R_Key in imm_or_inv,
 /// its new R_Key in rkey, the address in remote_addr, the length in
-/// compare_add and the MR's L_Key | access flags << 32 in swap.
+/// compare_add and the MR's L_Key | access flags << 32 in swap. An ATOMIC
+/// WRITE (no SGEs) carries its 8 bytes in compare_add; a FLUSH (no SGEs) its
+/// length in compare_add and placement type | selectivity level << 8 in swap.
 struct SendWqeHeader {
   uint64_t wr_id;
   uint64_t remote_addr;

@@ -57,6 +57,10 @@ enum AccessFlags : uint32_t {
   kAccessZeroBased = 1u << 5,
   kAccessOnDemand = 1u << 6,
   kAccessHugetlb = 1u << 7,
+  /// IBA 1.5 FLUSH (rdma-core 45's IBV_ACCESS_FLUSH_GLOBAL and _PERSISTENT; Debian 12's
+  /// rdma-core 44 has no name for them, the kernel's uverbs ABI has these values).
+  kAccessFlushGlobal = 1u << 8,
+  kAccessFlushPersistent = 1u << 9,
   kAccessRelaxedOrdering = 1u << 20,
 };
 
@@ -164,6 +168,8 @@ enum class WrOpcode : uint8_t {
   local_inv = 7,
   bind_mw = 8,
   send_with_inv = 9,
+  flush = 14,         ///< IBV_WR_FLUSH (rdma-core 45 on; 44 lacks it)
+  atomic_write = 15,  ///< IBV_WR_ATOMIC_WRITE
 };
 
 /// ibv_mw_type.
@@ -207,6 +213,8 @@ enum class WcOpcode : uint8_t {
   fetch_add = 4,
   bind_mw = 5,
   local_inv = 6,
+  flush = 8,          ///< IBV_WC_FLUSH (rdma-core 45 on)
+  atomic_write = 9,   ///< IBV_WC_ATOMIC_WRITE
   recv = 128,
   recv_rdma_with_imm = 129,
 };
@@ -234,9 +242,11 @@ struct SendWr {
   uint32_t send_flags = 0;
   uint32_t imm_data = 0;          ///< host-order value of the wire's big-endian bytes
   uint32_t invalidate_rkey = 0;   ///< SEND_WITH_INV, LOCAL_INV
-  uint64_t remote_addr = 0;       ///< RDMA and atomics
+  uint64_t remote_addr = 0;       ///< RDMA, atomics, ATOMIC WRITE, FLUSH
   uint32_t rkey = 0;
-  uint64_t compare_add = 0;       ///< atomics
+  /// Atomics; ATOMIC WRITE: the 8 bytes to write, as they lie in memory (memcpy'd in and out);
+  /// FLUSH: the length of the range to flush (at most 2^31).
+  uint64_t compare_add = 0;
   uint64_t swap = 0;
   uint32_t ah = 0;                ///< UD: address handle id
   uint32_t remote_qpn = 0;        ///< UD
@@ -248,6 +258,10 @@ struct SendWr {
   uint32_t bind_mr_lkey = 0;
   uint32_t bind_access = 0;
   uint64_t bind_length = 0;
+  /// FLUSH (ibv_wr_flush): placement type (kFlushGlobal/kFlushPersistent bits of
+  /// rocev2/headers.h, ibv_placement_type) and selectivity level (0 range, 1 whole region).
+  uint8_t flush_type = 0;
+  uint8_t flush_level = 0;
   uint32_t num_sge = 0;
   Sge sg_list[kMaxSge];
 };

@@ -32,6 +32,8 @@ bool known_opcode(uint8_t op) {
     case WrOpcode::local_inv:
     case WrOpcode::bind_mw:
     case WrOpcode::send_with_inv:
+    case WrOpcode::flush:
+    case WrOpcode::atomic_write:
       return true;
   }
   return false;
@@ -85,6 +87,10 @@ void send_wr_fields(const SendWqeHeader& h, SendWr* out) {
     out->bind_mr_lkey = uint32_t(h.swap);
     out->bind_access = uint32_t(h.swap >> 32);
   }
+  if (out->opcode == WrOpcode::flush) {  // SendWqeHeader's comment: type and level in swap
+    out->flush_type = uint8_t(h.swap);
+    out->flush_level = uint8_t(h.swap >> 8);
+  }
 }
 
 uint32_t send_wqe_used(std::span<const uint8_t> header) {
@@ -133,6 +139,7 @@ SendWqeHeader send_wqe_header(const SendWr& wr) {
     h.compare_add = wr.bind_length;
     h.swap = uint64_t{wr.bind_mr_lkey} | uint64_t{wr.bind_access} << 32;
   }
+  if (wr.opcode == WrOpcode::flush) h.swap = uint64_t{wr.flush_type} | uint64_t{wr.flush_level} << 8;
   h.ah = wr.ah;
   h.remote_qpn = wr.remote_qpn;
   h.remote_qkey = wr.remote_qkey;

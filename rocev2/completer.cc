@@ -10,16 +10,12 @@ namespace droce::rocev2 {
 
 namespace {
 
-bool is_read_or_atomic(WrOpcode op) {
-  return op == WrOpcode::rdma_read || op == WrOpcode::atomic_cmp_and_swp || op == WrOpcode::atomic_fetch_and_add;
-}
-
 // The oldest READ or atomic ever sent that still waits for its response, or nullptr.
 SendWqe* oldest_pending_response(Qp* q) {
   for (uint32_t i = q->sq_tail; i != q->sq_head; ++i) {
     SendWqe& w = q->sq[i % q->sq_depth];
     if (!w.psn_assigned) break;
-    if (is_read_or_atomic(w.wr.opcode) && !w.resp_complete) return &w;
+    if (awaits_response(w.wr.opcode) && !w.resp_complete) return &w;
   }
   return nullptr;
 }
@@ -73,7 +69,7 @@ Engine::RetireStop Engine::retire_acknowledged(Qp* q) {
     if (partly_sent && w.npackets != 0) return RetireStop::held;
     if (psn_diff(w.last_psn, done_through) > 0) return RetireStop::unacknowledged;
     if (q->state == QpState::err) return RetireStop::error;
-    if (is_read_or_atomic(w.wr.opcode) && !w.resp_complete) {
+    if (awaits_response(w.wr.opcode) && !w.resp_complete) {
       // Acknowledged past a READ or atomic whose response never came: the
       // response was lost (implied NAK, IBA 9.7.5.1.3). Send it again.
       ++q->counters.implied_naks;
@@ -81,7 +77,7 @@ Engine::RetireStop Engine::retire_acknowledged(Qp* q) {
       requester_rewind(q, w.first_psn);
       return RetireStop::response_owed;
     }
-    if (is_read_or_atomic(w.wr.opcode) && r.rd_atomic_inflight > 0) --r.rd_atomic_inflight;
+    if (uses_rd_atomic(w.wr.opcode) && r.rd_atomic_inflight > 0) --r.rd_atomic_inflight;
     complete_send(q, w, WcStatus::success);
     if (q->state == QpState::err) return RetireStop::error;  // the CQ overflowed
   }
@@ -182,7 +178,8 @@ void Engine::completer_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint6
   }
 
   if (info.kind == OpKind::atomic_ack) {
-    if (w->wr.opcode == WrOpcode::rdma_read || psn != w->first_psn) {
+    if ((w->wr.opcode != WrOpcode::atomic_cmp_and_swp && w->wr.opcode != WrOpcode::atomic_fetch_and_add) ||
+        psn != w->first_psn) {
       ++counters_.rx_unexpected;
       return;
     }
@@ -194,6 +191,22 @@ void Engine::completer_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint6
     } else {
       const uint64_t orig = p.hdr.ext.atomic_ack_eth.orig;
       std::memcpy(mr_host(*mr, sge.addr), &orig, 8);  // host order, as the application reads it
+    }
+    w->resp_complete = true;
+    completer_retire(q, psn, now_ns);
+    return;
+  }
+
+  if (w->wr.opcode == WrOpcode::atomic_write || w->wr.opcode == WrOpcode::flush) {
+    // IBA 1.5: an RDMA READ response only of no payload, with an ACK syndrome, at the request's
+    // PSN answers an ATOMIC WRITE or a FLUSH (rxe's send_read_response_ack).
+    if (info.kind != OpKind::read_response || psn != w->first_psn) {
+      ++counters_.rx_unexpected;
+      return;
+    }
+    if (info.position != Position::only || p.layout.payload_len != 0 || aeth.kind() != AethKind::ack) {
+      completer_fail(q, WcStatus::bad_resp_err);
+      return;
     }
     w->resp_complete = true;
     completer_retire(q, psn, now_ns);

@@ -28,6 +28,8 @@ WcOpcode wc_opcode_of(WrOpcode op) {
     case WrOpcode::atomic_fetch_and_add: return WcOpcode::fetch_add;
     case WrOpcode::local_inv: return WcOpcode::local_inv;
     case WrOpcode::bind_mw: return WcOpcode::bind_mw;
+    case WrOpcode::flush: return WcOpcode::flush;
+    case WrOpcode::atomic_write: return WcOpcode::atomic_write;
     default: return WcOpcode::send;
   }
 }
@@ -48,7 +50,8 @@ bool valid_for_type(QpType t, WrOpcode op) {
       return op == WrOpcode::send || op == WrOpcode::send_with_imm || op == WrOpcode::send_with_inv ||
              op == WrOpcode::rdma_write || op == WrOpcode::rdma_write_with_imm ||
              op == WrOpcode::rdma_read || op == WrOpcode::atomic_cmp_and_swp ||
-             op == WrOpcode::atomic_fetch_and_add || op == WrOpcode::local_inv || op == WrOpcode::bind_mw;
+             op == WrOpcode::atomic_fetch_and_add || op == WrOpcode::local_inv || op == WrOpcode::bind_mw ||
+             op == WrOpcode::flush || op == WrOpcode::atomic_write;
   }
   return false;
 }
@@ -523,7 +526,15 @@ int Engine::post_send(uint32_t qpn, const SendWr& wr) {
   if (length > 0x80000000ull) return -EINVAL;  // IBA: at most 2^31 bytes per message
   const bool is_atomic = wr.opcode == WrOpcode::atomic_cmp_and_swp || wr.opcode == WrOpcode::atomic_fetch_and_add;
   if (is_atomic && (wr.num_sge != 1 || wr.sg_list[0].length != 8)) return -EINVAL;
-  const bool inl = (wr.send_flags & kSendInline) != 0 && wr.opcode != WrOpcode::rdma_read && !is_atomic;
+  // IBA 1.5: ATOMIC WRITE carries its 8 bytes and FLUSH its length in the WR, neither a list.
+  const bool iba15 = wr.opcode == WrOpcode::atomic_write || wr.opcode == WrOpcode::flush;
+  if (iba15 && wr.num_sge != 0) return -EINVAL;
+  if (wr.opcode == WrOpcode::atomic_write) length = 8;
+  if (wr.opcode == WrOpcode::flush) {
+    if (wr.compare_add > 0x80000000ull) return -EINVAL;
+    length = wr.compare_add;
+  }
+  const bool inl = (wr.send_flags & kSendInline) != 0 && wr.opcode != WrOpcode::rdma_read && !is_atomic && !iba15;
   if (inl && length > q->max_inline) return -EINVAL;
   if (q->type == QpType::ud) {
     if (length > q->mtu) return -EINVAL;  // UD messages are one packet (C10-?)
@@ -534,7 +545,7 @@ int Engine::post_send(uint32_t qpn, const SendWr& wr) {
 
   // A message may not span a quarter of the 24-bit PSN space: PSN distances
   // must stay unambiguous (a 2 GiB message at MTU 256 would need 2^23 PSNs).
-  if ((length + q->mtu - 1) / q->mtu > (1u << 22)) return -EINVAL;
+  if (!iba15 && (length + q->mtu - 1) / q->mtu > (1u << 22)) return -EINVAL;
 
   const uint32_t slot = q->sq_head % q->sq_depth;
   SendWqe& w = q->sq[slot];
@@ -555,8 +566,8 @@ int Engine::post_send(uint32_t qpn, const SendWr& wr) {
   }
   if (wr.opcode == WrOpcode::rdma_read) {
     w.npackets = std::max<uint32_t>(1, (w.length + q->mtu - 1) / q->mtu);
-  } else if (is_atomic || wr.opcode == WrOpcode::local_inv || wr.opcode == WrOpcode::bind_mw) {
-    w.npackets = is_atomic ? 1 : 0;  // local operations send nothing
+  } else if (is_atomic || iba15 || wr.opcode == WrOpcode::local_inv || wr.opcode == WrOpcode::bind_mw) {
+    w.npackets = is_atomic || iba15 ? 1 : 0;  // local operations send nothing
   } else {
     w.npackets = std::max<uint32_t>(1, (w.length + q->mtu - 1) / q->mtu);
   }

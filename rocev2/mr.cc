@@ -14,11 +14,13 @@ namespace {
 
 // What reg() and rereg() both refuse: unknown access bits, remote write or
 // atomic without local write (IBA 10.6.3.1), memory without a host mapping,
-// a range that wraps the address space.
+// a range that wraps the address space. FLUSH_GLOBAL is known; FLUSH_PERSISTENT
+// is not (droce's regions are ordinary memory, never a persistence domain: rxe
+// too refuses it on memory that is not pmem).
 bool valid_region(uint64_t va, uint64_t length, const uint8_t* host, uint32_t access) {
   constexpr uint32_t kKnown = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead |
                               kAccessRemoteAtomic | kAccessMwBind | kAccessZeroBased |
-                              kAccessOnDemand | kAccessHugetlb | kAccessRelaxedOrdering;
+                              kAccessOnDemand | kAccessHugetlb | kAccessRelaxedOrdering | kAccessFlushGlobal;
   if (access & ~kKnown) return false;
   if ((access & (kAccessRemoteWrite | kAccessRemoteAtomic)) && !(access & kAccessLocalWrite)) return false;
   if (length != 0 && host == nullptr) return false;

@@ -68,8 +68,22 @@ struct RecvWqe {
 };
 
 /// A READ or atomic the responder has executed, kept for replay (IBA 9.7.5.1.4).
+/// The operations a response of their own answers (READ data, an atomic ACK; for IBA 1.5's
+/// ATOMIC WRITE and FLUSH an RDMA READ response only of no payload, as rxe sends it): an ACK of
+/// a later PSN does not cover them (implied NAK, IBA 9.7.5.1.3), and go-back-N sends them whole.
+inline bool awaits_response(WrOpcode op) {
+  return op == WrOpcode::rdma_read || op == WrOpcode::atomic_cmp_and_swp || op == WrOpcode::atomic_fetch_and_add ||
+         op == WrOpcode::atomic_write || op == WrOpcode::flush;
+}
+/// Those of them that take one of the max_rd_atomic outstanding slots and need responder
+/// resources at the peer: READs, atomics and ATOMIC WRITE (rxe's check_init_depth and
+/// check_resource); FLUSH takes neither.
+inline bool uses_rd_atomic(WrOpcode op) { return awaits_response(op) && op != WrOpcode::flush; }
+
 struct RdAtomicResource {
-  enum Kind : uint8_t { none, read, atomic } kind = none;
+  /// What a duplicate replays: READ data, an atomic's original value, or (ATOMIC WRITE and
+  /// FLUSH, never executed again) their READ response only of no payload.
+  enum Kind : uint8_t { none, read, atomic, ack_only } kind = none;
   uint32_t first_psn = 0;
   uint32_t last_psn = 0;
   uint64_t va = 0;

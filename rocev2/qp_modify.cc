@@ -189,7 +189,8 @@ constexpr std::array<std::array<std::array<Text, kStates>, kStates>, kTypes> kRe
 }();
 
 constexpr uint32_t kQpAccessFlags = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead |
-                                    kAccessRemoteAtomic | kAccessMwBind | kAccessRelaxedOrdering;
+                                    kAccessRemoteAtomic | kAccessMwBind | kAccessRelaxedOrdering |
+                                    kAccessFlushGlobal | kAccessFlushPersistent;
 constexpr uint32_t kPsnMax = 0xffffff;    // 24-bit PSN (IBA 9.7.1)
 constexpr uint32_t kQpnMax = 0xffffff;    // 24-bit QPN (IBA 9.2)
 constexpr uint32_t kFlowLabelMax = 0xfffff;

@@ -9,10 +9,6 @@ namespace droce::rocev2 {
 
 namespace {
 
-bool is_read_or_atomic(WrOpcode op) {
-  return op == WrOpcode::rdma_read || op == WrOpcode::atomic_cmp_and_swp || op == WrOpcode::atomic_fetch_and_add;
-}
-
 // The opcode of one SEND or WRITE packet, from where it sits in the message.
 uint8_t data_opcode(Transport t, WrOpcode op, bool first, bool last) {
   uint8_t o = 0;
@@ -102,8 +98,9 @@ bool Engine::requester_send_one(Qp* q, uint64_t now_ns) {
   if (rc && psn_diff(r.next_psn, r.max_psn) >= 0 &&
       psn_diff(r.next_psn, r.unacked_psn) >= static_cast<int32_t>(std::max(r.cwnd, cfg_.min_unacked_psns)))
     return false;
-  const bool rd_atomic = is_read_or_atomic(w.wr.opcode);
-  if (rd_atomic && w.psn_assigned && w.resp_complete) {
+  const bool rd_atomic = uses_rd_atomic(w.wr.opcode);
+  const bool response = awaits_response(w.wr.opcode);
+  if (response && w.psn_assigned && w.resp_complete) {
     // Go-back-N came back over a READ or atomic whose response is already
     // here (it waits only for an earlier WQE's ACK to retire): nothing to send.
     r.next_psn = psn_add(w.last_psn, 1);
@@ -111,7 +108,7 @@ bool Engine::requester_send_one(Qp* q, uint64_t now_ns) {
     r.next_offset = 0;
     return true;
   }
-  if (!rd_atomic && w.psn_assigned && r.next_offset == 0 && w.npackets != 0 &&
+  if (!response && w.psn_assigned && r.next_offset == 0 && w.npackets != 0 &&
       psn_diff(w.last_psn, r.unacked_psn) < 0) {
     // Acknowledged already (it waits to retire behind an earlier READ): skip.
     r.next_psn = psn_add(w.last_psn, 1);
@@ -193,6 +190,23 @@ bool Engine::requester_send_one(Qp* q, uint64_t now_ns) {
       bth.ackreq = true;
       w.resp_complete = false;
       break;
+    case WrOpcode::atomic_write:
+      // IBA 1.5 (A19.4.2): a RETH of length 8 and the 8 bytes; answered like a READ of nothing.
+      bth.opcode = make_opcode(t, op::kAtomicWrite);
+      ext.reth = {w.wr.remote_addr, w.wr.rkey, 8};
+      payload = 8;
+      bth.ackreq = true;
+      w.resp_complete = false;
+      break;
+    case WrOpcode::flush:
+      // IBA 1.5 (A19.4.1): FETH (placement type, selectivity level), then a RETH of the range;
+      // no payload (oA19-2).
+      bth.opcode = make_opcode(t, op::kFlush);
+      ext.feth = {w.wr.flush_type, w.wr.flush_level, 0};
+      ext.reth = {w.wr.remote_addr, w.wr.rkey, w.length};
+      bth.ackreq = true;
+      w.resp_complete = false;
+      break;
     default: {
       const bool first = r.next_offset == 0;
       payload = std::min(q->mtu, w.length - r.next_offset);
@@ -236,7 +250,9 @@ bool Engine::requester_send_one(Qp* q, uint64_t now_ns) {
   if (payload != 0) {
     uint8_t* dst = rte_pktmbuf_mtod_offset(m, uint8_t*, m->l2_len + m->l3_len + m->l4_len);
     WcStatus err = WcStatus::success;
-    if (!gather(q, w, r.next_offset, payload, dst, &err)) {
+    if (w.wr.opcode == WrOpcode::atomic_write) {
+      std::memcpy(dst, &w.wr.compare_add, 8);  // the bytes the application gave, as they lay
+    } else if (!gather(q, w, r.next_offset, payload, dst, &err)) {
       rte_pktmbuf_free(m);
       w.has_local_error = true;
       w.local_error = err;
@@ -320,7 +336,7 @@ uint32_t Engine::resend_point(Qp* q) const {
   for (uint32_t i = q->sq_tail; i != q->sq_head; ++i) {
     const SendWqe& w = q->sq[i % q->sq_depth];
     if (!w.psn_assigned) break;
-    if (is_read_or_atomic(w.wr.opcode) && !w.resp_complete) {
+    if (awaits_response(w.wr.opcode) && !w.resp_complete) {
       // The oldest READ or atomic still owed a response: acknowledgements of
       // later PSNs do not cover it (implied NAK, 9.7.5.1.3).
       const uint32_t at = w.wr.opcode == WrOpcode::rdma_read ? w.resp_next_psn : w.first_psn;
@@ -351,7 +367,7 @@ void Engine::requester_rewind(Qp* q, uint32_t psn) {
       r.next_offset = 0;
       r.next_psn = w.resp_next_psn;
       w.resp_gap_seen = false;
-    } else if (is_read_or_atomic(w.wr.opcode)) {
+    } else if (awaits_response(w.wr.opcode)) {
       r.next_offset = 0;
       r.next_psn = w.first_psn;
     } else {
@@ -364,7 +380,7 @@ void Engine::requester_rewind(Qp* q, uint32_t psn) {
   r.rd_atomic_inflight = 0;
   for (uint32_t i = q->sq_tail; i != r.next_wqe; ++i) {
     const SendWqe& w = q->sq[i % q->sq_depth];
-    if (is_read_or_atomic(w.wr.opcode) && !w.resp_complete) ++r.rd_atomic_inflight;
+    if (uses_rd_atomic(w.wr.opcode) && !w.resp_complete) ++r.rd_atomic_inflight;
   }
   r.packets_since_ackreq = 0;
   mark_ready(q);

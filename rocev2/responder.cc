@@ -33,6 +33,16 @@ bool is_read_or_atomic(OpKind k) {
   return k == OpKind::read_request || k == OpKind::compare_swap || k == OpKind::fetch_add;
 }
 
+// What a duplicate is answered from: a saved resource (READ, atomic, and IBA 1.5's ATOMIC WRITE
+// and FLUSH, which are never executed twice either), not a plain ACK.
+bool replayed(OpKind k) { return is_read_or_atomic(k) || k == OpKind::atomic_write || k == OpKind::flush; }
+
+// The region access a FLUSH's placement type asks for (rxe's check_rkey): each type bit its flag.
+uint32_t flush_access(uint8_t placement_type) {
+  return ((placement_type & kFlushGlobal) ? kAccessFlushGlobal : 0u) |
+         ((placement_type & kFlushPersistent) ? kAccessFlushPersistent : 0u);
+}
+
 }  // namespace
 
 /// One RC or UC request on its way through the responder's checks: what they read, what one
@@ -82,6 +92,7 @@ struct Engine::ResponderRequest {
   Verdict duplicate_request();
   Verdict replay_read(const RdAtomicResource& res);
   Verdict replay_atomic(const RdAtomicResource& res);
+  Verdict replay_ack_only(const RdAtomicResource& res);
   Verdict check_op_seq() const;
   Verdict check_length() const;
   Verdict check_resource() const;
@@ -91,6 +102,9 @@ struct Engine::ResponderRequest {
   Verdict check_qp_access(uint32_t need) const;
   Verdict check_rkey(uint32_t rkey, uint64_t va, uint32_t length, uint32_t need);
   Verdict check_atomic_align(uint64_t va) const;
+  Verdict check_qp_allows(uint32_t need) const;
+  Verdict check_atomic_write_length() const;
+  Verdict check_flush_rkey();
   Verdict check_write_length() const;
   [[gnu::always_inline]] Verdict check_recv();
   Verdict serve_send();
@@ -105,6 +119,12 @@ struct Engine::ResponderRequest {
   Verdict serve_atomic();
   Verdict execute_atomic();
   void send_atomic_ack(uint32_t at_psn, uint32_t msn, uint64_t orig);
+  Verdict serve_atomic_write();
+  Verdict execute_atomic_write();
+  Verdict serve_flush();
+  Verdict execute_flush();
+  void save_ack_only(uint32_t msn);
+  void send_read_response_ack(uint32_t at_psn, uint32_t msn);
   Verdict acknowledge();
 };
 
@@ -316,6 +336,8 @@ inline Verdict Engine::ResponderRequest::checks() {
     case OpKind::send: return serve_send();
     case OpKind::write: return serve_write();
     case OpKind::read_request: return serve_read();
+    case OpKind::atomic_write: return serve_atomic_write();
+    case OpKind::flush: return serve_flush();
     default: return serve_atomic();  // check_op_valid let nothing else through
   }
 }
@@ -421,7 +443,7 @@ inline Verdict Engine::ResponderRequest::check_psn() {
 // its saved resource while that is still kept (max_dest_rd_atomic of them), else dropped.
 Verdict Engine::ResponderRequest::duplicate_request() {
   Qp::Responder& s = q->resp;
-  if (!is_read_or_atomic(info.kind)) {
+  if (!replayed(info.kind)) {
     s.ack_pending = true;
     s.ack_psn = psn_add(s.epsn, kPsnMask);
     s.ack_syndrome = kSyndromeAck;
@@ -433,7 +455,9 @@ Verdict Engine::ResponderRequest::duplicate_request() {
     if (res.kind == RdAtomicResource::none) continue;
     if (psn_diff(psn, res.first_psn) < 0 || psn_diff(psn, res.last_psn) > 0) continue;
     if (res.kind == RdAtomicResource::read && info.kind == OpKind::read_request) return replay_read(res);
-    if (res.kind == RdAtomicResource::atomic && info.kind != OpKind::read_request) return replay_atomic(res);
+    if (res.kind == RdAtomicResource::atomic && is_read_or_atomic(info.kind) && info.kind != OpKind::read_request)
+      return replay_atomic(res);
+    if (res.kind == RdAtomicResource::ack_only && !is_read_or_atomic(info.kind)) return replay_ack_only(res);
   }
   return Verdict::drop;  // too old to replay (counted as a duplicate)
 }
@@ -467,6 +491,15 @@ Verdict Engine::ResponderRequest::replay_atomic(const RdAtomicResource& res) {
   return Verdict::done;
 }
 
+// A duplicate ATOMIC WRITE or FLUSH gets its READ response only again (rxe: oA19-14, oA19-15);
+// neither is carried out twice.
+Verdict Engine::ResponderRequest::replay_ack_only(const RdAtomicResource& res) {
+  ++q->counters.atomic_replays;
+  e.responder_send_ack(q);
+  send_read_response_ack(res.first_psn, res.msn);
+  return Verdict::done;
+}
+
 // C9-? opcode sequence: a middle or last packet continues the message in progress (a SEND's or a
 // WRITE's, of the same kind); a first or only packet needs none in progress.
 inline Verdict Engine::ResponderRequest::check_op_seq() const {
@@ -491,14 +524,15 @@ inline Verdict Engine::ResponderRequest::check_length() const {
 
 // o9-? READs and atomics need responder resources: a QP with max_dest_rd_atomic 0 takes none.
 inline Verdict Engine::ResponderRequest::check_resource() const {
-  if (is_read_or_atomic(info.kind) && q->attr.max_dest_rd_atomic == 0) return Verdict::nak_inv_req;
+  const bool needs = is_read_or_atomic(info.kind) || info.kind == OpKind::atomic_write;  // not FLUSH (rxe)
+  if (needs && q->attr.max_dest_rd_atomic == 0) return Verdict::nak_inv_req;
   return Verdict::ok;
 }
 
 // The operation is one a responder serves: SEND, RDMA WRITE, RDMA READ, or an atomic.
 inline Verdict Engine::ResponderRequest::check_op_valid() const {
   const OpKind k = info.kind;
-  return k == OpKind::send || k == OpKind::write || is_read_or_atomic(k) ? Verdict::ok : Verdict::nak_inv_req;
+  return k == OpKind::send || k == OpKind::write || replayed(k) ? Verdict::ok : Verdict::nak_inv_req;
 }
 
 // ---- The checks of each operation ---------------------------------------------------------------
@@ -524,6 +558,38 @@ inline Verdict Engine::ResponderRequest::check_rkey(uint32_t rkey, uint64_t va, 
 // C9-? atomics operate on 8-byte aligned addresses.
 inline Verdict Engine::ResponderRequest::check_atomic_align(uint64_t va) const {
   return (va & 7) ? Verdict::nak_inv_req : Verdict::ok;
+}
+
+// IBA 1.5's operations, as rxe's check_op_valid: a QP whose qp_access_flags lack any access the
+// request needs refuses it as an invalid request (the older operations' QP check answers a remote
+// access error instead, above).
+inline Verdict Engine::ResponderRequest::check_qp_allows(uint32_t need) const {
+  return (q->attr.qp_access_flags & need) == need ? Verdict::ok : Verdict::nak_inv_req;
+}
+
+// oA19-28: an ATOMIC WRITE's RETH asks for 8 bytes and its payload is those 8, with no pad.
+inline Verdict Engine::ResponderRequest::check_atomic_write_length() const {
+  return p.hdr.ext.reth.dma_len == 8 && len == 8 && p.hdr.bth.pad == 0 ? Verdict::ok : Verdict::nak_inv_req;
+}
+
+// A FLUSH's R_Key names a region (or window) of the QP's PD with the access its placement type
+// asks for, and the range lies in it; a whole-region FLUSH (selectivity level 1) names no range.
+// Unlike a READ or WRITE of length 0, a FLUSH of length 0 still has its R_Key checked (rxe).
+inline Verdict Engine::ResponderRequest::check_flush_rkey() {
+  const Reth& reth = p.hdr.ext.reth;
+  const Feth& feth = p.hdr.ext.feth;
+  uint64_t va = reth.va;
+  uint32_t length = reth.dma_len;
+  if (feth.selectivity == kFlushMr) {
+    Mr* found = e.mrs_.find(reth.rkey);
+    if (found == nullptr) return Verdict::nak_rem_acc;
+    va = found->va;
+    length = 0;
+  }
+  return e.mrs_.check_remote(reth.rkey, q->pd, va, length, flush_access(feth.placement_type), &mr, q->qpn) ==
+                 MrCheck::ok
+             ? Verdict::ok
+             : Verdict::nak_rem_acc;
 }
 
 // C9-? a WRITE's payloads add up to its RETH's DMA length: none goes past it, the last one ends
@@ -776,6 +842,89 @@ void Engine::ResponderRequest::send_atomic_ack(uint32_t at_psn, uint32_t msn, ui
   ExtHeaders ext;
   ext.aeth = {kSyndromeAck, msn};
   ext.atomic_ack_eth = {orig};
+  if (rte_mbuf* out = e.build(q, q->attr.ah_attr, bth, ext, 0)) e.send_frame(out, q);
+}
+
+// ---- IBA 1.5: ATOMIC WRITE and FLUSH --------------------------------------------------------
+
+inline Verdict Engine::ResponderRequest::serve_atomic_write() {
+  const Reth& reth = p.hdr.ext.reth;
+  Verdict v;
+  // In rxe's order: the QP's access, the DMA length, the R_Key over the RETH's range, then the
+  // lengths and the alignment.
+  if ((v = step(Check::qp_access, check_qp_allows(kAccessRemoteWrite))) != Verdict::ok) return v;
+  if ((v = step(Check::dma_length, check_dma_length(reth))) != Verdict::ok) return v;
+  v = e.mrs_.check_remote(reth.rkey, q->pd, reth.va, reth.dma_len, kAccessRemoteWrite, &mr, q->qpn) == MrCheck::ok
+          ? Verdict::ok
+          : Verdict::nak_rem_acc;
+  if ((v = step(Check::rkey, v)) != Verdict::ok) return v;
+  if ((v = step(Check::atomic_write_length, check_atomic_write_length())) != Verdict::ok) return v;
+  if ((v = step(Check::atomic_align, check_atomic_align(reth.va))) != Verdict::ok) return v;
+  return step(Check::execute, execute_atomic_write());
+}
+
+// The 8 bytes land in one aligned 64-bit store, after everything the QP placed before them
+// (release order: a reader that sees them sees the earlier WRITEs too; rxe's smp_store_release).
+// Saved as a responder resource so that a duplicate is answered and not written again.
+inline Verdict Engine::ResponderRequest::execute_atomic_write() {
+  Qp::Responder& s = q->resp;
+  uint8_t scratch[8];
+  uint64_t value;
+  std::memcpy(&value, net::FrameBytes(m).read(p.layout.payload_off, 8, scratch), 8);
+  __atomic_store_n(reinterpret_cast<uint64_t*>(mr_host(*mr, p.hdr.ext.reth.va)), value, __ATOMIC_RELEASE);
+  ++q->counters.rdma_recvs;
+  e.responder_send_ack(q);
+  s.msn = (s.msn + 1) & 0xffffff;
+  save_ack_only(s.msn);
+  s.epsn = psn_add(psn, 1);
+  send_read_response_ack(psn, s.msn);
+  return Verdict::done;
+}
+
+inline Verdict Engine::ResponderRequest::serve_flush() {
+  Verdict v;
+  if ((v = step(Check::qp_access, check_qp_allows(flush_access(p.hdr.ext.feth.placement_type)))) != Verdict::ok)
+    return v;
+  if ((v = step(Check::dma_length, check_dma_length(p.hdr.ext.reth))) != Verdict::ok) return v;
+  if ((v = step(Check::rkey, check_flush_rkey())) != Verdict::ok) return v;
+  return step(Check::execute, execute_flush());
+}
+
+// Global visibility: everything this QP placed before the FLUSH is visible to every reader of the
+// memory before the answer leaves. droce writes the application's memory with ordinary stores of
+// this thread, so a full fence is all it takes. Persistence is never reached: no region takes
+// FLUSH_PERSISTENT (rocev2/mr.cc), so a FLUSH that asks for it failed check_flush_rkey.
+inline Verdict Engine::ResponderRequest::execute_flush() {
+  Qp::Responder& s = q->resp;
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  e.responder_send_ack(q);
+  s.msn = (s.msn + 1) & 0xffffff;
+  save_ack_only(s.msn);
+  s.epsn = psn_add(psn, 1);
+  send_read_response_ack(psn, s.msn);
+  return Verdict::done;
+}
+
+void Engine::ResponderRequest::save_ack_only(uint32_t msn) {
+  Qp::Responder& s = q->resp;
+  RdAtomicResource res;
+  res.kind = RdAtomicResource::ack_only;
+  res.first_psn = res.last_psn = psn;
+  res.msn = msn;
+  s.resources[s.resource_next] = res;
+  s.resource_next = (s.resource_next + 1) % static_cast<uint32_t>(s.resources.size());
+}
+
+// IBA 1.5 answers ATOMIC WRITE and FLUSH with an RDMA READ response only of no payload, its AETH
+// an ACK (rxe's send_read_response_ack).
+void Engine::ResponderRequest::send_read_response_ack(uint32_t at_psn, uint32_t msn) {
+  Bth bth;
+  bth.opcode = make_opcode(Transport::rc, op::kReadResponseOnly);
+  bth.pkey = 0xffff;
+  bth.dest_qp = q->attr.dest_qp_num;
+  bth.psn = at_psn;
+  ExtHeaders ext;
+  ext.aeth = {kSyndromeAck, msn};
   if (rte_mbuf* out = e.build(q, q->attr.ah_attr, bth, ext, 0)) e.send_frame(out, q);
 }
 

@@ -31,6 +31,10 @@ namespace droce::rocev2 {
 //            recv], execute, [last packet: complete], acknowledge
 //   READ     qp_access, rkey, dma_length, execute
 //   atomics  qp_access, atomic_align, rkey, execute
+//   ATOMIC WRITE  qp_access, dma_length, rkey, atomic_write_length, atomic_align, execute
+//   FLUSH    qp_access, dma_length, rkey, execute
+// (ATOMIC WRITE and FLUSH as rxe checks them: a QP without the access is an invalid request,
+// a region without it a remote access error.)
 #define DROCE_RESPONDER_CHECK_LIST(X)                                                                  \
   X(state, "the QP takes requests from RTR on; in RESET or INIT they are dropped")                      \
   X(reading, "responses leave in request order: a request behind a streaming READ waits")             \
@@ -38,15 +42,16 @@ namespace droce::rocev2 {
   X(duplicate, "a duplicate is answered again, never executed again (IBA 9.7.5.1.4)")                  \
   X(op_seq, "a middle or last packet continues the message in progress, a first or only starts one")  \
   X(length, "first and middle packets carry exactly the MTU, a last one 1 to MTU bytes, none more")   \
-  X(resource, "READs and atomics need responder resources (max_dest_rd_atomic > 0)")                   \
-  X(op_valid, "the operation is one a responder serves: SEND, WRITE, READ or an atomic")              \
+  X(resource, "READs, atomics and ATOMIC WRITEs need responder resources (max_dest_rd_atomic > 0)")    \
+  X(op_valid, "the operation is one a responder serves: SEND, WRITE, READ, an atomic, ATOMIC WRITE or FLUSH") \
   X(dma_length, "a RETH's DMA length is at most 2^31 bytes")                                          \
   X(qp_access, "the QP allows the remote access (its qp_access_flags)")                                \
   X(rkey, "the R_Key names a region of the QP's PD that allows the access and holds the range (C9-88)") \
   X(atomic_align, "an atomic's address is 8-byte aligned")                                            \
+  X(atomic_write_length, "an ATOMIC WRITE's RETH length and payload are 8 bytes, no pad (oA19-28)")    \
   X(write_length, "a WRITE's payloads add up to its RETH's DMA length")                                \
   X(recv, "a SEND, or the last packet of a WRITE with immediate, takes a receive WQE (IBA 9.7.5.2.8)") \
-  X(execute, "the operation is carried out: payload placed, READ streamed, atomic applied")            \
+  X(execute, "the operation is carried out: payload placed, READ streamed, atomic applied, flushed")   \
   X(invalidate, "SEND with invalidate: the IETH's R_Key is one the QP's PD may invalidate")            \
   X(complete, "the last packet of a message ends it: the MSN advances, the receive completes")         \
   X(acknowledge, "the expected PSN advances; an ACK request is answered (coalesced per QP and loop)")

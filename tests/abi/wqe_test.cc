@@ -155,6 +155,32 @@ TEST(ShmWqe, HostileFieldsAreRefusedWithTheirReason) {
   EXPECT_EQ(got.bind_length, 512u);
   EXPECT_EQ(got.bind_mr_lkey, 0x3401u);
   EXPECT_EQ(got.bind_access, uint32_t(kAccessRemoteRead));
+  // IBA 1.5: FLUSH (14) carries its length in compare_add, type | level << 8 in swap; ATOMIC
+  // WRITE (15) its 8 bytes in compare_add. Both round-trip through the encoder.
+  SendWr fl;
+  fl.wr_id = 5;
+  fl.opcode = WrOpcode::flush;
+  fl.remote_addr = 0x7000;
+  fl.rkey = 0x99;
+  fl.compare_add = 4096;
+  fl.flush_type = 1;
+  fl.flush_level = 1;
+  std::vector<uint8_t> fe(128);
+  ASSERT_NE(encode_send_wqe(fl, {}, fe), 0u);
+  ASSERT_EQ(decode_send_wqe(fe, {2, 0}, &got), WqeError::ok);
+  EXPECT_EQ(got.opcode, WrOpcode::flush);
+  EXPECT_EQ(got.compare_add, 4096u);
+  EXPECT_EQ(got.flush_type, 1);
+  EXPECT_EQ(got.flush_level, 1);
+  EXPECT_EQ(got.num_sge, 0u);
+  SendWr aw;
+  aw.opcode = WrOpcode::atomic_write;
+  aw.compare_add = 0x0807060504030201ull;
+  ASSERT_NE(encode_send_wqe(aw, {}, fe), 0u);
+  ASSERT_EQ(decode_send_wqe(fe, {2, 0}, &got), WqeError::ok);
+  EXPECT_EQ(got.opcode, WrOpcode::atomic_write);
+  EXPECT_EQ(got.compare_add, 0x0807060504030201ull);
+  EXPECT_EQ(decode_send_wqe(with([](SendWqeHeader& h) { h.opcode = 13; }), {2, 0}, &got), WqeError::bad_opcode);
   EXPECT_EQ(decode_send_wqe(with([](SendWqeHeader& h) { h.opcode = 0xff; }), {2, 0}, &got), WqeError::bad_opcode);
   EXPECT_EQ(decode_send_wqe(with([](SendWqeHeader& h) { h.num_sge = 3; }), {2, 0}, &got), WqeError::too_many_sge);
   EXPECT_EQ(decode_send_wqe(with([](SendWqeHeader& h) { h.num_sge = 0xffff; }), {0xffff, 0}, &got),

@@ -670,7 +670,7 @@ TEST(ResponderNames, ChecksAndVerdictsPrintTheirEnumeratorNames) {
     EXPECT_TRUE(names.insert(to_string(c)).second) << to_string(c);
     EXPECT_GT(std::strlen(describe(c)), 10u) << to_string(c);
   }
-  EXPECT_EQ(names.size(), 18u);
+  EXPECT_EQ(names.size(), 19u);  // atomic_write_length (IBA 1.5) the 19th
   EXPECT_STREQ(to_string(static_cast<ResponderVerdict>(200)), "?");
   EXPECT_STREQ(describe(static_cast<ResponderCheck>(200)), "?");
 }
@@ -1920,6 +1920,223 @@ TEST_F(UdTest, ReceiveStartsWithTheGrhArea) {
     EXPECT_EQ(src, v6 ? peer_ip6() : peer_ip());
     EXPECT_EQ(dst, v6 ? local_ip6() : local_ip());
   }
+}
+
+// =====================================================================================
+// IBA 1.5: ATOMIC WRITE and FLUSH, as rxe serves and sends them
+// =====================================================================================
+
+constexpr uint32_t kQpFlush = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic |
+                              kAccessFlushGlobal | kAccessFlushPersistent;
+
+TEST_F(ResponderTest, AtomicWriteStoresOnceAndAnswersWithAReadResponseOnly) {
+  const uint32_t qpn = make_qp();
+  auto mem = reg(64);
+  mem->set_u64(8, 1);
+  PacketHeaders h = peer(op::kAtomicWrite, kE, true);
+  h.ext.reth = {mem->va() + 8, mem->rkey(), 8};
+  const std::vector<uint8_t> bytes = {0xa1, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6, 0xa7, 0xa8};
+
+  // Step: ATOMIC WRITE of 8 bytes at kE.
+  deliver(h, bytes);
+  // Expect: the 8 bytes in memory as sent; one RDMA READ RESPONSE ONLY for kE, no payload, AETH
+  // ACK with MSN 1 (rxe's send_read_response_ack).
+  auto out = sent();
+  ASSERT_EQ(out.size(), 1u);
+  expect_to_peer(out[0]);
+  EXPECT_EQ(out[0].opcode(), rc(op::kReadResponseOnly));
+  EXPECT_EQ(out[0].psn(), kE);
+  EXPECT_EQ(out[0].ext().aeth.syndrome, kAckSyndrome);
+  EXPECT_EQ(out[0].ext().aeth.msn, 1u);
+  EXPECT_TRUE(out[0].payload().empty());
+  EXPECT_EQ(slice(mem->bytes, 8, 8), bytes);
+
+  // Step: memory changes; the same ATOMIC WRITE again (its answer was lost).
+  mem->set_u64(8, 7);
+  deliver(h, bytes);
+  // Expect: the same answer, the memory not written again.
+  out = sent();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].opcode(), rc(op::kReadResponseOnly));
+  EXPECT_EQ(out[0].psn(), kE);
+  EXPECT_EQ(out[0].ext().aeth.msn, 1u);
+  EXPECT_EQ(mem->u64(8), 7u);
+  EXPECT_EQ(state(qpn), QpState::rts);
+}
+
+TEST_F(ResponderTest, AtomicWriteRefusalsAsRxeAnswersThem) {
+  struct Case {
+    const char* what;
+    uint32_t qp_access;
+    uint32_t mr_access;
+    uint64_t offset;
+    uint32_t dma_len;
+    uint8_t syndrome;
+  };
+  const uint32_t all = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+  const Case cases[] = {
+      {"QP without remote write: invalid request", all & ~kAccessRemoteWrite, all, 8, 8, kNakInvalidRequest},
+      {"region without remote write: remote access error", all, kAccessLocalWrite | kAccessRemoteRead, 8, 8,
+       kNakRemoteAccess},
+      {"outside the region: remote access error", all, all, 60, 8, kNakRemoteAccess},
+      {"RETH length 16: invalid request (oA19-28)", all, all, 8, 16, kNakInvalidRequest},
+      {"not 8-byte aligned: invalid request", all, all, 4, 8, kNakInvalidRequest},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    QpOptions o;
+    o.access = c.qp_access;
+    const uint32_t qpn = make_qp(o);
+    auto mem = reg(64, c.mr_access);
+    PacketHeaders h = peer(op::kAtomicWrite, kE, true);
+    h.ext.reth = {mem->va() + c.offset, mem->rkey(), c.dma_len};
+    deliver(h, std::vector<uint8_t>(8, 0xee));
+    expect_fatal_nak(qpn, kE, c.syndrome, 0, {});
+    EXPECT_EQ(mem->u64(8), 0u);
+  }
+}
+
+TEST_F(ResponderTest, FlushOfARangeAndOfTheWholeRegion) {
+  QpOptions o;
+  o.access = kQpFlush;
+  const uint32_t qpn = make_qp(o);
+  auto mem = reg(4096, kAccessLocalWrite | kAccessRemoteWrite | kAccessFlushGlobal);
+
+  // Step: FLUSH global, range [64, 64 + 1024) at kE; then global, whole region, length 0 and an
+  // address outside the region at kE+1 (the whole region needs no range).
+  PacketHeaders f = peer(op::kFlush, kE, true);
+  f.ext.feth = {kFlushGlobal, kFlushRange, 0};
+  f.ext.reth = {mem->va() + 64, mem->rkey(), 1024};
+  deliver(f);
+  PacketHeaders g = peer(op::kFlush, psn(kE, 1), true);
+  g.ext.feth = {kFlushGlobal, kFlushMr, 0};
+  g.ext.reth = {1, mem->rkey(), 0};
+  deliver(g);
+  // Expect: a READ RESPONSE ONLY of no payload for each, MSN 1 then 2.
+  auto out = sent();
+  ASSERT_EQ(out.size(), 2u);
+  for (uint32_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(out[i].opcode(), rc(op::kReadResponseOnly));
+    EXPECT_EQ(out[i].psn(), psn(kE, i));
+    EXPECT_EQ(out[i].ext().aeth.syndrome, kAckSyndrome);
+    EXPECT_EQ(out[i].ext().aeth.msn, i + 1);
+    EXPECT_TRUE(out[i].payload().empty());
+  }
+  // Step: the first FLUSH again.
+  deliver(f);
+  // Expect: answered again from its resource, MSN 1.
+  out = sent();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].opcode(), rc(op::kReadResponseOnly));
+  EXPECT_EQ(out[0].psn(), kE);
+  EXPECT_EQ(out[0].ext().aeth.msn, 1u);
+  EXPECT_EQ(state(qpn), QpState::rts);
+}
+
+TEST_F(ResponderTest, FlushRefusalsAsRxeAnswersThem) {
+  struct Case {
+    const char* what;
+    uint32_t qp_access;
+    uint32_t mr_access;
+    uint8_t type;
+    uint64_t offset;
+    uint32_t length;
+    uint8_t syndrome;
+  };
+  const uint32_t lw = kAccessLocalWrite | kAccessRemoteWrite;
+  const Case cases[] = {
+      {"QP without FLUSH_GLOBAL: invalid request", lw | kAccessFlushPersistent, lw | kAccessFlushGlobal,
+       kFlushGlobal, 0, 64, kNakInvalidRequest},
+      {"region without FLUSH_GLOBAL: remote access error", kQpFlush, lw, kFlushGlobal, 0, 64, kNakRemoteAccess},
+      // pyverbs' test_qp_ex_rc_flush_type_violate: no region here takes FLUSH_PERSISTENT.
+      {"persistent placement: remote access error", kQpFlush, lw | kAccessFlushGlobal, kFlushPersistent, 0, 64,
+       kNakRemoteAccess},
+      {"range past the region: remote access error", kQpFlush, lw | kAccessFlushGlobal, kFlushGlobal, 4000, 200,
+       kNakRemoteAccess},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    QpOptions o;
+    o.access = c.qp_access;
+    const uint32_t qpn = make_qp(o);
+    auto mem = reg(4096, c.mr_access);
+    PacketHeaders f = peer(op::kFlush, kE, true);
+    f.ext.feth = {c.type, kFlushRange, 0};
+    f.ext.reth = {mem->va() + c.offset, mem->rkey(), c.length};
+    deliver(f);
+    expect_fatal_nak(qpn, kE, c.syndrome, 0, {});
+  }
+}
+
+TEST_F(RequesterTest, AtomicWriteAndFlushGoOutAsRxeSendsThemAndCompleteOnTheirAnswers) {
+  const uint32_t qpn = make_qp();
+  SendWr aw;
+  aw.wr_id = 1;
+  aw.opcode = WrOpcode::atomic_write;
+  aw.send_flags = kSendSignaled;
+  aw.remote_addr = 0x7f0000002000;
+  aw.rkey = 0x1234;
+  const uint8_t bytes[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  std::memcpy(&aw.compare_add, bytes, 8);
+  SendWr fl;
+  fl.wr_id = 2;
+  fl.opcode = WrOpcode::flush;
+  fl.send_flags = kSendSignaled;
+  fl.remote_addr = 0x7f0000001000;
+  fl.rkey = 0x1234;
+  fl.compare_add = 4096;
+  fl.flush_type = kFlushGlobal;
+  fl.flush_level = kFlushMr;
+
+  // Step: post the ATOMIC WRITE, then the FLUSH; one poll.
+  ASSERT_EQ(engine().post_send(qpn, aw), 0);
+  ASSERT_EQ(engine().post_send(qpn, fl), 0);
+  at(now_);
+  // Expect: ATOMIC WRITE at kS (AckReq, RETH va rkey 8, the 8 bytes), then FLUSH at kS+1 (AckReq,
+  // FETH type 1 level 1, RETH va rkey 4096, no payload).
+  auto out = sent();
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].opcode(), rc(op::kAtomicWrite));
+  EXPECT_EQ(out[0].psn(), kS);
+  EXPECT_TRUE(out[0].bth().ackreq);
+  EXPECT_EQ(out[0].ext().reth, (Reth{0x7f0000002000, 0x1234, 8}));
+  EXPECT_EQ(out[0].payload(), std::vector<uint8_t>(bytes, bytes + 8));
+  EXPECT_EQ(out[1].opcode(), rc(op::kFlush));
+  EXPECT_EQ(out[1].psn(), psn(kS, 1));
+  EXPECT_TRUE(out[1].bth().ackreq);
+  EXPECT_EQ(out[1].ext().feth, (Feth{kFlushGlobal, kFlushMr, 0}));
+  EXPECT_EQ(out[1].ext().reth, (Reth{0x7f0000001000, 0x1234, 4096}));
+  EXPECT_TRUE(out[1].payload().empty());
+
+  // Step: a plain ACK of kS+1 (not their answer).
+  deliver(ack(psn(kS, 1), kAckSyndrome, 2));
+  // Expect: nothing completes (each waits for its own response), and they are sent again.
+  EXPECT_TRUE(drain(scq_).empty());
+  (void)sent();
+
+  // Step: their answers, READ RESPONSE ONLY of no payload at kS and kS+1.
+  deliver(read_response(op::kReadResponseOnly, kS, 1));
+  deliver(read_response(op::kReadResponseOnly, psn(kS, 1), 2));
+  // Expect: two completions in order, IBV_WC_ATOMIC_WRITE (byte_len 8) and IBV_WC_FLUSH (4096).
+  auto wc = drain(scq_);
+  ASSERT_EQ(wc.size(), 2u);
+  expect_completion(wc[0], 1, WcStatus::success, WcOpcode::atomic_write);
+  EXPECT_EQ(wc[0].byte_len, 8u);
+  expect_completion(wc[1], 2, WcStatus::success, WcOpcode::flush);
+  EXPECT_EQ(wc[1].byte_len, 4096u);
+  EXPECT_EQ(state(qpn), QpState::rts);
+}
+
+TEST_F(RequesterTest, AtomicWriteAndFlushTakeNoScatterList) {
+  const uint32_t qpn = make_qp();
+  auto src = reg(64);
+  SendWr w = send_wr(WrOpcode::atomic_write, 1, src->sge(0, 8));
+  EXPECT_EQ(engine().post_send(qpn, w), -EINVAL);
+  w.opcode = WrOpcode::flush;
+  EXPECT_EQ(engine().post_send(qpn, w), -EINVAL);
+  w.num_sge = 0;
+  w.compare_add = 0x80000001ull;  // past 2^31
+  EXPECT_EQ(engine().post_send(qpn, w), -EINVAL);
 }
 
 }  // namespace
