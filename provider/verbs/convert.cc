@@ -68,7 +68,8 @@ static_assert(eq(int(WrOpcode::rdma_write), IBV_WR_RDMA_WRITE) &&
               eq(int(WrOpcode::atomic_fetch_and_add), IBV_WR_ATOMIC_FETCH_AND_ADD) &&
               eq(int(WrOpcode::local_inv), IBV_WR_LOCAL_INV) &&
               eq(int(WrOpcode::bind_mw), IBV_WR_BIND_MW) &&
-              eq(int(WrOpcode::send_with_inv), IBV_WR_SEND_WITH_INV));
+              eq(int(WrOpcode::send_with_inv), IBV_WR_SEND_WITH_INV) &&
+              eq(int(WrOpcode::atomic_write), IBV_WR_ATOMIC_WRITE));
 static_assert(eq(kSendFence, IBV_SEND_FENCE) &&
               eq(kSendSignaled, IBV_SEND_SIGNALED) &&
               eq(kSendSolicited, IBV_SEND_SOLICITED) &&
@@ -97,6 +98,7 @@ static_assert(eq(int(WcOpcode::send), IBV_WC_SEND) &&
               eq(int(WcOpcode::fetch_add), IBV_WC_FETCH_ADD) &&
               eq(int(WcOpcode::local_inv), IBV_WC_LOCAL_INV) &&
               eq(int(WcOpcode::bind_mw), IBV_WC_BIND_MW) &&
+              eq(int(WcOpcode::atomic_write), IBV_WC_ATOMIC_WRITE) &&
               eq(int(WcOpcode::recv), IBV_WC_RECV) &&
               eq(int(WcOpcode::recv_rdma_with_imm), IBV_WC_RECV_RDMA_WITH_IMM));
 static_assert(eq(kWcGrh, IBV_WC_GRH) &&
@@ -120,8 +122,13 @@ int to_access(int ibv_access, uint32_t* out) {
   const uint32_t a = static_cast<uint32_t>(ibv_access) & ~uint32_t{IBV_ACCESS_OPTIONAL_RANGE};
   if (a & IBV_ACCESS_ON_DEMAND) return EOPNOTSUPP;
   if (a & IBV_ACCESS_ZERO_BASED) return EOPNOTSUPP;
+  // IBA 1.5 FLUSH (rdma-core 45's IBV_ACCESS_FLUSH_*; 44's headers have no names for them): global
+  // visibility is offered; persistence is not (no persistent memory: the kernel's core answers
+  // EOPNOTSUPP for a device without IB_DEVICE_FLUSH_PERSISTENT).
+  if (a & kAccessFlushPersistent) return EOPNOTSUPP;
   constexpr uint32_t kKnown = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                              IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_HUGETLB;
+                              IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_HUGETLB |
+                              kAccessFlushGlobal;
   if (a & ~kKnown) return EINVAL;
   // ibv_reg_mr(3): remote write or atomic access needs local write.
   if ((a & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(a & IBV_ACCESS_LOCAL_WRITE)) return EINVAL;
@@ -160,7 +167,7 @@ int to_send_wqe_header(const ibv_send_wr& wr, ibv_qp_type type, uint32_t ud_ah_i
   switch (op) {
     case IBV_WR_TSO:
     case IBV_WR_DRIVER1:
-    case IBV_WR_ATOMIC_WRITE:
+    case IBV_WR_ATOMIC_WRITE:  // ibv_wr_atomic_write only: ibv_send_wr has no field for its 8 bytes
       return EOPNOTSUPP;
     default:
       break;
@@ -401,7 +408,12 @@ void to_device_attr(const abi::ctl::QueryDeviceReply& r, ibv_device_attr_ex* out
   d.max_pkeys = static_cast<uint16_t>(r.max_pkeys);
   d.local_ca_ack_delay = 15;  // 4.096 us * 2^15, as rxe reports
   d.phys_port_cnt = static_cast<uint8_t>(r.phys_port_cnt);
-  out->device_cap_flags_ex = d.device_cap_flags;
+  // The kernel's uverbs ABI (Linux 6.2's IB_UVERBS_DEVICE_FLUSH_GLOBAL and _ATOMIC_WRITE, which
+  // libibverbs copies into device_cap_flags_ex; neither rdma-core 44 nor 56 names them): what rxe
+  // reports, less FLUSH_PERSISTENT (bit 39: no persistent memory here).
+  constexpr uint64_t kDeviceFlushGlobal = 1ull << 38;
+  constexpr uint64_t kDeviceAtomicWrite = 1ull << 40;
+  out->device_cap_flags_ex = uint64_t(unsigned(d.device_cap_flags)) | kDeviceFlushGlobal | kDeviceAtomicWrite;
   out->phys_port_cnt_ex = r.phys_port_cnt;
 }
 

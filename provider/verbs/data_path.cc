@@ -204,6 +204,15 @@ void wr_atomic_fetch_add(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, uint64_t 
     w->compare_add = add;
   }
 }
+// IBA 1.5 ATOMIC WRITE: the 8 bytes at `atomic_wr` go in the WR, copied now (the caller may
+// reuse its buffer); no scatter list.
+void wr_atomic_write(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, const void* atomic_wr) {
+  if (auto* w = begin_wr(qpx, abi::WrOpcode::atomic_write)) {
+    w->rkey = rkey;
+    w->remote_addr = addr;
+    std::memcpy(&w->compare_add, atomic_wr, 8);
+  }
+}
 
 void wr_set_ud_addr(ibv_qp_ex* qpx, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
   abi::SendWr* w = current_wr(qpx);
@@ -307,6 +316,7 @@ void fill_qp_ex_ops(ibv_qp_ex* qpx, uint64_t ops) {
   if (ops & IBV_QP_EX_WITH_RDMA_READ) qpx->wr_rdma_read = wr_rdma_read;
   if (ops & IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP) qpx->wr_atomic_cmp_swp = wr_atomic_cmp_swp;
   if (ops & IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD) qpx->wr_atomic_fetch_add = wr_atomic_fetch_add;
+  if (ops & IBV_QP_EX_WITH_ATOMIC_WRITE) qpx->wr_atomic_write = wr_atomic_write;
   qpx->wr_set_ud_addr = wr_set_ud_addr;
   qpx->wr_set_sge = wr_set_sge;
   qpx->wr_set_sge_list = wr_set_sge_list;

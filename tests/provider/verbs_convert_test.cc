@@ -31,6 +31,11 @@ TEST(VerbsConvert, AccessFlags) {
   EXPECT_EQ(to_access(IBV_ACCESS_ON_DEMAND, &a), EOPNOTSUPP);
   EXPECT_EQ(to_access(IBV_ACCESS_ZERO_BASED, &a), EOPNOTSUPP);
   EXPECT_EQ(to_access(1 << 12, &a), EINVAL);
+  // IBA 1.5 FLUSH (rdma-core 45's IBV_ACCESS_FLUSH_GLOBAL 1 << 8, _PERSISTENT 1 << 9): global
+  // visibility is taken, persistence is not offered.
+  EXPECT_EQ(to_access(IBV_ACCESS_REMOTE_READ | (1 << 8), &a), 0);
+  EXPECT_EQ(a, uint32_t{IBV_ACCESS_REMOTE_READ | (1 << 8)});
+  EXPECT_EQ(to_access(1 << 9, &a), EOPNOTSUPP);
 }
 
 TEST(VerbsConvert, SendWrRcRead) {
