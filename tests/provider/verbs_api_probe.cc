@@ -4,7 +4,8 @@
 // data; a list of WRs with a bad one in the middle; the ibv_wr_* API; UD with its GRH and an AH
 // made from the completion; completion channels (with the preload) including solicited-only
 // arming; async events (SRQ limit, CQ overrun with the QP's fatal error, and the device fatal
-// when droced dies); rereg_mr; resize_cq with completions pending, during traffic and across arming; memory windows.
+// when droced dies); rereg_mr; resize_cq with completions pending, during traffic and across arming; memory windows; IBA 1.5
+// ATOMIC WRITE.
 //
 //   verbs_api_probe DEV_A DEV_B [DROCED_B_PID]
 //
@@ -684,6 +685,85 @@ void memory_windows(Dev& a, Dev& b) {
   ibv_destroy_cq(bcq);
 }
 
+// IBA 1.5 ATOMIC WRITE between the hosts through ibv_wr_atomic_write: the device's capability
+// (the kernel's IB_UVERBS_DEVICE_ATOMIC_WRITE, bit 40 of device_cap_flags_ex), the 8 bytes placed
+// whole, ibv_post_send's refusal (ibv_send_wr has no field for them), a UD QP refusing the op,
+// and the responder's answers: a misaligned address (REM_INV_REQ_ERR) and a region without
+// remote write (REM_ACCESS_ERR), as the kernel's rxe answers them.
+ibv_qp* make_qp_ex(Dev& d, ibv_qp_type type, ibv_cq* cq, uint64_t ops) {
+  ibv_qp_init_attr_ex a{};
+  a.send_cq = cq;
+  a.recv_cq = cq;
+  a.qp_type = type;
+  a.cap.max_send_wr = 16;
+  a.cap.max_recv_wr = 16;
+  a.cap.max_send_sge = 1;
+  a.cap.max_recv_sge = 1;
+  a.pd = d.pd;
+  a.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  a.send_ops_flags = ops;
+  return ibv_create_qp_ex(d.ctx, &a);
+}
+
+void atomic_write(Dev& a, Dev& b) {
+  ibv_device_attr_ex ax{};
+  const int qrc = ibv_query_device_ex(a.ctx, nullptr, &ax);
+  check(qrc == 0 && (ax.device_cap_flags_ex & (1ull << 40)),
+        "query_device_ex: ATOMIC_WRITE capability (0x%llx)",
+        static_cast<unsigned long long>(ax.device_cap_flags_ex));
+  ibv_cq* acq = ibv_create_cq(a.ctx, 16, nullptr, nullptr, 0);
+  ibv_cq* bcq = ibv_create_cq(b.ctx, 16, nullptr, nullptr, 0);
+  if (acq == nullptr || bcq == nullptr) die("create_cq");
+  check(make_qp_ex(a, IBV_QPT_UD, acq, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_ATOMIC_WRITE) == nullptr &&
+            errno == EOPNOTSUPP,
+        "create_qp_ex(UD, WITH_ATOMIC_WRITE): EOPNOTSUPP");
+  uint8_t* target = b.buf + 49152;
+  ibv_mr* ro = ibv_reg_mr(b.pd, b.buf + 57344, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+  if (ro == nullptr) die("reg_mr(read only)");
+  ibv_wc wc{};
+  // One connected pair per case: an error completion leaves the QP in the error state.
+  auto run = [&](uint64_t addr, uint32_t rkey, uint64_t value) {
+    ibv_qp* aq = make_qp_ex(a, IBV_QPT_RC, acq, IBV_QP_EX_WITH_ATOMIC_WRITE | IBV_QP_EX_WITH_RDMA_WRITE);
+    if (aq == nullptr) die("create_qp_ex(RC, WITH_ATOMIC_WRITE)");
+    ibv_qp* bq = make_qp(b, IBV_QPT_RC, bcq, bcq);
+    connect_rc(aq, bq->qp_num, b.gid);
+    connect_rc(bq, aq->qp_num, a.gid);
+    ibv_send_wr w{};
+    ibv_send_wr* bad = nullptr;
+    w.opcode = IBV_WR_ATOMIC_WRITE;
+    check(ibv_post_send(aq, &w, &bad) == EOPNOTSUPP, "post_send(ATOMIC_WRITE): EOPNOTSUPP");
+    ibv_qp_ex* qx = ibv_qp_to_qp_ex(aq);
+    ibv_wr_start(qx);
+    qx->wr_id = 70;
+    qx->wr_flags = IBV_SEND_SIGNALED;
+    ibv_wr_atomic_write(qx, rkey, addr, &value);
+    value = 0;  // copied at the call: the caller may reuse its buffer at once
+    const int rc = ibv_wr_complete(qx);
+    wc = ibv_wc{};
+    const bool got = rc == 0 && poll_n(acq, &wc, 1) == 1 && wc.wr_id == 70;
+    ibv_destroy_qp(aq);
+    ibv_destroy_qp(bq);
+    return got;
+  };
+  const uint64_t v = 0x0123456789abcdefull;
+  std::memset(target, 0xee, 24);
+  bool ok = run(reinterpret_cast<uintptr_t>(target) + 8, b.mr->rkey, v);
+  uint64_t placed = 0;
+  std::memcpy(&placed, target + 8, 8);
+  check(ok && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_ATOMIC_WRITE && placed == v &&
+            target[7] == 0xee && target[16] == 0xee,
+        "ATOMIC WRITE: status %d, opcode %d, the 8 bytes and nothing beside them", wc.status, wc.opcode);
+  ok = run(reinterpret_cast<uintptr_t>(target) + 4, b.mr->rkey, v);
+  check(ok && wc.status == IBV_WC_REM_INV_REQ_ERR, "ATOMIC WRITE to a misaligned address: REM_INV_REQ_ERR (status %d)",
+        wc.status);
+  ok = run(reinterpret_cast<uintptr_t>(b.buf) + 57344, ro->rkey, v);
+  check(ok && wc.status == IBV_WC_REM_ACCESS_ERR && b.buf[57344] == 0,
+        "ATOMIC WRITE to a region without remote write: REM_ACCESS_ERR (status %d), nothing written", wc.status);
+  ibv_dereg_mr(ro);
+  ibv_destroy_cq(acq);
+  ibv_destroy_cq(bcq);
+}
+
 void ud_traffic(Dev& a, Dev& b) {
   ibv_cq* acq = ibv_create_cq(a.ctx, 16, nullptr, nullptr, 0);
   ibv_cq* bcq = ibv_create_cq(b.ctx, 16, nullptr, nullptr, 0);
@@ -1265,6 +1345,7 @@ int main(int argc, char** argv) {
   bad_arguments(a);
   rc_traffic(a, b);
   memory_windows(a, b);
+  atomic_write(a, b);
   ud_traffic(a, b);
   ud_multicast(a, b);
   channels_and_events(a, b);
