@@ -9,7 +9,10 @@
 #     peer's QP (the QP N talks to);
 #   - -c COUNT ends the capture by itself after exactly COUNT frames;
 #   - -s SNAPLEN cuts frames to SNAPLEN bytes, keeping their lengths on the wire;
-#   - `-w -` piped into `tshark -r -` reads.
+#   - `-w -` piped into `tshark -r -` reads;
+#   - perftest's ib_write_bw under a --qp capture, on the same-host link and (root) between two
+#     lab hosts sharing a veth with the kernel over af_packet (scripts/lab.sh, real ICRCs on the
+#     wire): tshark finds nothing malformed, every ICRC is right, only that QP's frames.
 #
 #   capture_test.sh DROCE DROCED PAIR_LIB
 #
@@ -50,10 +53,11 @@ export LC_ALL=C
 qpns() {
   "$droce" qps --json --socket "$1" | /usr/bin/python3 -c "import json,sys; print(' '.join(str(q['qpn']) for q in json.load(sys.stdin)))"
 }
-# new_qp SOCK BEFORE: waits (10 s) for a QP on that host not in the list BEFORE; prints it.
+# new_qp SOCK BEFORE [SECONDS]: waits (10 s unless SECONDS says otherwise) for a QP on that host
+# not in the list BEFORE; prints it.
 new_qp() {
   local q
-  for ((i = 0; i < 200; i++)); do
+  for ((i = 0; i < ${3:-10} * 20; i++)); do
     for q in $(qpns "$1"); do
       [[ " $2 " == *" $q "* ]] || { echo "$q"; return 0; }
     done
@@ -125,6 +129,14 @@ else
 fi
 
 # ---- 2. --qp: only that QP's frames -------------------------------------------------------------
+# direction_destqp FILE: "direction:destqp=count" for each pair in FILE's RoCEv2 frames
+# (direction 1 received, 2 sent), space-separated.
+direction_destqp() {
+  tshark -r "$1" -n -Y infiniband -T fields -e frame.packet_flags_direction -e infiniband.bth.destqp 2>/dev/null |
+    python3 -c "import collections,sys
+c = collections.Counter((int(d, 0), int(q, 0)) for d, q in (l.split() for l in sys.stdin if l.strip()))
+print(' '.join(f'{d}:{q}={n}' for (d, q), n in sorted(c.items())))"
+}
 start_qp_capture() {
   "$droce" capture --qp "$qp_a" -w "$tmp/qp.pcapng" --socket "$sock_a" 2>"$tmp/qp.err" &
   cap=$!
@@ -146,10 +158,7 @@ if pingpong 18711 50 start_qp_capture; then
   qp_b=$(grep -m1 'remote address' "$tmp/pp18711.srv" | grep -o 'QPN 0x[0-9a-fA-F]*' | cut -d' ' -f2)
   qp_b=$((qp_b))
   # "direction:destqp=count" for each pair found (direction 1 received, 2 sent).
-  dests=$(tshark -r "$tmp/qp.pcapng" -n -Y infiniband -T fields -e frame.packet_flags_direction -e infiniband.bth.destqp \
-    2>/dev/null | python3 -c "import collections,sys
-c = collections.Counter((int(d, 0), int(q, 0)) for d, q in (l.split() for l in sys.stdin if l.strip()))
-print(' '.join(f'{d}:{q}={n}' for (d, q), n in sorted(c.items())))")
+  dests=$(direction_destqp "$tmp/qp.pcapng")
   want_in=$(printf "1:%d=" "$qp_a")
   want_out=$(printf "2:%d=" "$qp_b")
   others=$(echo "$dests" | tr ' ' '\n' | grep -v -e "^$want_in" -e "^$want_out" -e '^$')
@@ -191,4 +200,90 @@ fi
 # This run's pair (by pid: a pattern would also find another run's).
 kill -0 "$other_srv" 2>/dev/null && kill -0 "$other_cli" 2>/dev/null || bad "the clean pair stopped (a data check failed?)"
 kill "$other_srv" "$other_cli" 2>/dev/null
+
+# ---- 5. perftest under a --qp capture: on the same-host link, then on af_packet ------------------
+# perftest_capture WHERE SOCK_A NS_A RUN_A RUN_B SERVER_ADDR PORT: ib_write_bw (4 KiB for 2 s, its
+# TCP exchange to SERVER_ADDR) from host B to host A (in namespace NS_A, or none), while host A
+# captures only the server's QP; the capture must read in tshark with nothing malformed, every ICRC
+# right (capture_check.py), and hold that QP's frames only, both directions. RUN_A/RUN_B run a
+# program on a host. perftest makes its QP only once its TCP exchange has begun, so the client
+# runs before the capture can name the QP; for 2 s rather than a count, so that the transfer is
+# still running once the capture is.
+perftest_capture() {
+  local where=$1 sock=$2 ns=$3 run_a=$4 run_b=$5 addr=$6 port=$7 before qp srv cli rc_cli rc_srv why=""
+  local file=$tmp/perftest-$port.pcapng
+  before=$(qpns "$sock")
+  $run_a ib_write_bw -d droce0 -x 1 -s 4096 -D 2 -p "$port" >"$tmp/bw$port.srv" 2>&1 &
+  srv=$!
+  wait_tcp_listen "$ns" "$port" "$srv" || true
+  "$deadline" 120 $run_b ib_write_bw -d droce0 -x 1 -s 4096 -D 2 -p "$port" "$addr" >"$tmp/bw$port.cli" 2>&1 &
+  cli=$!
+  # perftest (under ASan in a debug build) connects and makes its QP in a few seconds; give it 30.
+  if ! qp=$(new_qp "$sock" "$before" 30); then
+    bad "$where: ib_write_bw's server made no QP"
+    wait "$cli" "$srv"
+    tail -n 3 "$tmp/bw$port.cli" "$tmp/bw$port.srv"
+    return
+  fi
+  "$droce" capture --qp "$qp" -w "$file" --socket "$sock" 2>"$tmp/bw$port.err" &
+  cap=$!
+  started "$file" || why+=" the capture never started ($(cat "$tmp/bw$port.err"));"
+  wait "$cli"
+  rc_cli=$?
+  wait "$srv"
+  rc_srv=$?
+  kill -INT "$cap" 2>/dev/null
+  "$deadline" 10 bash -c "while kill -0 $cap 2>/dev/null; do sleep 0.05; done"
+  wait "$cap"
+  [ "$rc_cli" -eq 0 ] && [ "$rc_srv" -eq 0 ] || why+=" ib_write_bw exited $rc_cli/$rc_srv;"
+  local summary rc_check problems peer dests
+  summary=$(python3 "$check" "$file")
+  rc_check=$?
+  problems=$(tshark_problems "$file")
+  # The peer's QP from the server's own report ("remote address: ... QPN 0x...").
+  peer=$(grep -m1 'remote address' "$tmp/bw$port.srv" | grep -o 'QPN 0x[0-9a-fA-F]*' | cut -d' ' -f2)
+  dests=$(direction_destqp "$file")
+  [ "$rc_check" -eq 0 ] || why+=" $summary;"
+  [[ "$summary" == *"icrc_bad=0"* && "$summary" != *"icrc_checked=0 "* ]] || why+=" ICRC: $summary;"
+  [ -z "$problems" ] || why+=" tshark: $(echo "$problems" | head -3 | tr '\n' ' ');"
+  # WRITEs arrive at A's QP for the rest of the 2 s (hundreds of frames at the least), ACKs leave
+  # toward the peer.
+  local want_in want_out others n_in
+  want_in=$(printf "1:%d=" "$qp")
+  want_out=$(printf "2:%d=" "$((peer))")
+  others=$(echo "$dests" | tr ' ' '\n' | grep -v -e "^$want_in" -e "^$want_out" -e '^$')
+  n_in=$(echo "$dests" | tr ' ' '\n' | grep "^$want_in" | cut -d= -f2)
+  [ -n "$peer" ] && [[ "$dests" == *"$want_out"* ]] && [ "${n_in:-0}" -ge 100 ] && [ -z "$others" ] ||
+    why+=" QP $qp (peer ${peer:-?}): direction:destqp=count $dests;"
+  if [ -z "$why" ]; then
+    ok "$where: ib_write_bw under --qp $qp: $dests; tshark finds nothing wrong; $summary"
+  else
+    bad "$where: perftest capture:$why"
+    tail -n 3 "$tmp/bw$port.cli" "$tmp/bw$port.srv"
+  fi
+}
+
+perftest_capture "same-host link" "$sock_a" "" "on a" "$droce exec --run-dir $hosts/b --" 127.0.0.1 18720
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "SKIP (part): perftest capture on af_packet needs root (namespaces, a veth)"
+elif ! command -v ib_write_bw >/dev/null; then
+  echo "SKIP (part): perftest capture: ib_write_bw not installed (Debian package perftest)"
+else
+  # Two lab hosts (scripts/lab.sh) whose droced share their veth with the kernel over af_packet:
+  # frames on a real netdev, with the ICRC the wire carries.
+  lab_sh=$(dirname "$pair_lib")/../lab.sh
+  lab=dcap
+  build=$(dirname "$(dirname "$droced")")
+  [ -d "/run/droce-lab/$lab" ] && "$lab_sh" down --name "$lab"  # a run killed before its cleanup
+  on_exit "$lab_sh" down --name "$lab"
+  if DROCE_LAB_DROCED_ARGS="--log-level=droce.*:warning" "$lab_sh" up --hosts 2 --link af_packet --name "$lab" \
+      --build "$build" >"$tmp/lab.out" 2>&1; then
+    perftest_capture "af_packet" "/run/droce-lab/$lab/h1/droce0.sock" "$lab-h1" "$lab_sh exec h1 --name $lab --build $build --" \
+      "$lab_sh exec h2 --name $lab --build $build --" "$("$lab_sh" addr h1 --name "$lab")" 18730
+  else
+    cat "$tmp/lab.out"
+    bad "the af_packet lab did not come up"
+  fi
+fi
 exit "$fail"
