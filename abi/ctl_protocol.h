@@ -38,7 +38,9 @@ inline constexpr uint16_t kAbiMajor = 1;
 /// 8: capture (CaptureRequest), `droce capture`.
 /// 9: cc (CcRequest), `droce cc`.
 /// 10: alloc_mw, dealloc_mw (memory windows); QueryDeviceReply's max_mw.
-inline constexpr uint16_t kAbiMinor = 10;
+/// 11: completion timestamps (CreateCqRequest's kCqCreateTimestamp, Cqe::timestamp); device
+///     memory (alloc_dm, free_dm, reg_dm_mr); QueryDeviceReply's device_caps and max_dm_size.
+inline constexpr uint16_t kAbiMinor = 11;
 /// Largest message either side sends or accepts.
 inline constexpr size_t kMaxMessage = 4096;
 
@@ -74,8 +76,11 @@ enum class MsgType : uint16_t {
   cc = 29,                ///< minor 9: `droce cc`: set DCQCN parameters (CcRequest)
   alloc_mw = 30,          ///< minor 10: ibv_alloc_mw (AllocMwRequest; reply IdReply, the R_Key)
   dealloc_mw = 31,        ///< minor 10: ibv_dealloc_mw (IdRequest: the window's current R_Key)
+  alloc_dm = 32,          ///< minor 11: ibv_alloc_dm (AllocDmRequest; AllocDmReply and the region)
+  free_dm = 33,           ///< minor 11: ibv_free_dm (IdRequest: the DM's id)
+  reg_dm_mr = 34,         ///< minor 11: ibv_reg_dm_mr (RegDmMrRequest; reply RegMrReply)
 };
-inline constexpr uint16_t kLastMsgType = static_cast<uint16_t>(MsgType::dealloc_mw);
+inline constexpr uint16_t kLastMsgType = static_cast<uint16_t>(MsgType::reg_dm_mr);
 
 enum CtlFlags : uint16_t {
   kFlagReply = 1u << 0,
@@ -276,8 +281,19 @@ struct QueryDeviceReply {
   uint32_t max_total_mcast_qp_attach;
   // minor 10 (zero from an older droced: no memory windows)
   uint32_t max_mw;
+  // minor 11 (zero from an older droced: no timestamps, no device memory)
+  uint32_t device_caps;  ///< DeviceCaps
+  uint32_t reserved0;
+  uint64_t max_dm_size;  ///< bytes one alloc_dm may ask for; 0: no device memory
 };
-static_assert(sizeof(QueryDeviceReply) == 192);
+static_assert(sizeof(QueryDeviceReply) == 208);
+static_assert(offsetof(QueryDeviceReply, device_caps) == 192 && offsetof(QueryDeviceReply, max_dm_size) == 200);
+/// QueryDeviceReply::device_caps.
+enum DeviceCaps : uint32_t {
+  /// CQs created with kCqCreateTimestamp carry Cqe::timestamp: CLOCK_MONOTONIC ns, so the
+  /// device clock runs at 1 GHz (hca_core_clock 1,000,000 kHz) and is the host's.
+  kDeviceCapCompletionTimestamp = 1u << 0,
+};
 
 /// ibv_attach_mcast / ibv_detach_mcast: QP `qpn` and group `gid` (16 bytes, network order).
 struct McastRequest {
@@ -331,6 +347,13 @@ struct CreateCqRequest {
   uint64_t user_handle;
 };
 static_assert(sizeof(CreateCqRequest) == 24 && offsetof(CreateCqRequest, user_handle) == 16);
+/// CreateCqRequest::flags (an older droced ignores them: the client asks only a droced of
+/// minor 11 or later).
+enum CqCreateFlags : uint32_t {
+  /// minor 11: stamp every completion pushed into the ring (Cqe::timestamp). Asked for, not
+  /// done for every CQ: it costs a clock read per completion.
+  kCqCreateTimestamp = 1u << 0,
+};
 /// CreateCqRequest's first version (minor 0).
 inline constexpr size_t kCreateCqRequestV0 = 8;
 struct CreateCqReply {
@@ -488,6 +511,42 @@ struct AllocMwRequest {
   uint32_t type;
 };
 static_assert(sizeof(AllocMwRequest) == 8);
+
+/// alloc_dm (minor 11): device memory of `length` bytes (1 .. QueryDeviceReply::max_dm_size),
+/// a region droced owns: a sealed memfd, zero-filled, which droced maps and whose descriptor
+/// comes beside the reply, so the client maps the same bytes (ibv_memcpy_to_dm and
+/// ibv_memcpy_from_dm are plain copies there) while the engine reads and writes them through
+/// MRs registered on it (reg_dm_mr). `log_align` (ibv_alloc_dm_attr's log_align_req) up to the
+/// page shift: the region starts on a page. -EINVAL: length 0, log_align past the page shift;
+/// -ENOMEM: past max_dm_size, which is also the session's total.
+struct AllocDmRequest {
+  uint64_t length;
+  uint32_t log_align;
+  uint32_t reserved;
+};
+static_assert(sizeof(AllocDmRequest) == 16);
+struct AllocDmReply {
+  uint32_t dm_id;
+  uint32_t reserved;
+  uint64_t region_bytes;  ///< what to map of the descriptor (length rounded up to a page)
+};
+static_assert(sizeof(AllocDmReply) == 16);
+
+/// reg_dm_mr (minor 11): an MR on PD `pd` over [offset, offset + length) of device memory
+/// `dm`, zero-based (addresses in SGEs and RETHs are offsets from the MR's start, ibv_alloc_dm(3)).
+/// `access` as reg_mr's plus kAccessZeroBased, which it must carry. The DM cannot be freed while
+/// MRs are on it (free_dm: -EBUSY); such an MR cannot be reregistered (rereg_mr: -EINVAL, as
+/// the kernel's uverbs). Reply: RegMrReply; dereg_mr frees it. -EINVAL: an unknown PD or DM,
+/// a range outside the DM, access without kAccessZeroBased or with flags reg_mr refuses.
+struct RegDmMrRequest {
+  uint32_t pd;
+  uint32_t dm_id;
+  uint32_t access;
+  uint32_t reserved;
+  uint64_t offset;
+  uint64_t length;
+};
+static_assert(sizeof(RegDmMrRequest) == 32);
 
 /// rereg_mr (minor 2): the region `lkey` takes the PD, access and range
 /// given, keeping its keys (reply: RegMrReply with them). Every field is the

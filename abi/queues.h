@@ -71,11 +71,16 @@ struct Cqe {
   uint8_t opcode;
   uint8_t sl;
   uint8_t dlid_path_bits;
-  uint8_t reserved[24];
+  /// CLOCK_MONOTONIC in ns when droced pushed the completion into the ring, for a CQ created
+  /// with kCqCreateTimestamp (ibv_wc_read_completion_ts: the device clock runs at 1 GHz); 0
+  /// otherwise, and from a droced before ABI minor 11 (was reserved).
+  uint64_t timestamp;
+  uint8_t reserved[16];
 };
 static_assert(sizeof(Cqe) == 64);
 static_assert(offsetof(Cqe, qp_num) == 16 && offsetof(Cqe, wc_flags) == 28);
 static_assert(offsetof(Cqe, status) == 36 && offsetof(Cqe, opcode) == 37);
+static_assert(offsetof(Cqe, timestamp) == 40);
 
 // ---- The per-client context region (docs/droced.md) ------------------------
 

@@ -288,6 +288,9 @@ struct Completion {
   uint16_t slid = 0;
   uint8_t sl = 0;
   uint8_t dlid_path_bits = 0;
+  /// When the completion was made, CLOCK_MONOTONIC ns (abi::Cqe::timestamp); 0 when the CQ
+  /// was not asked for timestamps. The engine leaves it 0: droced stamps what it pushes.
+  uint64_t timestamp_ns = 0;
 };
 
 }  // namespace droce::abi

@@ -209,6 +209,7 @@ void encode_cqe(const Completion& c, Cqe* out) {
   out->opcode = static_cast<uint8_t>(c.opcode);
   out->sl = c.sl;
   out->dlid_path_bits = c.dlid_path_bits;
+  out->timestamp = c.timestamp_ns;
 }
 
 Completion decode_cqe(const Cqe& e) {
@@ -226,6 +227,7 @@ Completion decode_cqe(const Cqe& e) {
   c.opcode = static_cast<WcOpcode>(e.opcode);
   c.sl = e.sl;
   c.dlid_path_bits = e.dlid_path_bits;
+  c.timestamp_ns = e.timestamp;
   return c;
 }
 

@@ -311,9 +311,12 @@ TEST(ShmWqe, RecvWqeAndCqeRoundTrip) {
   c.qp_num = 0x11;
   c.src_qp = 0x22;
   c.wc_flags = kWcWithImm | kWcGrh;
+  c.timestamp_ns = 0x0123456789abcdefull;
   abi::Cqe e;
   encode_cqe(c, &e);
+  EXPECT_EQ(e.timestamp, c.timestamp_ns);
   const Completion d = decode_cqe(e);
+  EXPECT_EQ(d.timestamp_ns, c.timestamp_ns);
   EXPECT_EQ(d.wr_id, c.wr_id);
   EXPECT_EQ(d.status, c.status);
   EXPECT_EQ(d.opcode, c.opcode);
