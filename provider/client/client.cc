@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -104,6 +105,13 @@ int Context::call(MsgType type, const void* body, size_t len, void* reply, size_
                   std::vector<core::Fd>* fds, std::span<const int> send_fds, std::span<const uint8_t> tail) {
   std::lock_guard<std::mutex> g(ctl_mutex_);
   if (dead_) return -EIO;
+  // A forked child may go on using its parent's context, as with the kernel's uverbs (pyverbs
+  // allocates device memory from five children at once): the socket is then shared, so each
+  // process numbers its requests apart from the others' and takes only its own replies.
+  if (const pid_t me = ::getpid(); me != pid_) {
+    pid_ = me;
+    seq_ = static_cast<uint32_t>(me) * 2654435761u;
+  }
   const uint32_t seq = ++seq_;
   const auto msg = encode_raw(type, seq, {static_cast<const uint8_t*>(body), len}, tail);
   if (core::send_message(sock_.get(), msg, send_fds) != 0) {
@@ -113,6 +121,10 @@ int Context::call(MsgType type, const void* body, size_t len, void* reply, size_
   std::vector<uint8_t> in;
   std::vector<core::Fd> in_fds;
   for (;;) {
+    if (!own_reply_next(seq)) {
+      set_dead();
+      return -EIO;
+    }
     const ssize_t n = core::receive_message(sock_.get(), &in, kMaxMessage, &in_fds);
     if (n <= 0) {
       set_dead();
@@ -132,6 +144,27 @@ int Context::call(MsgType type, const void* body, size_t len, void* reply, size_
     if (reply_len != 0) (void)decode_body_bytes(in, reply, reply_len, 0);
     if (fds != nullptr) *fds = std::move(in_fds);
     return 0;
+  }
+}
+
+bool Context::own_reply_next(uint32_t seq) {
+  // Peeked without a control buffer: the descriptors stay with the message for its owner.
+  // Another process's reply is left to it; one left 5 s at the head is taken as its owner's
+  // death (a killed child) and dropped, so that the others are not stuck behind it.
+  const uint64_t since = core::monotonic_ns();
+  for (;;) {
+    CtlHeader h{};
+    const ssize_t n = ::recv(sock_.get(), &h, sizeof h, MSG_PEEK);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    if (size_t(n) < sizeof h || h.seq == seq || h.magic != kMagic) return true;  // the receive judges it
+    if (core::monotonic_ns() - since > 5'000'000'000ull) {
+      std::vector<uint8_t> stale;
+      std::vector<core::Fd> fds;
+      if (core::receive_message(sock_.get(), &stale, kMaxMessage, &fds) <= 0) return false;
+      continue;
+    }
+    ::usleep(100);
   }
 }
 

@@ -17,6 +17,8 @@
 // Threading: any thread may call anything; control calls serialize on the
 // context, each queue's data path on its own lock.
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -298,6 +300,10 @@ class Context {
   int call(abi::ctl::MsgType type, const void* body, size_t len, void* reply, size_t reply_len,
            std::vector<core::Fd>* fds = nullptr, std::span<const int> send_fds = {},
            std::span<const uint8_t> tail = {});
+  /// Waits until the message at the head of the socket is the reply to `seq` (or not a reply
+  /// at all): the socket may be shared with forked processes using the same context. False
+  /// when the socket closed.
+  bool own_reply_next(uint32_t seq);
   /// Rings the doorbell for a queue whose `pending` flag guards it.
   void ring_doorbell(uint16_t kind, uint32_t id, uint32_t* pending);
   /// Waits (a bounded time) until droced has taken every doorbell rung so far.
@@ -314,6 +320,7 @@ class Context {
   std::atomic<bool> dead_{false};
   bool fatal_reported_ = false;
   uint32_t seq_ = 0;
+  pid_t pid_ = 0;  ///< the process that numbered the last request (a forked child renumbers)
   uint16_t daemon_minor_ = 0;
   std::mutex ctl_mutex_;
   SpinLock doorbell_lock_;
