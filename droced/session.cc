@@ -76,6 +76,7 @@ void Session::teardown() {
     release_mr(std::move(m));  // a large mapping goes on ControlJobs, the others here
   }
   mrs_.clear();  // unmaps the client's memory
+  dms_.clear();  // after the MRs on it
   // A registration still being populated: the job owns the memory now, and stops early.
   if (pending_.job != nullptr) pending_.job->cancelled.store(true, std::memory_order_relaxed);
   pending_.mr.reset();

@@ -59,6 +59,11 @@ struct SessionLimits {
   uint32_t max_pds = 1024;
   uint32_t max_ahs = 65536;
   uint32_t event_entries = 1024;
+  /// Device memory (alloc_dm) a client may hold at once, all allocations together; also the
+  /// largest one (QueryDeviceReply::max_dm_size, which ibv_alloc_dm(3) calls the most that
+  /// can be allocated). Host memory droced owns, so a modest share, as a NIC's on-chip memory.
+  uint64_t max_dm_bytes = uint64_t{1} << 20;
+  uint32_t max_dms = 1024;
 };
 
 /// The device as one worker's sessions see it: the shared facts (name, port,
@@ -168,6 +173,7 @@ class Session {
   struct SharedQp;
   struct SharedSrq;
   struct MrEntry;
+  struct DmEntry;
 
   // ---- Control: one table indexed by message type (session_control.cc) ----
   // Adding a control message touches its MsgType (abi/ctl_protocol.h), one entry in its
@@ -222,6 +228,7 @@ class Session {
   static std::span<const ControlEntry> pd_controls();
   static std::span<const ControlEntry> mr_controls();
   static std::span<const ControlEntry> mw_controls();
+  static std::span<const ControlEntry> dm_controls();
   static std::span<const ControlEntry> cq_controls();
   static std::span<const ControlEntry> srq_controls();
   static std::span<const ControlEntry> qp_controls();
@@ -244,6 +251,8 @@ class Session {
   void release_mr(std::unique_ptr<MrEntry> m);
   /// Deallocates every window of this client (before its regions: a bound one holds its region).
   void release_mws();
+  /// An MR on device memory `dm` went (dereg_mr): the DM may be freed once none is left.
+  void dm_mr_gone(uint32_t dm);
   void finish_pending_reg_mr();
   /// ibv_rereg_mr in place (rereg_mr): the keys stay.
   int on_rereg_mr(const abi::ctl::ReregMrRequest& q, const Control& c, abi::ctl::RegMrReply* out);
@@ -314,6 +323,9 @@ class Session {
   std::unordered_map<uint32_t, std::unique_ptr<SharedSrq>> srqs_;
   std::unordered_map<uint32_t, std::unique_ptr<MrEntry>> mrs_;  ///< by lkey
   std::unordered_set<uint32_t> mws_;  ///< memory windows, by key index (a bind changes the tag)
+  std::unordered_map<uint32_t, std::unique_ptr<DmEntry>> dms_;  ///< device memory, by id
+  uint32_t next_dm_id_ = 1;
+  uint64_t dm_bytes_ = 0;  ///< the regions' bytes in dms_ (SessionLimits::max_dm_bytes)
   std::vector<uint32_t> ahs_;
   /// Completion channels by id (register_channel); CQs share them.
   std::unordered_map<uint32_t, std::shared_ptr<core::Fd>> channels_;

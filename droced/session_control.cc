@@ -15,7 +15,7 @@ using namespace abi::ctl;
 const Session::ControlEntry* Session::control_for(uint16_t type) {
   static const std::array<ControlEntry, kLastMsgType + 1> kTable = [] {
     std::array<ControlEntry, kLastMsgType + 1> t{};
-    for (std::span<const ControlEntry> family : {device_controls(), pd_controls(), mr_controls(), mw_controls(),
+    for (std::span<const ControlEntry> family : {device_controls(), pd_controls(), mr_controls(), mw_controls(), dm_controls(),
                                                  cq_controls(),
                                                  srq_controls(), qp_controls(), ah_controls(), mcast_controls(),
                                                  fault_controls(), capture_controls(), cc_controls()}) {

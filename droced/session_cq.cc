@@ -17,7 +17,9 @@ using namespace abi::ctl;
 int Session::on_create_cq(const CreateCqRequest& q, CreateCqReply* out, std::unique_ptr<SharedCq>* made) {
   if (cqs_.size() >= dev_->session_limits.max_cqs) return -ENOMEM;
   if (q.cqe == 0 || q.cqe > dev_->limits.max_cqe) return -EINVAL;
+  if (q.flags & ~uint32_t{kCqCreateTimestamp}) return -EINVAL;
   auto c = std::make_unique<SharedCq>();
+  c->timestamp = (q.flags & kCqCreateTimestamp) != 0;
   const uint32_t entries = pow2_at_least(q.cqe);
   const abi::ShmRingGeometry g{entries, sizeof(abi::Cqe)};
   const size_t ring_off = sizeof(abi::QueueDoorbellBlock);

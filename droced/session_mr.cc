@@ -74,6 +74,7 @@ int Session::on_rereg_mr(const ReregMrRequest& q, const Control& c, RegMrReply* 
   if (it == mrs_.end()) return -EINVAL;
   if (std::find(pds_.begin(), pds_.end(), q.pd) == pds_.end()) return -EINVAL;
   MrEntry& m = *it->second;
+  if (m.dm != 0) return -EINVAL;  // an MR on device memory stays where it is (as uverbs' rereg)
   const bool translation = (q.flags & kReregTranslation) != 0;
   PeerMemory fresh;
   const PeerMemory* mem = &m.memory;
@@ -141,6 +142,7 @@ void Session::serve<MsgType::dereg_mr>(const Control& c, const IdRequest& q) {
   if (it == mrs_.end()) return reply(c.h, -EINVAL);
   const int rc = dev_->core->engine().dereg_mr(q.id);
   if (rc == 0) {
+    if (it->second->dm != 0) dm_mr_gone(it->second->dm);
     release_mr(std::move(it->second));
     mrs_.erase(it);
   }

@@ -55,6 +55,10 @@ struct Session::SharedCq final : rocev2::CqSink {
   std::shared_ptr<core::Fd> channel;
   uint64_t user_handle = 0;
   uint64_t events_written = 0;  ///< records written to `channel` (DestroyCqReply)
+  /// Stamp each completion (kCqCreateTimestamp): read here, as it is pushed, rather than the
+  /// loop's clock, which is a whole burst (or, for a completion a post makes at once, a sleep)
+  /// old. One vDSO clock read per completion, only for the CQs that asked.
+  bool timestamp = false;
 
   Session* session = nullptr;
   /// The ring's producer index just after the last completion that would end
@@ -65,6 +69,7 @@ struct Session::SharedCq final : rocev2::CqSink {
     if (session != nullptr) session->release_for_completion(c.qp_num);
     abi::Cqe e;
     abi::encode_cqe(c, &e);
+    if (timestamp) e.timestamp = core::monotonic_ns();
     if (ring.try_push(&e) != abi::ShmRingStatus::ok) return false;
     if (solicited) solicited_end = ring.index();
     return true;
@@ -111,7 +116,15 @@ struct Session::MrEntry {
   uint32_t lkey = 0;
   uint32_t rkey = 0;
   uint64_t page_va = 0;  ///< the client address of memory.data()
-  PeerMemory memory;
+  PeerMemory memory;     ///< empty for an MR on device memory
+  uint32_t dm = 0;       ///< reg_dm_mr: the device memory it lies in (its `mrs` counts it)
+};
+
+/// Device memory (alloc_dm): a region droced made and owns, mapped by the client too.
+struct Session::DmEntry {
+  core::ShmRegion region;
+  uint64_t length = 0;  ///< as asked (the region is rounded up to a page)
+  uint32_t mrs = 0;     ///< MRs registered on it (free_dm: -EBUSY while any)
 };
 
 }  // namespace droce::droced

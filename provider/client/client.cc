@@ -92,6 +92,7 @@ Context::~Context() {
   cqs_.clear();
   qps_.clear();
   srqs_.clear();
+  dms_.clear();
 }
 
 bool Context::fatal() const {
@@ -305,6 +306,53 @@ int Context::dereg_mr(uint32_t lkey) {
   return rc == -EIO ? 0 : rc;  // a dead device has nothing left to deregister
 }
 
+// ---- Device memory -------------------------------------------------------------
+
+int Context::alloc_dm(uint64_t length, uint32_t log_align, Dm** out) {
+  if (daemon_minor_ < 11) return -EOPNOTSUPP;  // a droced from before device memory
+  AllocDmRequest q{length, log_align, 0};
+  AllocDmReply r{};
+  std::vector<core::Fd> fds;
+  if (int rc = call(MsgType::alloc_dm, &q, sizeof q, &r, sizeof r, &fds); rc != 0) return rc;
+  auto dm = std::make_unique<Dm>();
+  dm->id_ = r.dm_id;
+  dm->length_ = length;
+  int rc = fds.size() == 1 && r.region_bytes >= length ? map_region(fds[0], r.region_bytes, &dm->region_) : -EPROTO;
+  if (rc != 0) {
+    IdRequest d{r.dm_id, 0};
+    (void)call(MsgType::free_dm, &d, sizeof d, nullptr, 0);
+    return rc;
+  }
+  *out = dm.get();
+  std::lock_guard<std::mutex> l(ctl_mutex_);
+  dms_[dm.get()] = std::move(dm);
+  return 0;
+}
+
+int Context::free_dm(Dm* dm) {
+  IdRequest q{dm->id_, 0};
+  const int rc = call(MsgType::free_dm, &q, sizeof q, nullptr, 0);
+  if (rc != 0 && rc != -EIO) return rc;  // a dead device has nothing left to free
+  std::lock_guard<std::mutex> l(ctl_mutex_);
+  dms_.erase(dm);
+  return 0;
+}
+
+int Context::reg_dm_mr(uint32_t pd, Dm* dm, uint64_t offset, uint64_t length, uint32_t access, uint32_t* lkey,
+                       uint32_t* rkey) {
+  RegDmMrRequest q{};
+  q.pd = pd;
+  q.dm_id = dm->id_;
+  q.access = access;
+  q.offset = offset;
+  q.length = length;
+  RegMrReply r{};
+  if (int rc = call(MsgType::reg_dm_mr, &q, sizeof q, &r, sizeof r); rc != 0) return rc;
+  *lkey = r.lkey;
+  *rkey = r.rkey;
+  return 0;
+}
+
 // ---- CQs ---------------------------------------------------------------------
 
 int Context::register_channel(int write_fd, uint32_t* id) {
@@ -316,10 +364,12 @@ int Context::register_channel(int write_fd, uint32_t* id) {
   return rc;
 }
 
-int Context::create_cq(uint32_t cqe, Cq** out, uint32_t channel, uint64_t user_handle) {
+int Context::create_cq(uint32_t cqe, Cq** out, uint32_t channel, uint64_t user_handle, bool timestamp) {
   if (channel != 0 && daemon_minor_ < 1) return -EOPNOTSUPP;
+  if (timestamp && daemon_minor_ < 11) return -EOPNOTSUPP;  // an older droced ignores the flag
   CreateCqRequest q{};
   q.cqe = cqe;
+  q.flags = timestamp ? uint32_t{kCqCreateTimestamp} : 0u;
   q.channel = channel;
   q.user_handle = user_handle;
   CreateCqReply r{};

@@ -171,6 +171,23 @@ class Qp {
   ClientQueue sq_, rq_;
 };
 
+/// Device memory (ibv_alloc_dm): a region droced made and owns, mapped here as well, so the
+/// bytes the client copies in are the ones the engine sends from and writes into (through MRs
+/// on it, Context::reg_dm_mr).
+class Dm {
+ public:
+  uint32_t id() const { return id_; }
+  /// The bytes asked for (the mapping is rounded up to a page).
+  uint64_t length() const { return length_; }
+  uint8_t* data() const { return reinterpret_cast<uint8_t*>(region_.data()); }
+
+ private:
+  friend class Context;
+  uint32_t id_ = 0;
+  uint64_t length_ = 0;
+  core::ShmRegion region_;
+};
+
 struct AsyncEvent {
   uint32_t type;  ///< ibv_event_type
   uint32_t id;    ///< QPN, CQ id, SRQ id or port
@@ -233,7 +250,9 @@ class Context {
   /// id), an armed notification writes `user_handle` to that channel instead
   /// of the CQ's eventfd. -EINVAL (cqe 0 or past the device's max_cqe, an
   /// unknown channel), -ENOMEM, -EOPNOTSUPP (a channel, and droced predates them).
-  int create_cq(uint32_t cqe, Cq** out, uint32_t channel = 0, uint64_t user_handle = 0);
+  /// With `timestamp`, droced stamps each completion as it pushes it (abi::Cqe::timestamp,
+  /// abi::Completion::timestamp_ns): -EOPNOTSUPP from a droced before ABI minor 11.
+  int create_cq(uint32_t cqe, Cq** out, uint32_t channel = 0, uint64_t user_handle = 0, bool timestamp = false);
   /// Hands droced the write end of a completion channel's pipe (the caller
   /// keeps its descriptor and may close it: droced has its own). *id names it
   /// in create_cq. -EINVAL (not a pipe's write end), -ENOMEM (too many),
@@ -273,6 +292,17 @@ class Context {
   /// droced before multicast (ABI minor 4).
   int attach_mcast(Qp* qp, const uint8_t* gid, uint16_t lid, bool attach);
   int create_ah(uint32_t pd, const abi::AddressVector& av, uint32_t* ah);
+
+  /// ibv_alloc_dm: `length` bytes (at most QueryDeviceReply::max_dm_size), zeroed, mapped here.
+  /// -EINVAL (length 0 or too large, log_align past a page), -ENOMEM (the session's share is
+  /// used), -EOPNOTSUPP (droced predates device memory: ABI minor < 11).
+  int alloc_dm(uint64_t length, uint32_t log_align, Dm** out);
+  /// ibv_free_dm: -EBUSY while an MR is registered on it (the DM stays).
+  int free_dm(Dm* dm);
+  /// ibv_reg_dm_mr: a zero-based MR over [offset, offset + length) of `dm` (access must hold
+  /// abi::kAccessZeroBased). -EINVAL (PD, range, access), -ENOMEM. dereg_mr frees it.
+  int reg_dm_mr(uint32_t pd, Dm* dm, uint64_t offset, uint64_t length, uint32_t access, uint32_t* lkey,
+                uint32_t* rkey);
   int destroy_ah(uint32_t ah);
 
   /// droced's state as JSON (what `droce ... --json` prints).
@@ -334,6 +364,7 @@ class Context {
   std::unordered_map<Cq*, std::unique_ptr<Cq>> cqs_;
   std::unordered_map<Qp*, std::unique_ptr<Qp>> qps_;
   std::unordered_map<Srq*, std::unique_ptr<Srq>> srqs_;
+  std::unordered_map<Dm*, std::unique_ptr<Dm>> dms_;
 };
 
 }  // namespace droce::client

@@ -1171,5 +1171,121 @@ TEST_F(TwoDaemons, ARegistrationOfEightGibDoesNotHoldUpAnotherClient) {
   shmdt(mem);
 }
 
+// Device memory and completion timestamps (ABI minor 11). B's device memory is droced B's region,
+// mapped by B as well: A's RDMA WRITE into a zero-based MR on it is what B reads in its mapping,
+// and the bytes B puts there are what A's READ returns. A CQ created with timestamps carries the
+// time droced pushed each completion (CLOCK_MONOTONIC, this host's), one without carries 0.
+TEST_F(TwoDaemons, DeviceMemoryIsTheDaemonsAndTimestampedCompletionsCarryTheirTime) {
+  start();
+  std::unique_ptr<Context> a, b;
+  ASSERT_EQ(Context::open(d_[0].sock, &a), 0);
+  ASSERT_EQ(Context::open(d_[1].sock, &b), 0);
+  abi::ctl::QueryDeviceReply dev{};
+  ASSERT_EQ(b->query_device(&dev), 0);
+  EXPECT_EQ(dev.device_caps & abi::ctl::kDeviceCapCompletionTimestamp, abi::ctl::kDeviceCapCompletionTimestamp);
+  ASSERT_GE(dev.max_dm_size, 8192u);
+
+  client::Dm* dm = nullptr;
+  EXPECT_EQ(b->alloc_dm(0, 0, &dm), -EINVAL);
+  EXPECT_EQ(b->alloc_dm(dev.max_dm_size + 1, 0, &dm), -ENOMEM);
+  EXPECT_EQ(b->alloc_dm(4096, 13, &dm), -EINVAL);  // aligned past a page
+  ASSERT_EQ(b->alloc_dm(8192, 6, &dm), 0);
+  EXPECT_EQ(dm->length(), 8192u);
+  EXPECT_EQ(dm->data()[100], 0);
+  uint32_t pd_b = 0;
+  client::Cq* cq_b = nullptr;
+  client::Qp* qp_b = nullptr;
+  ASSERT_NO_FATAL_FAILURE(make_rc(b.get(), &pd_b, &cq_b, &qp_b));
+  uint32_t lkey = 0, rkey = 0;
+  constexpr uint32_t kDmAccess = kAccessZeroBased | kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead;
+  EXPECT_EQ(b->reg_dm_mr(pd_b, dm, 0, 64, kAccessLocalWrite, &lkey, &rkey), -EINVAL);  // not zero-based
+  EXPECT_EQ(b->reg_dm_mr(pd_b, dm, 4096, 4097, kDmAccess, &lkey, &rkey), -EINVAL);     // past its end
+  EXPECT_EQ(b->reg_dm_mr(pd_b + 1000, dm, 0, 64, kDmAccess, &lkey, &rkey), -EINVAL);   // an unknown PD
+  ASSERT_EQ(b->reg_dm_mr(pd_b, dm, 4096, 4096, kDmAccess, &lkey, &rkey), 0);           // the second page
+  EXPECT_EQ(b->free_dm(dm), -EBUSY);
+
+  uint32_t pd_a = 0;
+  ASSERT_EQ(a->alloc_pd(&pd_a), 0);
+  client::Cq* cq_a = nullptr;
+  client::Cq* plain = nullptr;
+  ASSERT_EQ(a->create_cq(64, &cq_a, 0, 0, /*timestamp=*/true), 0);
+  ASSERT_EQ(a->create_cq(64, &plain), 0);
+  client::Qp* qp_a = nullptr;
+  ASSERT_EQ(a->create_qp(rc_create(pd_a, cq_a), &qp_a), 0);
+  std::vector<uint8_t> buf(4096);
+  uint32_t la = 0, ra = 0;
+  ASSERT_EQ(a->reg_mr(pd_a, buf.data(), buf.size(), kAccessLocalWrite, &la, &ra), 0);
+  ASSERT_NO_FATAL_FAILURE(bring_up(a.get(), qp_a, qp_b->qpn(), v4(0x0a4d0002), 14, 7));
+  ASSERT_NO_FATAL_FAILURE(bring_up(b.get(), qp_b, qp_a->qpn(), v4(0x0a4d0001), 14, 7));
+
+  auto run = [&](WrOpcode op, uint64_t remote, uint32_t len, Completion* done) {
+    SendWr w;
+    w.opcode = op;
+    w.num_sge = 1;
+    w.sg_list[0] = {reinterpret_cast<uint64_t>(buf.data()), len, la};
+    w.remote_addr = remote;
+    w.rkey = rkey;
+    ASSERT_EQ(qp_a->post_send(w), 0);
+    const uint64_t end = core::monotonic_ns() + 10'000'000'000ull;
+    int n = 0;
+    while ((n = cq_a->poll(done, 1)) == 0 && core::monotonic_ns() < end) {
+    }
+    ASSERT_EQ(n, 1);
+    EXPECT_EQ(done->status, WcStatus::success) << to_string(done->status);
+  };
+  std::memcpy(buf.data(), "into device memory", 19);
+  const uint64_t before = core::monotonic_ns();
+  Completion done;
+  ASSERT_NO_FATAL_FAILURE(run(WrOpcode::rdma_write, 16, 19, &done));  // offset 16 of the MR
+  const uint64_t after = core::monotonic_ns();
+  EXPECT_EQ(std::memcmp(dm->data() + 4096 + 16, "into device memory", 19), 0);
+  EXPECT_GE(done.timestamp_ns, before);
+  EXPECT_LE(done.timestamp_ns, after);
+  std::memcpy(dm->data() + 4096 + 512, "out of it", 10);
+  ASSERT_NO_FATAL_FAILURE(run(WrOpcode::rdma_read, 512, 10, &done));
+  EXPECT_EQ(std::memcmp(buf.data(), "out of it", 10), 0);
+  EXPECT_GE(done.timestamp_ns, after);
+  // Outside the MR (which is 4096 bytes from offset 0): a remote access error.
+  SendWr w;
+  w.opcode = WrOpcode::rdma_write;
+  w.num_sge = 1;
+  w.sg_list[0] = {reinterpret_cast<uint64_t>(buf.data()), 32, la};
+  w.remote_addr = 4096 - 16;
+  w.rkey = rkey;
+  ASSERT_EQ(qp_a->post_send(w), 0);
+  const uint64_t end = core::monotonic_ns() + 10'000'000'000ull;
+  while (cq_a->poll(&done, 1) == 0 && core::monotonic_ns() < end) {
+  }
+  EXPECT_EQ(done.status, WcStatus::rem_access_err) << to_string(done.status);
+  EXPECT_EQ(std::memcmp(dm->data() + 8192 - 16, std::vector<uint8_t>(16).data(), 16), 0);
+
+  // A CQ without timestamps: 0 (a QP moved to error flushes nothing into it; a fresh one's
+  // completions do).
+  client::Qp* qp_p = nullptr;
+  ASSERT_EQ(a->create_qp(rc_create(pd_a, plain), &qp_p), 0);
+  QpAttr at;
+  at.qp_state = QpState::init;
+  at.port_num = 1;
+  ASSERT_EQ(a->modify_qp(qp_p, at, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrAccessFlags), 0);
+  RecvWr r;
+  r.num_sge = 1;
+  r.sg_list[0] = {reinterpret_cast<uint64_t>(buf.data()), 64, la};
+  ASSERT_EQ(qp_p->post_recv(r), 0);
+  at = QpAttr{};
+  at.qp_state = QpState::err;
+  ASSERT_EQ(a->modify_qp(qp_p, at, kAttrState), 0);
+  const uint64_t until = core::monotonic_ns() + 10'000'000'000ull;
+  int n = 0;
+  while ((n = plain->poll(&done, 1)) == 0 && core::monotonic_ns() < until) {
+  }
+  ASSERT_EQ(n, 1);
+  EXPECT_EQ(done.status, WcStatus::wr_flush_err);
+  EXPECT_EQ(done.timestamp_ns, 0u);
+
+  ASSERT_EQ(b->dereg_mr(lkey), 0);
+  EXPECT_EQ(b->free_dm(dm), 0);
+  EXPECT_TRUE(alive(d_[0]) && alive(d_[1]));
+}
+
 }  // namespace
 }  // namespace droce
