@@ -12,6 +12,7 @@
 #include <new>
 #include <vector>
 
+#include "core/clock.h"
 #include "provider/verbs/convert.h"
 #include "provider/verbs/objects.h"
 
@@ -222,6 +223,22 @@ int droce_query_device_ex(ibv_context* context, const ibv_query_device_ex_input*
   return 0;
 }
 
+// The raw clock of the completion timestamps: CLOCK_MONOTONIC in ns, which droced reads as it
+// pushes a completion (the same clock on one host, unless the two are in different time
+// namespaces). As mlx5, the cycles go in tv_nsec.
+int droce_query_rt_values(ibv_context* context, ibv_values_ex* values) {
+  if (values == nullptr || (values->comp_mask & ~uint32_t{IBV_VALUES_MASK_RAW_CLOCK})) return EINVAL;
+  if (!(context_of(context)->device.device_caps & abi::ctl::kDeviceCapCompletionTimestamp)) return EOPNOTSUPP;
+  uint32_t done = 0;
+  if (values->comp_mask & IBV_VALUES_MASK_RAW_CLOCK) {
+    values->raw_clock.tv_sec = 0;
+    values->raw_clock.tv_nsec = static_cast<long>(core::monotonic_ns());
+    done |= IBV_VALUES_MASK_RAW_CLOCK;
+  }
+  values->comp_mask = done;
+  return 0;
+}
+
 int droce_query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* port_attr) {
   if (port_attr == nullptr) return EINVAL;
   VerbsContext* ctx = context_of(context);
@@ -236,19 +253,32 @@ int droce_query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* port
 
 ibv_pd* droce_alloc_pd(ibv_context* context) {
   auto* o = new (std::nothrow) Object<ibv_pd>();
-  if (o == nullptr) return fail<ibv_pd>(ENOMEM);
+  auto* v = new (std::nothrow) VerbsPd();
+  if (o == nullptr || v == nullptr) {
+    delete o;
+    delete v;
+    return fail<ibv_pd>(ENOMEM);
+  }
   uint32_t id = 0;
   if (int rc = context_of(context)->client->alloc_pd(&id); rc != 0) {
     delete o;
+    delete v;
     return fail<ibv_pd>(rc);
   }
+  v->ctx = context_of(context);
+  v->ibv = &o->obj;
+  o->droce = v;
   o->obj.context = context;
   o->obj.handle = id;
   return &o->obj;
 }
 
 int droce_dealloc_pd(ibv_pd* pd) {
+  VerbsPd* v = pd_of(pd);
+  if (v->parent()) return dealloc_parent_domain(pd);
+  if (v->users.load() != 0) return EBUSY;  // parent domains over it
   if (int rc = context_of(pd->context)->client->dealloc_pd(pd->handle); rc != 0 && rc != -EIO) return positive(rc);
+  delete v;
   delete object_of(pd);
   return 0;
 }

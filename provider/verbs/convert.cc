@@ -415,6 +415,12 @@ void to_device_attr(const abi::ctl::QueryDeviceReply& r, ibv_device_attr_ex* out
   constexpr uint64_t kDeviceAtomicWrite = 1ull << 40;
   out->device_cap_flags_ex = uint64_t(unsigned(d.device_cap_flags)) | kDeviceFlushGlobal | kDeviceAtomicWrite;
   out->phys_port_cnt_ex = r.phys_port_cnt;
+  if (r.device_caps & abi::ctl::kDeviceCapCompletionTimestamp) {
+    // droced stamps completions with CLOCK_MONOTONIC in ns: a 64-bit clock at 1 GHz.
+    out->completion_timestamp_mask = UINT64_MAX;
+    out->hca_core_clock = 1'000'000;  // kHz
+  }
+  out->max_dm_size = r.max_dm_size;  // 0 from a droced before minor 11
 }
 
 void eth_speed(uint32_t mbps, uint8_t* width, uint8_t* speed) {

@@ -53,7 +53,8 @@ void from_qp_attr(const abi::QpAttr& a, ibv_qp_attr* out);
 
 /// ibv_device_attr_ex from droced's reply. Capability flags are the
 /// provider's: what droce does (RC RNR NAK generation, port active events,
-/// the system image GUID).
+/// the system image GUID, memory windows); completion timestamps (a 1 GHz
+/// clock, the mask all ones) and max_dm_size when droced offers them.
 void to_device_attr(const abi::ctl::QueryDeviceReply& r, ibv_device_attr_ex* out);
 /// ibv_port_attr from droced's reply; the IB width and speed stand for the
 /// Ethernet link speed as the kernel's ib_get_eth_speed() renders it.

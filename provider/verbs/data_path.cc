@@ -84,6 +84,17 @@ unsigned int cq_ex_read_wc_flags(ibv_cq_ex* cq) { return cq_ex_of(cq)->current.w
 uint32_t cq_ex_read_slid(ibv_cq_ex* cq) { return cq_ex_of(cq)->current.slid; }
 uint8_t cq_ex_read_sl(ibv_cq_ex* cq) { return cq_ex_of(cq)->current.sl; }
 uint8_t cq_ex_read_dlid_path_bits(ibv_cq_ex* cq) { return cq_ex_of(cq)->current.dlid_path_bits; }
+// The device clock is CLOCK_MONOTONIC in ns (hca_core_clock 1 GHz), read by droced as it
+// pushed the completion. The wall clock adds CLOCK_REALTIME's offset from it as it is now
+// (two vDSO reads, no syscall): exact unless the clock was stepped since the completion.
+uint64_t cq_ex_read_completion_ts(ibv_cq_ex* cq) { return cq_ex_of(cq)->current.timestamp_ns; }
+uint64_t cq_ex_read_completion_wallclock_ns(ibv_cq_ex* cq) {
+  timespec rt{};
+  clock_gettime(CLOCK_REALTIME, &rt);
+  const uint64_t mono = core::monotonic_ns();
+  const uint64_t real = uint64_t(rt.tv_sec) * 1'000'000'000u + uint64_t(rt.tv_nsec);
+  return cq_ex_of(cq)->current.timestamp_ns + (real - mono);
+}
 
 // ---- Extended QP (ibv_wr_*): WRs gathered between wr_start and wr_complete ----
 
@@ -286,7 +297,7 @@ int post_recv_list(Queue* queue, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
 
 }  // namespace
 
-void fill_cq_ex_ops(ibv_cq_ex* cq) {
+void fill_cq_ex_ops(ibv_cq_ex* cq, uint64_t wc_flags) {
   cq->start_poll = cq_ex_start_poll;
   cq->next_poll = cq_ex_next;
   cq->end_poll = cq_ex_end_poll;
@@ -300,6 +311,9 @@ void fill_cq_ex_ops(ibv_cq_ex* cq) {
   cq->read_slid = cq_ex_read_slid;
   cq->read_sl = cq_ex_read_sl;
   cq->read_dlid_path_bits = cq_ex_read_dlid_path_bits;
+  if (wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP) cq->read_completion_ts = cq_ex_read_completion_ts;
+  if (wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)
+    cq->read_completion_wallclock_ns = cq_ex_read_completion_wallclock_ns;
 }
 
 void fill_qp_ex_ops(ibv_qp_ex* qpx, uint64_t ops) {

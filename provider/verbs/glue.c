@@ -135,6 +135,27 @@ static int droce_rereg_mr(struct verbs_mr *vmr, int flags, struct ibv_pd *pd, vo
   return rc;
 }
 
+static struct ibv_mr *droce_reg_dm_mr(struct ibv_pd *pd, struct ibv_dm *dm, uint64_t dm_offset,
+                                      size_t length, unsigned int access)
+{
+  struct droce_mr *mr = calloc(1, sizeof(*mr));
+  int rc;
+
+  if (!mr) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  rc = droce_glue_reg_dm_mr(pd, dm, dm_offset, length, access, &mr->vmr.ibv_mr);
+  if (rc) {
+    free(mr);
+    errno = rc;
+    return NULL;
+  }
+  mr->vmr.mr_type = IBV_MR_TYPE_MR; /* as ibv_cmd_reg_dm_mr */
+  mr->vmr.access = (int)access;
+  return &mr->vmr.ibv_mr;
+}
+
 /* ---- QPs: verbs_qp carries the extended (ibv_wr_*) view ---- */
 
 static struct ibv_qp *droce_create_qp_ex(struct ibv_context *context,
@@ -196,11 +217,14 @@ static int droce_destroy_qp(struct ibv_qp *ibqp)
 
 /*
  * Every op not named here stays libibverbs' dummy, which fails with EOPNOTSUPP (or ENOSYS):
- * XRC, flow steering, WQs, device memory, counters, imports, ECE.
+ * XRC, flow steering, WQs, counters, imports, ECE.
  */
 static const struct verbs_context_ops droce_ctx_ops = {
+  .alloc_dm = droce_alloc_dm,
   .alloc_mw = droce_alloc_mw,
+  .alloc_parent_domain = droce_alloc_parent_domain,
   .alloc_pd = droce_alloc_pd,
+  .alloc_td = droce_alloc_td,
   .attach_mcast = droce_attach_mcast,
   .bind_mw = droce_bind_mw,
   .cq_event = droce_cq_event,
@@ -212,6 +236,7 @@ static const struct verbs_context_ops droce_ctx_ops = {
   .create_srq = droce_create_srq,
   .dealloc_mw = droce_dealloc_mw,
   .dealloc_pd = droce_dealloc_pd,
+  .dealloc_td = droce_dealloc_td,
   .dereg_mr = droce_dereg_mr,
   .destroy_ah = droce_destroy_ah,
   .destroy_cq = droce_destroy_cq,
@@ -219,6 +244,7 @@ static const struct verbs_context_ops droce_ctx_ops = {
   .destroy_srq = droce_destroy_srq,
   .detach_mcast = droce_detach_mcast,
   .free_context = droce_free_context,
+  .free_dm = droce_free_dm,
   .modify_qp = droce_modify_qp,
   .modify_srq = droce_modify_srq,
   .poll_cq = droce_poll_cq,
@@ -228,7 +254,9 @@ static const struct verbs_context_ops droce_ctx_ops = {
   .query_device_ex = droce_query_device_ex,
   .query_port = droce_query_port,
   .query_qp = droce_query_qp,
+  .query_rt_values = droce_query_rt_values,
   .query_srq = droce_query_srq,
+  .reg_dm_mr = droce_reg_dm_mr,
   .reg_mr = droce_reg_mr,
   .req_notify_cq = droce_req_notify_cq,
   .rereg_mr = droce_rereg_mr,

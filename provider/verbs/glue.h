@@ -98,6 +98,20 @@ struct ibv_mw *droce_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
 int droce_dealloc_mw(struct ibv_mw *mw);
 int droce_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind);
 
+/* Thread domains and parent domains (domains.cc). ibv_dealloc_pd of a parent domain is
+ * droce_dealloc_pd's. A parent domain's allocators serve the provider's state of the CQs, QPs
+ * and SRQs made on it, never their rings (droced's regions). */
+struct ibv_td *droce_alloc_td(struct ibv_context *context, struct ibv_td_init_attr *init_attr);
+int droce_dealloc_td(struct ibv_td *td);
+struct ibv_pd *droce_alloc_parent_domain(struct ibv_context *context, struct ibv_parent_domain_init_attr *attr);
+
+/* Device memory (device_memory.cc): a region droced owns, mapped here and in droced. */
+struct ibv_dm *droce_alloc_dm(struct ibv_context *context, struct ibv_alloc_dm_attr *attr);
+int droce_free_dm(struct ibv_dm *dm);
+
+/* ibv_query_rt_values_ex: IBV_VALUES_MASK_RAW_CLOCK, the completion timestamps' clock. */
+int droce_query_rt_values(struct ibv_context *context, struct ibv_values_ex *values);
+
 struct ibv_cq *droce_create_cq(struct ibv_context *context, int cqe, struct ibv_comp_channel *channel,
                                int comp_vector);
 struct ibv_cq_ex *droce_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr);
@@ -134,6 +148,15 @@ int droce_destroy_ah(struct ibv_ah *ah);
  */
 int droce_glue_reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, int access,
                       struct ibv_mr *mr);
+/*
+ * ibv_reg_dm_mr: a zero-based MR on [dm_offset, dm_offset + length) of `dm` into `mr` (glue.c's
+ * verbs_mr, zeroed): sets lkey, rkey, handle, context, pd, length and addr (NULL: a DM MR is
+ * addressed by offsets, as ibv_cmd_reg_dm_mr leaves it). 0 or a positive errno (EINVAL: access
+ * without IBV_ACCESS_ZERO_BASED or with flags other than local/remote access, a range outside
+ * the DM, a PD or DM of another context; ENOMEM; EIO).
+ */
+int droce_glue_reg_dm_mr(struct ibv_pd *pd, struct ibv_dm *dm, uint64_t dm_offset, size_t length,
+                         unsigned int access, struct ibv_mr *mr);
 /* Deregisters; 0 or a positive errno. */
 int droce_glue_dereg_mr(struct ibv_mr *mr);
 /* ibv_rereg_mr: a new registration replaces the old one (keys may change); on failure the old

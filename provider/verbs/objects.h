@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -54,6 +55,68 @@ union CqUnion {
 
 class VerbsContext;
 
+/// Every ibv_pd's droce slot: a protection domain (droced's id in the ibv_pd's handle), or a
+/// parent domain (ibv_alloc_parent_domain(3)) over one, with the same handle, an optional
+/// thread domain and the application's allocators. `users` counts what stops a dealloc
+/// (EBUSY): a PD's parent domains; a parent domain's CQs, QPs and SRQs.
+struct VerbsPd {
+  VerbsContext* ctx = nullptr;
+  ibv_pd* ibv = nullptr;
+  ibv_pd* protection_domain = nullptr;  ///< a parent domain's PD; nullptr for a PD
+  ibv_td* td = nullptr;
+  void* (*alloc)(ibv_pd* pd, void* pd_context, size_t size, size_t alignment, uint64_t resource_type) = nullptr;
+  void (*free)(ibv_pd* pd, void* pd_context, void* ptr, uint64_t resource_type) = nullptr;
+  void* pd_context = nullptr;
+  std::atomic<uint32_t> users{0};
+  bool parent() const { return protection_domain != nullptr; }
+};
+
+/// A thread domain (ibv_alloc_td(3)). droce's queues take an uncontended spinlock per post
+/// and poll, so a thread domain changes nothing; `users` counts its parent domains (EBUSY).
+struct VerbsTd {
+  std::atomic<uint32_t> users{0};
+};
+
+/// The resource types droce passes to a parent domain's alloc() and free() (upper 32 bits:
+/// rdma_driver_id, RDMA_DRIVER_UNKNOWN for droce; lower: which object the memory is for).
+enum DomainResource : uint64_t {
+  kResourceCq = 1,   ///< a CQ's provider state
+  kResourceQp = 2,   ///< a QP's provider state
+  kResourceSrq = 3,  ///< an SRQ's provider state
+  kResourceWrBatch = 4,  ///< an extended QP's ibv_wr_* staging (32 WRs and their inline data)
+};
+
+/// Where a block of provider memory came from: a parent domain's alloc() (given back to its
+/// free()), or droce's own allocator.
+struct DomainMemory {
+  VerbsPd* domain = nullptr;  ///< set when the parent domain's alloc() gave it
+  uint64_t type = 0;
+};
+
+/// `size` bytes aligned to 64 for an object made on `pd`: from the parent domain's alloc()
+/// when `pd` is a parent domain with allocators (ibv_alloc_parent_domain(3); one that answers
+/// IBV_ALLOCATOR_USE_DEFAULT leaves it to droce), else droce's own. nullptr when the allocator
+/// gave none (ENOMEM). Control path.
+void* domain_alloc(ibv_pd* pd, size_t size, uint64_t type, DomainMemory* how);
+void domain_free(void* p, const DomainMemory& how);
+
+/// ibv_dealloc_pd of a parent domain: EBUSY while CQs, QPs or SRQs made on it remain.
+int dealloc_parent_domain(ibv_pd* pd);
+
+/// A T constructed in domain_alloc()'s memory, and its end.
+template <class T>
+T* domain_new(ibv_pd* pd, uint64_t type, DomainMemory* how) {
+  static_assert(alignof(T) <= 64);
+  void* p = domain_alloc(pd, sizeof(T), type, how);
+  return p != nullptr ? new (p) T() : nullptr;
+}
+template <class T>
+void domain_delete(T* p, DomainMemory how) {  // a copy: `how` may live in *p
+  if (p == nullptr) return;
+  p->~T();
+  domain_free(p, how);
+}
+
 struct VerbsCq {
   VerbsContext* ctx = nullptr;
   client::Cq* cq = nullptr;
@@ -67,6 +130,10 @@ struct VerbsCq {
   /// The extended CQ's current completion (start_poll/next_poll).
   abi::Completion current;
   bool extended = false;
+  /// The parent domain it was made on (IBV_CQ_INIT_ATTR_MASK_PD), or nullptr; `memory`:
+  /// where this struct's memory came from.
+  VerbsPd* parent_domain = nullptr;
+  DomainMemory memory;
 };
 
 struct VerbsSrq {
@@ -75,6 +142,8 @@ struct VerbsSrq {
   ibv_srq* ibv = nullptr;
   uint32_t max_sge = 0;
   uint32_t events_reported = 0;
+  VerbsPd* parent_domain = nullptr;  ///< made on a parent domain
+  DomainMemory memory;
 };
 
 /// The ibv_wr_* API's WRs of one wr_start..wr_complete batch, built here and
@@ -97,7 +166,10 @@ struct VerbsQp {
   bool sq_sig_all = false;
   ibv_qp_cap cap{};
   uint32_t events_reported = 0;
-  std::unique_ptr<WrBatch> batch;  ///< the ibv_wr_* API, when asked for
+  WrBatch* batch = nullptr;  ///< the ibv_wr_* API, when asked for (domain memory, batch_memory)
+  VerbsPd* parent_domain = nullptr;  ///< made on a parent domain
+  DomainMemory memory, batch_memory;
+  ~VerbsQp() { domain_delete(batch, batch_memory); }
 };
 
 /// The droce side of one ibv_context: the client library's Context, the
@@ -157,6 +229,12 @@ inline VerbsContext* context_of(ibv_context* c) { return static_cast<VerbsContex
 inline VerbsCq* cq_of(ibv_cq* c) { return static_cast<VerbsCq*>(droce_object(c)); }
 inline VerbsQp* qp_of(ibv_qp* q) { return static_cast<VerbsQp*>(droce_object(q)); }
 inline VerbsSrq* srq_of(ibv_srq* s) { return static_cast<VerbsSrq*>(droce_object(s)); }
+inline VerbsPd* pd_of(ibv_pd* p) { return static_cast<VerbsPd*>(droce_object(p)); }
+/// The parent domain `pd` is, or nullptr for a plain PD.
+inline VerbsPd* parent_domain_of(ibv_pd* p) {
+  VerbsPd* v = p != nullptr ? pd_of(p) : nullptr;
+  return v != nullptr && v->parent() ? v : nullptr;
+}
 
 /// A negative errno from the client library as libibverbs wants it.
 inline int positive(int rc) { return rc < 0 ? -rc : rc; }
@@ -168,8 +246,9 @@ T* fail(int err) {
   return nullptr;
 }
 
-/// The extended CQ's polling functions (start_poll ... read_*).
-void fill_cq_ex_ops(ibv_cq_ex* cq);
+/// The extended CQ's polling functions (start_poll ... read_*); the timestamp readers when
+/// `wc_flags` asks for them (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP(_WALLCLOCK)).
+void fill_cq_ex_ops(ibv_cq_ex* cq, uint64_t wc_flags);
 /// The ibv_wr_* functions of an extended QP; `send_ops` (IBV_QP_EX_WITH_*)
 /// says which work-request builders the QP offers (the others stay NULL).
 void fill_qp_ex_ops(ibv_qp_ex* qpx, uint64_t send_ops);

@@ -93,27 +93,41 @@ int64_t take_back_comp_events(VerbsContext* ctx, ibv_cq* cq) {
 constexpr uint64_t kCqExWcFlags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM |
                                   IBV_WC_EX_WITH_SRC_QP | IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL |
                                   IBV_WC_EX_WITH_DLID_PATH_BITS;
+constexpr uint64_t kCqExTimestampFlags =
+    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+
+// A CQ's provider state goes with its parent domain's memory, if made on one.
+void free_cq_state(VerbsCq* v) {
+  VerbsPd* d = v->parent_domain;
+  domain_delete(v, v->memory);
+  if (d != nullptr) --d->users;
+}
 
 CqUnion* create_cq_common(ibv_context* context, int cqe, ibv_comp_channel* channel, int comp_vector,
-                          bool extended) {
+                          bool extended, bool timestamp = false, ibv_pd* parent_domain = nullptr) {
   VerbsContext* ctx = context_of(context);
   if (cqe < 1 || static_cast<uint32_t>(cqe) > ctx->device.max_cqe) return fail<CqUnion>(EINVAL);
   if (comp_vector < 0 || comp_vector >= context->num_comp_vectors) return fail<CqUnion>(EINVAL);
   uint32_t ch = 0;
   if (int rc = channel_id(ctx, channel, &ch); rc != 0) return fail<CqUnion>(rc);
   auto* o = new (std::nothrow) Object<CqUnion>();
-  auto* v = new (std::nothrow) VerbsCq();
+  DomainMemory mem;
+  VerbsCq* v = domain_new<VerbsCq>(parent_domain, kResourceCq, &mem);
   if (o == nullptr || v == nullptr) {
     delete o;
-    delete v;
+    domain_delete(v, mem);
     return fail<CqUnion>(ENOMEM);
   }
+  v->memory = mem;
+  v->parent_domain = parent_domain_of(parent_domain);
+  if (v->parent_domain != nullptr) ++v->parent_domain->users;
   std::memset(&o->obj, 0, sizeof o->obj);
   client::Cq* cq = nullptr;
-  if (int rc = ctx->client->create_cq(static_cast<uint32_t>(cqe), &cq, ch, reinterpret_cast<uintptr_t>(&o->obj.cq));
+  if (int rc = ctx->client->create_cq(static_cast<uint32_t>(cqe), &cq, ch, reinterpret_cast<uintptr_t>(&o->obj.cq),
+                                      timestamp);
       rc != 0) {
     delete o;
-    delete v;
+    free_cq_state(v);
     return fail<CqUnion>(rc);
   }
   v->ctx = ctx;
@@ -149,20 +163,31 @@ ibv_cq* droce_create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel
 
 ibv_cq_ex* droce_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   if (attr == nullptr) return fail<ibv_cq_ex>(EINVAL);
-  if (attr->comp_mask & ~uint32_t{IBV_CQ_INIT_ATTR_MASK_FLAGS}) return fail<ibv_cq_ex>(EOPNOTSUPP);
+  if (attr->comp_mask & ~uint32_t{IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD})
+    return fail<ibv_cq_ex>(EOPNOTSUPP);
   if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (attr->flags & ~uint32_t{IBV_CREATE_CQ_ATTR_SINGLE_THREADED}))
     return fail<ibv_cq_ex>(EOPNOTSUPP);
-  if (attr->wc_flags & ~kCqExWcFlags) return fail<ibv_cq_ex>(EOPNOTSUPP);
+  // A CQ on a parent domain (its allocators serve the CQ's provider state): a parent domain
+  // of this context, not a plain PD (as mlx5).
+  ibv_pd* parent = nullptr;
+  if (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) {
+    parent = attr->parent_domain;
+    if (parent == nullptr || parent->context != context || parent_domain_of(parent) == nullptr)
+      return fail<ibv_cq_ex>(EINVAL);
+  }
+  const bool timestamps = (context_of(context)->device.device_caps & abi::ctl::kDeviceCapCompletionTimestamp) != 0;
+  if (attr->wc_flags & ~(kCqExWcFlags | (timestamps ? kCqExTimestampFlags : 0))) return fail<ibv_cq_ex>(EOPNOTSUPP);
   if (attr->cqe > static_cast<uint32_t>(INT32_MAX)) return fail<ibv_cq_ex>(EINVAL);
   CqUnion* u = create_cq_common(context, static_cast<int>(attr->cqe), attr->channel,
-                                static_cast<int>(attr->comp_vector), true);
+                                static_cast<int>(attr->comp_vector), true, (attr->wc_flags & kCqExTimestampFlags) != 0,
+                                parent);
   if (u == nullptr) return nullptr;
   // libibverbs' ibv_create_cq_ex() wrapper (__lib_ibv_create_cq_ex) runs
   // verbs_init_cq() on what this returns, as ibv_create_cq() does: it sets
   // the context, channel and cq_context and takes the channel's reference.
   // Taking it here too counted the channel twice, and ibv_destroy_comp_channel()
   // failed with EBUSY after every CQ was gone (UCX warned at each teardown).
-  fill_cq_ex_ops(&u->cq_ex);
+  fill_cq_ex_ops(&u->cq_ex, attr->wc_flags);
   return &u->cq_ex;
 }
 
@@ -186,7 +211,7 @@ int droce_destroy_cq(ibv_cq* ibcq) {
          ibcq->async_events_completed != async_reported)
     pthread_cond_wait(&ibcq->cond, &ibcq->mutex);
   pthread_mutex_unlock(&ibcq->mutex);
-  delete v;
+  free_cq_state(v);
   delete object_of(reinterpret_cast<CqUnion*>(ibcq));
   return 0;
 }
@@ -218,18 +243,22 @@ ibv_srq* droce_create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
     return fail<ibv_srq>(EINVAL);
   const uint32_t max_sge = a.max_sge == 0 ? 1 : a.max_sge;
   auto* o = new (std::nothrow) Object<ibv_srq>();
-  auto* v = new (std::nothrow) VerbsSrq();
+  DomainMemory mem;
+  VerbsSrq* v = domain_new<VerbsSrq>(pd, kResourceSrq, &mem);
   if (o == nullptr || v == nullptr) {
     delete o;
-    delete v;
+    domain_delete(v, mem);
     return fail<ibv_srq>(ENOMEM);
   }
   client::Srq* srq = nullptr;
   if (int rc = ctx->client->create_srq(pd->handle, a.max_wr, max_sge, a.srq_limit, &srq); rc != 0) {
     delete o;
-    delete v;
+    domain_delete(v, mem);
     return fail<ibv_srq>(rc);
   }
+  v->memory = mem;
+  v->parent_domain = parent_domain_of(pd);
+  if (v->parent_domain != nullptr) ++v->parent_domain->users;
   v->ctx = ctx;
   v->srq = srq;
   v->ibv = &o->obj;
@@ -271,7 +300,9 @@ int droce_destroy_srq(ibv_srq* ibsrq) {
   if (int rc = ctx->client->destroy_srq(v->srq); rc != 0) return positive(rc);
   const uint32_t reported = ctx->forget(ibsrq, &v->events_reported);
   wait_acked(&ibsrq->mutex, &ibsrq->cond, &ibsrq->events_completed, reported);
-  delete v;
+  VerbsPd* d = v->parent_domain;
+  domain_delete(v, v->memory);
+  if (d != nullptr) --d->users;
   delete object_of(ibsrq);
   return 0;
 }
@@ -327,14 +358,22 @@ int droce_glue_create_qp(ibv_context* context, ibv_qp_init_attr_ex* attr, ibv_qp
   c.sq_sig_all = attr->sq_sig_all != 0;
   c.block_self_mcast_loopback = (create_flags & IBV_QP_CREATE_BLOCK_SELF_MCAST_LB) != 0;
 
-  auto v = std::unique_ptr<VerbsQp>(new (std::nothrow) VerbsQp());
+  // Provider memory from the parent domain's allocators, when made on one.
+  DomainMemory mem;
+  auto qp_state = [](VerbsQp* p) {
+    if (p != nullptr) domain_delete(p, p->memory);
+  };
+  auto v = std::unique_ptr<VerbsQp, decltype(qp_state)>(domain_new<VerbsQp>(attr->pd, kResourceQp, &mem), qp_state);
   if (!v) return ENOMEM;
+  v->memory = mem;
   if (qpx != nullptr) {
-    v->batch.reset(new (std::nothrow) WrBatch());
-    if (!v->batch) return ENOMEM;
+    v->batch = domain_new<WrBatch>(attr->pd, kResourceWrBatch, &v->batch_memory);
+    if (v->batch == nullptr) return ENOMEM;
   }
   client::Qp* cqp = nullptr;
   if (int rc = ctx->client->create_qp(c, &cqp); rc != 0) return positive(rc);
+  v->parent_domain = parent_domain_of(attr->pd);
+  if (v->parent_domain != nullptr) ++v->parent_domain->users;
   const abi::QpCap& g = cqp->cap();
   v->ctx = ctx;
   v->qp = cqp;
@@ -376,7 +415,9 @@ int droce_glue_destroy_qp(ibv_qp* ibqp) {
   if (int rc = ctx->client->destroy_qp(v->qp); rc != 0) return positive(rc);
   const uint32_t reported = ctx->forget(ibqp, &v->events_reported);
   wait_acked(&ibqp->mutex, &ibqp->cond, &ibqp->events_completed, reported);
-  delete v;
+  VerbsPd* d = v->parent_domain;
+  domain_delete(v, v->memory);
+  if (d != nullptr) --d->users;
   return 0;
 }
 

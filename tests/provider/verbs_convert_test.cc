@@ -347,6 +347,18 @@ TEST(VerbsConvert, DeviceAndPortAttributes) {
   EXPECT_EQ(d.orig_attr.max_mw, 65536);
   EXPECT_EQ(d.orig_attr.device_cap_flags & (IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B),
             unsigned(IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B));
+  // Expect: no timestamps and no device memory from a droced before ABI minor 11 (programs test
+  // completion_timestamp_mask and max_dm_size); from one that has them, a 64-bit clock at 1 GHz
+  // (hca_core_clock in kHz) and droced's max_dm_size.
+  EXPECT_EQ(d.completion_timestamp_mask, 0u);
+  EXPECT_EQ(d.hca_core_clock, 0u);
+  EXPECT_EQ(d.max_dm_size, 0u);
+  r.device_caps = abi::ctl::kDeviceCapCompletionTimestamp;
+  r.max_dm_size = 1 << 20;
+  to_device_attr(r, &d);
+  EXPECT_EQ(d.completion_timestamp_mask, UINT64_MAX);
+  EXPECT_EQ(d.hca_core_clock, 1'000'000u);
+  EXPECT_EQ(d.max_dm_size, uint64_t{1} << 20);
 
   abi::ctl::QueryPortReply p{};
   p.state = IBV_PORT_ACTIVE;
