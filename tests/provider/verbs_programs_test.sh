@@ -2,27 +2,29 @@
 # Unmodified verbs programs (Debian's ibverbs-utils and perftest) over droce: two droced hosts
 # joined by net_memif, the provider module, and the completion-channel preload.
 #
-#   verbs_programs_test.sh MODULE PRELOAD DROCED DROCED_TREE PAIR_LIB API_PROBE
+#   verbs_programs_test.sh MODULE PRELOAD DROCED DROCED_TREE PAIR_LIB API_PROBE EXT_PROBE
 #
 # MODULE is the built libdroce-rdmav<PABI>.so, PRELOAD libdroce-preload.so, DROCED the droced
 # binary, DROCED_TREE the tests' droced_tree, PAIR_LIB scripts/lib/droced-pair.sh, API_PROBE the
-# tests' verbs_api_probe. As root, in a private mount namespace whose /dev holds the char nodes
+# tests' verbs_api_probe, EXT_PROBE their verbs_ext_probe. As root, in a private mount namespace whose /dev holds the char nodes
 # libibverbs opens (/dev/infiniband/<uverbs>, a compiled-in path; see docs/discovery.md), it
 # starts the two droced (each writes its sysfs tree) and runs, server on host A and client on
 # host B: the four pingpongs with and without -e (completion channels), all with -c (data
-# check); rc_pingpong with the ibv_wr_* API (-N) and at 1 and 65536 bytes; RC and UD pingpongs
+# check); rc_pingpong with the ibv_wr_* API (-N), at 1 and 65536 bytes, with completion
+# timestamps (-t) and with its buffer in device memory (-j); RC and UD pingpongs
 # with both processes on host A; an ib_write_bw whose server is killed mid-run (the client must
 # fail with a transport retry error, droced A must keep serving the runs after it); perftest's
 # send/write/read/atomic bandwidth and latency tools over RC (one with -a), ib_send_bw over UD
-# and UC, bidirectional, ib_write_bw with 4 QPs, and -e. Last, verbs_api_probe with both hosts in
+# and UC, bidirectional, ib_write_bw with 4 QPs, and -e. Then verbs_ext_probe (timestamps,
+# parent domains, device memory) and, last, verbs_api_probe with both hosts in
 # one tree written by droced_tree (droce0 and droce1): the API's corners, async events, and the
 # device-fatal event when it kills droced B.
 # Each check asserts exit statuses and what the program prints. Skips (77) without root,
 # unshare, or ibverbs-utils; the perftest part is skipped alone when perftest is missing.
 set -euo pipefail
 
-if [ $# -ne 6 ]; then
-  echo "usage: $0 MODULE PRELOAD DROCED DROCED_TREE PAIR_LIB API_PROBE" >&2
+if [ $# -ne 7 ]; then
+  echo "usage: $0 MODULE PRELOAD DROCED DROCED_TREE PAIR_LIB API_PROBE EXT_PROBE" >&2
   exit 2
 fi
 module=$(realpath "$1")
@@ -31,6 +33,7 @@ droced=$(realpath "$3")
 droced_tree=$(realpath "$4")
 pair_lib=$(realpath "$5")
 api_probe=$(realpath "$6")
+ext_probe=$(realpath "$7")
 
 skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" -eq 0 ] || skip "needs root: /dev/infiniband/uverbs0 must be a char node (mknod) in a private /dev"
@@ -136,10 +139,20 @@ done
 pingpong "ibv_rc_pingpong-N (ibv_wr_* API)" "$A" "$B" ibv_rc_pingpong -N
 pingpong "ibv_rc_pingpong-s1" "$A" "$B" ibv_rc_pingpong -s 1
 pingpong "ibv_rc_pingpong-s65536" "$A" "$B" ibv_rc_pingpong -s 65536
+pingpong "ibv_rc_pingpong-t (completion timestamps)" "$A" "$B" ibv_rc_pingpong -t
+pingpong "ibv_rc_pingpong-j (device memory)" "$A" "$B" ibv_rc_pingpong -j
 # Two processes on one droced: the frames loop back inside droced A.
 pingpong "ibv_rc_pingpong (both on host A)" "$A" "$A" ibv_rc_pingpong
 pingpong "ibv_ud_pingpong (both on host A)" "$A" "$A" ibv_ud_pingpong
 # ---- perftest -----------------------------------------------------------------------------------
+ext_probe() {
+  local rc=0
+  SYSFS_PATH=$tmp/sysAB ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
+    timeout 120 "$ext_probe" droce0 droce1 >"$tmp/ext_probe.out" 2>&1 || rc=$?
+  cat "$tmp/ext_probe.out"
+  if [ $rc -eq 0 ]; then pass "verbs_ext_probe"; else bad "verbs_ext_probe: status $rc"; fi
+}
+
 api_probe() {
   # Last: it kills droced B.
   local rc=0
@@ -153,6 +166,7 @@ api_probe() {
 
 if ! command -v ib_send_bw >/dev/null; then
   echo "SKIP (part): perftest not installed"
+  ext_probe
   api_probe
   exit $fail
 fi
@@ -282,5 +296,6 @@ perf "ib_write_bw -q 4" 400 ib_write_bw -q 4 -n 100 -s 4096
 perf "ib_send_bw -e" 100 ib_send_bw -e -n 100
 perf "ib_send_lat -e" 100 ib_send_lat -e -n 100
 
+ext_probe
 api_probe
 exit $fail

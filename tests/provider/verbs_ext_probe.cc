@@ -1,0 +1,601 @@
+// verbs_ext_probe: the extended verbs of issue #38 through the distro's libibverbs and droce's
+// provider, between two droce devices seen by one process (as verbs_api_probe, whose setup it
+// repeats): completion timestamps (ibv_create_cq_ex with IBV_WC_EX_WITH_COMPLETION_TIMESTAMP
+// and _WALLCLOCK, ibv_query_rt_values_ex, the device's clock), thread domains and parent
+// domains (their allocators, objects made on them, traffic through them), and device memory
+// (ibv_alloc_dm, the copies, ibv_reg_dm_mr, RDMA WRITE, READ and SEND to and from it). Each
+// with the errnos of bad arguments.
+//
+//   verbs_ext_probe DEV_A DEV_B
+//
+// Run as verbs_api_probe (SYSFS_PATH naming a tree that holds both devices, RDMAV_DRIVERS the
+// provider). Prints "ok: ..." / "FAIL: ..." lines; exits 1 on any failure, 2 when the devices
+// cannot be set up.
+#include <infiniband/verbs.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <map>
+
+namespace {
+
+int failures = 0;
+
+void check(bool ok, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  std::printf("%s: ", ok ? "ok" : "FAIL");
+  std::vprintf(fmt, ap);
+  std::printf("\n");
+  std::fflush(stdout);
+  va_end(ap);
+  if (!ok) ++failures;
+}
+
+[[noreturn]] void die(const char* what) {
+  std::printf("FAIL: setup: %s (errno %d, %s)\n", what, errno, std::strerror(errno));
+  std::exit(2);
+}
+
+uint64_t clock_ns(clockid_t id) {
+  timespec ts;
+  clock_gettime(id, &ts);
+  return uint64_t(ts.tv_sec) * 1'000'000'000u + uint64_t(ts.tv_nsec);
+}
+uint64_t now_ms() { return clock_ns(CLOCK_MONOTONIC) / 1'000'000; }
+
+struct Dev {
+  ibv_context* ctx = nullptr;
+  ibv_pd* pd = nullptr;
+  ibv_device_attr_ex attr{};
+  ibv_gid gid{};
+  uint8_t* buf = nullptr;
+  ibv_mr* mr = nullptr;
+  static constexpr size_t kBuf = 1 << 16;
+};
+
+Dev open_dev(const char* name) {
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  if (list == nullptr) die("ibv_get_device_list");
+  Dev d;
+  for (int i = 0; i < n; ++i)
+    if (std::strcmp(ibv_get_device_name(list[i]), name) == 0) d.ctx = ibv_open_device(list[i]);
+  ibv_free_device_list(list);
+  if (d.ctx == nullptr) die("ibv_open_device");
+  if (ibv_query_device_ex(d.ctx, nullptr, &d.attr) != 0) die("ibv_query_device_ex");
+  if (ibv_query_gid(d.ctx, 1, 1, &d.gid) != 0) die("ibv_query_gid");
+  d.pd = ibv_alloc_pd(d.ctx);
+  if (d.pd == nullptr) die("ibv_alloc_pd");
+  void* mem = nullptr;
+  if (posix_memalign(&mem, 4096, Dev::kBuf) != 0) die("posix_memalign");
+  d.buf = static_cast<uint8_t*>(mem);
+  std::memset(d.buf, 0, Dev::kBuf);
+  d.mr = ibv_reg_mr(d.pd, d.buf, Dev::kBuf, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+  if (d.mr == nullptr) die("ibv_reg_mr");
+  return d;
+}
+
+ibv_qp* make_qp(ibv_pd* pd, ibv_cq* scq, ibv_cq* rcq, ibv_srq* srq = nullptr, bool ex = false) {
+  ibv_qp_init_attr_ex a{};
+  a.send_cq = scq;
+  a.recv_cq = rcq;
+  a.srq = srq;
+  a.qp_type = IBV_QPT_RC;
+  a.cap.max_send_wr = 16;
+  a.cap.max_recv_wr = srq != nullptr ? 0 : 16;
+  a.cap.max_send_sge = 2;
+  a.cap.max_recv_sge = srq != nullptr ? 0 : 2;
+  a.comp_mask = IBV_QP_INIT_ATTR_PD;
+  a.pd = pd;
+  if (ex) {
+    a.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    a.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE;
+  }
+  return ibv_create_qp_ex(pd->context, &a);
+}
+
+// RESET -> INIT -> RTR -> RTS toward `remote` at `gid`.
+void connect_rc(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& gid) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0)
+    die("modify to INIT");
+  a = ibv_qp_attr{};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_1024;
+  a.dest_qp_num = remote_qpn;
+  a.max_dest_rd_atomic = 4;
+  a.min_rnr_timer = 12;
+  a.ah_attr.is_global = 1;
+  a.ah_attr.grh.dgid = gid;
+  a.ah_attr.grh.sgid_index = 1;
+  a.ah_attr.grh.hop_limit = 64;
+  a.ah_attr.port_num = 1;
+  if (ibv_modify_qp(qp, &a,
+                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0)
+    die("modify to RTR");
+  a = ibv_qp_attr{};
+  a.qp_state = IBV_QPS_RTS;
+  a.timeout = 14;
+  a.retry_cnt = 7;
+  a.rnr_retry = 7;
+  a.max_rd_atomic = 4;
+  if (ibv_modify_qp(qp, &a,
+                    IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                        IBV_QP_MAX_QP_RD_ATOMIC) != 0)
+    die("modify to RTS");
+}
+
+int post_recv(ibv_qp* qp, ibv_srq* srq, uint64_t id, uint64_t addr, uint32_t len, uint32_t lkey) {
+  ibv_sge s{addr, len, lkey};
+  ibv_recv_wr wr{};
+  wr.wr_id = id;
+  wr.sg_list = &s;
+  wr.num_sge = 1;
+  ibv_recv_wr* bad = nullptr;
+  return srq != nullptr ? ibv_post_srq_recv(srq, &wr, &bad) : ibv_post_recv(qp, &wr, &bad);
+}
+
+int post_send(ibv_qp* qp, ibv_wr_opcode op, uint64_t id, uint64_t addr, uint32_t len, uint32_t lkey,
+              uint64_t remote = 0, uint32_t rkey = 0) {
+  ibv_sge s{addr, len, lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = id;
+  wr.opcode = op;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.sg_list = &s;
+  wr.num_sge = 1;
+  wr.wr.rdma.remote_addr = remote;
+  wr.wr.rdma.rkey = rkey;
+  ibv_send_wr* bad = nullptr;
+  return ibv_post_send(qp, &wr, &bad);
+}
+
+// One completion of a plain CQ (5 s at most): its status, or -1.
+int poll_one(ibv_cq* cq, ibv_wc* wc) {
+  const uint64_t end = now_ms() + 5000;
+  while (now_ms() < end) {
+    const int n = ibv_poll_cq(cq, 1, wc);
+    if (n < 0) return -1;
+    if (n == 1) return wc->status;
+  }
+  return -1;
+}
+
+// One completion of an extended CQ (5 s at most), its timestamps read; false when none came.
+struct Stamped {
+  uint64_t wr_id = 0;
+  ibv_wc_status status = IBV_WC_GENERAL_ERR;
+  uint64_t ts = 0, wall = 0;
+};
+bool poll_ex(ibv_cq_ex* cq, Stamped* out) {
+  ibv_poll_cq_attr pa{};
+  const uint64_t end = now_ms() + 5000;
+  int rc = ENOENT;
+  while (rc == ENOENT && now_ms() < end) rc = ibv_start_poll(cq, &pa);
+  if (rc != 0) return false;
+  out->wr_id = cq->wr_id;
+  out->status = cq->status;
+  out->ts = ibv_wc_read_completion_ts(cq);
+  out->wall = ibv_wc_read_completion_wallclock_ns(cq);
+  ibv_end_poll(cq);
+  return true;
+}
+
+// ---- Completion timestamps ---------------------------------------------------------------
+
+void timestamps(Dev& a, Dev& b) {
+  check(a.attr.completion_timestamp_mask == UINT64_MAX && a.attr.hca_core_clock == 1'000'000,
+        "query_device_ex: completion_timestamp_mask all ones, hca_core_clock 1,000,000 kHz (%llx, %llu)",
+        (unsigned long long)a.attr.completion_timestamp_mask, (unsigned long long)a.attr.hca_core_clock);
+  ibv_values_ex v{};
+  v.comp_mask = 2;
+  check(ibv_query_rt_values_ex(a.ctx, &v) == EINVAL, "query_rt_values_ex(an unknown mask bit): EINVAL");
+  v.comp_mask = IBV_VALUES_MASK_RAW_CLOCK;
+  const uint64_t before = clock_ns(CLOCK_MONOTONIC);
+  const int rc = ibv_query_rt_values_ex(a.ctx, &v);
+  const uint64_t after = clock_ns(CLOCK_MONOTONIC);
+  const uint64_t raw = uint64_t(v.raw_clock.tv_sec) * 1'000'000'000u + uint64_t(v.raw_clock.tv_nsec);
+  check(rc == 0 && v.comp_mask == IBV_VALUES_MASK_RAW_CLOCK && raw >= before && raw <= after,
+        "query_rt_values_ex(RAW_CLOCK): the device clock is between two CLOCK_MONOTONIC reads (%d)", rc);
+
+  ibv_cq_init_attr_ex ca{};
+  ca.cqe = 16;
+  ca.wc_flags = uint64_t{IBV_WC_STANDARD_FLAGS} | IBV_WC_EX_WITH_CVLAN;
+  errno = 0;
+  check(ibv_create_cq_ex(a.ctx, &ca) == nullptr && errno == EOPNOTSUPP, "create_cq_ex(CVLAN): EOPNOTSUPP");
+  ca.wc_flags = uint64_t{IBV_WC_STANDARD_FLAGS} | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
+                IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+  ibv_cq_ex* acq = ibv_create_cq_ex(a.ctx, &ca);
+  ibv_cq_ex* bcq = ibv_create_cq_ex(b.ctx, &ca);
+  check(acq != nullptr && bcq != nullptr, "create_cq_ex(COMPLETION_TIMESTAMP | _WALLCLOCK) (errno %d)",
+        acq != nullptr && bcq != nullptr ? 0 : errno);
+  if (acq == nullptr || bcq == nullptr) return;
+  ibv_qp* aq = make_qp(a.pd, ibv_cq_ex_to_cq(acq), ibv_cq_ex_to_cq(acq));
+  ibv_qp* bq = make_qp(b.pd, ibv_cq_ex_to_cq(bcq), ibv_cq_ex_to_cq(bcq));
+  if (aq == nullptr || bq == nullptr) die("create_qp");
+  connect_rc(aq, bq->qp_num, b.gid);
+  connect_rc(bq, aq->qp_num, a.gid);
+
+  uint64_t last_send = 0, last_recv = 0;
+  bool ordered = true, inside = true, wall_inside = true;
+  for (int i = 0; i < 8; ++i) {
+    post_recv(bq, nullptr, 100 + i, uintptr_t(b.buf), 64, b.mr->lkey);
+    const uint64_t t0 = clock_ns(CLOCK_MONOTONIC), w0 = clock_ns(CLOCK_REALTIME);
+    post_send(aq, IBV_WR_SEND, i, uintptr_t(a.buf), 64, a.mr->lkey);
+    Stamped s, r;
+    const bool got = poll_ex(acq, &s) && poll_ex(bcq, &r);
+    const uint64_t t1 = clock_ns(CLOCK_MONOTONIC), w1 = clock_ns(CLOCK_REALTIME);
+    if (!got || s.status != IBV_WC_SUCCESS || r.status != IBV_WC_SUCCESS) {
+      check(false, "timestamped SEND %d completes on both sides", i);
+      break;
+    }
+    inside = inside && s.ts >= t0 && s.ts <= t1 && r.ts >= t0 && r.ts <= t1;
+    // The wall clock is the device clock plus CLOCK_REALTIME's offset as read at the poll:
+    // 1 ms of slack for an offset that moved between the reads.
+    wall_inside = wall_inside && s.wall + 1'000'000 >= w0 && s.wall <= w1 + 1'000'000 && r.wall + 1'000'000 >= w0 &&
+                  r.wall <= w1 + 1'000'000;
+    ordered = ordered && s.ts >= last_send && r.ts >= last_recv && r.ts <= s.ts;
+    last_send = s.ts;
+    last_recv = r.ts;
+  }
+  check(inside, "completion_ts of the send and the receive lie between the post and the poll");
+  check(wall_inside, "completion_wallclock_ns lies between CLOCK_REALTIME at the post and at the poll");
+  check(ordered, "timestamps grow from one completion to the next; the receive's is before the sender's ACK");
+  check(ibv_destroy_qp(aq) == 0 && ibv_destroy_qp(bq) == 0 && ibv_destroy_cq(ibv_cq_ex_to_cq(acq)) == 0 &&
+            ibv_destroy_cq(ibv_cq_ex_to_cq(bcq)) == 0,
+        "destroy the timestamped QPs and CQs");
+}
+
+// A timestamped extended CQ on a completion channel, as ibv_rc_pingpong -t -e uses it: every
+// event has a completion to poll (that program polls once per event and fails on ENOENT).
+void timestamps_with_events(Dev& a, Dev& b) {
+  ibv_comp_channel* ch = ibv_create_comp_channel(a.ctx);
+  if (ch == nullptr) die("create_comp_channel (is the preload there?)");
+  ibv_cq_init_attr_ex ca{};
+  ca.cqe = 16;
+  ca.channel = ch;
+  ca.wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+  ibv_cq_ex* acq = ibv_create_cq_ex(a.ctx, &ca);
+  ibv_cq* bcq = ibv_create_cq(b.ctx, 16, nullptr, nullptr, 0);
+  if (acq == nullptr || bcq == nullptr) die("CQs");
+  ibv_cq* acq1 = ibv_cq_ex_to_cq(acq);
+  ibv_qp* aq = make_qp(a.pd, acq1, acq1);
+  ibv_qp* bq = make_qp(b.pd, bcq, bcq);
+  if (aq == nullptr || bq == nullptr) die("create_qp");
+  check(ibv_req_notify_cq(acq1, 0) == 0, "req_notify_cq before the QPs connect");
+  connect_rc(aq, bq->qp_num, b.gid);
+  connect_rc(bq, aq->qp_num, a.gid);
+  pollfd p{ch->fd, POLLIN, 0};
+  check(::poll(&p, 1, 200) == 0, "no event before any completion");
+  int bad = 0, events = 0;
+  for (int i = 0; i < 20; ++i) {
+    post_send(aq, IBV_WR_RDMA_WRITE, i, uintptr_t(a.buf), 64, a.mr->lkey, uintptr_t(b.buf), b.mr->rkey);
+    ibv_cq* ev_cq = nullptr;
+    void* ev_ctx = nullptr;
+    if (::poll(&p, 1, 5000) != 1 || ibv_get_cq_event(ch, &ev_cq, &ev_ctx) != 0) {
+      ++bad;
+      break;
+    }
+    ++events;
+    ibv_req_notify_cq(acq1, 0);
+    ibv_poll_cq_attr pa{};
+    const int rc = ibv_start_poll(acq, &pa);
+    if (rc != 0) {
+      std::printf("  event %d: start_poll %d\n", i, rc);
+      ++bad;
+      continue;
+    }
+    while (ibv_next_poll(acq) == 0) {
+    }
+    ibv_end_poll(acq);
+  }
+  check(bad == 0, "20 WRITEs: each event finds its completion (%d events, %d without)", events, bad);
+  ibv_ack_cq_events(acq1, unsigned(events));
+  ibv_destroy_qp(aq);
+  ibv_destroy_qp(bq);
+  ibv_destroy_cq(acq1);
+  ibv_destroy_cq(bcq);
+  ibv_destroy_comp_channel(ch);
+}
+
+// ---- Thread domains and parent domains ------------------------------------------------------
+
+struct AllocLog {
+  int allocs = 0, frees = 0, defaults = 0;
+  bool use_default = false;  ///< answer IBV_ALLOCATOR_USE_DEFAULT
+  std::map<void*, size_t> live;
+  std::map<uint64_t, int> types;
+};
+
+void* log_alloc(ibv_pd*, void* pd_context, size_t size, size_t alignment, uint64_t type) {
+  auto* log = static_cast<AllocLog*>(pd_context);
+  if (log->use_default) {
+    ++log->defaults;
+    return IBV_ALLOCATOR_USE_DEFAULT;
+  }
+  void* p = nullptr;
+  if (posix_memalign(&p, alignment, size) != 0) return nullptr;
+  std::memset(p, 0, size);
+  ++log->allocs;
+  ++log->types[type];
+  log->live[p] = size;
+  return p;
+}
+
+void log_free(ibv_pd*, void* pd_context, void* ptr, uint64_t) {
+  auto* log = static_cast<AllocLog*>(pd_context);
+  ++log->frees;
+  log->live.erase(ptr);
+  std::free(ptr);
+}
+
+void parent_domains(Dev& a, Dev& b) {
+  ibv_td_init_attr ta{};
+  ta.comp_mask = 1;
+  errno = 0;
+  check(ibv_alloc_td(a.ctx, &ta) == nullptr && errno == EINVAL, "alloc_td(comp_mask 1): EINVAL");
+  ta.comp_mask = 0;
+  ibv_td* td = ibv_alloc_td(a.ctx, &ta);
+  check(td != nullptr && td->context == a.ctx, "alloc_td (errno %d)", td ? 0 : errno);
+
+  ibv_parent_domain_init_attr pa{};
+  errno = 0;
+  check(ibv_alloc_parent_domain(a.ctx, &pa) == nullptr && errno == EINVAL, "alloc_parent_domain(no PD): EINVAL");
+  pa.pd = a.pd;
+  pa.comp_mask = 4;
+  errno = 0;
+  check(ibv_alloc_parent_domain(a.ctx, &pa) == nullptr && errno == EINVAL,
+        "alloc_parent_domain(an unknown comp_mask bit): EINVAL");
+  pa.pd = b.pd;
+  pa.comp_mask = 0;
+  errno = 0;
+  check(ibv_alloc_parent_domain(a.ctx, &pa) == nullptr && errno == EINVAL,
+        "alloc_parent_domain(a PD of another device): EINVAL");
+
+  AllocLog log;
+  pa.pd = a.pd;
+  pa.td = td;
+  pa.comp_mask = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
+  pa.alloc = log_alloc;
+  pa.free = log_free;
+  pa.pd_context = &log;
+  ibv_pd* pad = ibv_alloc_parent_domain(a.ctx, &pa);
+  check(pad != nullptr && pad->context == a.ctx && pad->handle == a.pd->handle,
+        "alloc_parent_domain(allocators, pd_context, a thread domain) (errno %d)", pad ? 0 : errno);
+  if (pad == nullptr) return;
+  ibv_parent_domain_init_attr nested{};
+  nested.pd = pad;
+  errno = 0;
+  check(ibv_alloc_parent_domain(a.ctx, &nested) == nullptr && errno == EINVAL,
+        "alloc_parent_domain over a parent domain: EINVAL");
+  check(ibv_dealloc_td(td) == EBUSY, "dealloc_td while a parent domain uses it: EBUSY");
+
+  ibv_cq_init_attr_ex ca{};
+  ca.cqe = 32;
+  ca.wc_flags = IBV_WC_STANDARD_FLAGS;
+  ca.comp_mask = IBV_CQ_INIT_ATTR_MASK_PD;
+  ca.parent_domain = a.pd;
+  errno = 0;
+  check(ibv_create_cq_ex(a.ctx, &ca) == nullptr && errno == EINVAL, "create_cq_ex(MASK_PD, a plain PD): EINVAL");
+  ca.parent_domain = pad;
+  ibv_cq_ex* acqx = ibv_create_cq_ex(a.ctx, &ca);
+  check(acqx != nullptr, "create_cq_ex on the parent domain (errno %d)", acqx ? 0 : errno);
+  if (acqx == nullptr) return;
+  ibv_cq* acq = ibv_cq_ex_to_cq(acqx);
+  ibv_srq_init_attr sa{};
+  sa.attr.max_wr = 16;
+  sa.attr.max_sge = 1;
+  ibv_srq* srq = ibv_create_srq(pad, &sa);
+  check(srq != nullptr && srq->pd == pad, "create_srq on the parent domain (errno %d)", srq ? 0 : errno);
+  ibv_qp* aq = make_qp(pad, acq, acq, srq, /*ex=*/true);
+  check(aq != nullptr && aq->pd == pad, "create_qp_ex on the parent domain, with an SRQ and ibv_wr_* (errno %d)",
+        aq ? 0 : errno);
+  ibv_mr* pmr = ibv_reg_mr(pad, a.buf + 8192, 4096, IBV_ACCESS_LOCAL_WRITE);
+  check(pmr != nullptr && pmr->pd == pad, "reg_mr on the parent domain (errno %d)", pmr ? 0 : errno);
+  if (srq == nullptr || aq == nullptr || pmr == nullptr) return;
+  check(log.types.count(1) == 1 && log.types.count(2) == 1 && log.types.count(3) == 1 && log.types.count(4) == 1,
+        "the parent domain's alloc() served the CQ, the QP, the SRQ and the WR staging (%d calls)", log.allocs);
+  check(ibv_dealloc_pd(a.pd) == EBUSY, "dealloc_pd of a PD under a parent domain: EBUSY");
+  check(ibv_dealloc_pd(pad) == EBUSY, "dealloc_pd of a parent domain with objects on it: EBUSY");
+
+  // Traffic both ways: B sends into the SRQ of A's QP, A answers with ibv_wr_* from the MR
+  // registered on the parent domain.
+  ibv_cq* bcq = ibv_create_cq(b.ctx, 16, nullptr, nullptr, 0);
+  ibv_qp* bq = make_qp(b.pd, bcq, bcq);
+  if (bcq == nullptr || bq == nullptr) die("B's CQ and QP");
+  connect_rc(aq, bq->qp_num, b.gid);
+  connect_rc(bq, aq->qp_num, a.gid);
+  std::memcpy(b.buf, "from B", 7);
+  ibv_wc wc{};
+  bool ok = post_recv(nullptr, srq, 1, uintptr_t(pmr->addr), 64, pmr->lkey) == 0 &&
+            post_send(bq, IBV_WR_SEND, 2, uintptr_t(b.buf), 7, b.mr->lkey) == 0 && poll_one(acq, &wc) == IBV_WC_SUCCESS &&
+            wc.wr_id == 1 && std::memcmp(pmr->addr, "from B", 7) == 0 && poll_one(bcq, &wc) == IBV_WC_SUCCESS;
+  check(ok, "a SEND from B lands in the SRQ on the parent domain, in its MR");
+  std::memcpy(pmr->addr, "from A", 7);
+  ibv_qp_ex* qx = ibv_qp_to_qp_ex(aq);
+  ibv_wr_start(qx);
+  qx->wr_id = 3;
+  qx->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_rdma_write(qx, b.mr->rkey, uintptr_t(b.buf) + 256);
+  ibv_wr_set_sge(qx, pmr->lkey, uintptr_t(pmr->addr), 7);
+  ok = ibv_wr_complete(qx) == 0 && poll_one(acq, &wc) == IBV_WC_SUCCESS && wc.wr_id == 3 &&
+       std::memcmp(b.buf + 256, "from A", 7) == 0;
+  check(ok, "an RDMA WRITE through ibv_wr_* on the parent domain's QP reaches B");
+
+  check(ibv_destroy_qp(aq) == 0 && ibv_destroy_srq(srq) == 0 && ibv_dereg_mr(pmr) == 0 &&
+            ibv_destroy_cq(acq) == 0,
+        "destroy the QP, SRQ, MR and CQ of the parent domain");
+  check(log.frees == log.allocs && log.live.empty(), "every alloc() given back to free() (%d allocs, %d frees)",
+        log.allocs, log.frees);
+  check(ibv_dealloc_pd(pad) == 0, "dealloc_pd of the parent domain once it is empty");
+  check(ibv_dealloc_td(td) == 0, "dealloc_td once no parent domain uses it");
+  ibv_destroy_qp(bq);
+  ibv_destroy_cq(bcq);
+
+  // An allocator that answers IBV_ALLOCATOR_USE_DEFAULT; and a parent domain with none.
+  AllocLog dflt;
+  dflt.use_default = true;
+  pa = ibv_parent_domain_init_attr{};
+  pa.pd = a.pd;
+  pa.comp_mask = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
+  pa.alloc = log_alloc;
+  pa.free = log_free;
+  pa.pd_context = &dflt;
+  ibv_pd* pd2 = ibv_alloc_parent_domain(a.ctx, &pa);
+  ca.parent_domain = pd2;
+  ibv_cq_ex* c2 = pd2 != nullptr ? ibv_create_cq_ex(a.ctx, &ca) : nullptr;
+  ibv_qp* q2 = c2 != nullptr ? make_qp(pd2, ibv_cq_ex_to_cq(c2), ibv_cq_ex_to_cq(c2)) : nullptr;
+  check(q2 != nullptr && dflt.defaults >= 2 && dflt.frees == 0,
+        "an allocator answering IBV_ALLOCATOR_USE_DEFAULT: droce allocates, free() is not called");
+  if (q2 != nullptr) ibv_destroy_qp(q2);
+  if (c2 != nullptr) ibv_destroy_cq(ibv_cq_ex_to_cq(c2));
+  check(pd2 != nullptr && ibv_dealloc_pd(pd2) == 0 && dflt.frees == 0, "dealloc_pd of that parent domain");
+  pa = ibv_parent_domain_init_attr{};
+  pa.pd = a.pd;
+  ibv_pd* pd3 = ibv_alloc_parent_domain(a.ctx, &pa);
+  check(pd3 != nullptr && ibv_dealloc_pd(pd3) == 0, "a parent domain without allocators, allocated and freed");
+}
+
+// ---- Device memory ---------------------------------------------------------------------------
+
+void device_memory(Dev& a, Dev& b) {
+  const uint64_t max = a.attr.max_dm_size;
+  check(max >= 65536, "query_device_ex: max_dm_size %llu", (unsigned long long)max);
+  ibv_alloc_dm_attr da{};
+  da.length = 4096;
+  da.comp_mask = 1;
+  errno = 0;
+  check(ibv_alloc_dm(a.ctx, &da) == nullptr && errno == EINVAL, "alloc_dm(comp_mask 1): EINVAL");
+  da.comp_mask = 0;
+  da.length = max + 1;
+  errno = 0;
+  check(ibv_alloc_dm(a.ctx, &da) == nullptr && errno == ENOMEM, "alloc_dm(max_dm_size + 1): ENOMEM");
+  da.length = 0;
+  errno = 0;
+  check(ibv_alloc_dm(a.ctx, &da) == nullptr && errno == EINVAL, "alloc_dm(length 0): EINVAL");
+  da.length = max / 2;
+  ibv_dm* half = ibv_alloc_dm(a.ctx, &da);
+  ibv_dm* other = ibv_alloc_dm(a.ctx, &da);
+  errno = 0;
+  ibv_dm* third = ibv_alloc_dm(a.ctx, &da);
+  check(half != nullptr && other != nullptr && third == nullptr && errno == ENOMEM,
+        "alloc_dm: two halves of max_dm_size, then ENOMEM (errno %d)", errno);
+  if (half != nullptr) ibv_free_dm(half);
+  if (other != nullptr) ibv_free_dm(other);
+
+  da.length = 8192;
+  da.log_align_req = 6;
+  ibv_dm* adm = ibv_alloc_dm(a.ctx, &da);
+  ibv_dm* bdm = ibv_alloc_dm(b.ctx, &da);
+  check(adm != nullptr && bdm != nullptr, "alloc_dm(8192, 64-byte alignment) on both devices (errno %d)",
+        adm != nullptr && bdm != nullptr ? 0 : errno);
+  if (adm == nullptr || bdm == nullptr) return;
+  uint8_t zeros[64] = {}, got[64];
+  check(ibv_memcpy_from_dm(got, adm, 0, 64) == 0 && std::memcmp(got, zeros, 64) == 0, "a new DM reads as zeros");
+  const char text[] = "device memory, 32 bytes long...";
+  check(ibv_memcpy_to_dm(adm, 1, text, 4) == EINVAL, "memcpy_to_dm(offset 1): EINVAL");
+  check(ibv_memcpy_to_dm(adm, 0, text, 3) == EINVAL, "memcpy_to_dm(length 3): EINVAL");
+  check(ibv_memcpy_to_dm(adm, 8192 - 4, text, 8) == EFAULT, "memcpy_to_dm past the end: EFAULT");
+  check(ibv_memcpy_from_dm(got, adm, 8192, 4) == EFAULT, "memcpy_from_dm past the end: EFAULT");
+  check(ibv_memcpy_to_dm(adm, 128, text, 32) == 0 && ibv_memcpy_from_dm(got, adm, 128, 32) == 0 &&
+            std::memcmp(got, text, 32) == 0,
+        "memcpy_to_dm then memcpy_from_dm: the bytes");
+
+  errno = 0;
+  check(ibv_reg_dm_mr(a.pd, adm, 0, 4096, IBV_ACCESS_LOCAL_WRITE) == nullptr && errno == EINVAL,
+        "reg_dm_mr without ZERO_BASED: EINVAL");
+  errno = 0;
+  check(ibv_reg_dm_mr(a.pd, adm, 4096, 4100, IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE) == nullptr &&
+            errno == EINVAL,
+        "reg_dm_mr past the DM's end: EINVAL");
+  errno = 0;
+  check(ibv_reg_dm_mr(a.pd, adm, 0, 64, IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND) ==
+                nullptr &&
+            errno == EINVAL,
+        "reg_dm_mr(MW_BIND): EINVAL");
+  errno = 0;
+  check(ibv_reg_dm_mr(a.pd, bdm, 0, 64, IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE) == nullptr && errno == EINVAL,
+        "reg_dm_mr of another device's DM: EINVAL");
+  ibv_mr* zero = ibv_reg_dm_mr(a.pd, adm, 0, 0, IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE);
+  check(zero != nullptr && ibv_dereg_mr(zero) == 0, "reg_dm_mr of length 0, dereg_mr");
+  const unsigned acc = IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  ibv_mr* amr = ibv_reg_dm_mr(a.pd, adm, 0, 8192, acc);
+  ibv_mr* bmr = ibv_reg_dm_mr(b.pd, bdm, 4096, 4096, acc);  // the second half of B's DM
+  check(amr != nullptr && bmr != nullptr && amr->addr == nullptr && amr->length == 8192,
+        "reg_dm_mr(ZERO_BASED | local and remote access) (errno %d)", amr != nullptr && bmr != nullptr ? 0 : errno);
+  if (amr == nullptr || bmr == nullptr) return;
+  check(ibv_free_dm(adm) == EBUSY, "free_dm with an MR on it: EBUSY");
+  check(ibv_rereg_mr(amr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, IBV_ACCESS_LOCAL_WRITE) != 0,
+        "rereg_mr of a DM MR fails");
+
+  ibv_cq* acq = ibv_create_cq(a.ctx, 16, nullptr, nullptr, 0);
+  ibv_cq* bcq = ibv_create_cq(b.ctx, 16, nullptr, nullptr, 0);
+  ibv_qp* aq = make_qp(a.pd, acq, acq);
+  ibv_qp* bq = make_qp(b.pd, bcq, bcq);
+  if (acq == nullptr || bcq == nullptr || aq == nullptr || bq == nullptr) die("DM QPs");
+  connect_rc(aq, bq->qp_num, b.gid);
+  connect_rc(bq, aq->qp_num, a.gid);
+  ibv_wc wc{};
+  // A WRITE from A's DM (offset 128: the text) into B's DM MR at offset 64 (B's DM byte 4160).
+  bool ok = post_send(aq, IBV_WR_RDMA_WRITE, 1, 128, 32, amr->lkey, 64, bmr->rkey) == 0 &&
+            poll_one(acq, &wc) == IBV_WC_SUCCESS;
+  ok = ok && ibv_memcpy_from_dm(got, bdm, 4096 + 64, 32) == 0 && std::memcmp(got, text, 32) == 0;
+  check(ok, "RDMA WRITE from A's DM MR into B's DM MR (zero-based addresses): the bytes");
+  // A READ of it back into A's host MR.
+  ok = post_send(aq, IBV_WR_RDMA_READ, 2, uintptr_t(a.buf), 32, a.mr->lkey, 64, bmr->rkey) == 0 &&
+       poll_one(acq, &wc) == IBV_WC_SUCCESS && std::memcmp(a.buf, text, 32) == 0;
+  check(ok, "RDMA READ from B's DM MR");
+  // A SEND from A's DM into a receive posted on B's DM MR.
+  ok = post_recv(bq, nullptr, 3, 512, 64, bmr->lkey) == 0 && post_send(aq, IBV_WR_SEND, 4, 128, 32, amr->lkey) == 0 &&
+       poll_one(acq, &wc) == IBV_WC_SUCCESS && poll_one(bcq, &wc) == IBV_WC_SUCCESS && wc.byte_len == 32 &&
+       ibv_memcpy_from_dm(got, bdm, 4096 + 512, 32) == 0 && std::memcmp(got, text, 32) == 0;
+  check(ok, "SEND from A's DM MR into a receive on B's DM MR");
+  // Out of the MR's range: B's MR is 4096 bytes from offset 0.
+  ok = post_send(aq, IBV_WR_RDMA_WRITE, 5, 128, 32, amr->lkey, 4096 - 16, bmr->rkey) == 0 &&
+       poll_one(acq, &wc) == IBV_WC_REM_ACCESS_ERR;
+  check(ok, "RDMA WRITE past the end of a DM MR: remote access error");
+
+  ibv_destroy_qp(aq);
+  ibv_destroy_qp(bq);
+  ibv_destroy_cq(acq);
+  ibv_destroy_cq(bcq);
+  check(ibv_dereg_mr(amr) == 0 && ibv_dereg_mr(bmr) == 0, "dereg_mr of the DM MRs");
+  check(ibv_free_dm(adm) == 0 && ibv_free_dm(bdm) == 0, "free_dm once no MR is on it");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: verbs_ext_probe DEV_A DEV_B\n");
+    return 2;
+  }
+  Dev a = open_dev(argv[1]);
+  Dev b = open_dev(argv[2]);
+  timestamps(a, b);
+  timestamps_with_events(a, b);
+  parent_domains(a, b);
+  device_memory(a, b);
+  ibv_dereg_mr(a.mr);
+  ibv_dealloc_pd(a.pd);
+  ibv_close_device(a.ctx);
+  ibv_dereg_mr(b.mr);
+  ibv_dealloc_pd(b.pd);
+  ibv_close_device(b.ctx);
+  std::free(a.buf);
+  std::free(b.buf);
+  std::printf("%d failures\n", failures);
+  return failures == 0 ? 0 : 1;
+}
