@@ -19,6 +19,7 @@ using core::store_be32;
 uint8_t pad_for(uint32_t payload_len) { return static_cast<uint8_t>((4 - (payload_len & 3)) & 3); }
 
 uint8_t* encode_ext_headers(const OpcodeInfo& info, const ExtHeaders& ext, uint8_t* p) {
+  if (info.has(kHdrXrceth)) { ext.xrceth.encode(p); p += sizeof(XrcethWire); }
   if (info.has(kHdrFeth)) { ext.feth.encode(p); p += sizeof(FethWire); }
   if (info.has(kHdrDeth)) { ext.deth.encode(p); p += sizeof(DethWire); }
   if (info.has(kHdrReth)) { ext.reth.encode(p); p += sizeof(RethWire); }

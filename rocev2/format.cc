@@ -60,6 +60,7 @@ std::string ext_text(const ParsedPacket& p) {
   const OpcodeInfo& info = *p.info;
   const ExtHeaders& e = p.hdr.ext;
   std::string s;
+  if (info.has(kHdrXrceth)) s += sprintf_str("  XRCETH xrc_srq=0x%06x\n", e.xrceth.xrc_srq);
   if (info.has(kHdrFeth))
     s += sprintf_str("  FETH   placement_type=0x%x selectivity=%u\n", e.feth.placement_type, e.feth.selectivity);
   if (info.has(kHdrDeth))

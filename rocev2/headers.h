@@ -65,6 +65,14 @@ struct __attribute__((packed)) AtomicAckEthWire {
 };
 static_assert(sizeof(AtomicAckEthWire) == 8);
 
+/// XRCETH, the XRC extended transport header (IBA Annex A14.4.1): reserved(8) | XRC SRQ
+/// number(24), right after the BTH of every XRC request packet.
+struct __attribute__((packed)) XrcethWire {
+  uint8_t resv8;
+  uint8_t xrc_srq[3];
+};
+static_assert(sizeof(XrcethWire) == 4 && offsetof(XrcethWire, xrc_srq) == 1);
+
 /// FETH, the FLUSH extended transport header (IBA Annex A19.4.1; rxe_hdr.h's rxe_feth): one
 /// big-endian word, reserved(26) | selectivity level(2) | placement type(4).
 struct __attribute__((packed)) FethWire {
@@ -255,6 +263,21 @@ struct Feth {
     return {static_cast<uint8_t>(v & 0xf), static_cast<uint8_t>((v >> 4) & 3), v >> 6};
   }
   friend bool operator==(const Feth&, const Feth&) = default;
+};
+
+struct Xrceth {
+  uint8_t resv8 = 0;     ///< reserved, kept so a parsed packet rebuilds the same
+  uint32_t xrc_srq = 0;  ///< 24 bits: the XRC SRQ the request goes to
+  void encode(void* out) const {
+    auto* w = static_cast<XrcethWire*>(out);
+    w->resv8 = resv8;
+    core::store_be24(w->xrc_srq, xrc_srq);
+  }
+  static Xrceth decode(const void* in) {
+    const auto* w = static_cast<const XrcethWire*>(in);
+    return {w->resv8, core::load_be24(w->xrc_srq)};
+  }
+  friend bool operator==(const Xrceth&, const Xrceth&) = default;
 };
 
 struct Deth {

@@ -58,6 +58,9 @@ constexpr std::array<OpDef, 32> kOps = [] {
 }();
 
 constexpr bool uc_allows(uint8_t operation) { return operation <= op::kWriteOnlyImm; }
+// XRC (Annex A14.4): RC's operations 0x00-0x17, not IBA 1.5's FLUSH and ATOMIC WRITE (rxe and
+// mlx5 offer those on RC only).
+constexpr bool xrc_allows(uint8_t operation) { return operation <= op::kSendOnlyInv; }
 constexpr bool ud_allows(uint8_t operation) {
   return operation == op::kSendOnly || operation == op::kSendOnlyImm;
 }
@@ -84,10 +87,10 @@ constexpr void put_name(char* out, const char* prefix, const char* name) {
 
 constexpr Names kNames = [] {
   Names n{};
-  constexpr const char* kPrefix[] = {"RC_", "UC_", "RD_", "UD_"};
-  for (unsigned t = 0; t < 4; ++t)
+  constexpr const char* kPrefix[] = {"RC_", "UC_", "RD_", "UD_", nullptr, "XRC_"};
+  for (unsigned t = 0; t < 6; ++t)
     for (unsigned o = 0; o < 32; ++o)
-      if (kOps[o].name) put_name(n.buf[t * 32 + o], kPrefix[t], kOps[o].name);
+      if (kPrefix[t] && kOps[o].name) put_name(n.buf[t * 32 + o], kPrefix[t], kOps[o].name);
   put_name(n.buf[kOpcodeCnp], "", "CNP");
   return n;
 }();
@@ -99,7 +102,7 @@ constexpr std::array<OpcodeInfo, 256> build_table() {
     const auto transport = static_cast<Transport>(code >> 5);
     const uint8_t operation = code & 0x1f;
     e.transport = transport;
-    if (transport > Transport::ud) continue;  // the CNP is set below
+    if (transport > Transport::xrc || transport == Transport::cnp) continue;  // the CNP is set below
     const OpDef& d = kOps[operation];
     if (d.name == nullptr) continue;  // unknown
     e.name = kNames.buf[code];
@@ -123,6 +126,12 @@ constexpr std::array<OpcodeInfo, 256> build_table() {
         e.cls = ud_allows(operation) ? OpcodeClass::valid : OpcodeClass::invalid_for_transport;
         e.headers = static_cast<uint16_t>(e.headers | kHdrDeth);
         break;
+      case Transport::xrc:
+        // Requests name the XRC SRQ in an XRCETH, first after the BTH; responses (ACK, READ
+        // responses, atomic ACK) carry none (A14.4.1).
+        e.cls = xrc_allows(operation) ? OpcodeClass::valid : OpcodeClass::invalid_for_transport;
+        if (d.requester) e.headers = static_cast<uint16_t>(e.headers | kHdrXrceth);
+        break;
       default:
         break;
     }
@@ -145,7 +154,7 @@ constinit const std::array<OpcodeInfo, 256> kOpcodeTable = build_table();
 }
 
 const char* to_string(Transport t) {
-  static constexpr const char* kNamesT[] = {"RC", "UC", "RD", "UD", "CNP", "reserved5", "reserved6", "reserved7"};
+  static constexpr const char* kNamesT[] = {"RC", "UC", "RD", "UD", "CNP", "XRC", "reserved6", "reserved7"};
   return kNamesT[static_cast<uint8_t>(t) & 7];
 }
 

@@ -12,8 +12,8 @@
 
 namespace droce::rocev2 {
 
-/// BTH opcode bits 7:5.
-enum class Transport : uint8_t { rc = 0, uc = 1, rd = 2, ud = 3, cnp = 4, reserved5, reserved6, reserved7 };
+/// BTH opcode bits 7:5 (XRC: IBA Annex A14).
+enum class Transport : uint8_t { rc = 0, uc = 1, rd = 2, ud = 3, cnp = 4, xrc = 5, reserved6, reserved7 };
 
 /// How the table classifies an opcode.
 enum class OpcodeClass : uint8_t {
@@ -40,18 +40,20 @@ enum class OpKind : uint8_t {
 
 enum class Position : uint8_t { none, first, middle, last, only };
 
-/// Extension headers, each one bit; they appear on the wire in this order (FLUSH's FETH
-/// comes before its RETH, A19.4.1; a FETH and a DETH never meet).
+/// Extension headers, each one bit; they appear on the wire in this order (XRC's XRCETH comes
+/// right after the BTH, A14.4.1; FLUSH's FETH before its RETH, A19.4.1; no two of XRCETH, FETH
+/// and DETH meet).
 enum HeaderBit : uint16_t {
-  kHdrFeth = 1u << 0,
-  kHdrDeth = 1u << 1,
-  kHdrReth = 1u << 2,
-  kHdrAtomicEth = 1u << 3,
-  kHdrAeth = 1u << 4,
-  kHdrAtomicAckEth = 1u << 5,
-  kHdrImmDt = 1u << 6,
-  kHdrIeth = 1u << 7,
-  kHdrCnp = 1u << 8,
+  kHdrXrceth = 1u << 0,
+  kHdrFeth = 1u << 1,
+  kHdrDeth = 1u << 2,
+  kHdrReth = 1u << 3,
+  kHdrAtomicEth = 1u << 4,
+  kHdrAeth = 1u << 5,
+  kHdrAtomicAckEth = 1u << 6,
+  kHdrImmDt = 1u << 7,
+  kHdrIeth = 1u << 8,
+  kHdrCnp = 1u << 9,
 };
 
 /// Operation codes (BTH opcode bits 4:0), IBA names.
@@ -114,6 +116,7 @@ struct OpcodeInfo {
 /// Byte length of each extension header.
 constexpr uint8_t header_len(HeaderBit h) {
   switch (h) {
+    case kHdrXrceth: return 4;
     case kHdrFeth: return 4;
     case kHdrDeth: return 8;
     case kHdrReth: return 16;

@@ -6,6 +6,7 @@ PacketHeaders canonical(const PacketHeaders& h, uint32_t payload_len) {
   PacketHeaders c = h;
   const OpcodeInfo& info = opcode_info(h.bth.opcode);
   const ExtHeaders none{};
+  if (!info.has(kHdrXrceth)) c.ext.xrceth = none.xrceth;
   if (!info.has(kHdrFeth)) c.ext.feth = none.feth;
   if (!info.has(kHdrDeth)) c.ext.deth = none.deth;
   if (!info.has(kHdrReth)) c.ext.reth = none.reth;

@@ -50,6 +50,7 @@ struct L4Header {
 
 /// Extension headers; which of them are present follows from the opcode.
 struct ExtHeaders {
+  Xrceth xrceth;
   Feth feth;
   Deth deth;
   Reth reth;
@@ -95,7 +96,7 @@ struct ParsedPacket {
 };
 
 /// Longest header run droce builds or parses: Ethernet, VLAN, IPv6, UDP,
-/// BTH and the longest extension headers (AtomicETH).
-inline constexpr size_t kMaxHeaderLen = 14 + 4 + 40 + 8 + 12 + 28;
+/// BTH and the longest extension headers (an XRC atomic's XRCETH and AtomicETH).
+inline constexpr size_t kMaxHeaderLen = 14 + 4 + 40 + 8 + 12 + 4 + 28;
 
 }  // namespace droce::rocev2

@@ -33,6 +33,7 @@ bool is_ipv6_extension(uint8_t next_header) {
 
 // Reads the extension headers the opcode calls for, in wire order.
 void decode_ext_headers(const OpcodeInfo& info, const uint8_t* p, ExtHeaders* ext) {
+  if (info.has(kHdrXrceth)) { ext->xrceth = Xrceth::decode(p); p += sizeof(XrcethWire); }
   if (info.has(kHdrFeth)) { ext->feth = Feth::decode(p); p += sizeof(FethWire); }
   if (info.has(kHdrDeth)) { ext->deth = Deth::decode(p); p += sizeof(DethWire); }
   if (info.has(kHdrReth)) { ext->reth = Reth::decode(p); p += sizeof(RethWire); }

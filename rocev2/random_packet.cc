@@ -60,6 +60,7 @@ RandomPacket random_packet(std::mt19937_64& rng, const RandomPacketOptions& opts
   h.bth.psn = static_cast<uint32_t>(rng()) & kPsnMask;
 
   ExtHeaders& e = h.ext;
+  e.xrceth = {static_cast<uint8_t>(pick(8) == 0 ? rng() : 0), static_cast<uint32_t>(rng()) & kQpnMask};
   e.feth = {static_cast<uint8_t>(rng() & 0xf), static_cast<uint8_t>(rng() & 3),
             pick(8) == 0 ? static_cast<uint32_t>(rng()) & 0x3ffffff : 0};
   e.deth = {static_cast<uint32_t>(rng()), 0, static_cast<uint32_t>(rng()) & kQpnMask};

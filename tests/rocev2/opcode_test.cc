@@ -57,6 +57,41 @@ TEST(OpcodeTable, FlushAndAtomicWrite) {
   EXPECT_STREQ(to_string(OpKind::atomic_write), "atomic_write");
 }
 
+uint8_t xrc(uint8_t o) { return make_opcode(Transport::xrc, o); }
+
+// Annex A14 (XRC), as Wireshark's dissector and mlx5 have it: RC's operations 0x00-0x17 on
+// transport 0b101; every request carries an XRCETH (4 bytes) right after the BTH, before its
+// RETH, AtomicETH, ImmDt or IETH; responses carry none. IBA 1.5's FLUSH and ATOMIC WRITE are RC's.
+TEST(OpcodeTable, XrcRequestsCarryAnXrcethFirst) {
+  EXPECT_EQ(xrc(op::kSendFirst), 0xa0);
+  EXPECT_STREQ(opcode_info(xrc(op::kSendOnly)).name, "XRC_SEND_ONLY");
+  EXPECT_STREQ(to_string(Transport::xrc), "XRC");
+  for (unsigned o = 0; o < 32; ++o) {
+    const OpcodeInfo& r = opcode_info(rc(static_cast<uint8_t>(o)));
+    const OpcodeInfo& x = opcode_info(xrc(static_cast<uint8_t>(o)));
+    SCOPED_TRACE(o);
+    EXPECT_EQ(x.transport, Transport::xrc);
+    if (o == op::kFlush || o == op::kAtomicWrite) {
+      EXPECT_EQ(x.cls, OpcodeClass::invalid_for_transport);
+      continue;
+    }
+    EXPECT_EQ(x.cls, r.cls);
+    if (!r.valid()) continue;
+    EXPECT_EQ(x.kind, r.kind);
+    EXPECT_EQ(x.position, r.position);
+    EXPECT_EQ(x.payload, r.payload);
+    EXPECT_EQ(x.requester, r.requester);
+    EXPECT_EQ(x.has(kHdrXrceth), r.requester);
+    EXPECT_EQ(x.headers & ~kHdrXrceth, r.headers);
+    EXPECT_EQ(x.ext_len, r.ext_len + (r.requester ? 4 : 0));
+  }
+  EXPECT_EQ(opcode_info(xrc(op::kCompareSwap)).ext_len, 32);    // XRCETH 4 + AtomicETH 28
+  EXPECT_EQ(opcode_info(xrc(op::kWriteOnlyImm)).ext_len, 24);   // XRCETH, RETH, ImmDt
+  EXPECT_EQ(opcode_info(xrc(op::kAcknowledge)).ext_len, 4);     // AETH only
+  EXPECT_EQ(header_len(kHdrXrceth), 4);
+  EXPECT_EQ(opcode_info(make_opcode(Transport::reserved6, op::kSendOnly)).cls, OpcodeClass::unknown);
+}
+
 TEST(OpcodeTable, TransportsAllowOnlyTheirOperations) {
   int rc_valid = 0, uc_valid = 0, ud_valid = 0;
   for (unsigned o = 0; o < 32; ++o) {
