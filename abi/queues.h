@@ -34,7 +34,7 @@ struct SendWqeHeader {
   uint32_t rkey;
   uint32_t imm_or_inv;   ///< immediate data (as the wire's bytes read big-endian) or the R_Key to invalidate
   uint32_t ah;           ///< UD
-  uint32_t remote_qpn;   ///< UD
+  uint32_t remote_qpn;   ///< UD; XRC send: the destination XRC SRQ number
   uint32_t remote_qkey;  ///< UD
   uint32_t send_flags;
   uint8_t opcode;

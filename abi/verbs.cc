@@ -20,6 +20,8 @@ const char* to_string(QpType t) {
     case QpType::rc: return "RC";
     case QpType::uc: return "UC";
     case QpType::ud: return "UD";
+    case QpType::xrc_send: return "XRC_SEND";
+    case QpType::xrc_recv: return "XRC_RECV";
   }
   return "?";
 }

@@ -14,7 +14,14 @@
 
 namespace droce::abi {
 
-enum class QpType : uint8_t { rc = 2, uc = 3, ud = 4 };
+/// XRC (IBA Annex A14): xrc_send is the initiator (IBV_QPT_XRC_SEND, a send queue only, each
+/// message names the destination XRC SRQ), xrc_recv the target (IBV_QPT_XRC_RECV, no queues of
+/// its own: each request goes to the XRC SRQ its XRCETH names).
+enum class QpType : uint8_t { rc = 2, uc = 3, ud = 4, xrc_send = 9, xrc_recv = 10 };
+
+/// The types whose requests are acknowledged (RC and both XRC types).
+inline constexpr bool is_reliable(QpType t) { return t == QpType::rc || t == QpType::xrc_send || t == QpType::xrc_recv; }
+inline constexpr bool is_xrc(QpType t) { return t == QpType::xrc_send || t == QpType::xrc_recv; }
 
 enum class QpState : uint8_t { reset = 0, init = 1, rtr = 2, rts = 3, sqd = 4, sqe = 5, err = 6 };
 
@@ -249,7 +256,7 @@ struct SendWr {
   uint64_t compare_add = 0;
   uint64_t swap = 0;
   uint32_t ah = 0;                ///< UD: address handle id
-  uint32_t remote_qpn = 0;        ///< UD
+  uint32_t remote_qpn = 0;        ///< UD; XRC send: the destination XRC SRQ number (its XRCETH)
   uint32_t remote_qkey = 0;       ///< UD; MSB set: use the QP's Q_Key (IBA 10.2.5)
   /// BIND_MW (ibv_send_wr's bind_mw): the window is named by its current
   /// R_Key in invalidate_rkey, its new R_Key (whose low 8 bits are the new

@@ -52,6 +52,9 @@ bool valid_for_type(QpType t, WrOpcode op) {
              op == WrOpcode::rdma_read || op == WrOpcode::atomic_cmp_and_swp ||
              op == WrOpcode::atomic_fetch_and_add || op == WrOpcode::local_inv || op == WrOpcode::bind_mw ||
              op == WrOpcode::flush || op == WrOpcode::atomic_write;
+    case QpType::xrc_send:  // RC's operations without IBA 1.5's (XRC has no opcodes for them)
+      return valid_for_type(QpType::rc, op) && op != WrOpcode::flush && op != WrOpcode::atomic_write;
+    case QpType::xrc_recv: return false;  // no send queue
   }
   return false;
 }
@@ -178,6 +181,8 @@ int Engine::create_cq(uint32_t depth, Cq** out, CqSink* sink) {
 int Engine::destroy_cq(Cq* cq) {
   for (auto& q : qps_)
     if (q && (q->send_cq == cq || q->recv_cq == cq)) return -EBUSY;
+  for (auto& s : srqs_)
+    if (s && s->cq() == cq) return -EBUSY;
   if (gsi_ && (gsi_->send_cq == cq || gsi_->recv_cq == cq)) return -EBUSY;
   for (auto& c : cqs_) {
     if (c.get() == cq) {
@@ -188,12 +193,13 @@ int Engine::destroy_cq(Cq* cq) {
   return -EINVAL;
 }
 
-int Engine::create_srq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, Srq** out) {
+int Engine::create_srq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, Srq** out, uint32_t xrcd, Cq* cq) {
   if (pd == 0 || pd >= pd_used_.size() || !pd_used_[pd]) return -EINVAL;
   if (max_wr == 0 || max_wr > cfg_.limits.max_qp_wr || max_sge == 0 || max_sge > cfg_.limits.max_sge)
     return -EINVAL;
+  if (xrcd != 0 && cq == nullptr) return -EINVAL;
   const uint32_t id = free_slot(srqs_);
-  srqs_[id] = std::make_unique<Srq>(id, pd, max_wr, max_sge);
+  srqs_[id] = std::make_unique<Srq>(id, pd, max_wr, max_sge, xrcd, xrcd != 0 ? cq : nullptr);
   ++pd_refs_[pd];
   *out = srqs_[id].get();
   return 0;
@@ -201,7 +207,14 @@ int Engine::create_srq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, Srq** out
 
 int Engine::destroy_srq(Srq* srq) {
   for (auto& q : qps_)
-    if (q && q->srq == srq) return -EBUSY;
+    if (q && q->srq == srq && q->type != QpType::xrc_recv) return -EBUSY;
+  for (auto& q : qps_) {
+    if (!q || q->srq != srq) continue;
+    // An XRC receive QP served it last: it lets go (its CQ with it); a message in progress
+    // whose receive came from it completes nowhere.
+    q->srq = nullptr;
+    q->recv_cq = nullptr;
+  }
   if (gsi_ && gsi_->srq == srq) return -EBUSY;
   for (auto& s : srqs_) {
     if (s.get() == srq) {
@@ -239,7 +252,19 @@ int Engine::destroy_ah(uint32_t ah) {
 
 int Engine::check_qp_init(const QpInit& init) const {
   const DeviceLimits& lim = cfg_.limits;
+  if (init.type == QpType::xrc_recv) {
+    // No queues: only its domain (IBA A14.5.3).
+    return init.xrcd != 0 && init.srq == nullptr ? 0 : -EINVAL;
+  }
   if (init.pd == 0 || init.pd >= pd_used_.size() || !pd_used_[init.pd]) return -EINVAL;
+  if (init.type == QpType::xrc_send) {
+    // A send queue only: its CQ, no receive side.
+    if (init.send_cq == nullptr || init.srq != nullptr) return -EINVAL;
+    if (init.cap.max_send_wr > lim.max_qp_wr || init.cap.max_send_sge > lim.max_sge ||
+        init.cap.max_inline_data > lim.max_inline_data)
+      return -EINVAL;
+    return 0;
+  }
   if (init.send_cq == nullptr || init.recv_cq == nullptr) return -EINVAL;
   if (init.cap.max_send_wr > lim.max_qp_wr || init.cap.max_send_sge > lim.max_sge ||
       init.cap.max_inline_data > lim.max_inline_data)
@@ -254,10 +279,12 @@ std::unique_ptr<Qp> Engine::make_qp(const QpInit& init, uint32_t qpn) {
   q->qpn = qpn;
   q->incarnation = ++incarnations_;
   q->type = init.type;
-  q->pd = init.pd;
-  q->send_cq = init.send_cq;
-  q->recv_cq = init.recv_cq;
-  q->srq = init.srq;
+  const bool tgt = init.type == QpType::xrc_recv;
+  q->pd = tgt ? 0 : init.pd;
+  q->send_cq = tgt ? nullptr : init.send_cq;
+  q->recv_cq = is_xrc(init.type) ? nullptr : init.recv_cq;
+  q->srq = is_xrc(init.type) ? nullptr : init.srq;
+  q->xrcd = tgt ? init.xrcd : 0;
   q->sq_sig_all = init.sq_sig_all;
   q->block_self_mcast_loopback = init.block_self_mcast_loopback;
   q->sq_depth = std::max<uint32_t>(1, init.cap.max_send_wr);
@@ -265,7 +292,7 @@ std::unique_ptr<Qp> Engine::make_qp(const QpInit& init, uint32_t qpn) {
   q->max_inline = init.cap.max_inline_data;
   q->sq.resize(q->sq_depth);
   q->inline_buf.resize(size_t{q->sq_depth} * q->max_inline);
-  if (init.srq == nullptr) {
+  if (init.srq == nullptr && !is_xrc(init.type)) {
     q->rq_depth = std::max<uint32_t>(1, init.cap.max_recv_wr);
     q->max_recv_sge = std::max<uint32_t>(1, init.cap.max_recv_sge);
     q->rq.resize(q->rq_depth);
@@ -275,7 +302,7 @@ std::unique_ptr<Qp> Engine::make_qp(const QpInit& init, uint32_t qpn) {
   q->attr.cap = init.cap;
   q->resp.resources.resize(1);
   q->resp.held.reserve(kMaxHeldRequests);
-  ++pd_refs_[init.pd];
+  if (!tgt) ++pd_refs_[init.pd];  // a target's PD is its SRQs', borrowed per request
   return q;
 }
 
@@ -435,7 +462,7 @@ int Engine::destroy_qp(uint32_t qpn) {
   drop_held(q);
   detach_all(qpn);
   mrs_.unbind_qp(qpn);
-  --pd_refs_[q->pd];
+  if (q->type != QpType::xrc_recv) --pd_refs_[q->pd];
   retired_qp_counters_ += q->counters;
   if (qpn == kGsiQpn) {
     gsi_.reset();
@@ -582,7 +609,7 @@ int Engine::post_send(uint32_t qpn, const SendWr& wr) {
 
 int Engine::post_recv(uint32_t qpn, const RecvWr& wr) {
   Qp* q = lookup(qpn);
-  if (q == nullptr || q->srq != nullptr) return -EINVAL;
+  if (q == nullptr || q->srq != nullptr || is_xrc(q->type)) return -EINVAL;  // XRC: no receive queue
   if (q->state == QpState::reset) return -EINVAL;  // as rxe: no receives in RESET
   if (wr.num_sge > q->max_recv_sge) return -EINVAL;
   if (q->rq_head - q->rq_tail >= q->rq_depth) return -ENOMEM;
@@ -654,6 +681,7 @@ void Engine::complete_send(Qp* q, SendWqe& w, WcStatus status) {
 }
 
 void Engine::complete_recv(Qp* q, const RecvWqe&, const Completion& c, bool solicited) {
+  if (q->recv_cq == nullptr) return;  // an XRC receive QP whose SRQ was destroyed under the message
   push_cq(q, q->recv_cq, c, solicited);
 }
 
@@ -688,7 +716,7 @@ void Engine::flush_qp(Qp* q) {
     c.opcode = WcOpcode::recv;
     c.qp_num = q->qpn;
     q->resp.have_recv = false;
-    push_cq(q, q->recv_cq, c, false);
+    complete_recv(q, q->resp.recv, c, false);
   }
   while (q->srq == nullptr && q->rq_tail != q->rq_head && q->state == QpState::err) {
     Completion c;
@@ -699,7 +727,9 @@ void Engine::flush_qp(Qp* q) {
     ++q->rq_tail;
     push_cq(q, q->recv_cq, c, false);
   }
-  if (q->srq != nullptr && !q->error_flushed) events_.push_back({AsyncEventType::qp_last_wqe_reached, q->qpn});
+  // An XRC receive QP's SRQs are not its own: no LAST_WQE_REACHED for them.
+  if (q->srq != nullptr && q->type != QpType::xrc_recv && !q->error_flushed)
+    events_.push_back({AsyncEventType::qp_last_wqe_reached, q->qpn});
   q->error_flushed = true;
 }
 
@@ -853,7 +883,7 @@ void Engine::rp_rx_cnp(const ParsedPacket& p) {
 
 void Engine::arm_retry_timer(Qp* q, uint64_t now_ns) {
   const uint64_t t = ack_timeout_ns(q->attr.timeout);
-  if (t == 0 || q->type != QpType::rc) return;
+  if (t == 0 || !is_reliable(q->type)) return;
   Qp::Requester& r = q->req;
   r.retry_deadline = now_ns + t;
   // Re-arming on every ACK only moves the deadline; the queued entry, when it
@@ -953,8 +983,11 @@ void Engine::rx_burst(rte_mbuf** frames, uint16_t n, uint64_t now_ns) {
     // The transport in the opcode must be the QP's (C9-?): RC packets to an RC QP. And the
     // packet must be for this host: a port that sees others' frames (a bridge flooding, a
     // promiscuous vdev) must not hand them to a QP that happens to have the same number.
-    const Transport want = q->type == QpType::rc ? Transport::rc : q->type == QpType::uc ? Transport::uc : Transport::ud;
-    if (info.transport != want || !is_local_dest(p.hdr.l3.dst, q->type == QpType::ud)) {
+    // XRC: an initiator takes only responses, a target only requests (A14.5).
+    const bool xrc_misdirected = (q->type == QpType::xrc_send && !info.responder) ||
+                                 (q->type == QpType::xrc_recv && info.responder);
+    if (info.transport != transport_of(q->type) || xrc_misdirected ||
+        !is_local_dest(p.hdr.l3.dst, q->type == QpType::ud)) {
       ++counters_.rx_bad_dest;
       rte_pktmbuf_free(m);
       continue;

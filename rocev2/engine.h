@@ -164,7 +164,10 @@ static_assert(core::covers(kEngineCounters, sizeof(ParseCounters)));
 
 struct QpInit {
   QpType type = QpType::rc;
+  /// XRC receive QPs take no PD, CQ, SRQ or caps (they have no queues): `xrcd` instead, the
+  /// nonzero id of their XRC domain. XRC send QPs need no receive CQ and take no SRQ.
   uint32_t pd = 0;
+  uint32_t xrcd = 0;
   Cq* send_cq = nullptr;
   Cq* recv_cq = nullptr;
   Srq* srq = nullptr;
@@ -212,9 +215,16 @@ class Engine {
   /// With a sink, completions go there (droced's shared ring) and the CQ
   /// overflows when the sink is full.
   int create_cq(uint32_t depth, Cq** out, CqSink* sink = nullptr);
-  int destroy_cq(Cq* cq);  ///< -EBUSY while a QP uses it
-  int create_srq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, Srq** out);
+  int destroy_cq(Cq* cq);  ///< -EBUSY while a QP or an XRC SRQ uses it
+  /// An XRC SRQ when `xrcd` is nonzero (its domain, an id the host gives out), which then
+  /// needs `cq`: its receives complete there. -EINVAL for a bad PD, size, or XRC without a CQ.
+  int create_srq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, Srq** out, uint32_t xrcd = 0,
+                 Cq* cq = nullptr);
+  /// -EBUSY while a QP uses a basic SRQ. An XRC SRQ has no QPs of its own: the XRC receive QPs
+  /// that served requests for it let it go (a later request naming it is an invalid request).
   int destroy_srq(Srq* srq);
+  /// The SRQ whose number (ibv_get_srq_num, an XRCETH's XRC SRQ) is `num`, or nullptr.
+  Srq* srq_by_num(uint32_t num) { return num < srqs_.size() ? srqs_[num].get() : nullptr; }
   int create_ah(uint32_t pd, const AddressVector& av, uint32_t* ah);
   int destroy_ah(uint32_t ah);
   int create_qp(const QpInit& init, uint32_t* qpn);

@@ -20,11 +20,23 @@
 #include "rocev2/cq.h"
 #include "rocev2/dcqcn.h"
 #include "rocev2/mr.h"
+#include "rocev2/opcode.h"
 #include "rocev2/verbs.h"
 
 namespace droce::rocev2 {
 
 class Srq;
+
+/// The BTH transport of a QP type's packets (both XRC types speak XRC, Annex A14).
+inline Transport transport_of(QpType t) {
+  switch (t) {
+    case QpType::uc: return Transport::uc;
+    case QpType::ud: return Transport::ud;
+    case QpType::xrc_send:
+    case QpType::xrc_recv: return Transport::xrc;
+    default: return Transport::rc;
+  }
+}
 
 struct SendWqe {
   SendWr wr;
@@ -158,10 +170,14 @@ struct Qp {
   uint32_t incarnation = 0;  ///< unique per created QP: timer entries of a destroyed one never match
   QpType type = QpType::rc;
   QpState state = QpState::reset;
+  /// XRC receive (target) QPs have no PD, receive CQ or SRQ of their own: these three are
+  /// those of the XRC SRQ the request being served names (Engine's check_xrc_srq binds them
+  /// for each request; the memory checks of its READ responses and replays use them later).
   uint32_t pd = 0;
   Cq* send_cq = nullptr;
   Cq* recv_cq = nullptr;
   Srq* srq = nullptr;
+  uint32_t xrcd = 0;  ///< XRC receive QPs: the XRC domain whose SRQs it may deliver to
   bool sq_sig_all = false;
   bool block_self_mcast_loopback = false;
   QpAttr attr;       ///< as last modified (path, timers, PSNs at modify time)

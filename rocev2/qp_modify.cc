@@ -11,7 +11,7 @@ namespace droce::rocev2 {
 namespace {
 
 constexpr size_t kStates = 7;
-constexpr size_t kTypes = 3;
+constexpr size_t kTypes = 5;
 constexpr size_t kMaskBits = 32;
 
 constexpr std::array<const char*, kMaskBits> kAttrNames = [] {
@@ -40,6 +40,8 @@ constexpr size_t type_index(QpType t) {
     case QpType::rc: return 0;
     case QpType::uc: return 1;
     case QpType::ud: return 2;
+    case QpType::xrc_send: return 3;
+    case QpType::xrc_recv: return 4;
   }
   return kTypes;
 }
@@ -59,11 +61,15 @@ constexpr void set(RuleTable& t, QpType type, QpState from, QpState to, uint32_t
   t[type_index(type)][state_index(from)][state_index(to)] = {true, required, optional};
 }
 
-// IBA Vol. 1 11.2.4.2, the QP state transition table, for RC, UC and UD, with
-// the alternate-path attributes left out (see qp_modify.h).
+// IBA Vol. 1 11.2.4.2, the QP state transition table, for RC, UC and UD, and Annex A14's XRC
+// rows (as the kernel's ib_modify_qp_is_ok has them), with the alternate-path attributes left
+// out (see qp_modify.h). An XRC initiator has a send queue only: it takes RC's requester
+// attributes and none of the responder's; a target has no send queue: RC's responder attributes
+// and, of the requester's, the timeout and the starting PSN of its responses.
 constexpr RuleTable kRules = [] {
   RuleTable t{};
-  constexpr QpType kAll[] = {QpType::rc, QpType::uc, QpType::ud};
+  constexpr QpType kAll[] = {QpType::rc, QpType::uc, QpType::ud, QpType::xrc_send, QpType::xrc_recv};
+  constexpr QpType kXrc[] = {QpType::xrc_send, QpType::xrc_recv};
   using S = QpState;
 
   // Any state -> RESET, any state -> ERR (IBA 10.3.1): no attributes.
@@ -81,12 +87,18 @@ constexpr RuleTable kRules = [] {
   set(t, QpType::rc, S::init, S::init, 0, kConnInit);
   set(t, QpType::uc, S::init, S::init, 0, kConnInit);
   set(t, QpType::ud, S::init, S::init, 0, kUdInit);
+  for (QpType x : kXrc) {
+    set(t, x, S::reset, S::init, kConnInit, 0);
+    set(t, x, S::init, S::init, 0, kConnInit);
+  }
 
   constexpr uint32_t kUcRtr = kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn;
   constexpr uint32_t kRcRtr = kUcRtr | kAttrMaxDestRdAtomic | kAttrMinRnrTimer;
   set(t, QpType::rc, S::init, S::rtr, kRcRtr, kAttrAccessFlags | kAttrPkeyIndex);
   set(t, QpType::uc, S::init, S::rtr, kUcRtr, kAttrAccessFlags | kAttrPkeyIndex);
   set(t, QpType::ud, S::init, S::rtr, 0, kAttrPkeyIndex | kAttrQkey);
+  set(t, QpType::xrc_send, S::init, S::rtr, kUcRtr, kAttrAccessFlags | kAttrPkeyIndex);
+  set(t, QpType::xrc_recv, S::init, S::rtr, kRcRtr, kAttrAccessFlags | kAttrPkeyIndex);
 
   // RTR->RTS, RTS->RTS and SQD->RTS allow the same optional attributes.
   constexpr uint32_t kRcToRts =
@@ -98,10 +110,14 @@ constexpr RuleTable kRules = [] {
   set(t, QpType::rc, S::rtr, S::rts, kRcRts, kRcToRts);
   set(t, QpType::uc, S::rtr, S::rts, kAttrSqPsn, kUcToRts);
   set(t, QpType::ud, S::rtr, S::rts, kAttrSqPsn, kUdToRts);
+  set(t, QpType::xrc_send, S::rtr, S::rts, kRcRts, kUcToRts);
+  set(t, QpType::xrc_recv, S::rtr, S::rts, kAttrTimeout | kAttrSqPsn, kRcToRts);
   for (S from : {S::rts, S::sqd}) {
     set(t, QpType::rc, from, S::rts, 0, kRcToRts);
     set(t, QpType::uc, from, S::rts, 0, kUcToRts);
     set(t, QpType::ud, from, S::rts, 0, kUdToRts);
+    set(t, QpType::xrc_send, from, S::rts, 0, kUcToRts);
+    set(t, QpType::xrc_recv, from, S::rts, 0, kRcToRts);
   }
 
   for (QpType type : kAll) set(t, type, S::rts, S::sqd, 0, kAttrEnSqdAsyncNotify);
@@ -114,8 +130,14 @@ constexpr RuleTable kRules = [] {
   set(t, QpType::uc, S::sqd, S::sqd, 0,
       kAttrAv | kAttrAccessFlags | kAttrPkeyIndex | kAttrPathMigState);
   set(t, QpType::ud, S::sqd, S::sqd, 0, kAttrPkeyIndex | kAttrQkey);
+  set(t, QpType::xrc_send, S::sqd, S::sqd, 0,
+      kAttrPort | kAttrAv | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic |
+          kAttrAccessFlags | kAttrPkeyIndex | kAttrPathMigState);
+  set(t, QpType::xrc_recv, S::sqd, S::sqd, 0,
+      kAttrPort | kAttrAv | kAttrTimeout | kAttrMaxDestRdAtomic | kAttrAccessFlags | kAttrPkeyIndex |
+          kAttrMinRnrTimer | kAttrPathMigState);
 
-  // SQE->RTS: UC and UD only; RC has no SQE state.
+  // SQE->RTS: UC and UD only; RC and XRC have no SQE state.
   set(t, QpType::uc, S::sqe, S::rts, 0, kAttrCurState | kAttrAccessFlags);
   set(t, QpType::ud, S::sqe, S::rts, 0, kAttrCurState | kAttrQkey);
   return t;
@@ -141,7 +163,7 @@ constexpr std::array<Text, kMaskBits> kNotAllowedText = [] {
 }();
 
 constexpr const char* kStateNames[kStates] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
-constexpr const char* kTypeNames[kTypes] = {"RC", "UC", "UD"};
+constexpr const char* kTypeNames[kTypes] = {"RC", "UC", "UD", "XRC_SEND", "XRC_RECV"};
 
 constexpr std::array<std::array<Text, kStates>, kStates> kBadTransitionText = [] {
   std::array<std::array<Text, kStates>, kStates> t{};
@@ -279,7 +301,7 @@ bool transition_allowed(QpType type, QpState from, QpState to) {
 
 int check_modify_qp(const QpModifyCheck& qp, const QpAttr& attr, uint32_t mask,
                     const DeviceLimits& limits, const char** why) {
-  if (type_index(qp.type) >= kTypes) return fail(why, "unsupported QP type: droce has RC, UC, UD");
+  if (type_index(qp.type) >= kTypes) return fail(why, "unsupported QP type: droce has RC, UC, UD, XRC");
   if (!valid_state(qp.current)) return fail(why, "the QP's current state is not a QP state");
   if (mask & ~kKnownBits) return fail(why, "attribute mask has bits droce does not know");
   if ((mask & kAttrState) && !valid_state(attr.qp_state))
@@ -293,8 +315,8 @@ int check_modify_qp(const QpModifyCheck& qp, const QpAttr& attr, uint32_t mask,
   const QpState to = (mask & kAttrState) ? attr.qp_state : qp.current;
   const Rule* r = rule(qp.type, qp.current, to);
   if (!r) {
-    if (qp.type == QpType::rc && qp.current == QpState::sqe)
-      return fail(why, "RC has no SQE state: a send error takes an RC QP to ERR");
+    if (is_reliable(qp.type) && qp.current == QpState::sqe)
+      return fail(why, "RC and XRC have no SQE state: a send error takes the QP to ERR");
     return fail(why, kBadTransitionText[state_index(qp.current)][state_index(to)].s);
   }
 

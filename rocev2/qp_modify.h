@@ -10,11 +10,11 @@
 //
 // What droce decides beyond (or against) the specification and the Linux
 // kernel's ib_modify_qp_is_ok(), which encodes the same table:
-//  - Transports RC, UC and UD only (no RD, XRC, raw packet, SMI/GSI).
+//  - Transports RC, UC, UD and XRC (send and receive) only (no RD, raw packet, SMI/GSI).
 //  - Any state -> RESET and any state -> ERR, with no attributes, including
 //    RESET -> ERR (IBA's "any state" rows; the kernel's table lacks RESET->ERR).
-//  - RC has no SQE state (a send error takes an RC QP to ERR, IBA 10.3.1), so
-//    SQE -> RTS is refused on RC; SQE -> RESET/ERR stay allowed.
+//  - RC and XRC have no SQE state (a send error takes the QP to ERR, IBA 10.3.1), so
+//    SQE -> RTS is refused on them; SQE -> RESET/ERR stay allowed.
 //  - IBV_QP_CUR_STATE is allowed only where the table lists it (RTR->RTS,
 //    RTS->RTS, SQD->RTS, SQE->RTS), and cur_qp_state must equal the state the
 //    QP is in. (The kernel's drivers instead take the caller's claim as the

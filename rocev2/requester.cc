@@ -90,7 +90,7 @@ bool Engine::requester_send_one(Qp* q, uint64_t now_ns) {
       return false;
     }
   }
-  const bool rc = q->type == QpType::rc;
+  const bool rc = is_reliable(q->type);  // RC or an XRC initiator: acknowledged, windowed
   const bool new_wqe = r.next_offset == 0 && !w.psn_assigned;
   // SQD: finish the message in progress, start no new one (IBA 10.3.2.5).
   if (q->state == QpState::sqd && r.next_offset == 0 && !w.psn_assigned) return false;
@@ -131,13 +131,15 @@ bool Engine::requester_send_one(Qp* q, uint64_t now_ns) {
     w.psn_assigned = true;
   }
 
-  const Transport t = q->type == QpType::rc ? Transport::rc : q->type == QpType::uc ? Transport::uc : Transport::ud;
+  const Transport t = transport_of(q->type);
   const AddressVector& av = q->type == QpType::ud ? w.ud_av : q->attr.ah_attr;
   Bth bth;
   bth.pkey = 0xffff;
   bth.dest_qp = q->type == QpType::ud ? w.wr.remote_qpn : q->attr.dest_qp_num;
   bth.psn = r.next_psn;
   ExtHeaders ext;
+  // XRC: every request packet names the target's XRC SRQ (A14.4.1); the WR carries it.
+  ext.xrceth.xrc_srq = w.wr.remote_qpn & kQpnMask;
   uint32_t payload = 0;
   uint32_t psns = 1;
   bool last = true;
@@ -286,7 +288,7 @@ bool Engine::requester_send_one(Qp* q, uint64_t now_ns) {
 }
 
 void Engine::retire_sent(Qp* q, uint64_t now_ns) {
-  if (q->type == QpType::rc) {
+  if (is_reliable(q->type)) {
     // Everything through the last acknowledged PSN may retire now.
     completer_retire(q, psn_add(q->req.unacked_psn, kPsnMask), now_ns);
     return;

@@ -61,7 +61,7 @@ struct Engine::ResponderRequest {
         psn(pkt.hdr.bth.psn),
         len(pkt.layout.payload_len),
         psn_delta(psn_diff(pkt.hdr.bth.psn, qp->resp.epsn)),
-        rc(qp->type == QpType::rc) {}
+        rc(is_reliable(qp->type)) {}
 
   Engine& e;
   Qp* const q;
@@ -72,7 +72,7 @@ struct Engine::ResponderRequest {
   const uint32_t psn;
   const uint32_t len;        ///< payload bytes
   const int32_t psn_delta;   ///< the PSN minus the expected one, on arrival
-  const bool rc;             ///< RC (else UC)
+  const bool rc;             ///< RC or an XRC target (else UC)
   Mr* mr = nullptr;          ///< the region check_rkey found (atomics use it)
   WcStatus recv_status = WcStatus::success;  ///< with a NAK verdict: how the bound receive completes
 
@@ -93,6 +93,7 @@ struct Engine::ResponderRequest {
   Verdict replay_read(const RdAtomicResource& res);
   Verdict replay_atomic(const RdAtomicResource& res);
   Verdict replay_ack_only(const RdAtomicResource& res);
+  Verdict check_xrc_srq();
   Verdict check_op_seq() const;
   Verdict check_length() const;
   Verdict check_resource() const;
@@ -203,7 +204,7 @@ void Engine::responder_send_ack(Qp* q) {
   if (!s.ack_pending) return;
   s.ack_pending = false;
   Bth bth;
-  bth.opcode = make_opcode(Transport::rc, op::kAcknowledge);
+  bth.opcode = make_opcode(transport_of(q->type), op::kAcknowledge);
   bth.pkey = 0xffff;
   bth.dest_qp = q->attr.dest_qp_num;
   bth.psn = s.ack_psn;
@@ -240,7 +241,7 @@ void Engine::responder_read_run(Qp* q, uint32_t* budget) {
     else if (last) o = op::kReadResponseLast;
     else o = op::kReadResponseMiddle;
     Bth bth;
-    bth.opcode = make_opcode(Transport::rc, o);
+    bth.opcode = make_opcode(transport_of(q->type), o);
     bth.pkey = 0xffff;
     bth.dest_qp = q->attr.dest_qp_num;
     bth.psn = s.read_psn;
@@ -328,6 +329,7 @@ inline Verdict Engine::ResponderRequest::checks() {
   v = step(Check::psn, check_psn());
   if (v == Verdict::duplicate) return step(Check::duplicate, duplicate_request());
   if (v != Verdict::ok) return v;
+  if ((v = step(Check::xrc_srq, check_xrc_srq())) != Verdict::ok) return v;
   if ((v = step(Check::op_seq, check_op_seq())) != Verdict::ok) return v;
   if ((v = step(Check::length, check_length())) != Verdict::ok) return v;
   if ((v = step(Check::resource, check_resource())) != Verdict::ok) return v;
@@ -435,6 +437,20 @@ inline Verdict Engine::ResponderRequest::check_psn() {
     }
   }
   s.seq_nak_sent = false;
+  return Verdict::ok;
+}
+
+// IBA Annex A14.5.3: an XRC target QP serves each request for the XRC SRQ its XRCETH names,
+// which must be an XRC SRQ of the QP's own XRC domain; anything else is an invalid request. The
+// SRQ's PD guards the memory the request reaches, its receives take the SEND, its CQ the
+// completion: the QP takes all three for this request (Qp::pd, srq, recv_cq).
+inline Verdict Engine::ResponderRequest::check_xrc_srq() {
+  if (q->type != QpType::xrc_recv) return Verdict::ok;
+  Srq* srq = e.srq_by_num(p.hdr.ext.xrceth.xrc_srq);
+  if (srq == nullptr || !srq->is_xrc() || srq->xrcd() != q->xrcd) return Verdict::nak_inv_req;
+  q->srq = srq;
+  q->pd = srq->pd();
+  q->recv_cq = srq->cq();
   return Verdict::ok;
 }
 
@@ -835,7 +851,7 @@ inline Verdict Engine::ResponderRequest::execute_atomic() {
 
 void Engine::ResponderRequest::send_atomic_ack(uint32_t at_psn, uint32_t msn, uint64_t orig) {
   Bth bth;
-  bth.opcode = make_opcode(Transport::rc, op::kAtomicAcknowledge);
+  bth.opcode = make_opcode(transport_of(q->type), op::kAtomicAcknowledge);
   bth.pkey = 0xffff;
   bth.dest_qp = q->attr.dest_qp_num;
   bth.psn = at_psn;
@@ -919,7 +935,7 @@ void Engine::ResponderRequest::save_ack_only(uint32_t msn) {
 // an ACK (rxe's send_read_response_ack).
 void Engine::ResponderRequest::send_read_response_ack(uint32_t at_psn, uint32_t msn) {
   Bth bth;
-  bth.opcode = make_opcode(Transport::rc, op::kReadResponseOnly);
+  bth.opcode = make_opcode(transport_of(q->type), op::kReadResponseOnly);
   bth.pkey = 0xffff;
   bth.dest_qp = q->attr.dest_qp_num;
   bth.psn = at_psn;

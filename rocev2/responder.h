@@ -23,8 +23,9 @@
 
 namespace droce::rocev2 {
 
-// The checks and the rule each enforces. A request meets the first eight in this order (state to
-// op_valid; `duplicate` only a duplicate, which ends there), then its operation's own in the order
+// The checks and the rule each enforces. A request meets the first nine in this order (state to
+// op_valid; `duplicate` only a duplicate, which ends there; `xrc_srq` passes all but XRC
+// targets' requests), then its operation's own in the order
 // below, until a verdict other than `ok` ends the chain:
 //   SEND     recv, execute, [last packet: invalidate (with invalidate), complete], acknowledge
 //   WRITE    [first packet: dma_length, qp_access, rkey], write_length, [last with immediate:
@@ -40,6 +41,7 @@ namespace droce::rocev2 {
   X(reading, "responses leave in request order: a request behind a streaming READ waits")             \
   X(psn, "the PSN is the expected one; older is a duplicate, newer is out of sequence (IBA 9.7.5.1.1)") \
   X(duplicate, "a duplicate is answered again, never executed again (IBA 9.7.5.1.4)")                  \
+  X(xrc_srq, "XRC: the XRCETH names an XRC SRQ of the target QP's XRC domain (IBA A14)")          \
   X(op_seq, "a middle or last packet continues the message in progress, a first or only starts one")  \
   X(length, "first and middle packets carry exactly the MTU, a last one 1 to MTU bytes, none more")   \
   X(resource, "READs, atomics and ATOMIC WRITEs need responder resources (max_dest_rd_atomic > 0)")    \

@@ -1,6 +1,9 @@
 #pragma once
 // A shared receive queue (IBA 10.2.9): receive WQEs any attached QP consumes,
 // with a limit that raises an async event once when the queue falls below it.
+// An XRC SRQ (IBA Annex A14) belongs to an XRC domain and has a CQ of its own:
+// no QP names it at create; each XRC request names it by number (its id) in
+// the XRCETH, and its receives complete into its CQ.
 // Threading: owned by one lcore.
 
 #include <cerrno>
@@ -13,11 +16,15 @@ namespace droce::rocev2 {
 
 class Srq {
  public:
-  Srq(uint32_t id, uint32_t pd, uint32_t depth, uint32_t max_sge)
-      : id_(id), pd_(pd), max_sge_(max_sge), ring_(depth) {}
+  Srq(uint32_t id, uint32_t pd, uint32_t depth, uint32_t max_sge, uint32_t xrcd = 0, Cq* cq = nullptr)
+      : id_(id), pd_(pd), max_sge_(max_sge), xrcd_(xrcd), cq_(cq), ring_(depth) {}
 
   uint32_t id() const { return id_; }
   uint32_t pd() const { return pd_; }
+  /// XRC: its domain (nonzero) and CQ; a basic SRQ has neither.
+  bool is_xrc() const { return xrcd_ != 0; }
+  uint32_t xrcd() const { return xrcd_; }
+  Cq* cq() const { return cq_; }
   uint32_t depth() const { return static_cast<uint32_t>(ring_.size()); }
   uint32_t max_sge() const { return max_sge_; }
   uint32_t size() const { return head_ - tail_; }
@@ -62,6 +69,8 @@ class Srq {
   uint32_t id_;
   uint32_t pd_;
   uint32_t max_sge_;
+  uint32_t xrcd_;
+  Cq* cq_;
   std::vector<RecvWqe> ring_;
   uint32_t head_ = 0;
   uint32_t tail_ = 0;

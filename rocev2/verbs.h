@@ -19,6 +19,8 @@ using abi::AccessFlags;
 using abi::AddressVector;
 using abi::Completion;
 using abi::DeviceLimits;
+using abi::is_reliable;
+using abi::is_xrc;
 using abi::kMaxSge;
 using abi::MigState;
 using abi::mtu_bytes;

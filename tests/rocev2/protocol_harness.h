@@ -99,6 +99,7 @@ struct QpOptions {
   uint32_t peer_qpn = 0x0abcde;
   uint32_t qkey = 0x11111111;
   bool sq_sig_all = true;
+  uint32_t xrcd = 0;            ///< XRC receive QPs: their domain
 };
 
 class ProtocolTest : public ::testing::Test {
@@ -147,9 +148,10 @@ class ProtocolTest : public ::testing::Test {
     opts_ = o;
     QpInit init;
     init.type = o.type;
-    init.pd = pd_;
-    init.send_cq = scq_;
-    init.recv_cq = rcq_;
+    init.pd = o.type == QpType::xrc_recv ? 0 : pd_;
+    init.xrcd = o.xrcd;
+    init.send_cq = o.type == QpType::xrc_recv ? nullptr : scq_;
+    init.recv_cq = is_xrc(o.type) ? nullptr : rcq_;
     init.cap = {o.depth, o.depth, o.max_sge, o.max_sge, 64};
     init.sq_sig_all = o.sq_sig_all;
     uint32_t qpn = 0;
@@ -175,9 +177,9 @@ class ProtocolTest : public ::testing::Test {
     at.min_rnr_timer = o.min_rnr_timer;
     at.ah_attr = peer_av();
     uint32_t mask = kAttrState;
-    if (o.type == QpType::rc)
+    if (o.type == QpType::rc || o.type == QpType::xrc_recv)
       mask |= kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn | kAttrMaxDestRdAtomic | kAttrMinRnrTimer;
-    if (o.type == QpType::uc) mask |= kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn;
+    if (o.type == QpType::uc || o.type == QpType::xrc_send) mask |= kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn;
     EXPECT_EQ(engine_->modify_qp(qpn, at, mask), 0);
     if (o.state == QpState::rtr) return qpn;
     at = QpAttr{};
@@ -188,7 +190,9 @@ class ProtocolTest : public ::testing::Test {
     at.rnr_retry = o.rnr_retry;
     at.max_rd_atomic = o.max_rd_atomic;
     mask = kAttrState | kAttrSqPsn;
-    if (o.type == QpType::rc) mask |= kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic;
+    if (o.type == QpType::rc || o.type == QpType::xrc_send)
+      mask |= kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic;
+    if (o.type == QpType::xrc_recv) mask |= kAttrTimeout;
     EXPECT_EQ(engine_->modify_qp(qpn, at, mask), 0);
     return qpn;
   }
@@ -289,9 +293,7 @@ class ProtocolTest : public ::testing::Test {
     h.l3.dst = ipv6_ ? local_ip6() : local_ip();
     h.l3.ipv4_frag = ipv6_ ? 0 : net::kIpv4FlagDf;
     h.l4.src_port = kPeerSport;
-    const Transport t = opts_.type == QpType::rc ? Transport::rc : opts_.type == QpType::uc ? Transport::uc
-                                                                                          : Transport::ud;
-    h.bth.opcode = make_opcode(t, operation);
+    h.bth.opcode = make_opcode(transport_of(opts_.type), operation);
     h.bth.pkey = 0xffff;
     h.bth.dest_qp = qpn_;
     h.bth.ackreq = ackreq;
@@ -366,9 +368,9 @@ class ProtocolTest : public ::testing::Test {
     EXPECT_EQ(s.bth().dest_qp, opts_.peer_qpn);
     EXPECT_EQ(s.bth().pkey, 0xffff);
   }
-  /// An RC ACKNOWLEDGE (ACK or NAK) with this PSN, syndrome and MSN.
+  /// An RC (or, to an XRC QP, XRC) ACKNOWLEDGE (ACK or NAK) with this PSN, syndrome and MSN.
   void expect_ack(const Sent& s, uint32_t psn, uint8_t syndrome, uint32_t msn) {
-    EXPECT_EQ(s.opcode(), make_opcode(Transport::rc, op::kAcknowledge));
+    EXPECT_EQ(s.opcode(), make_opcode(is_xrc(opts_.type) ? Transport::xrc : Transport::rc, op::kAcknowledge));
     EXPECT_EQ(s.psn(), psn);
     EXPECT_EQ(s.ext().aeth.syndrome, syndrome);
     EXPECT_EQ(s.ext().aeth.msn, msn);

@@ -22,7 +22,7 @@ namespace {
 using S = QpState;
 using T = QpType;
 
-constexpr QpType kTypes[] = {T::rc, T::uc, T::ud};
+constexpr QpType kTypes[] = {T::rc, T::uc, T::ud, T::xrc_send, T::xrc_recv};
 constexpr QpState kStates[] = {S::reset, S::init, S::rtr, S::rts, S::sqd, S::sqe, S::err};
 
 // Every ibv_qp_attr_mask bit droce knows, other than IBV_QP_STATE.
@@ -93,6 +93,39 @@ const Row kIbaTable[] = {
     // SQE -> RTS: UC and UD only (RC goes to ERR, never SQE).
     {T::uc, S::sqe, S::rts, 0, kAttrCurState | kAttrAccessFlags, false},
     {T::ud, S::sqe, S::rts, 0, kAttrCurState | kAttrQkey, false},
+    // XRC (Annex A14; the kernel's ib_modify_qp_is_ok has the same rows): an initiator takes
+    // RC's requester attributes only, a target RC's responder attributes, the ACK timeout and
+    // the PSN its responses start at.
+    {T::xrc_send, S::reset, S::init, kAttrPkeyIndex | kAttrPort | kAttrAccessFlags, 0, false},
+    {T::xrc_recv, S::reset, S::init, kAttrPkeyIndex | kAttrPort | kAttrAccessFlags, 0, false},
+    {T::xrc_send, S::init, S::init, 0, kAttrPkeyIndex | kAttrPort | kAttrAccessFlags, false},
+    {T::xrc_recv, S::init, S::init, 0, kAttrPkeyIndex | kAttrPort | kAttrAccessFlags, false},
+    {T::xrc_send, S::init, S::rtr, kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn,
+     kAttrAccessFlags | kAttrPkeyIndex, true},
+    {T::xrc_recv, S::init, S::rtr,
+     kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn | kAttrMaxDestRdAtomic | kAttrMinRnrTimer,
+     kAttrAccessFlags | kAttrPkeyIndex, true},
+    {T::xrc_send, S::rtr, S::rts,
+     kAttrSqPsn | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic,
+     kAttrCurState | kAttrAccessFlags | kAttrPathMigState, true},
+    {T::xrc_recv, S::rtr, S::rts, kAttrSqPsn | kAttrTimeout,
+     kAttrCurState | kAttrAccessFlags | kAttrMinRnrTimer | kAttrPathMigState, true},
+    {T::xrc_send, S::rts, S::rts, 0, kAttrCurState | kAttrAccessFlags | kAttrPathMigState, true},
+    {T::xrc_recv, S::rts, S::rts, 0,
+     kAttrCurState | kAttrAccessFlags | kAttrMinRnrTimer | kAttrPathMigState, true},
+    {T::xrc_send, S::rts, S::sqd, 0, kAttrEnSqdAsyncNotify, false},
+    {T::xrc_recv, S::rts, S::sqd, 0, kAttrEnSqdAsyncNotify, false},
+    {T::xrc_send, S::sqd, S::rts, 0, kAttrCurState | kAttrAccessFlags | kAttrPathMigState, true},
+    {T::xrc_recv, S::sqd, S::rts, 0,
+     kAttrCurState | kAttrAccessFlags | kAttrMinRnrTimer | kAttrPathMigState, true},
+    {T::xrc_send, S::sqd, S::sqd, 0,
+     kAttrPort | kAttrAv | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic |
+         kAttrAccessFlags | kAttrPkeyIndex | kAttrPathMigState,
+     true},
+    {T::xrc_recv, S::sqd, S::sqd, 0,
+     kAttrPort | kAttrAv | kAttrTimeout | kAttrMaxDestRdAtomic | kAttrAccessFlags | kAttrPkeyIndex |
+         kAttrMinRnrTimer | kAttrPathMigState,
+     true},
 };
 
 const Row* find_row(QpType type, QpState from, QpState to) {
@@ -179,8 +212,9 @@ TEST(QpModifyTable, AllowsExactlyIbasTransitions) {
         EXPECT_EQ(required_attrs(type, from, to), required_of(r));
         EXPECT_EQ(optional_attrs(type, from, to), optional_of(r));
       }
-  // 7 states x (->RESET, ->ERR) = 14 per type, plus the table's rows: RC 8, UC 9, UD 9.
-  EXPECT_EQ(allowed, 3 * 14 + 26);
+  // 7 states x (->RESET, ->ERR) = 14 per type, plus the table's rows: RC 8, UC 9, UD 9, and
+  // 8 for each XRC type.
+  EXPECT_EQ(allowed, 5 * 14 + 26 + 16);
 }
 
 TEST(QpModifyTable, MinimalModifyPasses) {
@@ -212,7 +246,8 @@ TEST(QpModifyTable, EachRequiredAttributeIsRequired) {
       ++checked;
     }
   });
-  EXPECT_EQ(checked, 3 + 3 + 3 + 6 + 4 + 5 + 1 + 1);  // RESET->INIT, INIT->RTR, RTR->RTS
+  // RESET->INIT, INIT->RTR, RTR->RTS: RC, UC, UD, then XRC send (3 + 4 + 5) and receive (3 + 6 + 2).
+  EXPECT_EQ(checked, 3 + 3 + 3 + 6 + 4 + 5 + 1 + 1 + 12 + 11);
 }
 
 TEST(QpModifyTable, RequiredMessageNamesTheRule) {
@@ -277,7 +312,7 @@ TEST(QpModifyTable, AlternatePathIsRefusedWhereIbaAllowsIt) {
               -EINVAL);
     EXPECT_STREQ(why, "alternate paths are not supported");
   }
-  EXPECT_EQ(rows, 2 + 2 + 2 + 2 + 2);  // INIT->RTR, RTR->RTS, RTS->RTS, SQD->RTS, SQD->SQD; RC, UC
+  EXPECT_EQ(rows, 4 + 4 + 4 + 4 + 4);  // INIT->RTR, RTR->RTS, RTS->RTS, SQD->RTS, SQD->SQD; RC, UC, XRC
 }
 
 TEST(QpModifyTable, DisallowedTransitionsFail) {
@@ -297,7 +332,7 @@ TEST(QpModifyTable, DisallowedTransitionsFail) {
           if (r.type == type) all |= r.required;
         EXPECT_EQ(check(type, from, valid_attr(from, to), all), -EINVAL);
       }
-  EXPECT_EQ(refused, 3 * 49 - (3 * 14 + 26));
+  EXPECT_EQ(refused, 5 * 49 - (5 * 14 + 26 + 16));
 }
 
 TEST(QpModifyTable, NamedIllegalTransitions) {
@@ -315,7 +350,7 @@ TEST(QpModifyTable, NamedIllegalTransitions) {
   EXPECT_TRUE(fails(T::uc, S::rtr, S::sqd));
   EXPECT_STREQ(why, "RTR->SQD is not a valid transition");
   EXPECT_TRUE(fails(T::rc, S::sqe, S::rts));
-  EXPECT_STREQ(why, "RC has no SQE state: a send error takes an RC QP to ERR");
+  EXPECT_STREQ(why, "RC and XRC have no SQE state: a send error takes the QP to ERR");
   EXPECT_TRUE(fails(T::rc, S::rts, S::sqe));  // SQE is entered by the QP, never by Modify QP
   EXPECT_TRUE(fails(T::ud, S::rts, S::sqe));
   EXPECT_TRUE(fails(T::rc, S::rtr, S::rtr));
@@ -400,9 +435,9 @@ TEST(QpModifyCurState, StateValuesBeyondErrFail) {
   a = valid_attr(S::rtr, S::err);
   EXPECT_EQ(check(T::rc, static_cast<QpState>(7), a, kAttrState, &why), -EINVAL);
   EXPECT_EQ(check(static_cast<QpType>(1), S::rtr, a, kAttrState, &why), -EINVAL);  // RD
-  EXPECT_STREQ(why, "unsupported QP type: droce has RC, UC, UD");
-  EXPECT_EQ(check(static_cast<QpType>(9), S::rtr, a, kAttrState), -EINVAL);
-  EXPECT_FALSE(transition_allowed(static_cast<QpType>(9), S::rtr, S::err));
+  EXPECT_STREQ(why, "unsupported QP type: droce has RC, UC, UD, XRC");
+  EXPECT_EQ(check(static_cast<QpType>(8), S::rtr, a, kAttrState), -EINVAL);  // raw packet
+  EXPECT_FALSE(transition_allowed(static_cast<QpType>(8), S::rtr, S::err));
   EXPECT_FALSE(transition_allowed(T::rc, static_cast<QpState>(7), S::err));
   EXPECT_EQ(required_attrs(T::rc, S::init, static_cast<QpState>(9)), 0u);
   EXPECT_EQ(optional_attrs(static_cast<QpType>(0), S::init, S::init), 0u);
@@ -662,6 +697,29 @@ TEST(QpModifySequence, UdPingpong) {
              });
 }
 
+TEST(QpModifySequence, XsrqPingpong) {
+  // ibv_xsrq_pingpong: its target (receive) QP, then its initiator (send) QP.
+  run(T::xrc_recv, {
+                       {S::init, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrAccessFlags},
+                       {S::rtr, kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn |
+                                    kAttrMaxDestRdAtomic | kAttrMinRnrTimer},
+                       {S::rts, kAttrState | kAttrTimeout | kAttrSqPsn},
+                   });
+  run(T::xrc_send, {
+                       {S::init, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrAccessFlags},
+                       {S::rtr, kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn},
+                       {S::rts, kAttrState | kAttrTimeout | kAttrSqPsn | kAttrRetryCnt | kAttrRnrRetry |
+                                    kAttrMaxQpRdAtomic},
+                   });
+  const char* why = nullptr;
+  QpAttr a = valid_attr(S::init, S::rtr);
+  EXPECT_EQ(check(T::xrc_send, S::init, a, kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn |
+                                                kAttrMaxDestRdAtomic, &why),
+            -EINVAL);  // an initiator has no responder resources
+  EXPECT_STREQ(why, "MAX_DEST_RD_ATOMIC is not allowed in this transition");
+  EXPECT_EQ(check(T::xrc_recv, S::sqe, valid_attr(S::sqe, S::rts), kAttrState), -EINVAL);
+}
+
 TEST(QpModifySequence, DrainChangeResume) {
   run(T::rc, {
                  {S::init, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrAccessFlags},
@@ -698,6 +756,8 @@ TEST(QpModifyNames, StatesAndTypes) {
   EXPECT_STREQ(to_string(T::rc), "RC");
   EXPECT_STREQ(to_string(T::uc), "UC");
   EXPECT_STREQ(to_string(T::ud), "UD");
+  EXPECT_STREQ(to_string(T::xrc_send), "XRC_SEND");
+  EXPECT_STREQ(to_string(T::xrc_recv), "XRC_RECV");
 }
 
 }  // namespace
