@@ -329,7 +329,7 @@ inline Verdict Engine::ResponderRequest::checks() {
   v = step(Check::psn, check_psn());
   if (v == Verdict::duplicate) return step(Check::duplicate, duplicate_request());
   if (v != Verdict::ok) return v;
-  if ((v = step(Check::xrc_srq, check_xrc_srq())) != Verdict::ok) return v;
+  if (q->type == QpType::xrc_recv && (v = step(Check::xrc_srq, check_xrc_srq())) != Verdict::ok) return v;
   if ((v = step(Check::op_seq, check_op_seq())) != Verdict::ok) return v;
   if ((v = step(Check::length, check_length())) != Verdict::ok) return v;
   if ((v = step(Check::resource, check_resource())) != Verdict::ok) return v;
@@ -445,7 +445,6 @@ inline Verdict Engine::ResponderRequest::check_psn() {
 // SRQ's PD guards the memory the request reaches, its receives take the SEND, its CQ the
 // completion: the QP takes all three for this request (Qp::pd, srq, recv_cq).
 inline Verdict Engine::ResponderRequest::check_xrc_srq() {
-  if (q->type != QpType::xrc_recv) return Verdict::ok;
   Srq* srq = e.srq_by_num(p.hdr.ext.xrceth.xrc_srq);
   if (srq == nullptr || !srq->is_xrc() || srq->xrcd() != q->xrcd) return Verdict::nak_inv_req;
   q->srq = srq;

@@ -24,8 +24,8 @@
 namespace droce::rocev2 {
 
 // The checks and the rule each enforces. A request meets the first nine in this order (state to
-// op_valid; `duplicate` only a duplicate, which ends there; `xrc_srq` passes all but XRC
-// targets' requests), then its operation's own in the order
+// op_valid; `duplicate` only a duplicate, which ends there; `xrc_srq` only an XRC
+// target's requests), then its operation's own in the order
 // below, until a verdict other than `ok` ends the chain:
 //   SEND     recv, execute, [last packet: invalidate (with invalidate), complete], acknowledge
 //   WRITE    [first packet: dma_length, qp_access, rkey], write_length, [last with immediate:

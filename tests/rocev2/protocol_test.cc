@@ -670,7 +670,7 @@ TEST(ResponderNames, ChecksAndVerdictsPrintTheirEnumeratorNames) {
     EXPECT_TRUE(names.insert(to_string(c)).second) << to_string(c);
     EXPECT_GT(std::strlen(describe(c)), 10u) << to_string(c);
   }
-  EXPECT_EQ(names.size(), 19u);  // atomic_write_length (IBA 1.5) the 19th
+  EXPECT_EQ(names.size(), 20u);  // atomic_write_length (IBA 1.5) the 19th, xrc_srq (XRC) the 20th
   EXPECT_STREQ(to_string(static_cast<ResponderVerdict>(200)), "?");
   EXPECT_STREQ(describe(static_cast<ResponderCheck>(200)), "?");
 }

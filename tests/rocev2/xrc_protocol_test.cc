@@ -122,6 +122,12 @@ TEST_F(XrcTest, SrqOfAnotherDomainIsAnInvalidRequest) {
   EXPECT_EQ(state(tgt), QpState::err);
   EXPECT_EQ(other->size(), 1u);
   EXPECT_TRUE(drain(rcq_).empty());
+  if constexpr (kResponderTrace) {  // debug builds: the trace names the rule
+    const ResponderTrace& t = engine().responder_trace();
+    ASSERT_GT(t.size(), 0u);
+    EXPECT_EQ(t[t.size() - 1].check, ResponderCheck::xrc_srq);
+    EXPECT_EQ(t[t.size() - 1].verdict, ResponderVerdict::nak_inv_req);
+  }
   ASSERT_FALSE(engine().events().empty());
   EXPECT_EQ(engine().events().back().type, AsyncEventType::qp_req_err);
 }
