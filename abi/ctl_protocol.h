@@ -40,7 +40,9 @@ inline constexpr uint16_t kAbiMajor = 1;
 /// 10: alloc_mw, dealloc_mw (memory windows); QueryDeviceReply's max_mw.
 /// 11: completion timestamps (CreateCqRequest's kCqCreateTimestamp, Cqe::timestamp); device
 ///     memory (alloc_dm, free_dm, reg_dm_mr); QueryDeviceReply's device_caps and max_dm_size.
-inline constexpr uint16_t kAbiMinor = 11;
+/// 12: XRC: open_xrcd, close_xrcd, create_xrc_srq, create_xrc_qp, open_qp; create_qp of XRC send
+///     QPs (qp_type 9); QueryDeviceReply's max_xrcds.
+inline constexpr uint16_t kAbiMinor = 12;
 /// Largest message either side sends or accepts.
 inline constexpr size_t kMaxMessage = 4096;
 
@@ -79,8 +81,14 @@ enum class MsgType : uint16_t {
   alloc_dm = 32,          ///< minor 11: ibv_alloc_dm (AllocDmRequest; AllocDmReply and the region)
   free_dm = 33,           ///< minor 11: ibv_free_dm (IdRequest: the DM's id)
   reg_dm_mr = 34,         ///< minor 11: ibv_reg_dm_mr (RegDmMrRequest; reply RegMrReply)
+  // 35-39: unused.
+  open_xrcd = 40,         ///< minor 12: ibv_open_xrcd (OpenXrcdRequest, a file's fd beside; reply IdReply)
+  close_xrcd = 41,        ///< minor 12: ibv_close_xrcd (IdRequest)
+  create_xrc_srq = 42,    ///< minor 12: ibv_create_srq_ex of IBV_SRQT_XRC (CreateXrcSrqRequest; as create_srq's reply)
+  create_xrc_qp = 43,     ///< minor 12: ibv_create_qp_ex of IBV_QPT_XRC_RECV (XrcQpRequest; reply XrcQpReply)
+  open_qp = 44,           ///< minor 12: ibv_open_qp (XrcQpRequest; reply XrcQpReply)
 };
-inline constexpr uint16_t kLastMsgType = static_cast<uint16_t>(MsgType::reg_dm_mr);
+inline constexpr uint16_t kLastMsgType = static_cast<uint16_t>(MsgType::open_qp);
 
 enum CtlFlags : uint16_t {
   kFlagReply = 1u << 0,
@@ -285,8 +293,11 @@ struct QueryDeviceReply {
   uint32_t device_caps;  ///< DeviceCaps
   uint32_t reserved0;
   uint64_t max_dm_size;  ///< bytes one alloc_dm may ask for; 0: no device memory
+  // minor 12 (zero from an older droced: no XRC)
+  uint32_t max_xrcds;
+  uint32_t reserved_minor12;
 };
-static_assert(sizeof(QueryDeviceReply) == 208);
+static_assert(sizeof(QueryDeviceReply) == 216);
 static_assert(offsetof(QueryDeviceReply, device_caps) == 192 && offsetof(QueryDeviceReply, max_dm_size) == 200);
 /// QueryDeviceReply::device_caps.
 enum DeviceCaps : uint32_t {
@@ -547,6 +558,49 @@ struct RegDmMrRequest {
   uint64_t length;
 };
 static_assert(sizeof(RegDmMrRequest) == 32);
+
+/// open_xrcd (minor 12): an XRC domain (IBA A14; ibv_open_xrcd(3)). With kXrcdFile a
+/// descriptor comes beside the request: the domain is the one the same file (device and inode)
+/// names for every client of this droced, made when `oflags` has O_CREAT and none exists;
+/// without, a new domain only this client sees. Reply: IdReply, the domain's id (the same for
+/// every client that opened the same file). -EINVAL: O_EXCL and the domain exists, an
+/// oflags bit other than O_CREAT and O_EXCL, kXrcdFile without one descriptor; -EAGAIN: no
+/// domain for the file and no O_CREAT (the kernel's answers); -ENOMEM: past max_xrcds.
+/// A domain lives while a client holds it open or an XRC SRQ or receive QP of it exists.
+struct OpenXrcdRequest {
+  uint32_t oflags;  ///< O_CREAT, O_EXCL (Linux's values)
+  uint32_t flags;   ///< kXrcd*
+};
+static_assert(sizeof(OpenXrcdRequest) == 8);
+inline constexpr uint32_t kXrcdFile = 1u << 0;
+
+/// create_xrc_srq (minor 12): an XRC SRQ of domain `xrcd` (opened by this client) whose receives
+/// complete into CQ `cq`; otherwise as create_srq (its reply and region). Its number for
+/// ibv_get_srq_num and the XRCETH is the reply's srq_id. -EINVAL: an unknown PD, domain or CQ.
+struct CreateXrcSrqRequest {
+  CreateSrqRequest srq;
+  uint32_t xrcd;
+  uint32_t cq;
+};
+static_assert(sizeof(CreateXrcSrqRequest) == 24);
+
+/// create_xrc_qp (minor 12): an XRC receive QP of domain `xrcd`; it has no queues, so no
+/// region comes back. open_qp: the XRC receive QP `qpn` of domain `xrcd` made by any client
+/// (ibv_open_qp): this client may then modify, query and destroy it (destroy drops this
+/// client's hold; the QP goes with the last). `qp_type` is IBV_QPT_XRC_RECV (10).
+/// -EINVAL: a domain this client has not opened, no such QP in it, another type.
+struct XrcQpRequest {
+  uint32_t xrcd;
+  uint32_t qpn;      ///< open_qp only
+  uint32_t qp_type;
+  uint32_t reserved;
+};
+static_assert(sizeof(XrcQpRequest) == 16);
+struct XrcQpReply {
+  uint32_t qpn;
+  uint32_t reserved;
+};
+static_assert(sizeof(XrcQpReply) == 8);
 
 /// rereg_mr (minor 2): the region `lkey` takes the PD, access and range
 /// given, keeping its keys (reply: RegMrReply with them). Every field is the

@@ -62,6 +62,7 @@ void Session::teardown() {
   }
   qps_.clear();
   active_qps_.clear();
+  release_xrc();
   for (auto& [id, s] : srqs_) {
     (void)e.destroy_srq(s->srq);
     dev_->srq_owner.erase(id);
@@ -331,7 +332,7 @@ uint32_t Session::sq_entries_unread() {
 void Session::refill_recv(uint32_t qpn) {
   if (!hello_done_ || closed_ || draining_) return;
   auto it = qps_.find(qpn);
-  if (it == qps_.end()) return;
+  if (it == qps_.end()) return refill_xrc_recv(qpn);
   SharedQp& q = *it->second;
   refilling_ = true;
   if (q.srq != nullptr) drain_srq(*q.srq);
@@ -374,21 +375,6 @@ void Session::arm_cq(SharedCq& c) {
   c.cq->arm(solicited_only);
 }
 
-namespace {
-// Gives back the ring slots of WQEs the engine retired since the last call.
-void release_queue(abi::ShmRingConsumer& ring, uint32_t* ahead, uint32_t* mark, uint32_t* refused,
-                   uint32_t retire_index) {
-  const uint32_t done = std::min(retire_index - *mark + *refused, *ahead);
-  *mark = retire_index;
-  *refused = 0;
-  if (done == 0) return;
-  uint32_t got;
-  (void)ring.peek(*ahead, &got);
-  ring.release(std::min(done, got));
-  *ahead -= std::min(done, got);
-}
-}  // namespace
-
 void Session::release_retired() {
   rocev2::Engine& e = dev_->core->engine();
   for (size_t i = 0; i < active_qps_.size();) {
@@ -426,7 +412,7 @@ void Session::release_for_completion(uint32_t qpn) {
   // drain reads entries by position: the next release_retired() does it.
   if (draining_) return;
   auto it = qps_.find(qpn);
-  if (it == qps_.end()) return;
+  if (it == qps_.end()) return release_xrc_for_completion(qpn);
   const rocev2::Qp* p = dev_->core->engine().qp(qpn);
   if (p == nullptr) return;
   SharedQp& q = *it->second;

@@ -66,6 +66,25 @@ struct SessionLimits {
   uint32_t max_dms = 1024;
 };
 
+/// XRC domains and receive QPs (IBA A14), shared by the clients of one worker: a domain opened
+/// through a file is found again by that file's device and inode (ibv_open_xrcd(3)); a receive
+/// QP may be held by several clients (ibv_open_qp). droced/session_xrc.cc keeps them.
+struct XrcRegistry {
+  struct Domain {
+    bool file = false;  ///< named by a file (else private to the client that opened it)
+    uint64_t st_dev = 0, st_ino = 0;
+    uint32_t opens = 0;  ///< open_xrcd calls not yet closed, over every client
+  };
+  struct TargetQp {
+    uint32_t xrcd = 0;
+    std::vector<Session*> holders;  ///< who created or opened it, in that order
+  };
+  std::unordered_map<uint32_t, Domain> domains;
+  std::unordered_map<uint32_t, TargetQp> targets;  ///< by QPN
+  uint32_t next_domain = 1;
+  static constexpr uint32_t kMaxDomains = 1u << 16;
+};
+
 /// The device as one worker's sessions see it: the shared facts (name, port,
 /// GIDs, limits) and that worker's core, wake eventfd and owner maps.
 struct Device {
@@ -83,6 +102,8 @@ struct Device {
   ControlJobs* jobs = nullptr;
   /// Which session owns each engine object (async events are routed by it).
   std::unordered_map<uint32_t, Session*> qp_owner, cq_owner, srq_owner;
+  /// XRC domains and receive QPs (droced/session_xrc.cc).
+  XrcRegistry xrc;
   /// The device's fault rules (`droce fault`); nullptr: none can be set.
   FaultRules* faults = nullptr;
   /// The device's capture (`droce capture`); nullptr: none can run.
@@ -237,6 +258,7 @@ class Session {
   static std::span<const ControlEntry> fault_controls();
   static std::span<const ControlEntry> capture_controls();
   static std::span<const ControlEntry> cc_controls();
+  static std::span<const ControlEntry> xrc_controls();
   /// The entry of message type `type`; nullptr when no family serves it.
   static const ControlEntry* control_for(uint16_t type);
 
@@ -262,7 +284,9 @@ class Session {
   /// ibv_resize_cq (resize_cq): the CQ's ring moves to a new region with
   /// the completions not yet polled; the reply carries the region.
   int on_resize_cq(const abi::ctl::ResizeCqRequest& r, abi::ctl::ResizeCqReply* out);
-  int on_create_srq(const abi::ctl::CreateSrqRequest& r, abi::ctl::CreateSrqReply* out);
+  /// With `xrcd`, an XRC SRQ of that domain completing into `cq` (create_xrc_srq).
+  int on_create_srq(const abi::ctl::CreateSrqRequest& r, abi::ctl::CreateSrqReply* out, uint32_t xrcd = 0,
+                    SharedCq* cq = nullptr);
   int on_create_qp(const abi::ctl::CreateQpRequest& r, abi::ctl::CreateQpReply* out);
   /// 1 when waiting for a neighbour (the reply comes later).
   int on_modify_qp(const abi::ctl::ModifyQpRequest& r, uint64_t now_ns);
@@ -275,6 +299,23 @@ class Session {
   /// Fills the address vector from the client's: source GID, VLAN, MACs.
   int build_av(const abi::ctl::WireAv& w, rocev2::AddressVector* av) const;
 
+  // XRC (session_xrc.cc).
+  int on_open_xrcd(const abi::ctl::OpenXrcdRequest& q, std::vector<core::Fd>& fds, uint32_t* id);
+  int close_xrcd(uint32_t id);
+  int on_create_xrc_srq(const abi::ctl::CreateXrcSrqRequest& q, abi::ctl::CreateSrqReply* out);
+  int on_xrc_qp(const abi::ctl::XrcQpRequest& q, bool open, uint32_t* qpn);
+  /// This client created or opened XRC receive QP `qpn` (and may modify, query, destroy it).
+  bool holds_xrc_qp(uint32_t qpn) const { return xrc_qps_.count(qpn) != 0; }
+  /// Drops this client's hold on an XRC receive QP; the last hold destroys it.
+  int close_xrc_qp(uint32_t qpn);
+  /// An XRC receive QP found no receive on the SRQ it names: that SRQ's client refills it.
+  void refill_xrc_recv(uint32_t qpn);
+  /// An XRC receive QP (of any client) completes a receive of one of this client's XRC SRQs
+  /// into its CQ: the SRQ's taken slots go back first (release_for_completion).
+  void release_xrc_for_completion(uint32_t qpn);
+  /// The session ends: its holds on XRC receive QPs and domains go.
+  void release_xrc();
+
   void drain_sq(SharedQp& q);
   void drain_rq(SharedQp& q);
   void drain_srq(SharedSrq& s);
@@ -284,6 +325,8 @@ class Session {
   /// SRQ since the last doorbell was read. Entries that fail their checks are
   /// left for the next loop, which refuses them (not from inside the engine).
   void refill_recv(uint32_t qpn);
+  /// The same for SRQ `id` of this client (an XRC receive QP of another client took from it).
+  void refill_srq(uint32_t id);
  private:
   void arm_cq(SharedCq& c);
   /// Puts a queue with WQEs in the engine (or a backlog) on the active list.
@@ -326,6 +369,8 @@ class Session {
   std::unordered_map<uint32_t, std::unique_ptr<DmEntry>> dms_;  ///< device memory, by id
   uint32_t next_dm_id_ = 1;
   uint64_t dm_bytes_ = 0;  ///< the regions' bytes in dms_ (SessionLimits::max_dm_bytes)
+  std::unordered_map<uint32_t, uint32_t> xrcds_;  ///< XRC domains this client opened: id -> opens
+  std::unordered_set<uint32_t> xrc_qps_;          ///< XRC receive QPs it created or opened
   std::vector<uint32_t> ahs_;
   /// Completion channels by id (register_channel); CQs share them.
   std::unordered_map<uint32_t, std::shared_ptr<core::Fd>> channels_;

@@ -18,7 +18,8 @@ const Session::ControlEntry* Session::control_for(uint16_t type) {
     for (std::span<const ControlEntry> family : {device_controls(), pd_controls(), mr_controls(), mw_controls(), dm_controls(),
                                                  cq_controls(),
                                                  srq_controls(), qp_controls(), ah_controls(), mcast_controls(),
-                                                 fault_controls(), capture_controls(), cc_controls()}) {
+                                                 fault_controls(), capture_controls(), cc_controls(),
+                                                 xrc_controls()}) {
       for (const ControlEntry& e : family) {
         const auto i = static_cast<uint16_t>(e.type);
         assert(i < t.size() && t[i].serve == nullptr && "a message type served twice");

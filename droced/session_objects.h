@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cstdint>
@@ -42,6 +43,19 @@ inline int make_region(const char* name, size_t bytes, core::ShmRegion* out) {
 }
 
 inline size_t align64(size_t n) { return (n + 63) & ~size_t{63}; }
+
+// Gives back the ring slots of WQEs the engine retired since the last call.
+inline void release_queue(abi::ShmRingConsumer& ring, uint32_t* ahead, uint32_t* mark, uint32_t* refused,
+                          uint32_t retire_index) {
+  const uint32_t done = std::min(retire_index - *mark + *refused, *ahead);
+  *mark = retire_index;
+  *refused = 0;
+  if (done == 0) return;
+  uint32_t got;
+  (void)ring.peek(*ahead, &got);
+  ring.release(std::min(done, got));
+  *ahead -= std::min(done, got);
+}
 
 struct Session::SharedCq final : rocev2::CqSink {
   rocev2::Cq* cq = nullptr;
@@ -110,6 +124,8 @@ struct Session::SharedSrq {
   SharedQueue rq;
   uint32_t users = 0;
   bool active = false;
+  uint32_t xrcd = 0;          ///< XRC: its domain
+  SharedCq* cq = nullptr;     ///< XRC: the CQ its receives complete into
 };
 
 struct Session::MrEntry {

@@ -14,8 +14,9 @@ using namespace abi::ctl;
 int Session::on_create_qp(const CreateQpRequest& q, CreateQpReply* out) {
   if (qps_.size() >= dev_->session_limits.max_qps) return -ENOMEM;
   if (std::find(pds_.begin(), pds_.end(), q.pd) == pds_.end()) return -EINVAL;
+  const bool xrc_send = q.qp_type == uint8_t(rocev2::QpType::xrc_send);  // minor 12: a send queue only
   auto scq = cqs_.find(q.send_cq);
-  auto rcq = cqs_.find(q.recv_cq);
+  auto rcq = cqs_.find(xrc_send ? q.send_cq : q.recv_cq);
   if (scq == cqs_.end() || rcq == cqs_.end()) return -EINVAL;
   SharedSrq* srq = nullptr;
   if (q.srq != 0) {
@@ -24,11 +25,12 @@ int Session::on_create_qp(const CreateQpRequest& q, CreateQpReply* out) {
     srq = it->second.get();
   }
   if (q.qp_type != uint8_t(rocev2::QpType::rc) && q.qp_type != uint8_t(rocev2::QpType::uc) &&
-      q.qp_type != uint8_t(rocev2::QpType::ud))
+      q.qp_type != uint8_t(rocev2::QpType::ud) && (!xrc_send || srq != nullptr))
     return -EINVAL;
   const rocev2::DeviceLimits& L = dev_->limits;
   if (q.max_send_wr == 0 || q.max_send_wr > L.max_qp_wr || q.max_send_sge > L.max_sge ||
-      q.max_inline_data > L.max_inline_data || (srq == nullptr && (q.max_recv_wr == 0 || q.max_recv_wr > L.max_qp_wr)) ||
+      q.max_inline_data > L.max_inline_data ||
+      (srq == nullptr && !xrc_send && (q.max_recv_wr == 0 || q.max_recv_wr > L.max_qp_wr)) ||
       q.max_recv_sge > L.max_sge)
     return -EINVAL;
 
@@ -51,7 +53,7 @@ int Session::on_create_qp(const CreateQpRequest& q, CreateQpReply* out) {
                                  abi::recv_wqe_size(init.cap.max_recv_sge)};
   const size_t sq_off = sizeof(abi::QueueDoorbellBlock);
   const size_t rq_off = align64(sq_off + abi::shm_ring_bytes(sq));
-  s->has_rq = srq == nullptr;
+  s->has_rq = srq == nullptr && !xrc_send;
   const size_t total = s->has_rq ? rq_off + abi::shm_ring_bytes(rq) : rq_off;
   if (int rc = make_region("droce-qp", total, &s->region); rc != 0) return rc;
   auto* base = s->region.data();
@@ -99,6 +101,7 @@ int Session::on_create_qp(const CreateQpRequest& q, CreateQpReply* out) {
 }
 
 int Session::destroy_qp(uint32_t qpn) {
+  if (holds_xrc_qp(qpn)) return close_xrc_qp(qpn);
   auto it = qps_.find(qpn);
   if (it == qps_.end()) return -EINVAL;
   int rc = dev_->core->engine().destroy_qp(qpn);
@@ -116,7 +119,7 @@ int Session::destroy_qp(uint32_t qpn) {
 
 int Session::on_modify_qp(const ModifyQpRequest& r, uint64_t now_ns) {
   auto it = qps_.find(r.qpn);
-  if (it == qps_.end()) return -EINVAL;
+  if (it == qps_.end() && !holds_xrc_qp(r.qpn)) return -EINVAL;
   rocev2::QpAttr a;
   if (!abi::from_wire(r.attr, &a)) return -EINVAL;
   // A Q_Key with its top bit set is controlled (IBA 10.2.5): QP1's 0x80010000 is one. With it an
@@ -133,7 +136,7 @@ int Session::on_modify_qp(const ModifyQpRequest& r, uint64_t now_ns) {
   }
   rocev2::Engine& e = dev_->core->engine();
   const int rc = e.modify_qp(r.qpn, a, r.mask);
-  if (rc == 0 && (r.mask & rocev2::kAttrState) && a.qp_state == rocev2::QpState::reset) {
+  if (rc == 0 && (r.mask & rocev2::kAttrState) && a.qp_state == rocev2::QpState::reset && it != qps_.end()) {
     // RESET empties the queues without completions: give back every slot
     // read so far; the engine's retire counts restart at zero.
     SharedQp& q = *it->second;
@@ -150,7 +153,7 @@ int Session::on_modify_qp(const ModifyQpRequest& r, uint64_t now_ns) {
 }
 
 int Session::on_query_qp(uint32_t qpn, WireQpAttr* out) {
-  if (qps_.find(qpn) == qps_.end()) return -EINVAL;
+  if (qps_.find(qpn) == qps_.end() && !holds_xrc_qp(qpn)) return -EINVAL;
   rocev2::QpAttr a;
   rocev2::QpState st;
   if (int rc = dev_->core->engine().query_qp(qpn, &a, &st); rc != 0) return rc;

@@ -8,7 +8,7 @@ namespace droce::droced {
 
 using namespace abi::ctl;
 
-int Session::on_create_srq(const CreateSrqRequest& q, CreateSrqReply* out) {
+int Session::on_create_srq(const CreateSrqRequest& q, CreateSrqReply* out, uint32_t xrcd, SharedCq* cq) {
   if (srqs_.size() >= dev_->session_limits.max_srqs) return -ENOMEM;
   if (std::find(pds_.begin(), pds_.end(), q.pd) == pds_.end()) return -EINVAL;
   if (q.max_wr == 0 || q.max_wr > dev_->limits.max_qp_wr || q.max_sge == 0 || q.max_sge > dev_->limits.max_sge)
@@ -22,7 +22,9 @@ int Session::on_create_srq(const CreateSrqRequest& q, CreateSrqReply* out) {
   if (int rc = abi::ShmRingConsumer::attach(ring, g, &s->rq.ring); rc != 0) return rc;
   s->rq.pending = &reinterpret_cast<abi::QueueDoorbellBlock*>(s->region.data())->rq_pending;
   s->rq.limits = {q.max_sge, 0};
-  if (int rc = dev_->core->engine().create_srq(q.pd, q.max_wr, q.max_sge, &s->srq); rc != 0) return rc;
+  if (int rc = dev_->core->engine().create_srq(q.pd, q.max_wr, q.max_sge, &s->srq, xrcd, cq ? cq->cq : nullptr);
+      rc != 0)
+    return rc;
   if (q.srq_limit != 0 && s->srq->set_limit(q.srq_limit) != 0) {
     (void)dev_->core->engine().destroy_srq(s->srq);
     return -EINVAL;
@@ -35,6 +37,9 @@ int Session::on_create_srq(const CreateSrqRequest& q, CreateSrqReply* out) {
   out->ring_offset = ring_off;
   out->region_bytes = s->region.size();
   dev_->srq_owner[out->srq_id] = this;
+  s->xrcd = xrcd;
+  s->cq = cq;
+  if (cq != nullptr) ++cq->users;
   srqs_[out->srq_id] = std::move(s);
   return 0;
 }
@@ -45,6 +50,7 @@ int Session::destroy_srq(uint32_t id) {
   if (it->second->users != 0) return -EBUSY;
   int rc = dev_->core->engine().destroy_srq(it->second->srq);
   if (rc != 0) return rc;
+  if (it->second->cq != nullptr) --it->second->cq->users;  // an XRC SRQ's CQ
   if (it->second->active) std::erase(active_srqs_, it->second.get());
   srqs_.erase(it);
   dev_->srq_owner.erase(id);
