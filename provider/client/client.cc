@@ -515,9 +515,21 @@ int Cq::wait_event(int timeout_ms) {
 
 int Context::create_srq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit, Srq** out) {
   CreateSrqRequest q{pd, max_wr, max_sge, limit};
+  return make_srq(MsgType::create_srq, &q, sizeof q, out);
+}
+
+int Context::create_xrc_srq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit, uint32_t xrcd, Cq* cq,
+                            Srq** out) {
+  if (daemon_minor_ < 12) return -EOPNOTSUPP;
+  if (cq == nullptr) return -EINVAL;
+  CreateXrcSrqRequest q{{pd, max_wr, max_sge, limit}, xrcd, cq->id_};
+  return make_srq(MsgType::create_xrc_srq, &q, sizeof q, out);
+}
+
+int Context::make_srq(MsgType type, const void* body, size_t len, Srq** out) {
   CreateSrqReply r{};
   std::vector<core::Fd> fds;
-  if (int rc = call(MsgType::create_srq, &q, sizeof q, &r, sizeof r, &fds); rc != 0) return rc;
+  if (int rc = call(type, body, len, &r, sizeof r, &fds); rc != 0) return rc;
   auto s = std::make_unique<Srq>();
   s->ctx_ = this;
   s->id_ = r.srq_id;
@@ -567,13 +579,16 @@ int Context::destroy_srq(Srq* srq) {
 // ---- QPs ---------------------------------------------------------------------
 
 int Context::create_qp(const QpCreate& c, Qp** out) {
-  if (c.send_cq == nullptr || c.recv_cq == nullptr) return -EINVAL;
+  if (c.type == abi::QpType::xrc_recv) return make_xrc_qp(MsgType::create_xrc_qp, c.xrcd, 0, out);
+  const bool xrc_send = c.type == abi::QpType::xrc_send;
+  if (xrc_send && daemon_minor_ < 12) return -EOPNOTSUPP;
+  if (c.send_cq == nullptr || (c.recv_cq == nullptr && !xrc_send)) return -EINVAL;
   if (c.block_self_mcast_loopback && daemon_minor_ < 5) return -EOPNOTSUPP;
   CreateQpRequest q{};
   q.flags = c.block_self_mcast_loopback ? kQpBlockSelfMcastLoopback : 0;
   q.pd = c.pd;
   q.send_cq = c.send_cq->id_;
-  q.recv_cq = c.recv_cq->id_;
+  q.recv_cq = xrc_send ? c.send_cq->id_ : c.recv_cq->id_;  // XRC send QPs have no receive side
   q.srq = c.srq != nullptr ? c.srq->id_ + 1 : 0;
   q.qp_type = static_cast<uint8_t>(c.type);
   q.sq_sig_all = c.sq_sig_all ? 1 : 0;
@@ -589,10 +604,10 @@ int Context::create_qp(const QpCreate& c, Qp** out) {
   qp->ctx_ = this;
   qp->qpn_ = r.qpn;
   qp->send_cq_ = c.send_cq;
-  qp->recv_cq_ = c.recv_cq;
+  qp->recv_cq_ = xrc_send ? c.send_cq : c.recv_cq;
   qp->type_ = c.type;
   qp->cap_ = {r.max_send_wr, r.max_recv_wr, r.max_send_sge, r.max_recv_sge, r.max_inline_data};
-  qp->has_rq_ = c.srq == nullptr;
+  qp->has_rq_ = c.srq == nullptr && !xrc_send;
   int rc = fds.size() == 1 ? map_region(fds[0], r.region_bytes, &qp->region_) : -EPROTO;
   const abi::ShmRingGeometry sq{r.sq_entries, r.sq_entry_size};
   const abi::ShmRingGeometry rq{r.rq_entries, r.rq_entry_size};
@@ -619,6 +634,44 @@ int Context::create_qp(const QpCreate& c, Qp** out) {
   return 0;
 }
 
+int Context::open_qp(uint32_t xrcd, uint32_t qpn, abi::QpType type, Qp** out) {
+  if (type != abi::QpType::xrc_recv) return -EINVAL;  // the only type ibv_open_qp opens
+  return make_xrc_qp(MsgType::open_qp, xrcd, qpn, out);
+}
+
+int Context::make_xrc_qp(MsgType type, uint32_t xrcd, uint32_t qpn, Qp** out) {
+  if (daemon_minor_ < 12) return -EOPNOTSUPP;
+  XrcQpRequest q{xrcd, qpn, uint32_t(abi::QpType::xrc_recv), 0};
+  XrcQpReply r{};
+  if (int rc = call(type, &q, sizeof q, &r, sizeof r); rc != 0) return rc;
+  // No queues, no region: droced answers the QPN only.
+  auto qp = std::make_unique<Qp>();
+  qp->ctx_ = this;
+  qp->qpn_ = r.qpn;
+  qp->type_ = abi::QpType::xrc_recv;
+  qp->has_rq_ = false;
+  *out = qp.get();
+  std::lock_guard<std::mutex> l(ctl_mutex_);
+  qps_[qp.get()] = std::move(qp);
+  return 0;
+}
+
+int Context::open_xrcd(int fd, uint32_t oflags, uint32_t* id) {
+  if (daemon_minor_ < 12) return -EOPNOTSUPP;
+  OpenXrcdRequest q{oflags, fd >= 0 ? kXrcdFile : 0u};
+  IdReply r{};
+  const int send_fd[1] = {fd};
+  int rc = call(MsgType::open_xrcd, &q, sizeof q, &r, sizeof r, nullptr,
+                std::span<const int>(send_fd, fd >= 0 ? 1 : 0));
+  if (rc == 0) *id = r.id;
+  return rc;
+}
+
+int Context::close_xrcd(uint32_t id) {
+  IdRequest q{id, 0};
+  return call(MsgType::close_xrcd, &q, sizeof q, nullptr, 0);
+}
+
 int Context::modify_qp(Qp* qp, const abi::QpAttr& attr, uint32_t mask) {
   ModifyQpRequest q{};
   q.qpn = qp->qpn_;
@@ -629,8 +682,8 @@ int Context::modify_qp(Qp* qp, const abi::QpAttr& attr, uint32_t mask) {
   if (rc == 0 && (mask & abi::kAttrState) && attr.qp_state == abi::QpState::reset) {
     // droced pushes nothing more for the QP; what it pushed (flushed WRs of
     // the error state) belongs to the QP's previous life.
-    qp->send_cq_->discard(qp->qpn_);
-    if (qp->recv_cq_ != qp->send_cq_) qp->recv_cq_->discard(qp->qpn_);
+    if (qp->send_cq_ != nullptr) qp->send_cq_->discard(qp->qpn_);
+    if (qp->recv_cq_ != nullptr && qp->recv_cq_ != qp->send_cq_) qp->recv_cq_->discard(qp->qpn_);
   }
   return rc;
 }
@@ -660,9 +713,10 @@ int Context::destroy_qp(Qp* qp) {
   IdRequest q{qp->qpn_, 0};
   int rc = call(MsgType::destroy_qp, &q, sizeof q, nullptr, 0);
   if (rc != 0 && rc != -EIO) return rc;
-  // Its completions go with it (as an HCA's provider cleans its CQs).
-  qp->send_cq_->discard(qp->qpn_);
-  if (qp->recv_cq_ != qp->send_cq_) qp->recv_cq_->discard(qp->qpn_);
+  // Its completions go with it (as an HCA's provider cleans its CQs). An XRC receive QP has
+  // no CQs of its own: what it completed into its SRQs' CQs stays there.
+  if (qp->send_cq_ != nullptr) qp->send_cq_->discard(qp->qpn_);
+  if (qp->recv_cq_ != nullptr && qp->recv_cq_ != qp->send_cq_) qp->recv_cq_->discard(qp->qpn_);
   std::lock_guard<std::mutex> l(ctl_mutex_);
   qps_.erase(qp);
   return 0;
@@ -804,6 +858,7 @@ int Qp::post_send(const abi::SendWr& wr) { return post_send(abi::send_wqe_header
 
 int Qp::post_send(const abi::SendWqeHeader& h, abi::SgeList sges) {
   if (ctx_->fatal()) return -EIO;
+  if (type_ == abi::QpType::xrc_recv) return -EINVAL;  // no send queue
   const auto st = static_cast<abi::QpState>(state_.load(std::memory_order_relaxed));
   if (st == abi::QpState::reset || st == abi::QpState::init || st == abi::QpState::rtr) return -EINVAL;
   if (int rc = sq_.push_send(h, sges); rc != 0) return rc;

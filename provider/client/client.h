@@ -137,6 +137,9 @@ struct QpCreate {
   abi::QpCap cap;
   bool sq_sig_all = false;
   bool block_self_mcast_loopback = false;  ///< needs a droced of ABI minor 5 (else -EOPNOTSUPP)
+  /// XRC receive QPs: their domain (open_xrcd's id); they take nothing else here. XRC send QPs
+  /// take pd, send_cq and cap's send half. Both need a droced of ABI minor 12 (else -EOPNOTSUPP).
+  uint32_t xrcd = 0;
 };
 
 class Qp {
@@ -279,6 +282,10 @@ class Context {
   int destroy_cq(Cq* cq, uint64_t* comp_events_written = nullptr);
   static constexpr uint64_t kEventsUnknown = UINT64_MAX;
   int create_srq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit, Srq** out);
+  /// An XRC SRQ of domain `xrcd` whose receives complete into `cq`; its id() is its SRQ number
+  /// (ibv_get_srq_num). -EINVAL (PD, domain, CQ, sizes), -EOPNOTSUPP (droced before minor 12).
+  int create_xrc_srq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit, uint32_t xrcd, Cq* cq,
+                     Srq** out);
   int modify_srq(Srq* srq, uint32_t mask, uint32_t max_wr, uint32_t limit);
   int query_srq(Srq* srq, uint32_t* max_wr, uint32_t* max_sge, uint32_t* limit);
   int destroy_srq(Srq* srq);
@@ -288,6 +295,15 @@ class Context {
   int modify_qp(Qp* qp, const abi::QpAttr& attr, uint32_t mask);
   int query_qp(Qp* qp, abi::QpAttr* attr);
   int destroy_qp(Qp* qp);
+  /// ibv_open_xrcd: with `fd` >= 0 the domain that file names for every client of this droced
+  /// (made when `oflags` has O_CREAT), else a new private one. -EINVAL, -EAGAIN (no domain for
+  /// the file and no O_CREAT), -ENOMEM, -EOPNOTSUPP (droced before minor 12).
+  int open_xrcd(int fd, uint32_t oflags, uint32_t* id);
+  /// -EBUSY while this client has XRC SRQs or receive QPs of it and this is its last open.
+  int close_xrcd(uint32_t id);
+  /// ibv_open_qp: XRC receive QP `qpn` of domain `xrcd`, which any client made; destroy_qp
+  /// drops this hold. -EINVAL (type, domain, no such QP).
+  int open_qp(uint32_t xrcd, uint32_t qpn, abi::QpType type, Qp** out);
   /// ibv_attach_mcast / ibv_detach_mcast: `gid` 16 bytes, network order. -EOPNOTSUPP from a
   /// droced before multicast (ABI minor 4).
   int attach_mcast(Qp* qp, const uint8_t* gid, uint16_t lid, bool attach);
@@ -339,6 +355,8 @@ class Context {
   /// Waits (a bounded time) until droced has taken every doorbell rung so far.
   void wait_doorbells_taken();
   void set_dead();
+  int make_srq(abi::ctl::MsgType type, const void* body, size_t len, Srq** out);
+  int make_xrc_qp(abi::ctl::MsgType type, uint32_t xrcd, uint32_t qpn, Qp** out);
 
   core::Fd sock_;
   abi::ctl::HelloReply hello_{};

@@ -17,7 +17,9 @@ using namespace abi;
 constexpr bool eq(auto a, auto b) { return static_cast<long long>(a) == static_cast<long long>(b); }
 static_assert(eq(int(QpType::rc), IBV_QPT_RC) &&
               eq(int(QpType::uc), IBV_QPT_UC) &&
-              eq(int(QpType::ud), IBV_QPT_UD));
+              eq(int(QpType::ud), IBV_QPT_UD) &&
+              eq(int(QpType::xrc_send), IBV_QPT_XRC_SEND) &&
+              eq(int(QpType::xrc_recv), IBV_QPT_XRC_RECV));
 static_assert(eq(int(QpState::reset), IBV_QPS_RESET) &&
               eq(int(QpState::init), IBV_QPS_INIT) &&
               eq(int(QpState::rtr), IBV_QPS_RTR) &&
@@ -140,21 +142,24 @@ int to_access(int ibv_access, uint32_t* out) {
 namespace {
 
 bool opcode_allowed(int op, ibv_qp_type type) {
+  // An XRC send QP has RC's operations (IBA A14); an XRC receive QP no send queue.
+  const bool rc = type == IBV_QPT_RC || type == IBV_QPT_XRC_SEND;
+  if (type == IBV_QPT_XRC_RECV) return false;
   switch (op) {
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM:
       return true;
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
-      return type == IBV_QPT_RC || type == IBV_QPT_UC;
+      return rc || type == IBV_QPT_UC;
     case IBV_WR_RDMA_READ:
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
     case IBV_WR_SEND_WITH_INV:
     case IBV_WR_LOCAL_INV:
-      return type == IBV_QPT_RC;
+      return rc;
     case IBV_WR_BIND_MW:
-      return type == IBV_QPT_RC || type == IBV_QPT_UC;  // as rxe
+      return rc || type == IBV_QPT_UC;  // as rxe
     default:
       return false;
   }
@@ -224,6 +229,7 @@ int to_send_wqe_header(const ibv_send_wr& wr, ibv_qp_type type, uint32_t ud_ah_i
     out->remote_qpn = wr.wr.ud.remote_qpn;
     out->remote_qkey = wr.wr.ud.remote_qkey;
   }
+  if (type == IBV_QPT_XRC_SEND) out->remote_qpn = wr.qp_type.xrc.remote_srqn & 0xffffff;  // the XRCETH's
   return 0;
 }
 
@@ -394,6 +400,7 @@ void to_device_attr(const abi::ctl::QueryDeviceReply& r, ibv_device_attr_ex* out
   d.max_rdd = 0;
   d.max_mw = static_cast<int>(r.max_mw);  // 0 from a droced before minor 10
   if (r.max_mw != 0) d.device_cap_flags |= IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;  // as rxe
+  if (r.max_xrcds != 0) d.device_cap_flags |= IBV_DEVICE_XRC;  // droced of minor 12 on
   d.max_raw_ipv6_qp = 0;
   d.max_raw_ethy_qp = 0;
   d.max_mcast_grp = static_cast<int>(r.max_mcast_grp);

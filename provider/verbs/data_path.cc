@@ -237,6 +237,12 @@ void wr_set_ud_addr(ibv_qp_ex* qpx, ibv_ah* ah, uint32_t remote_qpn, uint32_t re
   w->remote_qkey = remote_qkey;
 }
 
+// XRC send QPs: the destination XRC SRQ of the WR being built (the XRCETH's), where
+// ibv_post_send has wr.qp_type.xrc.remote_srqn.
+void wr_set_xrc_srqn(ibv_qp_ex* qpx, uint32_t remote_srqn) {
+  if (abi::SendWr* w = current_wr(qpx)) w->remote_qpn = remote_srqn & 0xffffff;
+}
+
 void wr_set_sge(ibv_qp_ex* qpx, uint32_t lkey, uint64_t addr, uint32_t length) {
   abi::SendWr* w = current_wr(qpx);
   if (w == nullptr) return;
@@ -332,6 +338,7 @@ void fill_qp_ex_ops(ibv_qp_ex* qpx, uint64_t ops) {
   if (ops & IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD) qpx->wr_atomic_fetch_add = wr_atomic_fetch_add;
   if (ops & IBV_QP_EX_WITH_ATOMIC_WRITE) qpx->wr_atomic_write = wr_atomic_write;
   qpx->wr_set_ud_addr = wr_set_ud_addr;
+  qpx->wr_set_xrc_srqn = wr_set_xrc_srqn;
   qpx->wr_set_sge = wr_set_sge;
   qpx->wr_set_sge_list = wr_set_sge_list;
   qpx->wr_set_inline_data = wr_set_inline_data;

@@ -205,6 +205,24 @@ static struct ibv_qp *droce_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr
   return qp;
 }
 
+static struct ibv_qp *droce_open_qp(struct ibv_context *context, struct ibv_qp_open_attr *attr)
+{
+  struct droce_qp *qp = calloc(1, sizeof(*qp));
+  int rc;
+
+  if (!qp) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  rc = droce_glue_open_qp(context, attr, &qp->vqp.qp, &qp->droce);
+  if (rc) {
+    free(qp);
+    errno = rc;
+    return NULL;
+  }
+  return &qp->vqp.qp;
+}
+
 static int droce_destroy_qp(struct ibv_qp *ibqp)
 {
   int rc = droce_glue_destroy_qp(ibqp);
@@ -217,7 +235,7 @@ static int droce_destroy_qp(struct ibv_qp *ibqp)
 
 /*
  * Every op not named here stays libibverbs' dummy, which fails with EOPNOTSUPP (or ENOSYS):
- * XRC, flow steering, WQs, counters, imports, ECE.
+ * flow steering, WQs, counters, imports, ECE.
  */
 static const struct verbs_context_ops droce_ctx_ops = {
   .alloc_dm = droce_alloc_dm,
@@ -226,6 +244,7 @@ static const struct verbs_context_ops droce_ctx_ops = {
   .alloc_pd = droce_alloc_pd,
   .alloc_td = droce_alloc_td,
   .attach_mcast = droce_attach_mcast,
+  .close_xrcd = droce_close_xrcd,
   .bind_mw = droce_bind_mw,
   .cq_event = droce_cq_event,
   .create_ah = droce_create_ah,
@@ -234,6 +253,7 @@ static const struct verbs_context_ops droce_ctx_ops = {
   .create_qp = droce_create_qp,
   .create_qp_ex = droce_create_qp_ex,
   .create_srq = droce_create_srq,
+  .create_srq_ex = droce_create_srq_ex,
   .dealloc_mw = droce_dealloc_mw,
   .dealloc_pd = droce_dealloc_pd,
   .dealloc_td = droce_dealloc_td,
@@ -245,8 +265,11 @@ static const struct verbs_context_ops droce_ctx_ops = {
   .detach_mcast = droce_detach_mcast,
   .free_context = droce_free_context,
   .free_dm = droce_free_dm,
+  .get_srq_num = droce_get_srq_num,
   .modify_qp = droce_modify_qp,
   .modify_srq = droce_modify_srq,
+  .open_qp = droce_open_qp,
+  .open_xrcd = droce_open_xrcd,
   .poll_cq = droce_poll_cq,
   .post_recv = droce_post_recv,
   .post_send = droce_post_send,

@@ -127,6 +127,12 @@ int droce_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr);
 int droce_destroy_srq(struct ibv_srq *srq);
 int droce_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
 
+/* XRC (IBA A14): domains, XRC SRQs (and basic ones through the extended call), their numbers. */
+struct ibv_xrcd *droce_open_xrcd(struct ibv_context *context, struct ibv_xrcd_init_attr *attr);
+int droce_close_xrcd(struct ibv_xrcd *xrcd);
+struct ibv_srq *droce_create_srq_ex(struct ibv_context *context, struct ibv_srq_init_attr_ex *attr);
+int droce_get_srq_num(struct ibv_srq *srq, uint32_t *srq_num);
+
 int droce_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask);
 int droce_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
                    struct ibv_qp_init_attr *init_attr);
@@ -172,12 +178,18 @@ int droce_glue_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
  * writes the granted capacities to attr->cap. `qpx` is the extended view of the same object when
  * attr asks for send_ops_flags (the ibv_wr_* API): its wr_* functions are filled in then. On
  * success *slot is what goes in the QP's droce slot.
- * Returns 0 or a positive errno: EINVAL (a bad attribute, CQ or SRQ of another context, a QP type
- * other than RC/UC/UD, create flags), EOPNOTSUPP (send ops droce lacks: bind MW, TSO, atomic
+ * Returns 0 or a positive errno: EINVAL (a bad attribute, CQ or SRQ of another context, an XRC
+ * receive QP without its domain, create flags), EOPNOTSUPP for a QP type other than RC, UC, UD and
+ * XRC, EOPNOTSUPP (send ops droce lacks: bind MW, TSO, atomic
  * write), ENOMEM (too many QPs or a queue too large), EIO (droced gone).
  */
 int droce_glue_create_qp(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr, struct ibv_qp *qp,
                          struct ibv_qp_ex *qpx, void **slot);
+/* ibv_open_qp: the XRC receive QP attr->qp_num of attr->xrcd, made by this or another process,
+ * into `qp` (glue.c's verbs_qp, zeroed); as droce_glue_create_qp otherwise. 0 or a positive errno
+ * (EINVAL: a missing attribute, another type, no such QP in the domain; EOPNOTSUPP: unknown
+ * comp_mask bits or a droced before XRC). */
+int droce_glue_open_qp(struct ibv_context *context, struct ibv_qp_open_attr *attr, struct ibv_qp *qp, void **slot);
 /* Destroys the QP's droce side once every async event reported on it is acknowledged; glue.c
  * then frees the object. 0 or a positive errno (EBUSY never: a QP is not referenced). */
 int droce_glue_destroy_qp(struct ibv_qp *qp);

@@ -144,6 +144,7 @@ struct VerbsSrq {
   uint32_t events_reported = 0;
   VerbsPd* parent_domain = nullptr;  ///< made on a parent domain
   DomainMemory memory;
+  bool xrc = false;  ///< an XRC SRQ (ibv_get_srq_num answers)
 };
 
 /// The ibv_wr_* API's WRs of one wr_start..wr_complete batch, built here and
@@ -234,6 +235,10 @@ inline VerbsPd* pd_of(ibv_pd* p) { return static_cast<VerbsPd*>(droce_object(p))
 inline VerbsPd* parent_domain_of(ibv_pd* p) {
   VerbsPd* v = p != nullptr ? pd_of(p) : nullptr;
   return v != nullptr && v->parent() ? v : nullptr;
+}
+/// An XRC domain is an Object<ibv_xrcd> whose droce slot holds droced's id of it.
+inline uint32_t xrcd_num(const ibv_xrcd* x) {
+  return static_cast<uint32_t>(reinterpret_cast<uintptr_t>(droce_object(x)));
 }
 
 /// A negative errno from the client library as libibverbs wants it.

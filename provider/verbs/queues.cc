@@ -276,6 +276,109 @@ ibv_srq* droce_create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
   return &o->obj;  // libibverbs fills srq_context, mutex and cond
 }
 
+ibv_srq* droce_create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
+  if (attr == nullptr) return fail<ibv_srq>(EINVAL);
+  constexpr uint32_t kKnown = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD |
+                              IBV_SRQ_INIT_ATTR_CQ;
+  if (attr->comp_mask & ~kKnown) return fail<ibv_srq>(EOPNOTSUPP);  // tag matching
+  const ibv_srq_type type = (attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) ? attr->srq_type : IBV_SRQT_BASIC;
+  if (type != IBV_SRQT_BASIC && type != IBV_SRQT_XRC) return fail<ibv_srq>(EOPNOTSUPP);  // IBV_SRQT_TM
+  if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || attr->pd == nullptr || attr->pd->context != context)
+    return fail<ibv_srq>(EINVAL);
+  ibv_srq_init_attr basic{attr->srq_context, attr->attr};
+  if (type == IBV_SRQT_BASIC) {
+    ibv_srq* s = droce_create_srq(attr->pd, &basic);
+    if (s == nullptr) return nullptr;
+    attr->attr = basic.attr;
+    // What libibverbs' ibv_create_srq does after the op, and ibv_create_srq_ex leaves to us.
+    s->srq_context = attr->srq_context;
+    s->events_completed = 0;
+    pthread_mutex_init(&s->mutex, nullptr);
+    pthread_cond_init(&s->cond, nullptr);
+    return s;
+  }
+  // XRC (IBA A14): its domain and the CQ its receives complete into.
+  constexpr uint32_t kXrc = IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+  if ((attr->comp_mask & kXrc) != kXrc || attr->xrcd == nullptr || attr->cq == nullptr ||
+      attr->xrcd->context != context || attr->cq->context != context)
+    return fail<ibv_srq>(EINVAL);
+  VerbsContext* ctx = context_of(context);
+  ibv_srq_attr& a = attr->attr;
+  if (a.max_wr == 0 || a.max_wr > ctx->device.max_srq_wr || a.max_sge > ctx->device.max_srq_sge ||
+      a.srq_limit > a.max_wr)
+    return fail<ibv_srq>(EINVAL);
+  const uint32_t max_sge = a.max_sge == 0 ? 1 : a.max_sge;
+  auto* o = new (std::nothrow) Object<ibv_srq>();
+  auto* v = new (std::nothrow) VerbsSrq();
+  if (o == nullptr || v == nullptr) {
+    delete o;
+    delete v;
+    return fail<ibv_srq>(ENOMEM);
+  }
+  client::Srq* srq = nullptr;
+  if (int rc = ctx->client->create_xrc_srq(attr->pd->handle, a.max_wr, max_sge, a.srq_limit, xrcd_num(attr->xrcd),
+                                           cq_of(attr->cq)->cq, &srq);
+      rc != 0) {
+    delete o;
+    delete v;
+    return fail<ibv_srq>(rc);
+  }
+  v->ctx = ctx;
+  v->srq = srq;
+  v->ibv = &o->obj;
+  v->max_sge = max_sge;
+  v->xrc = true;
+  o->droce = v;
+  o->obj.context = context;
+  o->obj.srq_context = attr->srq_context;
+  o->obj.pd = attr->pd;
+  o->obj.handle = srq->id();
+  o->obj.events_completed = 0;
+  pthread_mutex_init(&o->obj.mutex, nullptr);
+  pthread_cond_init(&o->obj.cond, nullptr);
+  a.max_wr = srq->max_wr();
+  a.max_sge = max_sge;
+  {
+    std::lock_guard<std::mutex> g(ctx->objects_mutex);
+    ctx->srqs[srq->id()] = v;
+  }
+  return &o->obj;
+}
+
+int droce_get_srq_num(ibv_srq* ibsrq, uint32_t* srq_num) {
+  if (srq_num == nullptr) return EINVAL;
+  VerbsSrq* v = srq_of(ibsrq);
+  if (!v->xrc) return EINVAL;  // only an XRC SRQ has a number the wire names
+  *srq_num = v->srq->id();
+  return 0;
+}
+
+ibv_xrcd* droce_open_xrcd(ibv_context* context, ibv_xrcd_init_attr* attr) {
+  if (attr == nullptr) return fail<ibv_xrcd>(EINVAL);
+  if (attr->comp_mask >= IBV_XRCD_INIT_ATTR_RESERVED) return fail<ibv_xrcd>(EOPNOTSUPP);
+  // Both are required, as libibverbs' ibv_cmd_open_xrcd has it (ibv_open_xrcd(3)).
+  if (!(attr->comp_mask & IBV_XRCD_INIT_ATTR_FD) || !(attr->comp_mask & IBV_XRCD_INIT_ATTR_OFLAGS))
+    return fail<ibv_xrcd>(EINVAL);
+  VerbsContext* ctx = context_of(context);
+  auto* o = new (std::nothrow) Object<ibv_xrcd>();
+  if (o == nullptr) return fail<ibv_xrcd>(ENOMEM);
+  uint32_t id = 0;
+  if (int rc = ctx->client->open_xrcd(attr->fd, static_cast<uint32_t>(attr->oflags), &id); rc != 0) {
+    delete o;
+    return fail<ibv_xrcd>(rc);
+  }
+  o->droce = reinterpret_cast<void*>(static_cast<uintptr_t>(id));
+  o->obj.context = context;
+  return &o->obj;
+}
+
+int droce_close_xrcd(ibv_xrcd* xrcd) {
+  VerbsContext* ctx = context_of(xrcd->context);
+  if (int rc = ctx->client->close_xrcd(xrcd_num(xrcd)); rc != 0 && rc != -EIO) return positive(rc);
+  delete object_of(xrcd);
+  return 0;
+}
+
 int droce_modify_srq(ibv_srq* ibsrq, ibv_srq_attr* attr, int mask) {
   if (attr == nullptr) return EINVAL;
   if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) return EINVAL;
@@ -309,26 +412,98 @@ int droce_destroy_srq(ibv_srq* ibsrq) {
 
 // ---- QPs -------------------------------------------------------------------------------
 
+namespace {
+
+// The libibverbs side of a QP droced made or opened without queues (an XRC receive QP).
+int finish_xrc_recv_qp(VerbsContext* ctx, ibv_context* context, client::Qp* cqp, void* qp_context, ibv_qp* qp,
+                       void** slot, ibv_qp_state state) {
+  auto v = std::unique_ptr<VerbsQp>(new (std::nothrow) VerbsQp());
+  if (!v) {
+    (void)ctx->client->destroy_qp(cqp);
+    return ENOMEM;
+  }
+  v->ctx = ctx;
+  v->qp = cqp;
+  v->ibv = qp;
+  v->type = IBV_QPT_XRC_RECV;
+  qp->context = context;
+  qp->qp_context = qp_context;
+  qp->pd = nullptr;
+  qp->send_cq = qp->recv_cq = nullptr;
+  qp->srq = nullptr;
+  qp->handle = cqp->qpn();
+  qp->qp_num = cqp->qpn();
+  qp->state = state;
+  qp->qp_type = IBV_QPT_XRC_RECV;
+  pthread_mutex_init(&qp->mutex, nullptr);
+  pthread_cond_init(&qp->cond, nullptr);
+  qp->events_completed = 0;
+  {
+    std::lock_guard<std::mutex> l(ctx->objects_mutex);
+    ctx->qps[cqp->qpn()] = v.get();
+  }
+  *slot = v.release();
+  return 0;
+}
+
+// IBV_QPT_XRC_RECV: no PD, CQs, SRQ or queues, only its XRC domain (ibv_create_qp_ex(3)).
+int create_xrc_recv_qp(VerbsContext* ctx, ibv_context* context, ibv_qp_init_attr_ex* attr, ibv_qp* qp,
+                       void** slot) {
+  if (!(attr->comp_mask & IBV_QP_INIT_ATTR_XRCD) || attr->xrcd == nullptr || attr->xrcd->context != context)
+    return EINVAL;
+  if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) return EINVAL;  // no send queue
+  client::QpCreate c;
+  c.type = abi::QpType::xrc_recv;
+  c.xrcd = xrcd_num(attr->xrcd);
+  client::Qp* cqp = nullptr;
+  if (int rc = ctx->client->create_qp(c, &cqp); rc != 0) return positive(rc);
+  attr->cap = ibv_qp_cap{};
+  return finish_xrc_recv_qp(ctx, context, cqp, attr->qp_context, qp, slot, IBV_QPS_RESET);
+}
+
+}  // namespace
+
+int droce_glue_open_qp(ibv_context* context, ibv_qp_open_attr* attr, ibv_qp* qp, void** slot) {
+  if (attr == nullptr) return EINVAL;
+  if (attr->comp_mask >= IBV_QP_OPEN_ATTR_RESERVED) return EOPNOTSUPP;
+  constexpr uint32_t kNeeded = IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_TYPE;
+  if ((attr->comp_mask & kNeeded) != kNeeded || attr->xrcd == nullptr || attr->xrcd->context != context)
+    return EINVAL;
+  if (attr->qp_type != IBV_QPT_XRC_RECV) return EINVAL;
+  VerbsContext* ctx = context_of(context);
+  client::Qp* cqp = nullptr;
+  if (int rc = ctx->client->open_qp(xrcd_num(attr->xrcd), attr->qp_num, abi::QpType::xrc_recv, &cqp); rc != 0)
+    return positive(rc);
+  const void* qp_context = (attr->comp_mask & IBV_QP_OPEN_ATTR_CONTEXT) ? attr->qp_context : nullptr;
+  return finish_xrc_recv_qp(ctx, context, cqp, const_cast<void*>(qp_context), qp, slot, IBV_QPS_UNKNOWN);
+}
+
 int droce_glue_create_qp(ibv_context* context, ibv_qp_init_attr_ex* attr, ibv_qp* qp, ibv_qp_ex* qpx, void** slot) {
   if (attr == nullptr) return EINVAL;
   VerbsContext* ctx = context_of(context);
-  constexpr uint32_t kKnownMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  constexpr uint32_t kKnownMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
+                                   IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   if (attr->comp_mask & ~kKnownMask) return EOPNOTSUPP;
   // Of the create flags, the one mlx5 offers for multicast (mckey -l): droced honours it.
   const uint32_t create_flags = (attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) ? attr->create_flags : 0;
   if (create_flags & ~uint32_t{IBV_QP_CREATE_BLOCK_SELF_MCAST_LB}) return EOPNOTSUPP;
-  if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || attr->pd == nullptr || attr->pd->context != context) return EINVAL;
   switch (attr->qp_type) {
     case IBV_QPT_RC:
     case IBV_QPT_UC:
     case IBV_QPT_UD:
+    case IBV_QPT_XRC_SEND:
       break;
+    case IBV_QPT_XRC_RECV:
+      return create_xrc_recv_qp(ctx, context, attr, qp, slot);
     default:
-      return EOPNOTSUPP;  // XRC, raw packet, driver QPs
+      return EOPNOTSUPP;  // raw packet, driver QPs
   }
-  if (attr->send_cq == nullptr || attr->recv_cq == nullptr || attr->send_cq->context != context ||
-      attr->recv_cq->context != context)
-    return EINVAL;
+  if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || attr->pd == nullptr || attr->pd->context != context) return EINVAL;
+  // An XRC send QP has a send queue only: no receive CQ needed, no SRQ (IBA A14).
+  const bool xrc_send = attr->qp_type == IBV_QPT_XRC_SEND;
+  if (attr->send_cq == nullptr || attr->send_cq->context != context) return EINVAL;
+  if (!xrc_send && (attr->recv_cq == nullptr || attr->recv_cq->context != context)) return EINVAL;
+  if (xrc_send && attr->srq != nullptr) return EINVAL;
   if (attr->srq != nullptr && attr->srq->context != context) return EINVAL;
   uint64_t ops = 0;
   if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
@@ -336,9 +511,10 @@ int droce_glue_create_qp(ibv_context* context, ibv_qp_init_attr_ex* attr, ibv_qp
     uint64_t allowed = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
     if (attr->qp_type != IBV_QPT_UD)
       allowed |= IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_BIND_MW;
-    if (attr->qp_type == IBV_QPT_RC)
+    if (attr->qp_type == IBV_QPT_RC || xrc_send)
       allowed |= IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
-                 IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_ATOMIC_WRITE;
+                 IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV;
+    if (attr->qp_type == IBV_QPT_RC) allowed |= IBV_QP_EX_WITH_ATOMIC_WRITE;  // no XRC opcode for it
     if (ops & ~allowed) return EOPNOTSUPP;
   }
 
@@ -346,14 +522,15 @@ int droce_glue_create_qp(ibv_context* context, ibv_qp_init_attr_ex* attr, ibv_qp
   c.type = static_cast<abi::QpType>(attr->qp_type);
   c.pd = attr->pd->handle;
   c.send_cq = cq_of(attr->send_cq)->cq;
-  c.recv_cq = cq_of(attr->recv_cq)->cq;
+  c.recv_cq = xrc_send ? nullptr : cq_of(attr->recv_cq)->cq;
   c.srq = attr->srq != nullptr ? srq_of(attr->srq)->srq : nullptr;
   // droced wants room for at least one WR each way; more than asked is what
   // any HCA may grant (ibv_create_qp(3)).
   c.cap.max_send_wr = attr->cap.max_send_wr == 0 ? 1 : attr->cap.max_send_wr;
-  c.cap.max_recv_wr = c.srq != nullptr ? 0 : (attr->cap.max_recv_wr == 0 ? 1 : attr->cap.max_recv_wr);
+  const bool no_rq = c.srq != nullptr || xrc_send;
+  c.cap.max_recv_wr = no_rq ? 0 : (attr->cap.max_recv_wr == 0 ? 1 : attr->cap.max_recv_wr);
   c.cap.max_send_sge = attr->cap.max_send_sge;
-  c.cap.max_recv_sge = c.srq != nullptr ? 0 : attr->cap.max_recv_sge;
+  c.cap.max_recv_sge = no_rq ? 0 : attr->cap.max_recv_sge;
   c.cap.max_inline_data = attr->cap.max_inline_data;
   c.sq_sig_all = attr->sq_sig_all != 0;
   c.block_self_mcast_loopback = (create_flags & IBV_QP_CREATE_BLOCK_SELF_MCAST_LB) != 0;
@@ -380,15 +557,15 @@ int droce_glue_create_qp(ibv_context* context, ibv_qp_init_attr_ex* attr, ibv_qp
   v->ibv = qp;
   v->type = attr->qp_type;
   v->sq_sig_all = c.sq_sig_all;
-  v->cap = {g.max_send_wr, c.srq != nullptr ? 0 : g.max_recv_wr, g.max_send_sge,
-            c.srq != nullptr ? 0 : g.max_recv_sge, g.max_inline_data};
+  v->cap = {g.max_send_wr, no_rq ? 0 : g.max_recv_wr, g.max_send_sge, no_rq ? 0 : g.max_recv_sge,
+            g.max_inline_data};
   attr->cap = v->cap;
 
   qp->context = context;
   qp->qp_context = attr->qp_context;
   qp->pd = attr->pd;
   qp->send_cq = attr->send_cq;
-  qp->recv_cq = attr->recv_cq;
+  qp->recv_cq = xrc_send ? nullptr : attr->recv_cq;
   qp->srq = attr->srq;
   qp->handle = cqp->qpn();
   qp->qp_num = cqp->qpn();

@@ -93,6 +93,28 @@ TEST(VerbsConvert, SendWrAtomicsAndUd) {
   EXPECT_EQ(s.remote_qkey, 0x11111111u);
 }
 
+// XRC: the destination XRC SRQ comes from wr.qp_type.xrc.remote_srqn into the WQE's remote_qpn
+// (what droced's engine puts in the XRCETH); an XRC send QP has RC's operations but ATOMIC WRITE,
+// an XRC receive QP none.
+TEST(VerbsConvert, SendWrXrc) {
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.wr.rdma.remote_addr = 0x9000;
+  wr.wr.rdma.rkey = 6;
+  wr.qp_type.xrc.remote_srqn = 0x000042;
+  abi::SendWr s;
+  ASSERT_EQ(to_send_wr(wr, IBV_QPT_XRC_SEND, 0, &s), 0);
+  EXPECT_EQ(s.remote_qpn, 0x42u);
+  EXPECT_EQ(s.remote_addr, 0x9000u);
+  EXPECT_EQ(s.rkey, 6u);
+  wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+  EXPECT_EQ(to_send_wr(wr, IBV_QPT_XRC_SEND, 0, &s), 0);
+  wr.opcode = IBV_WR_SEND;
+  EXPECT_EQ(to_send_wr(wr, IBV_QPT_XRC_RECV, 0, &s), EINVAL);  // no send queue
+  EXPECT_EQ(to_send_wr(wr, IBV_QPT_RC, 0, &s), 0);
+  EXPECT_EQ(s.remote_qpn, 0u);  // RC: not read
+}
+
 TEST(VerbsConvert, SendWrRefusals) {
   abi::SendWr s;
   ibv_send_wr wr{};
@@ -341,6 +363,7 @@ TEST(VerbsConvert, DeviceAndPortAttributes) {
   // Expect: no memory windows from a droced that reports none (before ABI minor 10), rxe's
   // capability bits from one that does.
   EXPECT_EQ(d.orig_attr.max_mw, 0);
+  EXPECT_EQ(d.orig_attr.device_cap_flags & IBV_DEVICE_XRC, 0u);  // no XRC before ABI minor 12
   EXPECT_EQ(d.orig_attr.device_cap_flags & (IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B), 0u);
   r.max_mw = 65536;
   to_device_attr(r, &d);
@@ -359,6 +382,9 @@ TEST(VerbsConvert, DeviceAndPortAttributes) {
   EXPECT_EQ(d.completion_timestamp_mask, UINT64_MAX);
   EXPECT_EQ(d.hca_core_clock, 1'000'000u);
   EXPECT_EQ(d.max_dm_size, uint64_t{1} << 20);
+  r.max_xrcds = 1u << 16;
+  to_device_attr(r, &d);
+  EXPECT_NE(d.orig_attr.device_cap_flags & IBV_DEVICE_XRC, 0u);
 
   abi::ctl::QueryPortReply p{};
   p.state = IBV_PORT_ACTIVE;
