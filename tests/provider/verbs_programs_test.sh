@@ -12,7 +12,8 @@
 # host B: the four pingpongs with and without -e (completion channels), all with -c (data
 # check); rc_pingpong with the ibv_wr_* API (-N), at 1 and 65536 bytes, with completion
 # timestamps (-t) and with its buffer in device memory (-j); RC and UD pingpongs
-# with both processes on host A; an ib_write_bw whose server is killed mid-run (the client must
+# with both processes on host A; ibv_xsrq_pingpong (XRC) between the hosts, with -e, and on one
+# host; an ib_write_bw whose server is killed mid-run (the client must
 # fail with a transport retry error, droced A must keep serving the runs after it); perftest's
 # send/write/read/atomic bandwidth and latency tools over RC (one with -a), ib_send_bw over UD
 # and UC, bidirectional, ib_write_bw with 4 QPs, and -e. Then verbs_ext_probe (timestamps,
@@ -144,6 +145,29 @@ pingpong "ibv_rc_pingpong-j (device memory)" "$A" "$B" ibv_rc_pingpong -j
 # Two processes on one droced: the frames loop back inside droced A.
 pingpong "ibv_rc_pingpong (both on host A)" "$A" "$A" ibv_rc_pingpong
 pingpong "ibv_ud_pingpong (both on host A)" "$A" "$A" ibv_ud_pingpong
+# XRC (ibv_xsrq_pingpong: -c is its number of clients, it has no data check): the server's XRC
+# send QP names the client's XRC SRQ and the other way round; both open their domain through
+# /tmp/xrc_domain, so on one host the two processes share it (ibv_open_xrcd(3)).
+xrc_file_was_there=0
+[ -e /tmp/xrc_domain ] && xrc_file_was_there=1
+xsrq() {  # NAME SERVER_SYS CLIENT_SYS ARGS...
+  local name=$1 ssys=$2 csys=$3
+  shift 3
+  run_pair "$name" "$ssys" "$csys" ibv_xsrq_pingpong -d droce0 -g $gid -n 100 "$@"
+  if [ "$src" -eq 0 ] && [ "$crc" -eq 0 ] &&
+     grep -q "^success$" "$tmp/$name.server" && grep -q "^success$" "$tmp/$name.client" &&
+     ! grep -qi "failed\|couldn't\|error" "$tmp/$name.server" "$tmp/$name.client"; then
+    pass "$name: 100 messages each way, success"
+  else
+    bad "$name"; show "$name"
+  fi
+}
+if command -v ibv_xsrq_pingpong >/dev/null; then
+  xsrq "ibv_xsrq_pingpong" "$A" "$B"
+  xsrq "ibv_xsrq_pingpong-e" "$A" "$B" -e
+  xsrq "ibv_xsrq_pingpong (both on host A, one domain)" "$A" "$A"
+fi
+[ "$xrc_file_was_there" = 1 ] || rm -f /tmp/xrc_domain
 # ---- perftest -----------------------------------------------------------------------------------
 ext_probe() {
   local rc=0
