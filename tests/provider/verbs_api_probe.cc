@@ -14,6 +14,7 @@
 // expects IBV_EVENT_DEVICE_FATAL on B. Prints "ok: ..." / "FAIL: ..." lines; exits 1 on any
 // failure, 2 when the devices cannot be set up.
 #include <endian.h>
+#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <rdma/ib_user_verbs.h>
 #include <poll.h>
@@ -1326,6 +1327,171 @@ void device_fatal(Dev& b, pid_t droced_b) {
 
 }  // namespace
 
+// XRC between droce0's two contexts (two sessions of droced A, as two processes would be) and
+// droce1: a domain opened through one file in both; a receive QP made by one and opened by the
+// other; host B's XRC send QP delivers, through the receive QP of context 1, into an XRC SRQ of
+// context 2, whose CQ reports the receive QP's number. Then the refusals.
+void connect_xrc(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& gid) {
+  const bool recv = qp->qp_type == IBV_QPT_XRC_RECV;
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0)
+    die("XRC to INIT");
+  a = ibv_qp_attr{};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_1024;
+  a.dest_qp_num = remote_qpn;
+  a.max_dest_rd_atomic = 4;
+  a.min_rnr_timer = 12;
+  a.ah_attr.is_global = 1;
+  a.ah_attr.grh.dgid = gid;
+  a.ah_attr.grh.sgid_index = 1;
+  a.ah_attr.grh.hop_limit = 64;
+  a.ah_attr.port_num = 1;
+  int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+  if (recv) mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+  if (ibv_modify_qp(qp, &a, mask) != 0) die("XRC to RTR");
+  a = ibv_qp_attr{};
+  a.qp_state = IBV_QPS_RTS;
+  a.timeout = 14;
+  a.retry_cnt = 7;
+  a.rnr_retry = 7;
+  a.max_rd_atomic = 4;
+  mask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_SQ_PSN;
+  if (!recv) mask |= IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+  if (ibv_modify_qp(qp, &a, mask) != 0) die("XRC to RTS");
+}
+
+void xrc(const char* dev_a, Dev& b) {
+  check((b.attr.device_cap_flags & IBV_DEVICE_XRC) != 0, "query_device: IBV_DEVICE_XRC");
+  Dev a1 = open_dev(dev_a), a2 = open_dev(dev_a);
+  char path[] = "/tmp/droce-xrc-probe.XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) die("mkstemp");
+  ibv_xrcd_init_attr xa{};
+  xa.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+  xa.fd = fd;
+  xa.oflags = 0;
+  check(ibv_open_xrcd(a1.ctx, &xa) == nullptr && errno == EAGAIN, "open_xrcd(a new file, no O_CREAT): EAGAIN");
+  xa.oflags = O_CREAT;
+  ibv_xrcd* x1 = ibv_open_xrcd(a1.ctx, &xa);
+  xa.oflags = 0;
+  ibv_xrcd* x2 = ibv_open_xrcd(a2.ctx, &xa);  // the same file in the "other process": its domain
+  check(x1 != nullptr && x2 != nullptr, "open_xrcd(O_CREAT), then the same file from another context");
+  xa.oflags = O_CREAT | O_EXCL;
+  check(ibv_open_xrcd(a2.ctx, &xa) == nullptr && errno == EINVAL, "open_xrcd(O_EXCL, the domain exists): EINVAL");
+  xa.fd = -1;
+  xa.oflags = O_CREAT;
+  ibv_xrcd* lone = ibv_open_xrcd(a2.ctx, &xa);  // no file: a private domain
+  xa.comp_mask = IBV_XRCD_INIT_ATTR_FD;
+  check(lone != nullptr && ibv_open_xrcd(a2.ctx, &xa) == nullptr && errno == EINVAL,
+        "open_xrcd(fd -1): a private domain; without OFLAGS in comp_mask: EINVAL");
+  if (x1 == nullptr || x2 == nullptr || lone == nullptr) return;
+
+  // The receive QP in context 1; context 2 opens it by number, of the shared domain only.
+  ibv_qp_init_attr_ex qa{};
+  qa.qp_type = IBV_QPT_XRC_RECV;
+  qa.comp_mask = IBV_QP_INIT_ATTR_XRCD;
+  qa.xrcd = x1;
+  ibv_qp* tgt = ibv_create_qp_ex(a1.ctx, &qa);
+  check(tgt != nullptr, "create_qp_ex(XRC_RECV)");
+  if (tgt == nullptr) return;
+  ibv_qp_open_attr oa{};
+  oa.comp_mask = IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_TYPE;
+  oa.qp_num = tgt->qp_num;
+  oa.qp_type = IBV_QPT_XRC_RECV;
+  oa.xrcd = lone;
+  check(ibv_open_qp(a2.ctx, &oa) == nullptr && errno == EINVAL, "open_qp through another domain: EINVAL");
+  oa.xrcd = x2;
+  ibv_qp* opened = ibv_open_qp(a2.ctx, &oa);
+  check(opened != nullptr && opened->qp_num == tgt->qp_num, "open_qp(the other context's receive QP)");
+
+  // The XRC SRQ in context 2, its CQ there.
+  ibv_cq* cq2 = ibv_create_cq(a2.ctx, 16, nullptr, nullptr, 0);
+  ibv_srq_init_attr_ex sa{};
+  sa.attr.max_wr = 4;
+  sa.attr.max_sge = 1;
+  sa.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_PD;
+  sa.srq_type = IBV_SRQT_XRC;
+  sa.xrcd = x2;
+  sa.cq = cq2;
+  sa.pd = a2.pd;
+  ibv_srq* srq = ibv_create_srq_ex(a2.ctx, &sa);
+  uint32_t srqn = 0;
+  check(srq != nullptr && ibv_get_srq_num(srq, &srqn) == 0, "create_srq_ex(XRC), get_srq_num %u", srqn);
+  sa.xrcd = lone;  // an SRQ of the private domain, for the refusal below
+  ibv_srq* foreign = ibv_create_srq_ex(a2.ctx, &sa);
+  uint32_t foreign_n = 0;
+  check(foreign != nullptr && ibv_get_srq_num(foreign, &foreign_n) == 0, "an XRC SRQ of the private domain");
+  check(ibv_close_xrcd(lone) == EBUSY, "close_xrcd with an SRQ of it: EBUSY");
+  ibv_recv_wr rw{};
+  ibv_sge sge{reinterpret_cast<uintptr_t>(a2.buf), 256, a2.mr->lkey};
+  rw.wr_id = 77;
+  rw.sg_list = &sge;
+  rw.num_sge = 1;
+  ibv_recv_wr* bad_r = nullptr;
+  check(srq != nullptr && ibv_post_srq_recv(srq, &rw, &bad_r) == 0, "post_srq_recv to the XRC SRQ");
+
+  // Host B's XRC send QP toward the receive QP (brought up by context 2, through its open handle).
+  ibv_cq* bcq = ibv_create_cq(b.ctx, 16, nullptr, nullptr, 0);
+  qa = ibv_qp_init_attr_ex{};
+  qa.qp_type = IBV_QPT_XRC_SEND;
+  qa.comp_mask = IBV_QP_INIT_ATTR_PD;
+  qa.pd = b.pd;
+  qa.send_cq = bcq;
+  qa.cap.max_send_wr = 4;
+  qa.cap.max_send_sge = 1;
+  ibv_qp* ini = ibv_create_qp_ex(b.ctx, &qa);
+  check(ini != nullptr, "create_qp_ex(XRC_SEND) with no receive CQ");
+  if (ini == nullptr || opened == nullptr || srq == nullptr || foreign == nullptr) return;
+  connect_xrc(opened, ini->qp_num, b.gid);
+  connect_xrc(ini, tgt->qp_num, a1.gid);
+  std::memcpy(b.buf, "through XRC", 12);
+  ibv_sge ss{reinterpret_cast<uintptr_t>(b.buf), 12, b.mr->lkey};
+  ibv_send_wr sw{};
+  sw.wr_id = 5;
+  sw.sg_list = &ss;
+  sw.num_sge = 1;
+  sw.opcode = IBV_WR_SEND;
+  sw.send_flags = IBV_SEND_SIGNALED;
+  sw.qp_type.xrc.remote_srqn = srqn;
+  ibv_send_wr* bad_s = nullptr;
+  ibv_wc wc[2]{};
+  check(ibv_post_send(ini, &sw, &bad_s) == 0 && poll_n(bcq, wc, 1) == 1 && wc[0].status == IBV_WC_SUCCESS,
+        "XRC SEND from host B completes");
+  check(poll_n(cq2, wc, 1) == 1 && wc[0].status == IBV_WC_SUCCESS && wc[0].wr_id == 77 &&
+            wc[0].qp_num == tgt->qp_num && wc[0].byte_len == 12 && std::memcmp(a2.buf, "through XRC", 12) == 0,
+        "it lands in context 2's XRC SRQ, its CQ naming the receive QP of context 1");
+
+  // The creator lets go; the opener's handle keeps the QP. A request for the private domain's SRQ
+  // is an invalid request.
+  check(ibv_destroy_qp(tgt) == 0, "destroy_qp by the creator, the other context still holds it");
+  ibv_qp_attr qattr{};
+  ibv_qp_init_attr qinit{};
+  check(ibv_query_qp(opened, &qattr, IBV_QP_STATE, &qinit) == 0 && qattr.qp_state == IBV_QPS_RTS,
+        "query_qp through the opened handle: RTS");
+  sw.qp_type.xrc.remote_srqn = foreign_n;
+  check(ibv_post_send(ini, &sw, &bad_s) == 0 && poll_n(bcq, wc, 1) == 1 && wc[0].status == IBV_WC_REM_INV_REQ_ERR,
+        "XRC SEND to an SRQ of another domain: REM_INV_REQ_ERR");
+
+  check(ibv_destroy_qp(ini) == 0 && ibv_destroy_qp(opened) == 0 && ibv_destroy_srq(srq) == 0 &&
+            ibv_destroy_srq(foreign) == 0,
+        "destroy the QPs and SRQs");
+  check(ibv_close_xrcd(lone) == 0 && ibv_close_xrcd(x2) == 0 && ibv_close_xrcd(x1) == 0, "close_xrcd x3");
+  ibv_destroy_cq(cq2);
+  ibv_destroy_cq(bcq);
+  close(fd);
+  unlink(path);
+  for (Dev* d : {&a1, &a2}) {
+    ibv_dereg_mr(d->mr);
+    ibv_dealloc_pd(d->pd);
+    ibv_close_device(d->ctx);
+    std::free(d->buf);
+  }
+}
+
 int main(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr, "usage: verbs_api_probe DEV_A DEV_B [DROCED_B_PID]\n");
@@ -1350,6 +1516,7 @@ int main(int argc, char** argv) {
   ud_multicast(a, b);
   channels_and_events(a, b);
   resize_cq(a, b);
+  xrc(argv[1], b);
   if (argc > 3) device_fatal(b, static_cast<pid_t>(std::atoi(argv[3])));
 
   ibv_dereg_mr(a.mr);
