@@ -61,7 +61,11 @@ cleanup() {
   umount -R -l /dev 2>/dev/null || true
   umount -R -l "$tmp/dev" 2>/dev/null || true
   rm -rf "$tmp"
+  [ "$xrc_file_was_there" = 1 ] || rm -f /tmp/xrc_domain  # ibv_xsrq_pingpong's domain file
 }
+# ibv_xsrq_pingpong opens its XRC domain through /tmp/xrc_domain (made if missing): ours goes.
+xrc_file_was_there=0
+[ -e /tmp/xrc_domain ] && xrc_file_was_there=1
 trap cleanup EXIT
 
 # droced first, then the private /dev the programs need. Each droced writes its own tree
@@ -148,8 +152,6 @@ pingpong "ibv_ud_pingpong (both on host A)" "$A" "$A" ibv_ud_pingpong
 # XRC (ibv_xsrq_pingpong: -c is its number of clients, it has no data check): the server's XRC
 # send QP names the client's XRC SRQ and the other way round; both open their domain through
 # /tmp/xrc_domain, so on one host the two processes share it (ibv_open_xrcd(3)).
-xrc_file_was_there=0
-[ -e /tmp/xrc_domain ] && xrc_file_was_there=1
 xsrq() {  # NAME SERVER_SYS CLIENT_SYS ARGS...
   local name=$1 ssys=$2 csys=$3
   shift 3
@@ -167,7 +169,6 @@ if command -v ibv_xsrq_pingpong >/dev/null; then
   xsrq "ibv_xsrq_pingpong-e" "$A" "$B" -e
   xsrq "ibv_xsrq_pingpong (both on host A, one domain)" "$A" "$A"
 fi
-[ "$xrc_file_was_there" = 1 ] || rm -f /tmp/xrc_domain
 # ---- perftest -----------------------------------------------------------------------------------
 ext_probe() {
   local rc=0
