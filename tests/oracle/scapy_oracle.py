@@ -32,9 +32,12 @@ CNP = 0x81
 RC = set(range(0x00, 0x15)) | {0x16, 0x17, 0x1C, 0x1D}   # 0x1C FLUSH, 0x1D ATOMIC WRITE (IBA 1.5)
 UC = set(range(0x20, 0x2C))                      # SEND 0x00-0x05, WRITE 0x06-0x0B
 UD = {0x64, 0x65}                                # SEND_ONLY, SEND_ONLY_WITH_IMM
-VALID = sorted(RC | UC | UD | {CNP})
-NO_PAYLOAD = {0x0C, 0x11, 0x12, 0x13, 0x14, 0x1C, CNP}  # READ req, ACK, atomic ACK/req, FLUSH, CNP
-FIRST_MIDDLE = {0x00, 0x01, 0x06, 0x07, 0x0D, 0x0E, 0x20, 0x21, 0x26, 0x27}
+XRC = {0xA0 | o for o in range(0x00, 0x15)} | {0xB6, 0xB7}  # IBA A14: RC's 0x00-0x17, no IBA 1.5 ones
+VALID = sorted(RC | UC | UD | XRC | {CNP})
+NO_PAYLOAD = {0x0C, 0x11, 0x12, 0x13, 0x14, 0x1C, 0xAC, 0xB1, 0xB2, 0xB3, 0xB4, CNP}  # READ req, ACK,
+                                                 # atomic ACK/req, FLUSH, CNP (and XRC's)
+FIRST_MIDDLE = {0x00, 0x01, 0x06, 0x07, 0x0D, 0x0E, 0x20, 0x21, 0x26, 0x27,
+                0xA0, 0xA1, 0xA6, 0xA7, 0xAD, 0xAE}
 AETH_OPS = {0x0D, 0x0F, 0x10, 0x11, 0x12}         # AETH is the first ext header
 MAX_PAYLOAD = 4096
 
@@ -46,6 +49,8 @@ def ext_len(op):
     if op == CNP:
         return 16                                 # reserved bytes
     low, n = op & 0x1F, 0
+    # XRCETH: every XRC request, first after the BTH (A14.4.1); responses have none.
+    n += 4 if op in XRC and low not in (0x0D, 0x0E, 0x0F, 0x10, 0x11, 0x12) else 0
     n += 8 if op in UD else 0                     # DETH (before ImmDt)
     n += 4 if low == 0x1C else 0                  # FETH (before RETH)
     n += 16 if low in (0x06, 0x0A, 0x0B, 0x0C, 0x1C, 0x1D) else 0     # RETH
@@ -150,7 +155,7 @@ def dissect(frame):
 def semantic_problems(info):
     op, n, pad = info["opcode"], info["payload_len"], info["pad"]
     if op not in VALID:
-        return [f"opcode {op:#04x} not a valid RC/UC/UD/CNP opcode"]
+        return [f"opcode {op:#04x} not a valid RC/UC/UD/XRC/CNP opcode"]
     p = [] if info["tver"] == 0 else [f"BTH version {info['tver']} != 0"]
     if pad != (-n) % 4:
         p.append(f"pad {pad} != (-payload_len {n}) % 4")
@@ -189,7 +194,7 @@ def build_frame(rng):
                 # (low 15 bits nonzero, membership bit either way).
                 pkey=rng.choice([0xFFFF, rng.randint(1, 0x7FFF) | rng.choice([0, 0x8000])]))
     ext = bytearray(16 if op == CNP else rng.randbytes(ext_len(op)))
-    if op in AETH_OPS:
+    if (op & 0x1F) in AETH_OPS:                 # RC and XRC responses
         ext[0] = rng.randrange(0x20)             # AETH syndrome: ACK + credits
     mac = lambda: "02:" + ":".join(f"{rng.randrange(256):02x}" for _ in range(5))
     p = Ether(src=mac(), dst=mac())
