@@ -308,19 +308,23 @@ ibv_srq* droce_create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
       a.srq_limit > a.max_wr)
     return fail<ibv_srq>(EINVAL);
   const uint32_t max_sge = a.max_sge == 0 ? 1 : a.max_sge;
+  // destroy_srq ends every SRQ with domain_delete(): droce's own memory here (an XRC SRQ names
+  // its PD, never a parent domain's allocators).
   auto* o = new (std::nothrow) Object<ibv_srq>();
-  auto* v = new (std::nothrow) VerbsSrq();
+  DomainMemory mem;
+  auto* v = domain_new<VerbsSrq>(nullptr, kResourceSrq, &mem);
   if (o == nullptr || v == nullptr) {
     delete o;
-    delete v;
+    domain_delete(v, mem);
     return fail<ibv_srq>(ENOMEM);
   }
+  v->memory = mem;
   client::Srq* srq = nullptr;
   if (int rc = ctx->client->create_xrc_srq(attr->pd->handle, a.max_wr, max_sge, a.srq_limit, xrcd_num(attr->xrcd),
                                            cq_of(attr->cq)->cq, &srq);
       rc != 0) {
     delete o;
-    delete v;
+    domain_delete(v, mem);
     return fail<ibv_srq>(rc);
   }
   v->ctx = ctx;
@@ -417,11 +421,16 @@ namespace {
 // The libibverbs side of a QP droced made or opened without queues (an XRC receive QP).
 int finish_xrc_recv_qp(VerbsContext* ctx, ibv_context* context, client::Qp* cqp, void* qp_context, ibv_qp* qp,
                        void** slot, ibv_qp_state state) {
-  auto v = std::unique_ptr<VerbsQp>(new (std::nothrow) VerbsQp());
+  // destroy_qp ends every QP with domain_delete(): droce's own memory here (no PD, so no parent
+  // domain's allocators).
+  DomainMemory mem;
+  auto v = std::unique_ptr<VerbsQp, void (*)(VerbsQp*)>(domain_new<VerbsQp>(nullptr, kResourceQp, &mem),
+                                                        [](VerbsQp* p) { domain_delete(p, p->memory); });
   if (!v) {
     (void)ctx->client->destroy_qp(cqp);
     return ENOMEM;
   }
+  v->memory = mem;
   v->ctx = ctx;
   v->qp = cqp;
   v->ibv = qp;
