@@ -1370,6 +1370,7 @@ void xrc(const char* dev_a, Dev& b) {
   char path[] = "/tmp/droce-xrc-probe.XXXXXX";
   const int fd = mkstemp(path);
   if (fd < 0) die("mkstemp");
+  unlink(path);  // the descriptor names the file (its inode) from here on; nothing left if we die
   ibv_xrcd_init_attr xa{};
   xa.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
   xa.fd = fd;
@@ -1483,7 +1484,6 @@ void xrc(const char* dev_a, Dev& b) {
   ibv_destroy_cq(cq2);
   ibv_destroy_cq(bcq);
   close(fd);
-  unlink(path);
   for (Dev* d : {&a1, &a2}) {
     ibv_dereg_mr(d->mr);
     ibv_dealloc_pd(d->pd);
