@@ -7,7 +7,8 @@
 #     ibv_rc_pingpong with its data check (-c) completes on the faulted QP (RC delivers exactly
 #     once and in order through the fault), the rule counted what it did, and the clean pair's
 #     QP shows no out-of-sequence packet or sequence NAK;
-#   - perftest's ib_write_bw (64 KiB for 3 s, its TCP exchange) through 1 % loss on its QP completes;
+#   - perftest's ib_write_bw (64 KiB for 3 s, its TCP exchange) through 1 % loss on its QP completes,
+#     and (4 KiB for 2 s) through each other fault kind, the rule counting what it did;
 #   - UD shows the loss: ib_send_bw -c UD for 3 s through 10 % loss on the server's QP: the
 #     rule drops datagrams and both ends finish (nothing waits for what was lost);
 #   - a rule set, changed and cleared while ibv_rc_pingpong runs acts at droced's next loop:
@@ -188,6 +189,49 @@ if qp=$(new_qp "$before"); then
 else
   bad "ib_write_bw's server made no QP"
 fi
+
+# ---- 2b. perftest through each other fault kind ----------------------------------------------------
+# ib_write_bw 4 KiB for 2 s through each kind but plain drop (above), its rule set on the server's
+# QP once the client runs (as above; finding the QP and setting the rule takes up to half a
+# second, so 2 s): both ends finish and the rule acted. 4 KiB, so that a
+# go-back-N through a corrupted or truncated frame resends little.
+port=19740
+while read -r kind spec counter; do
+  port=$((port + 1))
+  before=$(qpns "$sock_a")
+  on a ib_write_bw -d droce0 -x 1 -s 4096 -D 2 -p "$port" >"$tmp/pt-$kind.srv" 2>&1 &
+  srv=$!
+  wait_tcp_listen "" "$port" "$srv" || true
+  "$deadline" 120 "$droce" exec --run-dir "$hosts/b" -- ib_write_bw -d droce0 -x 1 -s 4096 -D 2 -p "$port" \
+    127.0.0.1 >"$tmp/pt-$kind.cli" 2>&1 &
+  cli=$!
+  if ! qp=$(new_qp "$before"); then
+    bad "perftest $kind: ib_write_bw's server made no QP"
+    wait "$cli" "$srv"
+    continue
+  fi
+  id=$(set_rule "$spec" --qp "$qp" --dir both --seed "$port")
+  wait "$cli"
+  rc_cli=$?
+  wait "$srv"
+  rc_srv=$?
+  n=$(rule_counter "$id" "$counter")
+  "$droce" fault clear "$id" --socket "$sock_a" >/dev/null
+  if [ "$rc_cli" -eq 0 ] && [ "$rc_srv" -eq 0 ] && grep -qE '^ *4096 +[0-9]+ ' "$tmp/pt-$kind.cli" && [ "${n:-0}" -gt 0 ]; then
+    ok "perftest through $kind ($spec) on QP $qp: $counter $n; $(grep -E '^ *4096 +[0-9]+ ' "$tmp/pt-$kind.cli" | tr -s ' ')"
+  else
+    bad "perftest through $kind: exit $rc_cli/$rc_srv, $counter ${n:-none}"
+    tail -n 5 "$tmp/pt-$kind.cli" "$tmp/pt-$kind.srv"
+  fi
+done <<'EOF'
+burst burst=1%/30% burst_dropped
+duplicate duplicate=10% duplicated
+reorder reorder=10%,window=100us reordered
+delay delay=200us,jitter=100us delayed
+corrupt-payload corrupt=3%,corrupt-at=payload corrupted
+corrupt-icrc corrupt=3%,corrupt-at=icrc corrupted
+truncate truncate=3% truncated
+EOF
 
 # ---- 3. UD shows the loss -----------------------------------------------------------------------
 before=$(qpns "$sock_a")
