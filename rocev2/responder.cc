@@ -124,8 +124,10 @@ struct Engine::ResponderRequest {
   Verdict execute_atomic_write();
   Verdict serve_flush();
   Verdict execute_flush();
-  void save_ack_only(uint32_t msn);
+  Verdict answer_ack_only();
   void send_read_response_ack(uint32_t at_psn, uint32_t msn);
+  void send_response(uint8_t opcode, uint32_t at_psn, const ExtHeaders& ext);
+  void save_resource(const RdAtomicResource& res);
   Verdict acknowledge();
 };
 
@@ -794,9 +796,7 @@ inline Verdict Engine::ResponderRequest::execute_read() {
   res.rkey = reth.rkey;
   res.length = reth.dma_len;
   res.msn = s.msn;
-  const uint32_t slot = s.resource_next;
-  s.resources[slot] = res;
-  s.resource_next = (slot + 1) % static_cast<uint32_t>(s.resources.size());
+  save_resource(res);
   s.epsn = psn_add(psn, npackets);
   s.read = res;
   s.reading = true;
@@ -841,23 +841,35 @@ inline Verdict Engine::ResponderRequest::execute_atomic() {
   res.length = 8;
   res.orig = orig;
   res.msn = s.msn;
-  s.resources[s.resource_next] = res;
-  s.resource_next = (s.resource_next + 1) % static_cast<uint32_t>(s.resources.size());
+  save_resource(res);
   s.epsn = psn_add(psn, 1);
   send_atomic_ack(psn, s.msn, orig);
   return Verdict::done;
 }
 
 void Engine::ResponderRequest::send_atomic_ack(uint32_t at_psn, uint32_t msn, uint64_t orig) {
-  Bth bth;
-  bth.opcode = make_opcode(transport_of(q->type), op::kAtomicAcknowledge);
-  bth.pkey = 0xffff;
-  bth.dest_qp = q->attr.dest_qp_num;
-  bth.psn = at_psn;
   ExtHeaders ext;
   ext.aeth = {kSyndromeAck, msn};
   ext.atomic_ack_eth = {orig};
+  send_response(op::kAtomicAcknowledge, at_psn, ext);
+}
+
+// A response of headers only at `at_psn` (`opcode` of the QP's transport).
+void Engine::ResponderRequest::send_response(uint8_t opcode, uint32_t at_psn, const ExtHeaders& ext) {
+  Bth bth;
+  bth.opcode = make_opcode(transport_of(q->type), opcode);
+  bth.pkey = 0xffff;
+  bth.dest_qp = q->attr.dest_qp_num;
+  bth.psn = at_psn;
   if (rte_mbuf* out = e.build(q, q->attr.ah_attr, bth, ext, 0)) e.send_frame(out, q);
+}
+
+// A READ, atomic, ATOMIC WRITE or FLUSH kept in the ring of responder resources, for a
+// duplicate's replay (the oldest is overwritten: max_dest_rd_atomic bounds what is in flight).
+void Engine::ResponderRequest::save_resource(const RdAtomicResource& res) {
+  Qp::Responder& s = q->resp;
+  s.resources[s.resource_next] = res;
+  s.resource_next = (s.resource_next + 1) % static_cast<uint32_t>(s.resources.size());
 }
 
 // ---- IBA 1.5: ATOMIC WRITE and FLUSH --------------------------------------------------------
@@ -882,18 +894,12 @@ inline Verdict Engine::ResponderRequest::serve_atomic_write() {
 // (release order: a reader that sees them sees the earlier WRITEs too; rxe's smp_store_release).
 // Saved as a responder resource so that a duplicate is answered and not written again.
 inline Verdict Engine::ResponderRequest::execute_atomic_write() {
-  Qp::Responder& s = q->resp;
   uint8_t scratch[8];
   uint64_t value;
   std::memcpy(&value, net::FrameBytes(m).read(p.layout.payload_off, 8, scratch), 8);
   __atomic_store_n(reinterpret_cast<uint64_t*>(mr_host(*mr, p.hdr.ext.reth.va)), value, __ATOMIC_RELEASE);
   ++q->counters.rdma_recvs;
-  e.responder_send_ack(q);
-  s.msn = (s.msn + 1) & 0xffffff;
-  save_ack_only(s.msn);
-  s.epsn = psn_add(psn, 1);
-  send_read_response_ack(psn, s.msn);
-  return Verdict::done;
+  return answer_ack_only();
 }
 
 inline Verdict Engine::ResponderRequest::serve_flush() {
@@ -910,37 +916,32 @@ inline Verdict Engine::ResponderRequest::serve_flush() {
 // this thread, so a full fence is all it takes. Persistence is never reached: no region takes
 // FLUSH_PERSISTENT (rocev2/mr.cc), so a FLUSH that asks for it failed check_flush_rkey.
 inline Verdict Engine::ResponderRequest::execute_flush() {
-  Qp::Responder& s = q->resp;
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  return answer_ack_only();
+}
+
+// An ATOMIC WRITE or FLUSH done: the message counted, kept as a resource answered again by a
+// duplicate (never carried out twice), and answered with its READ response only.
+Verdict Engine::ResponderRequest::answer_ack_only() {
+  Qp::Responder& s = q->resp;
   e.responder_send_ack(q);
   s.msn = (s.msn + 1) & 0xffffff;
-  save_ack_only(s.msn);
+  RdAtomicResource res;
+  res.kind = RdAtomicResource::ack_only;
+  res.first_psn = res.last_psn = psn;
+  res.msn = s.msn;
+  save_resource(res);
   s.epsn = psn_add(psn, 1);
   send_read_response_ack(psn, s.msn);
   return Verdict::done;
 }
 
-void Engine::ResponderRequest::save_ack_only(uint32_t msn) {
-  Qp::Responder& s = q->resp;
-  RdAtomicResource res;
-  res.kind = RdAtomicResource::ack_only;
-  res.first_psn = res.last_psn = psn;
-  res.msn = msn;
-  s.resources[s.resource_next] = res;
-  s.resource_next = (s.resource_next + 1) % static_cast<uint32_t>(s.resources.size());
-}
-
 // IBA 1.5 answers ATOMIC WRITE and FLUSH with an RDMA READ response only of no payload, its AETH
 // an ACK (rxe's send_read_response_ack).
 void Engine::ResponderRequest::send_read_response_ack(uint32_t at_psn, uint32_t msn) {
-  Bth bth;
-  bth.opcode = make_opcode(transport_of(q->type), op::kReadResponseOnly);
-  bth.pkey = 0xffff;
-  bth.dest_qp = q->attr.dest_qp_num;
-  bth.psn = at_psn;
   ExtHeaders ext;
   ext.aeth = {kSyndromeAck, msn};
-  if (rte_mbuf* out = e.build(q, q->attr.ah_attr, bth, ext, 0)) e.send_frame(out, q);
+  send_response(op::kReadResponseOnly, at_psn, ext);
 }
 
 // ---- Acknowledgement --------------------------------------------------------------------------
