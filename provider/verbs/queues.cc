@@ -145,6 +145,57 @@ CqUnion* create_cq_common(ibv_context* context, int cqe, ibv_comp_channel* chann
   return &o->obj;
 }
 
+// The provider's side of an SRQ on `pd` (a parent domain's allocators serve its state): checks
+// `a` against the device, lets `create` make droced's SRQ (given the SGE count granted), and
+// fills in the ibv_srq and `a` as granted. Basic and XRC SRQs differ only in `create`.
+template <class Create>
+ibv_srq* new_srq(ibv_pd* pd, ibv_srq_attr& a, bool xrc, Create create) {
+  VerbsContext* ctx = context_of(pd->context);
+  if (a.max_wr == 0 || a.max_wr > ctx->device.max_srq_wr || a.max_sge > ctx->device.max_srq_sge ||
+      a.srq_limit > a.max_wr)
+    return fail<ibv_srq>(EINVAL);
+  const uint32_t max_sge = a.max_sge == 0 ? 1 : a.max_sge;
+  auto* o = new (std::nothrow) Object<ibv_srq>();
+  DomainMemory mem;
+  VerbsSrq* v = domain_new<VerbsSrq>(pd, kResourceSrq, &mem);
+  if (o == nullptr || v == nullptr) {
+    delete o;
+    domain_delete(v, mem);
+    return fail<ibv_srq>(ENOMEM);
+  }
+  client::Srq* srq = nullptr;
+  if (int rc = create(max_sge, &srq); rc != 0) {
+    delete o;
+    domain_delete(v, mem);
+    return fail<ibv_srq>(rc);
+  }
+  v->memory = mem;
+  v->parent_domain = parent_domain_of(pd);
+  if (v->parent_domain != nullptr) ++v->parent_domain->users;
+  v->ctx = ctx;
+  v->srq = srq;
+  v->ibv = &o->obj;
+  v->max_sge = max_sge;
+  v->xrc = xrc;
+  o->droce = v;
+  o->obj.context = pd->context;
+  o->obj.pd = pd;
+  o->obj.handle = srq->id();
+  a.max_wr = srq->max_wr();
+  a.max_sge = max_sge;
+  {
+    std::lock_guard<std::mutex> g(ctx->objects_mutex);
+    ctx->srqs[srq->id()] = v;
+  }
+  return &o->obj;
+}
+
+ibv_srq* new_basic_srq(ibv_pd* pd, ibv_srq_attr& a) {
+  return new_srq(pd, a, false, [&](uint32_t max_sge, client::Srq** out) {
+    return context_of(pd->context)->client->create_srq(pd->handle, a.max_wr, max_sge, a.srq_limit, out);
+  });
+}
+
 }  // namespace
 
 }  // namespace droce::verbs
@@ -236,44 +287,7 @@ void droce_cq_event(ibv_cq* ibcq) {
 
 ibv_srq* droce_create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
   if (pd == nullptr || attr == nullptr) return fail<ibv_srq>(EINVAL);
-  VerbsContext* ctx = context_of(pd->context);
-  ibv_srq_attr& a = attr->attr;
-  if (a.max_wr == 0 || a.max_wr > ctx->device.max_srq_wr || a.max_sge > ctx->device.max_srq_sge ||
-      a.srq_limit > a.max_wr)
-    return fail<ibv_srq>(EINVAL);
-  const uint32_t max_sge = a.max_sge == 0 ? 1 : a.max_sge;
-  auto* o = new (std::nothrow) Object<ibv_srq>();
-  DomainMemory mem;
-  VerbsSrq* v = domain_new<VerbsSrq>(pd, kResourceSrq, &mem);
-  if (o == nullptr || v == nullptr) {
-    delete o;
-    domain_delete(v, mem);
-    return fail<ibv_srq>(ENOMEM);
-  }
-  client::Srq* srq = nullptr;
-  if (int rc = ctx->client->create_srq(pd->handle, a.max_wr, max_sge, a.srq_limit, &srq); rc != 0) {
-    delete o;
-    domain_delete(v, mem);
-    return fail<ibv_srq>(rc);
-  }
-  v->memory = mem;
-  v->parent_domain = parent_domain_of(pd);
-  if (v->parent_domain != nullptr) ++v->parent_domain->users;
-  v->ctx = ctx;
-  v->srq = srq;
-  v->ibv = &o->obj;
-  v->max_sge = max_sge;
-  o->droce = v;
-  o->obj.context = pd->context;
-  o->obj.pd = pd;
-  o->obj.handle = srq->id();
-  a.max_wr = srq->max_wr();
-  a.max_sge = max_sge;
-  {
-    std::lock_guard<std::mutex> g(ctx->objects_mutex);
-    ctx->srqs[srq->id()] = v;
-  }
-  return &o->obj;  // libibverbs fills srq_context, mutex and cond
+  return new_basic_srq(pd, attr->attr);  // libibverbs fills srq_context, mutex and cond
 }
 
 ibv_srq* droce_create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
@@ -285,68 +299,28 @@ ibv_srq* droce_create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
   if (type != IBV_SRQT_BASIC && type != IBV_SRQT_XRC) return fail<ibv_srq>(EOPNOTSUPP);  // IBV_SRQT_TM
   if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || attr->pd == nullptr || attr->pd->context != context)
     return fail<ibv_srq>(EINVAL);
-  ibv_srq_init_attr basic{attr->srq_context, attr->attr};
+  ibv_srq* s = nullptr;
   if (type == IBV_SRQT_BASIC) {
-    ibv_srq* s = droce_create_srq(attr->pd, &basic);
-    if (s == nullptr) return nullptr;
-    attr->attr = basic.attr;
-    // What libibverbs' ibv_create_srq does after the op, and ibv_create_srq_ex leaves to us.
-    s->srq_context = attr->srq_context;
-    s->events_completed = 0;
-    pthread_mutex_init(&s->mutex, nullptr);
-    pthread_cond_init(&s->cond, nullptr);
-    return s;
+    s = new_basic_srq(attr->pd, attr->attr);
+  } else {
+    // XRC (IBA A14): its domain and the CQ its receives complete into.
+    constexpr uint32_t kXrc = IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+    if ((attr->comp_mask & kXrc) != kXrc || attr->xrcd == nullptr || attr->cq == nullptr ||
+        attr->xrcd->context != context || attr->cq->context != context)
+      return fail<ibv_srq>(EINVAL);
+    ibv_srq_attr& a = attr->attr;
+    s = new_srq(attr->pd, a, true, [&](uint32_t max_sge, client::Srq** out) {
+      return context_of(context)->client->create_xrc_srq(attr->pd->handle, a.max_wr, max_sge, a.srq_limit,
+                                                         xrcd_num(attr->xrcd), cq_of(attr->cq)->cq, out);
+    });
   }
-  // XRC (IBA A14): its domain and the CQ its receives complete into.
-  constexpr uint32_t kXrc = IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
-  if ((attr->comp_mask & kXrc) != kXrc || attr->xrcd == nullptr || attr->cq == nullptr ||
-      attr->xrcd->context != context || attr->cq->context != context)
-    return fail<ibv_srq>(EINVAL);
-  VerbsContext* ctx = context_of(context);
-  ibv_srq_attr& a = attr->attr;
-  if (a.max_wr == 0 || a.max_wr > ctx->device.max_srq_wr || a.max_sge > ctx->device.max_srq_sge ||
-      a.srq_limit > a.max_wr)
-    return fail<ibv_srq>(EINVAL);
-  const uint32_t max_sge = a.max_sge == 0 ? 1 : a.max_sge;
-  // destroy_srq ends every SRQ with domain_delete(): droce's own memory here (an XRC SRQ names
-  // its PD, never a parent domain's allocators).
-  auto* o = new (std::nothrow) Object<ibv_srq>();
-  DomainMemory mem;
-  auto* v = domain_new<VerbsSrq>(nullptr, kResourceSrq, &mem);
-  if (o == nullptr || v == nullptr) {
-    delete o;
-    domain_delete(v, mem);
-    return fail<ibv_srq>(ENOMEM);
-  }
-  v->memory = mem;
-  client::Srq* srq = nullptr;
-  if (int rc = ctx->client->create_xrc_srq(attr->pd->handle, a.max_wr, max_sge, a.srq_limit, xrcd_num(attr->xrcd),
-                                           cq_of(attr->cq)->cq, &srq);
-      rc != 0) {
-    delete o;
-    domain_delete(v, mem);
-    return fail<ibv_srq>(rc);
-  }
-  v->ctx = ctx;
-  v->srq = srq;
-  v->ibv = &o->obj;
-  v->max_sge = max_sge;
-  v->xrc = true;
-  o->droce = v;
-  o->obj.context = context;
-  o->obj.srq_context = attr->srq_context;
-  o->obj.pd = attr->pd;
-  o->obj.handle = srq->id();
-  o->obj.events_completed = 0;
-  pthread_mutex_init(&o->obj.mutex, nullptr);
-  pthread_cond_init(&o->obj.cond, nullptr);
-  a.max_wr = srq->max_wr();
-  a.max_sge = max_sge;
-  {
-    std::lock_guard<std::mutex> g(ctx->objects_mutex);
-    ctx->srqs[srq->id()] = v;
-  }
-  return &o->obj;
+  if (s == nullptr) return nullptr;
+  // What libibverbs' ibv_create_srq does after the op, and ibv_create_srq_ex leaves to us.
+  s->srq_context = attr->srq_context;
+  s->events_completed = 0;
+  pthread_mutex_init(&s->mutex, nullptr);
+  pthread_cond_init(&s->cond, nullptr);
+  return s;
 }
 
 int droce_get_srq_num(ibv_srq* ibsrq, uint32_t* srq_num) {
