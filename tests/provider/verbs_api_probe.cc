@@ -34,31 +34,14 @@
 #include <ctime>
 #include <thread>
 
+#include "probe_common.h"
+
 namespace {
 
-int failures = 0;
-
-void check(bool ok, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  std::printf("%s: ", ok ? "ok" : "FAIL");
-  std::vprintf(fmt, ap);
-  std::printf("\n");
-  std::fflush(stdout);
-  va_end(ap);
-  if (!ok) ++failures;
-}
-
-[[noreturn]] void die(const char* what) {
-  std::printf("FAIL: setup: %s (errno %d, %s)\n", what, errno, std::strerror(errno));
-  std::exit(2);
-}
-
-uint64_t now_ms() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000 + uint64_t(ts.tv_nsec) / 1000000;
-}
+using probe::check;
+using probe::die;
+using probe::failures;
+using probe::now_ms;
 
 // `destroy` runs in a thread of its own while an event of the object it destroys has been read
 // and not acknowledged: it must still be waiting 300 ms later (checked as `waits`), and return 0
@@ -110,14 +93,8 @@ struct Dev {
 };
 
 Dev open_dev(const char* name) {
-  int n = 0;
-  ibv_device** list = ibv_get_device_list(&n);
-  if (list == nullptr) die("ibv_get_device_list");
   Dev d;
-  for (int i = 0; i < n; ++i)
-    if (std::strcmp(ibv_get_device_name(list[i]), name) == 0) d.ctx = ibv_open_device(list[i]);
-  ibv_free_device_list(list);
-  if (d.ctx == nullptr) die("ibv_open_device");
+  d.ctx = probe::open_device(name);
   if (ibv_query_device(d.ctx, &d.attr) != 0) die("ibv_query_device");
   if (ibv_query_gid(d.ctx, 1, 1, &d.gid) != 0) die("ibv_query_gid");
   d.pd = ibv_alloc_pd(d.ctx);
@@ -165,33 +142,7 @@ int to_init(ibv_qp* qp) {
 // RESET -> INIT -> RTR -> RTS toward `remote` at `gid`.
 void connect_rc(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& gid) {
   if (to_init(qp) != 0) die("modify to INIT");
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = remote_qpn;
-  a.rq_psn = 0;
-  a.max_dest_rd_atomic = 4;
-  a.min_rnr_timer = 12;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.grh.dgid = gid;
-  a.ah_attr.grh.sgid_index = 1;
-  a.ah_attr.grh.hop_limit = 64;
-  a.ah_attr.port_num = 1;
-  if (ibv_modify_qp(qp, &a,
-                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0)
-    die("modify to RTR");
-  a = ibv_qp_attr{};
-  a.qp_state = IBV_QPS_RTS;
-  a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.sq_psn = 0;
-  a.max_rd_atomic = 4;
-  if (ibv_modify_qp(qp, &a,
-                    IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                        IBV_QP_MAX_QP_RD_ATOMIC) != 0)
-    die("modify to RTS");
+  probe::rc_to_rts(qp, remote_qpn, gid);
 }
 
 void ud_ready(ibv_qp* qp) {

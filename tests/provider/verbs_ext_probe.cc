@@ -1,6 +1,6 @@
 // verbs_ext_probe: the extended verbs of issue #38 through the distro's libibverbs and droce's
 // provider, between two droce devices seen by one process (as verbs_api_probe, whose setup it
-// repeats): completion timestamps (ibv_create_cq_ex with IBV_WC_EX_WITH_COMPLETION_TIMESTAMP
+// shares through probe_common.h): completion timestamps (ibv_create_cq_ex with IBV_WC_EX_WITH_COMPLETION_TIMESTAMP
 // and _WALLCLOCK, ibv_query_rt_values_ex, the device's clock), thread domains and parent
 // domains (their allocators, objects made on them, traffic through them), and device memory
 // (ibv_alloc_dm, the copies, ibv_reg_dm_mr, RDMA WRITE, READ and SEND to and from it). Each
@@ -24,32 +24,15 @@
 #include <ctime>
 #include <map>
 
+#include "probe_common.h"
+
 namespace {
 
-int failures = 0;
-
-void check(bool ok, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  std::printf("%s: ", ok ? "ok" : "FAIL");
-  std::vprintf(fmt, ap);
-  std::printf("\n");
-  std::fflush(stdout);
-  va_end(ap);
-  if (!ok) ++failures;
-}
-
-[[noreturn]] void die(const char* what) {
-  std::printf("FAIL: setup: %s (errno %d, %s)\n", what, errno, std::strerror(errno));
-  std::exit(2);
-}
-
-uint64_t clock_ns(clockid_t id) {
-  timespec ts;
-  clock_gettime(id, &ts);
-  return uint64_t(ts.tv_sec) * 1'000'000'000u + uint64_t(ts.tv_nsec);
-}
-uint64_t now_ms() { return clock_ns(CLOCK_MONOTONIC) / 1'000'000; }
+using probe::check;
+using probe::clock_ns;
+using probe::die;
+using probe::failures;
+using probe::now_ms;
 
 struct Dev {
   ibv_context* ctx = nullptr;
@@ -62,14 +45,8 @@ struct Dev {
 };
 
 Dev open_dev(const char* name) {
-  int n = 0;
-  ibv_device** list = ibv_get_device_list(&n);
-  if (list == nullptr) die("ibv_get_device_list");
   Dev d;
-  for (int i = 0; i < n; ++i)
-    if (std::strcmp(ibv_get_device_name(list[i]), name) == 0) d.ctx = ibv_open_device(list[i]);
-  ibv_free_device_list(list);
-  if (d.ctx == nullptr) die("ibv_open_device");
+  d.ctx = probe::open_device(name);
   if (ibv_query_device_ex(d.ctx, nullptr, &d.attr) != 0) die("ibv_query_device_ex");
   if (ibv_query_gid(d.ctx, 1, 1, &d.gid) != 0) die("ibv_query_gid");
   d.pd = ibv_alloc_pd(d.ctx);
@@ -110,31 +87,7 @@ void connect_rc(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& gid) {
   a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
   if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0)
     die("modify to INIT");
-  a = ibv_qp_attr{};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = remote_qpn;
-  a.max_dest_rd_atomic = 4;
-  a.min_rnr_timer = 12;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.grh.dgid = gid;
-  a.ah_attr.grh.sgid_index = 1;
-  a.ah_attr.grh.hop_limit = 64;
-  a.ah_attr.port_num = 1;
-  if (ibv_modify_qp(qp, &a,
-                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0)
-    die("modify to RTR");
-  a = ibv_qp_attr{};
-  a.qp_state = IBV_QPS_RTS;
-  a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.max_rd_atomic = 4;
-  if (ibv_modify_qp(qp, &a,
-                    IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                        IBV_QP_MAX_QP_RD_ATOMIC) != 0)
-    die("modify to RTS");
+  probe::rc_to_rts(qp, remote_qpn, gid);
 }
 
 int post_recv(ibv_qp* qp, ibv_srq* srq, uint64_t id, uint64_t addr, uint32_t len, uint32_t lkey) {
