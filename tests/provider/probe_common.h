@@ -54,7 +54,10 @@ inline ibv_context* open_device(const char* name) {
 }
 
 /// RTR -> RTS of an RC QP in INIT toward `remote_qpn` at `gid`; dies when a step is refused.
-inline void rc_to_rts(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& gid) {
+/// An XRC QP takes one side's attributes only (the kernel's rules): a receive QP the
+/// responder's (`requester` false), a send QP the requester's (`responder` false).
+inline void rc_to_rts(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& gid, bool responder = true,
+                      bool requester = true) {
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_RTR;
   a.path_mtu = IBV_MTU_1024;
@@ -67,10 +70,9 @@ inline void rc_to_rts(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& gid) {
   a.ah_attr.grh.sgid_index = 1;
   a.ah_attr.grh.hop_limit = 64;
   a.ah_attr.port_num = 1;
-  if (ibv_modify_qp(qp, &a,
-                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0)
-    die("modify to RTR");
+  int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+  if (responder) mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+  if (ibv_modify_qp(qp, &a, mask) != 0) die("modify to RTR");
   a = ibv_qp_attr{};
   a.qp_state = IBV_QPS_RTS;
   a.timeout = 14;
@@ -78,10 +80,9 @@ inline void rc_to_rts(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& gid) {
   a.rnr_retry = 7;
   a.sq_psn = 0;
   a.max_rd_atomic = 4;
-  if (ibv_modify_qp(qp, &a,
-                    IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                        IBV_QP_MAX_QP_RD_ATOMIC) != 0)
-    die("modify to RTS");
+  mask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_SQ_PSN;
+  if (requester) mask |= IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+  if (ibv_modify_qp(qp, &a, mask) != 0) die("modify to RTS");
 }
 
 }  // namespace probe
