@@ -90,6 +90,16 @@ wait_tcp_listen "" 18600 "$clean_srv" || true
   127.0.0.1 >"$tmp/clean.cli" 2>&1 &
 clean_cli=$!
 
+# Each fault kind: name, spec, the rule's counter that shows it acted (sections 1 and 2b).
+fault_kinds="drop drop=3% dropped
+burst burst=1%/30% burst_dropped
+duplicate duplicate=10% duplicated
+reorder reorder=10%,window=100us reordered
+delay delay=200us,jitter=100us delayed
+corrupt-payload corrupt=3%,corrupt-at=payload corrupted
+corrupt-icrc corrupt=3%,corrupt-at=icrc corrupted
+truncate truncate=3% truncated"
+
 # ---- 1. each fault kind on one QP, both directions (ibv_rc_pingpong makes its QP before its
 # exchange: the rule is there before the first frame) ---------------------------------------------
 port=18610
@@ -119,16 +129,7 @@ while read -r kind spec counter; do
     bad "$kind:$why"
     tail -n 5 "$tmp/$kind.cli" "$tmp/$kind.srv"
   fi
-done <<'EOF'
-drop drop=3% dropped
-burst burst=1%/30% burst_dropped
-duplicate duplicate=10% duplicated
-reorder reorder=10%,window=100us reordered
-delay delay=200us,jitter=100us delayed
-corrupt-payload corrupt=3%,corrupt-at=payload corrupted
-corrupt-icrc corrupt=3%,corrupt-at=icrc corrupted
-truncate truncate=3% truncated
-EOF
+done <<<"$fault_kinds"
 
 # ---- the clean pair saw nothing -----------------------------------------------------------------
 # Judged here, before the perftest phases: those flood the one link (ib_write_bw's go-back-N
@@ -223,15 +224,7 @@ while read -r kind spec counter; do
     bad "perftest through $kind: exit $rc_cli/$rc_srv, $counter ${n:-none}"
     tail -n 5 "$tmp/pt-$kind.cli" "$tmp/pt-$kind.srv"
   fi
-done <<'EOF'
-burst burst=1%/30% burst_dropped
-duplicate duplicate=10% duplicated
-reorder reorder=10%,window=100us reordered
-delay delay=200us,jitter=100us delayed
-corrupt-payload corrupt=3%,corrupt-at=payload corrupted
-corrupt-icrc corrupt=3%,corrupt-at=icrc corrupted
-truncate truncate=3% truncated
-EOF
+done < <(grep -v "^drop " <<<"$fault_kinds")
 
 # ---- 3. UD shows the loss -----------------------------------------------------------------------
 before=$(qpns "$sock_a")
