@@ -132,19 +132,18 @@ void FaultStage::reload() {
 
 FaultStage::Active* FaultStage::match(FaultDirection d, const rte_mbuf* m) {
   uint32_t qpn = kAllQps;
-  bool qpn_known = false;
+  if (d == FaultDirection::tx) {
+    qpn = rocev2::frame_source_qpn(m);  // an engine's frame: RoCE, tagged with its QP
+  } else if (!rocev2::peek_dest_qpn(rte_pktmbuf_mtod(m, const uint8_t*), m->data_len, &qpn)) {
+    // Not RoCEv2: on a netdev shared with the kernel (af_packet) the kernel's own traffic
+    // (perftest's TCP exchange, SSH) comes here as a copy the kernel also takes. No rule is
+    // droce's to apply to it: a queue would count and "drop" frames that lose nothing, and
+    // take a RoCE frame's place in the queue. The engine counts and drops them as before.
+    return nullptr;
+  }
   for (Active& a : active_rules_) {
     if ((uint8_t(a.rule.direction) & uint8_t(d)) == 0 || !a.rule.spec.any()) continue;
-    if (a.rule.qpn == kAllQps) return &a;
-    if (!qpn_known) {
-      qpn_known = true;
-      if (d == FaultDirection::tx) {
-        qpn = rocev2::frame_source_qpn(m);
-      } else if (!rocev2::peek_dest_qpn(rte_pktmbuf_mtod(m, const uint8_t*), m->data_len, &qpn)) {
-        qpn = kAllQps;
-      }
-    }
-    if (qpn == a.rule.qpn) return &a;
+    if (a.rule.qpn == kAllQps || a.rule.qpn == qpn) return &a;
   }
   return nullptr;
 }

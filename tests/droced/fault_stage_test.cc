@@ -105,6 +105,22 @@ TEST_F(FaultStageTest, AQpRuleTakesOnlyThatQpsFramesAndComesBeforeThePortRule) {
   EXPECT_EQ(s.totals().matched, 3u);
 }
 
+TEST_F(FaultStageTest, ReceivedFramesThatAreNotRoceMatchNoRule) {
+  // A port rule that drops everything, and a congestion point behind it for QP 17.
+  const uint32_t drop = add("drop=100%");
+  FaultStage s(&rules_, 0, pool_, true);
+  // Step: the kernel's TCP segment (what af_packet shows droced on a shared netdev), and a UDP
+  // datagram to another port. Expect: both pass untouched; no rule counts them.
+  rte_mbuf* tcp = frame(17);
+  rte_pktmbuf_mtod_offset(tcp, uint8_t*, net::kEthHdrLen)[9] = 6;  // IPv4 protocol: TCP
+  rte_mbuf* udp = frame(17);
+  rte_pktmbuf_mtod_offset(udp, uint8_t*, net::kEthHdrLen + net::kIpv4HdrLen)[3] = 0x00;  // dest port 4608
+  run(s, FaultDirection::rx, {tcp, udp, frame(17)}, 0);
+  EXPECT_EQ(out_, (std::vector<rte_mbuf*>{tcp, udp}));
+  EXPECT_EQ(counters_of(s, drop).dropped, 1u) << "only the RoCE frame";
+  EXPECT_EQ(s.totals().matched, 1u);
+}
+
 TEST_F(FaultStageTest, SentFramesMatchTheirSendingQpAndDirectionsStayApart) {
   const uint32_t id = add("drop=100%", 5, FaultDirection::tx);
   FaultStage s(&rules_, 0, pool_, true);
