@@ -36,7 +36,8 @@ int usage_error(const std::string& why) {
 }
 
 constexpr const char* kCcCounters[] = {"np_ecn_marked_roce_packets", "np_cnp_sent", "np_cnp_suppressed",
-                                       "rp_cnp_handled", "rp_cnp_ignored", "rp_rate_cuts", "cnp_received"};
+                                       "rp_cnp_handled", "rp_cnp_ignored", "rp_rate_cuts", "rp_rate_increases",
+                                       "cnp_received"};
 
 int show(const std::string& socket, bool json) {
   ordered_json all;

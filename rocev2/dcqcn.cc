@@ -130,6 +130,7 @@ bool ReactionPoint::increase(const CcParams& p, double top, bool by_timer) {
   rt_ = std::min(rt_, top);
   rc_ = std::min((rt_ + rc_) / 2, top);
   (by_timer ? increased_by_timer_ : increased_by_bytes_) = true;
+  ++increases_;
   if (rt_ >= top && top - rc_ < kReleaseGapMbps) {
     limited_ = false;
     return false;
@@ -160,6 +161,7 @@ void ReactionPoint::run_timer(const CcParams& p, uint32_t line_mbps, uint64_t no
   const double gap = step + (gap0 - step) * std::ldexp(1.0, -static_cast<int>(std::min<uint64_t>(due, 1000)));
   rc_ = std::min(std::max(rt_ - gap, rc_), top);
   increased_by_timer_ = true;
+  ++increases_;
   if (rt_ >= top && top - rc_ < kReleaseGapMbps) limited_ = false;
 }
 

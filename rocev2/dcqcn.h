@@ -157,6 +157,10 @@ class ReactionPoint {
   /// alpha in [0, 1], as of the last CNP.
   double alpha() const { return alpha_; }
   uint32_t timer_stage() const { return t_stage_; }
+  /// Increase events run so far, by the timer or the byte counter (a long idle spell's summed-up
+  /// events count as one): the engine compares it around advance() and on_sent() to count and
+  /// trace rises of the rate as it does cuts.
+  uint64_t increases() const { return increases_; }
   uint32_t byte_stage() const { return b_stage_; }
 
   /// Bytes the pacer lets go at once after an idle spell (two 4 KiB frames): a software
@@ -185,6 +189,7 @@ class ReactionPoint {
   uint32_t t_stage_ = 0, b_stage_ = 0;
   uint64_t bytes_ = 0;            ///< sent since the last byte event
   uint64_t next_send_ns_ = 0;
+  uint64_t increases_ = 0;
 };
 
 /// The notification point of one QP: one CNP per min_time_between_cnps.

@@ -908,6 +908,14 @@ void Engine::cancel_retry_timer(Qp* q) {
   q->req.rnr_until = 0;
 }
 
+void Engine::note_rate_rises(Qp* q, uint64_t before) {
+  const uint64_t n = q->rp.increases() - before;
+  if (n == 0) return;
+  counters_.rp_rate_increases += n;
+  // rc and rt read 0 once the last increase released the QP: back to the line rate.
+  DROCE_PROBE(rate_change, q->qpn, static_cast<uint64_t>(q->rp.rc()), static_cast<uint64_t>(q->rp.rt()));
+}
+
 void Engine::arm_pace_timer(Qp* q, uint64_t deadline_ns) {
   Qp::Requester& r = q->req;
   if (r.pace_queued == 0 || r.pace_queued > deadline_ns) {

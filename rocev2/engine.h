@@ -131,6 +131,7 @@ struct EngineCounters {
   uint64_t rp_cnp_handled = 0;
   uint64_t rp_cnp_ignored = 0;
   uint64_t rp_rate_cuts = 0;
+  uint64_t rp_rate_increases = 0;
 };
 
 /// EngineCounters described once (core/counter_table.h), in the order droced shows them.
@@ -159,6 +160,8 @@ inline constexpr core::Counter<EngineCounters> kEngineCounters[] = {
     {"rp_cnp_ignored", &EngineCounters::rp_cnp_ignored, "CNPs received with the reaction point off (mlx5's name)"},
     {"rp_rate_cuts", &EngineCounters::rp_rate_cuts,
      "rate cuts (a CNP within rate_reduce_monitor_period of the last cut is handled, not cut)"},
+    {"rp_rate_increases", &EngineCounters::rp_rate_increases,
+     "rate increase events (timer or byte counter; the last one of a limited QP releases it)"},
 };
 static_assert(core::covers(kEngineCounters, sizeof(ParseCounters)));
 
@@ -341,6 +344,9 @@ class Engine {
   void cancel_retry_timer(Qp* qp);
   /// The pacer holds `qp` until deadline_ns: a timer entry puts it back on the ready list.
   void arm_pace_timer(Qp* qp, uint64_t deadline_ns);
+  /// After the RP ran increase events (its increases() moved past `before`): counted in
+  /// rp_rate_increases and traced as rate_change, as cuts are.
+  void note_rate_rises(Qp* qp, uint64_t before);
   // Congestion control (engine.cc): the notification point's answer to a CE-marked packet
   // for `qp`, and the reaction point's CNP.
   void np_rx_ce(Qp* qp, const ParsedPacket& p);

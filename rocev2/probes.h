@@ -16,8 +16,9 @@
 //   cnp_sent              qpn, dest_qp            the notification point answered a CE-marked
 //                                                 packet for qpn with a CNP to the peer's dest_qp
 //   cnp_received          qpn                     a CNP for qpn arrived (acted on or not)
-//   rate_change           qpn, rc, rt             DCQCN cut the QP's rate: current and target,
-//                                                 Mbit/s (rocev2/dcqcn.h)
+//   rate_change           qpn, rc, rt             DCQCN cut or raised the QP's rate: current and
+//                                                 target, Mbit/s (rocev2/dcqcn.h); 0 and 0 when
+//                                                 an increase released it to the line rate
 //   queue_mark            rule, bytes, depth      a congestion point (droced/fault_stage.h) set CE
 //                                                 on a frame of `bytes`, finding `depth` queued
 //   queue_drop            rule, bytes, depth      a congestion point dropped a frame (buffer

@@ -84,7 +84,9 @@ bool Engine::requester_send_one(Qp* q, uint64_t now_ns) {
   if (q->rp.limited()) [[unlikely]] {
     // DCQCN's pacer (rocev2/dcqcn.h): a QP over its rate gives up its turn until a timer
     // puts it back; the other QPs go on.
+    const uint64_t rises = q->rp.increases();
     q->rp.advance(cfg_.cc, cfg_.line_rate_mbps, now_ns);
+    note_rate_rises(q, rises);
     if (!q->rp.may_send(now_ns)) {
       arm_pace_timer(q, q->rp.next_send_ns());
       return false;
@@ -267,7 +269,11 @@ bool Engine::requester_send_one(Qp* q, uint64_t now_ns) {
 
   const uint32_t frame_bytes = m->pkt_len;
   send_frame(m, q);
-  if (q->rp.limited()) [[unlikely]] q->rp.on_sent(cfg_.cc, cfg_.line_rate_mbps, now_ns, frame_bytes);
+  if (q->rp.limited()) [[unlikely]] {
+    const uint64_t rises = q->rp.increases();
+    q->rp.on_sent(cfg_.cc, cfg_.line_rate_mbps, now_ns, frame_bytes);
+    note_rate_rises(q, rises);
+  }
 
   r.next_psn = psn_add(r.next_psn, psns);
   if (psn_diff(r.next_psn, r.max_psn) > 0) r.max_psn = r.next_psn;

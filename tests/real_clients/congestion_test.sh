@@ -5,7 +5,8 @@
 # through one small queue on h1's receive path, ib_write_bw 64 KiB from both for 4 s and an
 # ibv_rc_pingpong with its data check (-c) beside them:
 #   1. DCQCN on (droce cc defaults), RED/ECN marking: the queue marks CE (> 0), h1 answers with
-#      CNPs (np_cnp_sent > 0), h2 and h3 act on them (rp_cnp_handled > 0, rp_rate_cuts > 0); all
+#      CNPs (np_cnp_sent > 0), h2 and h3 act on them (rp_cnp_handled > 0, rp_rate_cuts > 0) and
+#      raise their rates again (rp_rate_increases > 0); all
 #      programs finish and the pingpong's 50 checked messages arrive;
 #   2. DCQCN off on every host (`droce cc set rp_enable=0 np_enable=0`), the queue drop-tail only:
 #      it drops (queue_dropped > 0), the senders retransmit (retransmits > 0), and RC still
@@ -113,6 +114,7 @@ marked=$(rule_counter queue_marked)
 cnp_sent=$(counter h1 np_cnp_sent)
 handled=$(( $(counter h2 rp_cnp_handled) + $(counter h3 rp_cnp_handled) ))
 cuts=$(( $(counter h2 rp_rate_cuts) + $(counter h3 rp_rate_cuts) ))
+rises=$(( $(counter h2 rp_rate_increases) + $(counter h3 rp_rate_increases) ))
 depth_max=$(rule_counter queue_depth_max)
 dropped1=$(( $(rule_counter queue_dropped) + $(rule_counter queue_red_dropped) ))
 [ "$marked" -gt 0 ] && ok "the queue marked $marked frames CE (deepest $depth_max bytes, $dropped1 dropped)" ||
@@ -120,6 +122,8 @@ dropped1=$(( $(rule_counter queue_dropped) + $(rule_counter queue_red_dropped) )
 [ "$cnp_sent" -gt 0 ] && ok "h1 answered with $cnp_sent CNPs" || bad "h1 sent no CNP ($marked marked)"
 [ "$handled" -gt 0 ] && [ "$cuts" -gt 0 ] && ok "h2 and h3 handled $handled CNPs, $cuts rate cuts" ||
   bad "the senders handled $handled CNPs, $cuts rate cuts"
+[ "$rises" -gt 0 ] && ok "h2 and h3 raised their rates again $rises times" ||
+  bad "no rate increase event after $cuts cuts"
 
 # ---- 2. DCQCN off, drop-tail only -----------------------------------------------------------------
 for h in h1 h2 h3; do

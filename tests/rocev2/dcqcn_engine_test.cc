@@ -245,6 +245,37 @@ TEST_F(DcqcnEngineTest, CnpSlowsTheRequesterWhileOtherQpsGoOn) {
   EXPECT_EQ(total, 16u);
 }
 
+TEST_F(DcqcnEngineTest, RateIncreasesAreCountedWhenThePacedQpNextSends) {
+  CcParams p;                 // the first CNP cuts the line rate: RT stays the line, RC below it
+  p.rpg_time_reset = 300;     // us: one timer increase event per 300 us
+  p.rpg_byte_reset = 0;
+  engine().set_cc_params(p);
+  QpOptions o;
+  o.peer_qpn = 0x100;
+  const uint32_t qpn = make_qp(o);
+  auto src = reg(4096);
+  deliver(cnp_to(qpn));
+  ASSERT_EQ(engine().counters().rp_rate_cuts, 1u);
+  const uint64_t cut_at = now_;
+  const double rc_cut = engine().qp(qpn)->rp.rc();
+  ASSERT_LT(rc_cut, engine().qp(qpn)->rp.rt());
+
+  // Step: 400 us idle, then a WRITE. Expect: the one due timer event runs as the QP sends, and
+  // is counted; the rate rose (fast recovery: RC halfway to RT, here RT is the line).
+  at(cut_at + 299 * 1000);
+  EXPECT_EQ(engine().counters().rp_rate_increases, 0u) << "nothing runs for an idle QP";
+  at(cut_at + 400 * 1000);
+  SendWr w = send_wr(WrOpcode::rdma_write, qpn, src->sge(0, 64));
+  w.remote_addr = 0x10000;
+  w.rkey = 9;
+  ASSERT_EQ(engine().post_send(qpn, w), 0);
+  at(now_);
+  EXPECT_EQ(data_frames(sent()), 1u);
+  EXPECT_EQ(engine().counters().rp_rate_increases, 1u);
+  EXPECT_GT(engine().qp(qpn)->rp.rc(), rc_cut);
+  EXPECT_EQ(engine().qp(qpn)->rp.increases(), 1u);
+}
+
 TEST_F(DcqcnEngineTest, APacedQpAsksForAnAckOnceAnEighthOfTheAckTimeoutHasPassed) {
   CcParams p;
   p.rate_to_set_on_first_cnp = 1;  // Mbit/s: 8 us a byte, a 1 KiB frame every ~9 ms
