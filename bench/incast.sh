@@ -6,8 +6,9 @@
 # one congestion point (`droce fault set rate=... --dir rx`, net/congestion_point.h): every
 # sender's frames share its queue, as a switch's egress port toward h1. Twice:
 #   dcqcn:    `droce cc` defaults (DCQCN on: ECT(0) data, CNPs for CE marks, rate cuts);
-#   no-dcqcn: `droce cc set rp_enable=0 np_enable=0` on every host (Not-ECT data: RED drops
-#             where it would mark, and drop-tail at the buffer).
+#   no-dcqcn: `droce cc set rp_enable=0 np_enable=0` on every host, and the queue without
+#             RED/ECN (same rate and buffer): a fabric that runs no DCQCN marks nothing, so the
+#             queue fills to its buffer and drops at its tail.
 # First it measures what the path carries (one ib_write_bw, no queue) and prints it: the queue's
 # rate must be well below it for the queue to be the bottleneck.
 # Every ~100 ms it samples each flow's rate (the bytes h1's QP for that sender received), the
@@ -21,17 +22,22 @@
 # Writes incast.json and incast.png (python3-matplotlib) under bench/out or --out DIR.
 #
 #   bench/incast.sh [--out DIR] [--secs N] [--rate R] [--buffer B] [--ecn-min B] [--ecn-max B]
-#                   [--ecn-pmax P] [--cc 'NAME=VALUE ...'] [--build DIR] [--no-build]
-# --cc: DCQCN parameters (droce cc set) for the dcqcn run on every host, over the defaults: e.g.
-# 'rpg_max_rate=1000 clamp_tgt_rate=1' starts the reaction point from this path's rate instead of
-# the line rate (the port's speed: af_packet on a veth says 10 Gbit/s).
+#                   [--ecn-pmax P] [--cc 'NAME=VALUE ...'] [--red-both] [--build DIR] [--no-build]
+# --cc: DCQCN parameters (droce cc set) for the dcqcn run on every host, over droced's defaults
+# (mlx5's): e.g. 'dce_tcp_rtt=50 rpg_time_reset=3000' puts the alpha period and the rate timer
+# at a software path's time scale (mlx5's 1 us and 300 us are made for a fabric whose round trip
+# is a few microseconds; here a CNP comes back 0.1-1 ms after the mark, as the marked frame
+# waits out the queue first); 'rpg_max_rate=1000 clamp_tgt_rate=1' starts the reaction point
+# from this path's rate instead of the line rate (the port's speed: af_packet on a veth says 10
+# Gbit/s). docs/benchmarks.md has runs of each.
 # Root (namespaces). Defaults: 10 s, rate 500mbit (this 2-vCPU VM's af_packet path carries about
 # 1-1.5 Gbit/s, so three senders overrun it), buffer 1m (256k drops the first burst: the three
 # senders start at the line rate, before the first CNPs), ecn-min 20k, ecn-max 100k, ecn-pmax 20%.
-# The queue is the same in both runs: without DCQCN the data is Not-ECT, so RED drops it where
-# it would mark (RFC 3168) and drop-tail acts at the buffer; the table tells the two apart.
+# Kept on in the second run, RED would drop the Not-ECT data where it would have marked it (RFC
+# 3168) and hold the queue near kmax, hiding the overflow a fabric without ECN sees; --red-both
+# keeps it on anyway. The table tells RED's drops from drop-tail's.
 set -uo pipefail
-cc_extra="" out=bench/out secs=10 rate=500mbit buffer=1m kmin=20k kmax=100k pmax=20% build=build/release no_build=0
+cc_extra="" red_both=0 out=bench/out secs=10 rate=500mbit buffer=1m kmin=20k kmax=100k pmax=20% build=build/release no_build=0
 while [ $# -gt 0 ]; do
   case $1 in
     --out) out=$2; shift 2 ;;
@@ -44,7 +50,8 @@ while [ $# -gt 0 ]; do
     --build) build=$2; shift 2 ;;
     --cc) cc_extra=$2; shift 2 ;;
     --no-build) no_build=1; shift ;;
-    *) sed -n '2,25p' "$0"; exit 2 ;;
+    --red-both) red_both=1; shift ;;
+    *) sed -n '2,40p' "$0"; exit 2 ;;
   esac
 done
 [ "$(id -u)" -eq 0 ] || { echo "incast.sh: needs root (network namespaces)" >&2; exit 2; }
@@ -122,7 +129,9 @@ run() {
     else "$droce" cc set rp_enable=0 np_enable=0 --socket "$(sock "$h")" >/dev/null; fi
   done
   "$droce" fault clear all --socket "$(sock h1)" >/dev/null 2>&1
-  "$droce" fault set "rate=$rate,buffer=$buffer,ecn-min=$kmin,ecn-max=$kmax,ecn-pmax=$pmax" --dir rx \
+  local spec="rate=$rate,buffer=$buffer"
+  [ "$mode" = dcqcn ] || [ "$red_both" = 1 ] && spec="$spec,ecn-min=$kmin,ecn-max=$kmax,ecn-pmax=$pmax"
+  "$droce" fault set "$spec" --dir rx \
     --socket "$(sock h1)" >/dev/null || { echo "incast.sh: the congestion point was refused" >&2; exit 1; }
   for s in 0 1 2; do
     run_on h1 ib_write_bw -d droce0 -x 1 -s 65536 -D "$secs" -p $((p + s)) >"$tmp/$mode.srv$s" 2>&1 &
@@ -151,10 +160,10 @@ echo "--- with DCQCN (droce cc defaults${cc_extra:+, $cc_extra})"
 run dcqcn 19810
 cnps=$(tshark -r "$tmp/cnp.pcapng" -Y 'infiniband.bth.opcode == 0x81' 2>/dev/null | wc -l)
 echo "  CNPs captured on h2 that tshark decodes (infiniband.bth.opcode == 0x81): $cnps"
-echo "--- without DCQCN (rp_enable=0 np_enable=0 on every host)"
+echo "--- without DCQCN (rp_enable=0 np_enable=0 on every host; the queue $([ "$red_both" = 1 ] && echo "with RED, Not-ECT dropped" || echo "drop-tail only"))"
 run no-dcqcn 19820
 
-$py - "$tmp" "$out" "$recv" "${path:-0}" "$rate" "$buffer" "$kmin" "$kmax" "$pmax" "$cnps" "$cc_extra" <<'PY'
+$py - "$tmp" "$out" "$recv" "${path:-0}" "$rate" "$buffer" "$kmin" "$kmax" "$pmax" "$cnps" "$cc_extra" "$red_both" <<'PY'
 import json, sys
 tmp, out, recv, path, rate, buffer, kmin, kmax, pmax, cnps = sys.argv[1:11]
 def size(s):
@@ -225,7 +234,7 @@ def analyse(mode):
     }
     return series, fig
 res = {"path_gbps": float(path), "cc": sys.argv[11], "queue": {"rate": rate, "buffer": buffer, "ecn_min": kmin, "ecn_max": kmax,
-       "ecn_pmax": pmax}, "cnps_captured": int(cnps), "runs": {}}
+       "ecn_pmax": pmax, "red_without_dcqcn": sys.argv[12] == "1"}, "cnps_captured": int(cnps), "runs": {}}
 for mode in ("dcqcn", "no-dcqcn"):
     series, fig = analyse(mode)
     res["runs"][mode] = {"figures": fig, "series": series}
