@@ -190,7 +190,10 @@ void Engine::completer_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint6
       w->local_error = WcStatus::loc_prot_err;
     } else {
       const uint64_t orig = p.hdr.ext.atomic_ack_eth.orig;
-      std::memcpy(mr_host(*mr, sge.addr), &orig, 8);  // host order, as the application reads it
+      if (!mr_write(*mr, sge.addr, &orig, 8)) {  // host order, as the application reads it
+        w->has_local_error = true;                // an ODP page the application does not map
+        w->local_error = WcStatus::loc_prot_err;
+      }
     }
     w->resp_complete = true;
     completer_retire(q, psn, now_ns);

@@ -120,6 +120,13 @@ int Engine::reg_mr(uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uin
   return rc;
 }
 
+int Engine::reg_odp_mr(uint32_t pd, uint64_t va, uint64_t length, OdpMemory* odp, uint32_t access, Mr** out) {
+  if (pd == 0 || pd >= pd_used_.size() || !pd_used_[pd]) return -EINVAL;
+  int rc = mrs_.reg_odp(pd, va, length, odp, access, out);
+  if (rc == 0) ++pd_refs_[pd];
+  return rc;
+}
+
 int Engine::rereg_mr(uint32_t lkey, uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint32_t access) {
   if (pd == 0 || pd >= pd_used_.size() || !pd_used_[pd]) return -EINVAL;
   Mr* mr = mrs_.find(lkey);

@@ -207,6 +207,11 @@ class Engine {
   /// LOCAL_INV may invalidate (ordinary ibv_reg_mr regions are not).
   int reg_mr(uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint32_t access, Mr** out,
              bool invalidatable = false);
+  /// An on-demand-paged region (MrTable::reg_odp): reached through `odp`, which
+  /// must outlive the registration. A page `odp` cannot reach ends the access
+  /// as an unmapped page on an HCA does: a remote access error NAK for a
+  /// peer's WRITE, READ or atomic; LOC_PROT_ERR for a local SGE.
+  int reg_odp_mr(uint32_t pd, uint64_t va, uint64_t length, OdpMemory* odp, uint32_t access, Mr** out);
   int dereg_mr(uint32_t lkey);
   /// ibv_alloc_mw / ibv_dealloc_mw (MrTable::alloc_mw, dealloc_mw); a window
   /// holds its PD. Binding is a send WR (WrOpcode::bind_mw) on a QP.
@@ -393,6 +398,9 @@ class Engine {
   /// False with *err LOC_PROT_ERR (bad key/bounds) or LOC_LEN_ERR (no room).
   bool scatter(Qp* qp, const Sge* sges, uint32_t num_sge, uint32_t offset, const rte_mbuf* m, uint32_t src_off,
                uint32_t len, WcStatus* err);
+  /// Copies frame bytes [src_off, src_off + n) to [va, va + n) of a checked
+  /// region; false only for an ODP region's page the application does not map.
+  static bool place(const Mr& mr, uint64_t va, const rte_mbuf* m, uint32_t src_off, uint32_t n);
   /// One request on its way through responder_rx's chain of checks (rocev2/responder.h); the
   /// checks are its member functions. Defined in responder.cc only.
   struct ResponderRequest;

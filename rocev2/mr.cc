@@ -17,13 +17,13 @@ namespace {
 // a range that wraps the address space. FLUSH_GLOBAL is known; FLUSH_PERSISTENT
 // is not (droce's regions are ordinary memory, never a persistence domain: rxe
 // too refuses it on memory that is not pmem).
-bool valid_region(uint64_t va, uint64_t length, const uint8_t* host, uint32_t access) {
+bool valid_region(uint64_t va, uint64_t length, const uint8_t* host, uint32_t access, bool odp = false) {
   constexpr uint32_t kKnown = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead |
                               kAccessRemoteAtomic | kAccessMwBind | kAccessZeroBased |
                               kAccessOnDemand | kAccessHugetlb | kAccessRelaxedOrdering | kAccessFlushGlobal;
   if (access & ~kKnown) return false;
   if ((access & (kAccessRemoteWrite | kAccessRemoteAtomic)) && !(access & kAccessLocalWrite)) return false;
-  if (length != 0 && host == nullptr) return false;
+  if (length != 0 && host == nullptr && !odp) return false;
   return va + length >= va;
 }
 
@@ -62,18 +62,28 @@ int MrTable::reg(uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint3
   return 0;
 }
 
+int MrTable::reg_odp(uint32_t pd, uint64_t va, uint64_t length, OdpMemory* odp, uint32_t access, Mr** out) {
+  if (odp == nullptr || !valid_region(va, length, nullptr, access, true)) return -EINVAL;
+  if (int rc = reg(pd, va, 0, nullptr, access, out); rc != 0) return rc;
+  (*out)->length = length;
+  (*out)->odp = odp;
+  (*out)->odp_addr = va;
+  return 0;
+}
+
 int MrTable::rereg(uint32_t lkey, uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint32_t access) {
   Mr* mr = find(lkey);
   // Windows bound to a region hold pointers into its mapping (IBA 10.6.7.2.6 forbids
   // deregistering it; moving it under them is no better).
-  if (mr == nullptr || mr->is_mw() || mr->bound_mws != 0 || mr->invalidatable ||
-      !valid_region(va, length, host, access))
-    return -EINVAL;
+  if (mr == nullptr || mr->is_mw() || mr->bound_mws != 0 || mr->invalidatable) return -EINVAL;
+  const bool odp = mr->odp != nullptr;
+  if ((odp && host != nullptr) || !valid_region(va, length, host, access, odp)) return -EINVAL;
   mr->pd = pd;
   mr->access = access;
   mr->va = va;
   mr->length = length;
   mr->host = host;
+  if (odp) mr->odp_addr = va;
   mr->remote_key_valid = true;
   return 0;
 }
@@ -153,6 +163,8 @@ void MrTable::unbind(Mr& mw) {
   mw.va = 0;
   mw.length = 0;
   mw.host = nullptr;
+  mw.odp = nullptr;
+  mw.odp_addr = 0;
 }
 
 void MrTable::unbind_qp(uint32_t qpn) {
@@ -201,7 +213,12 @@ int MrTable::bind_mw(const MwBind& b, uint32_t qp_pd, uint32_t qpn) {
   mw->access = b.access;
   mw->va = (b.access & kAccessZeroBased) ? 0 : b.addr;
   mw->length = b.length;
-  mw->host = mr_host(*mr, b.addr);
+  if (mr->odp != nullptr) {  // the window reaches the application's pages as its region does
+    mw->odp = mr->odp;
+    mw->odp_addr = mr_odp_addr(*mr, b.addr);
+  } else {
+    mw->host = mr_host(*mr, b.addr);
+  }
   mw->mw_mr_index = b.mr_lkey >> 8;
   mw->mw_qpn = type2 ? qpn : 0;
   if (type2) ++bound_type2_;

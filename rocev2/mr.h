@@ -18,16 +18,43 @@
 // key of an earlier binding stops matching. A zero-based window (type 2 only,
 // o10-36.2.2) is kept with va 0: remote addresses are offsets into it.
 //
+// On-demand paging (IBV_ACCESS_ON_DEMAND): an ODP region has no `host`
+// mapping at all. The engine reaches its bytes through an OdpMemory that the
+// owner of the registration supplies (droced: the application's
+// /proc/<pid>/mem, so pages fault in the application's address space when
+// first touched and nothing is pinned or mapped here). A window bound to an
+// ODP region reaches it through the same OdpMemory. The copy helpers below
+// (mr_read, mr_write) branch once on `odp`: pinned regions keep their memcpy.
+//
 // Threading: registration is control path; lookups happen on the owning
 // lcore. The table is not internally synchronized.
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "rocev2/verbs.h"
 
 namespace droce::rocev2 {
+
+/// How the engine reads and writes an on-demand-paged region: by the
+/// application's own virtual address. Implementations may block (a page
+/// fault in the application's process) and may make a system call; they are
+/// called only for ODP regions, on the lcore that owns the table.
+class OdpMemory {
+ public:
+  /// Copies `n` bytes at the application's address `addr` to `dst`. False when
+  /// any byte of the range is not mapped (or not readable) in the application:
+  /// the caller turns it into an access error, never a crash.
+  virtual bool read(uint64_t addr, void* dst, size_t n) = 0;
+  /// Copies `n` bytes from `src` to the application's address `addr`. False
+  /// as read(); bytes before the failing page may have been written.
+  virtual bool write(uint64_t addr, const void* src, size_t n) = 0;
+
+ protected:
+  ~OdpMemory() = default;
+};
 
 struct Mr {
   uint32_t lkey = 0;
@@ -36,7 +63,11 @@ struct Mr {
   uint32_t access = 0;   ///< AccessFlags
   uint64_t va = 0;
   uint64_t length = 0;
-  uint8_t* host = nullptr;
+  uint8_t* host = nullptr;  ///< nullptr for an ODP region (odp is set instead)
+  /// On-demand paging: the application's memory is reached through `odp`, at
+  /// `odp_addr` for `va` (a region's own va; a window's bound address).
+  OdpMemory* odp = nullptr;
+  uint64_t odp_addr = 0;
   bool valid = false;    ///< registered and not invalidated
   bool remote_key_valid = false;  ///< cleared by SEND_WITH_INV / LOCAL_INV
   /// Only fast-registration regions (and memory windows) may be invalidated
@@ -75,12 +106,18 @@ class MrTable {
   /// without local write, C10-? of IBA 10.6.3.1; length 0 with host null is allowed).
   int reg(uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint32_t access, Mr** out,
           bool invalidatable = false);
+  /// Registers an on-demand-paged region: [va, va + length) of the
+  /// application, reached through `odp` at the same addresses (never
+  /// dereferenced here). va 0 and length UINT64_MAX is implicit ODP (the
+  /// whole address space). Errors as reg(); -EINVAL without `odp`.
+  int reg_odp(uint32_t pd, uint64_t va, uint64_t length, OdpMemory* odp, uint32_t access, Mr** out);
   /// Deregisters by L_Key. -EINVAL if no such region.
   int dereg(uint32_t lkey);
   /// ibv_rereg_mr in place: the region with this L_Key takes the new PD,
   /// range, host mapping and access; its keys stay (as an HCA's do, so a peer
   /// that holds the R_Key keeps using it). -EINVAL for an unknown key or the
-  /// access and range rules of reg().
+  /// access and range rules of reg(). An ODP region stays one (host must be
+  /// nullptr): its new range is reached through the same OdpMemory.
   int rereg(uint32_t lkey, uint32_t pd, uint64_t va, uint64_t length, uint8_t* host, uint32_t access);
 
   /// The region with this key, or nullptr (unknown index, stale key byte, freed).
@@ -153,7 +190,27 @@ class MrTable {
   size_t bound_type2_ = 0;  ///< type 2 windows bound to a QP (unbind_qp skips its scan without)
 };
 
-/// The host pointer for va inside a checked region.
+/// The host pointer for va inside a checked region (not an ODP one).
 inline uint8_t* mr_host(const Mr& mr, uint64_t va) { return mr.host + (va - mr.va); }
+/// The application's address of va inside a checked ODP region.
+inline uint64_t mr_odp_addr(const Mr& mr, uint64_t va) { return mr.odp_addr + (va - mr.va); }
+
+/// Copies [va, va + n) of a checked region to dst. False only for an ODP
+/// region whose pages are not all mapped in the application.
+inline bool mr_read(const Mr& mr, uint64_t va, void* dst, size_t n) {
+  if (mr.odp == nullptr) [[likely]] {
+    std::memcpy(dst, mr_host(mr, va), n);
+    return true;
+  }
+  return mr.odp->read(mr_odp_addr(mr, va), dst, n);
+}
+/// Copies src to [va, va + n) of a checked region; false as mr_read.
+inline bool mr_write(const Mr& mr, uint64_t va, const void* src, size_t n) {
+  if (mr.odp == nullptr) [[likely]] {
+    std::memcpy(mr_host(mr, va), src, n);
+    return true;
+  }
+  return mr.odp->write(mr_odp_addr(mr, va), src, n);
+}
 
 }  // namespace droce::rocev2

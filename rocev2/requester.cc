@@ -49,7 +49,10 @@ bool Engine::gather(Qp* q, SendWqe& w, uint32_t offset, uint32_t len, uint8_t* d
       *err = WcStatus::loc_prot_err;
       return false;
     }
-    std::memcpy(dst, mr_host(*mr, sge.addr + skip), n);
+    if (!mr_read(*mr, sge.addr + skip, dst, n)) {  // an ODP page the application does not map
+      *err = WcStatus::loc_prot_err;
+      return false;
+    }
     dst += n;
     len -= n;
     skip = 0;

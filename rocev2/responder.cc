@@ -119,6 +119,7 @@ struct Engine::ResponderRequest {
   Verdict execute_read();
   Verdict serve_atomic();
   Verdict execute_atomic();
+  Verdict atomic_odp(uint64_t* orig);
   void send_atomic_ack(uint32_t at_psn, uint32_t msn, uint64_t orig);
   Verdict serve_atomic_write();
   Verdict execute_atomic_write();
@@ -185,11 +186,10 @@ bool Engine::scatter(Qp* q, const Sge* sges, uint32_t num_sge, uint32_t offset, 
       *err = WcStatus::loc_prot_err;
       return false;
     }
-    uint8_t* dst = mr_host(*mr, sge.addr + skip);
-    net::FrameBytes(m).for_each_piece(src_off, n, [&](const uint8_t* piece, size_t k) {
-      std::memcpy(dst, piece, k);
-      dst += k;
-    });
+    if (!place(*mr, sge.addr + skip, m, src_off, n)) {  // an ODP page the application does not map
+      *err = WcStatus::loc_prot_err;
+      return false;
+    }
     src_off += n;
     len -= n;
     skip = 0;
@@ -199,6 +199,23 @@ bool Engine::scatter(Qp* q, const Sge* sges, uint32_t num_sge, uint32_t offset, 
     return false;
   }
   return true;
+}
+
+bool Engine::place(const Mr& mr, uint64_t va, const rte_mbuf* m, uint32_t src_off, uint32_t n) {
+  if (mr.odp == nullptr) [[likely]] {
+    uint8_t* dst = mr_host(mr, va);
+    net::FrameBytes(m).for_each_piece(src_off, n, [&](const uint8_t* piece, size_t k) {
+      std::memcpy(dst, piece, k);
+      dst += k;
+    });
+    return true;
+  }
+  bool ok = true;
+  net::FrameBytes(m).for_each_piece(src_off, n, [&](const uint8_t* piece, size_t k) {
+    ok = ok && mr_write(mr, va, piece, k);
+    va += k;
+  });
+  return ok;
 }
 
 void Engine::responder_send_ack(Qp* q) {
@@ -266,7 +283,14 @@ void Engine::responder_read_run(Qp* q, uint32_t* budget) {
         enter_error(q);
         return;
       }
-      std::memcpy(dst, mr_host(*mr, rd.va + s.read_offset), len);
+      // An ODP page the application unmapped since the READ arrived: as a region deregistered.
+      if (!mr_read(*mr, rd.va + s.read_offset, dst, len)) {
+        rte_pktmbuf_free(m);
+        s.reading = false;
+        responder_nak(q, nak(NakCode::remote_access_error), s.read_psn);
+        enter_error(q);
+        return;
+      }
     }
     send_frame(m, q);
     --*budget;
@@ -737,11 +761,8 @@ inline Verdict Engine::ResponderRequest::execute_write() {
         e.mrs_.check_remote(s.write_rkey, q->pd, s.write_va, len, kAccessRemoteWrite, &target, q->qpn) !=
             MrCheck::ok)
       return Verdict::nak_rem_acc;
-    uint8_t* dst = mr_host(*target, s.write_va);
-    net::FrameBytes(m).for_each_piece(p.layout.payload_off, len, [&](const uint8_t* piece, size_t k) {
-      std::memcpy(dst, piece, k);
-      dst += k;
-    });
+    // An ODP page the application does not map is a remote access error, as an HCA's failed page fault.
+    if (!place(*target, s.write_va, m, p.layout.payload_off, len)) return Verdict::nak_rem_acc;
   }
   s.write_va += len;
   s.write_left -= len;
@@ -823,13 +844,17 @@ inline Verdict Engine::ResponderRequest::serve_atomic() {
 inline Verdict Engine::ResponderRequest::execute_atomic() {
   Qp::Responder& s = q->resp;
   const AtomicEth& a = p.hdr.ext.atomic_eth;
-  auto* target = reinterpret_cast<uint64_t*>(mr_host(*mr, a.va));
   uint64_t orig;
-  if (info.kind == OpKind::fetch_add) {
-    orig = __atomic_fetch_add(target, a.swap_add, __ATOMIC_SEQ_CST);
-  } else {
-    orig = a.compare;
-    __atomic_compare_exchange_n(target, &orig, a.swap_add, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  if (mr->odp == nullptr) [[likely]] {
+    auto* target = reinterpret_cast<uint64_t*>(mr_host(*mr, a.va));
+    if (info.kind == OpKind::fetch_add) {
+      orig = __atomic_fetch_add(target, a.swap_add, __ATOMIC_SEQ_CST);
+    } else {
+      orig = a.compare;
+      __atomic_compare_exchange_n(target, &orig, a.swap_add, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    }
+  } else if (Verdict v = atomic_odp(&orig); v != Verdict::ok) {
+    return v;
   }
   e.responder_send_ack(q);
   s.msn = (s.msn + 1) & 0xffffff;
@@ -845,6 +870,21 @@ inline Verdict Engine::ResponderRequest::execute_atomic() {
   s.epsn = psn_add(psn, 1);
   send_atomic_ack(psn, s.msn, orig);
   return Verdict::done;
+}
+
+// An atomic on an ODP region: read, modify, write through the region's OdpMemory. Atomic
+// against every other RDMA access this engine makes (one lcore), not against the application's
+// CPUs (docs/droced.md "On-demand paging"). A page the application does not map: a remote access
+// error, before anything is written.
+inline Verdict Engine::ResponderRequest::atomic_odp(uint64_t* orig) {
+  const AtomicEth& a = p.hdr.ext.atomic_eth;
+  uint64_t value;
+  if (!mr_read(*mr, a.va, &value, 8)) return Verdict::nak_rem_acc;
+  *orig = value;
+  if (info.kind == OpKind::fetch_add) value += a.swap_add;
+  else if (value == a.compare) value = a.swap_add;
+  else return Verdict::ok;  // compare failed: nothing to write
+  return mr_write(*mr, a.va, &value, 8) ? Verdict::ok : Verdict::nak_rem_acc;
 }
 
 void Engine::ResponderRequest::send_atomic_ack(uint32_t at_psn, uint32_t msn, uint64_t orig) {
@@ -897,7 +937,11 @@ inline Verdict Engine::ResponderRequest::execute_atomic_write() {
   uint8_t scratch[8];
   uint64_t value;
   std::memcpy(&value, net::FrameBytes(m).read(p.layout.payload_off, 8, scratch), 8);
-  __atomic_store_n(reinterpret_cast<uint64_t*>(mr_host(*mr, p.hdr.ext.reth.va)), value, __ATOMIC_RELEASE);
+  if (mr->odp == nullptr) [[likely]] {
+    __atomic_store_n(reinterpret_cast<uint64_t*>(mr_host(*mr, p.hdr.ext.reth.va)), value, __ATOMIC_RELEASE);
+  } else if (!mr_write(*mr, p.hdr.ext.reth.va, &value, 8)) {  // one 8-byte write of the application's page
+    return Verdict::nak_rem_acc;
+  }
   ++q->counters.rdma_recvs;
   return answer_ack_only();
 }
@@ -1009,7 +1053,11 @@ void Engine::responder_ud_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m) {
       err = WcStatus::loc_prot_err;
       break;
     }
-    std::memcpy(mr_host(*mr, sge.addr), grh + skip, n);
+    if (!mr_write(*mr, sge.addr, grh + skip, n)) {  // an ODP page the application does not map
+      ok = false;
+      err = WcStatus::loc_prot_err;
+      break;
+    }
     skip += n;
     left -= n;
   }
