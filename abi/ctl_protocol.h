@@ -42,7 +42,9 @@ inline constexpr uint16_t kAbiMajor = 1;
 ///     memory (alloc_dm, free_dm, reg_dm_mr); QueryDeviceReply's device_caps and max_dm_size.
 /// 12: XRC: open_xrcd, close_xrcd, create_xrc_srq, create_xrc_qp, open_qp; create_qp of XRC send
 ///     QPs (qp_type 9); QueryDeviceReply's max_xrcds.
-inline constexpr uint16_t kAbiMinor = 12;
+/// 13: on-demand paging: reg_odp_mr (RegOdpMrRequest and the client's /proc/self/mem);
+///     DeviceCaps' kDeviceCapOnDemandPaging.
+inline constexpr uint16_t kAbiMinor = 13;
 /// Largest message either side sends or accepts.
 inline constexpr size_t kMaxMessage = 4096;
 
@@ -81,7 +83,8 @@ enum class MsgType : uint16_t {
   alloc_dm = 32,          ///< minor 11: ibv_alloc_dm (AllocDmRequest; AllocDmReply and the region)
   free_dm = 33,           ///< minor 11: ibv_free_dm (IdRequest: the DM's id)
   reg_dm_mr = 34,         ///< minor 11: ibv_reg_dm_mr (RegDmMrRequest; reply RegMrReply)
-  // 35-39: unused.
+  reg_odp_mr = 35,        ///< minor 13: ibv_reg_mr with IBV_ACCESS_ON_DEMAND (RegOdpMrRequest; reply RegMrReply)
+  // 36-39: unused.
   open_xrcd = 40,         ///< minor 12: ibv_open_xrcd (OpenXrcdRequest, a file's fd beside; reply IdReply)
   close_xrcd = 41,        ///< minor 12: ibv_close_xrcd (IdRequest)
   create_xrc_srq = 42,    ///< minor 12: ibv_create_srq_ex of IBV_SRQT_XRC (CreateXrcSrqRequest; as create_srq's reply)
@@ -184,6 +187,21 @@ struct RegMrRequest {
 };
 static_assert(sizeof(RegMrRequest) == 40);
 static_assert(offsetof(RegMrRequest, va) == 8 && offsetof(RegMrRequest, page_va) == 24);
+
+/// ibv_reg_mr with IBV_ACCESS_ON_DEMAND: no pages are sent. One descriptor comes beside it,
+/// the client's /proc/self/mem opened read-write (the client may open its own; droced needs no
+/// right over the client): droced reads and writes [va, va + length) through it, so pages
+/// fault in the client's address space when first touched. A session keeps the first such
+/// descriptor it receives; later ones are closed. va 0 with length UINT64_MAX is implicit
+/// ODP (the whole address space). `access` includes kAccessOnDemand.
+struct RegOdpMrRequest {
+  uint32_t pd;
+  uint32_t access;
+  uint64_t va;
+  uint64_t length;
+};
+static_assert(sizeof(RegOdpMrRequest) == 24);
+static_assert(offsetof(RegOdpMrRequest, va) == 8 && offsetof(RegOdpMrRequest, length) == 16);
 
 struct MrSegment {
   uint64_t length;     ///< bytes, a page multiple
@@ -304,6 +322,8 @@ enum DeviceCaps : uint32_t {
   /// CQs created with kCqCreateTimestamp carry Cqe::timestamp: CLOCK_MONOTONIC ns, so the
   /// device clock runs at 1 GHz (hca_core_clock 1,000,000 kHz) and is the host's.
   kDeviceCapCompletionTimestamp = 1u << 0,
+  /// reg_odp_mr works: explicit and implicit on-demand paging (minor 13).
+  kDeviceCapOnDemandPaging = 1u << 1,
 };
 
 /// ibv_attach_mcast / ibv_detach_mcast: QP `qpn` and group `gid` (16 bytes, network order).

@@ -36,6 +36,7 @@
 #include "droced/fault_stage.h"
 #include "droced/device_core.h"
 #include "droced/peer_memory.h"
+#include "droced/process_memory.h"
 #include "abi/ctl_protocol.h"
 #include "abi/queues.h"
 #include "abi/shm_ring.h"
@@ -276,6 +277,8 @@ class Session {
   /// An MR on device memory `dm` went (dereg_mr): the DM may be freed once none is left.
   void dm_mr_gone(uint32_t dm);
   void finish_pending_reg_mr();
+  /// ibv_reg_mr with IBV_ACCESS_ON_DEMAND (reg_odp_mr).
+  int on_reg_odp_mr(const abi::ctl::RegOdpMrRequest& q, const Control& c, abi::ctl::RegMrReply* out);
   /// ibv_rereg_mr in place (rereg_mr): the keys stay.
   int on_rereg_mr(const abi::ctl::ReregMrRequest& q, const Control& c, abi::ctl::RegMrReply* out);
   int on_create_cq(const abi::ctl::CreateCqRequest& r, abi::ctl::CreateCqReply* out, std::unique_ptr<SharedCq>* made);
@@ -365,6 +368,9 @@ class Session {
   std::unordered_map<uint32_t, std::unique_ptr<SharedCq>> cqs_;
   std::unordered_map<uint32_t, std::unique_ptr<SharedSrq>> srqs_;
   std::unordered_map<uint32_t, std::unique_ptr<MrEntry>> mrs_;  ///< by lkey
+  /// The client's address space, for its ODP regions (the first reg_odp_mr brings it); the
+  /// engine's ODP regions point here, so it outlives them (teardown deregisters them first).
+  ProcessMemory odp_memory_;
   std::unordered_set<uint32_t> mws_;  ///< memory windows, by key index (a bind changes the tag)
   std::unordered_map<uint32_t, std::unique_ptr<DmEntry>> dms_;  ///< device memory, by id
   uint32_t next_dm_id_ = 1;

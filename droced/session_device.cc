@@ -96,7 +96,7 @@ void Session::serve<MsgType::query_device>(const Control& c, const NoBody&) {
   r.max_mcast_qp_attach = dev_->limits.max_mcast_qp_attach;
   r.max_total_mcast_qp_attach = dev_->limits.max_total_mcast_qp_attach;
   r.max_mw = dev_->session_limits.max_mrs;  // windows share the engine's key table with regions
-  r.device_caps = kDeviceCapCompletionTimestamp;
+  r.device_caps = kDeviceCapCompletionTimestamp | kDeviceCapOnDemandPaging;
   r.max_dm_size = dev_->session_limits.max_dm_bytes;
   r.max_xrcds = XrcRegistry::kMaxDomains;
   std::snprintf(r.fw_ver, sizeof r.fw_ver, "%s", kDaemonVersion);

@@ -1,5 +1,5 @@
-// Memory regions: ibv_reg_mr (the client's pages arrive as memfds, one per segment),
-// ibv_dereg_mr, ibv_rereg_mr.
+// Memory regions: ibv_reg_mr (the client's pages arrive as memfds, one per segment; an ODP
+// region's do not arrive at all: its client's /proc/self/mem does), ibv_dereg_mr, ibv_rereg_mr.
 
 #include <algorithm>
 #include <cstring>
@@ -69,12 +69,45 @@ void Session::release_mr(std::unique_ptr<MrEntry> m) {
     dev_->jobs->release(std::move(m));
 }
 
+// Nothing is mapped or populated: the engine reaches the range through the client's own
+// /proc/self/mem, faulting pages in the client when they are first touched.
+int Session::on_reg_odp_mr(const RegOdpMrRequest& q, const Control& c, RegMrReply* out) {
+  if (std::find(pds_.begin(), pds_.end(), q.pd) == pds_.end()) return -EINVAL;
+  if (mrs_.size() >= dev_->session_limits.max_mrs) return -ENOMEM;
+  if (q.length == 0 || !(q.access & abi::kAccessOnDemand) || c.fds.size() > 1) return -EINVAL;
+  if (!odp_memory_.valid()) {
+    if (c.fds.size() != 1) return -EINVAL;  // the first one must bring the address space
+    if (int rc = ProcessMemory::adopt(std::move(c.fds[0]), &odp_memory_); rc != 0) return rc;
+  }
+  rocev2::Mr* mr = nullptr;
+  if (int rc = dev_->core->engine().reg_odp_mr(q.pd, q.va, q.length, &odp_memory_, q.access, &mr); rc != 0)
+    return rc;
+  auto m = std::make_unique<MrEntry>();
+  m->lkey = out->lkey = mr->lkey;
+  m->rkey = out->rkey = mr->rkey;
+  m->page_va = q.va;
+  m->odp = true;
+  mrs_[mr->lkey] = std::move(m);
+  return 0;
+}
+
 int Session::on_rereg_mr(const ReregMrRequest& q, const Control& c, RegMrReply* out) {
   auto it = mrs_.find(q.lkey);
   if (it == mrs_.end()) return -EINVAL;
   if (std::find(pds_.begin(), pds_.end(), q.pd) == pds_.end()) return -EINVAL;
   MrEntry& m = *it->second;
   if (m.dm != 0) return -EINVAL;  // an MR on device memory stays where it is (as uverbs' rereg)
+  if (m.odp) {
+    // An ODP region takes any new range of the same address space: nothing to map.
+    if (q.segment_count != 0 || !c.fds.empty() || !(q.access & abi::kAccessOnDemand) || q.length == 0) return -EINVAL;
+    if (int rc = dev_->core->engine().rereg_mr(q.lkey, q.pd, q.va, q.length, nullptr, q.access); rc != 0) return rc;
+    m.page_va = q.va;
+    out->lkey = m.lkey;
+    out->rkey = m.rkey;
+    return 0;
+  }
+  // A pinned region does not become an ODP one in place (the client registers anew).
+  if (q.access & abi::kAccessOnDemand) return -EINVAL;
   const bool translation = (q.flags & kReregTranslation) != 0;
   PeerMemory fresh;
   const PeerMemory* mem = &m.memory;
@@ -137,6 +170,13 @@ void Session::finish_pending_reg_mr() {
 }
 
 template <>
+void Session::serve<MsgType::reg_odp_mr>(const Control& c, const RegOdpMrRequest& q) {
+  RegMrReply r{};
+  const int rc = on_reg_odp_mr(q, c, &r);
+  reply(c.h, rc, &r, sizeof r);
+}
+
+template <>
 void Session::serve<MsgType::dereg_mr>(const Control& c, const IdRequest& q) {
   auto it = mrs_.find(q.id);
   if (it == mrs_.end()) return reply(c.h, -EINVAL);
@@ -161,6 +201,7 @@ std::span<const Session::ControlEntry> Session::mr_controls() {
       control<MsgType::reg_mr, RegMrRequest>(),
       control<MsgType::dereg_mr, IdRequest>(),
       control<MsgType::rereg_mr, ReregMrRequest>(),
+      control<MsgType::reg_odp_mr, RegOdpMrRequest>(),
   };
   return kEntries;
 }

@@ -132,7 +132,8 @@ struct Session::MrEntry {
   uint32_t lkey = 0;
   uint32_t rkey = 0;
   uint64_t page_va = 0;  ///< the client address of memory.data()
-  PeerMemory memory;     ///< empty for an MR on device memory
+  PeerMemory memory;     ///< empty for an MR on device memory and an ODP one
+  bool odp = false;      ///< reg_odp_mr: reached through the session's odp_memory_
   uint32_t dm = 0;       ///< reg_dm_mr: the device memory it lies in (its `mrs` counts it)
 };
 
