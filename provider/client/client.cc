@@ -1,7 +1,9 @@
 #include "provider/client/client.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -247,6 +249,51 @@ int Context::reg_mr(uint32_t pd, void* addr, size_t length, uint32_t access, uin
   return 0;
 }
 
+int Context::reg_odp_mr(uint32_t pd, void* addr, size_t length, uint32_t access, uint32_t* lkey,
+                        uint32_t* rkey) {
+  if (daemon_minor_ < 13) return -EOPNOTSUPP;  // a droced from before on-demand paging
+  const bool implicit = addr == nullptr && length == SIZE_MAX;
+  if ((!implicit && (addr == nullptr || length == 0)) || !(access & abi::kAccessOnDemand)) return -EINVAL;
+  if ((access & (abi::kAccessRemoteWrite | abi::kAccessRemoteAtomic)) && !(access & abi::kAccessLocalWrite))
+    return -EINVAL;
+  // Opened for every registration rather than kept: a forked child that registers through an
+  // inherited context must not hand over its parent's address space. The process opens its
+  // own, so the kernel's ptrace check (PTRACE_MODE_ATTACH of itself) always passes.
+  core::Fd mem(::open("/proc/self/mem", O_RDWR | O_CLOEXEC));
+  if (!mem.valid()) return -errno;
+  RegOdpMrRequest q{};
+  q.pd = pd;
+  q.access = access;
+  q.va = reinterpret_cast<uint64_t>(addr);
+  q.length = implicit ? UINT64_MAX : length;
+  RegMrReply r{};
+  const int fd[1] = {mem.get()};
+  if (int rc = call(MsgType::reg_odp_mr, &q, sizeof q, &r, sizeof r, nullptr, fd); rc != 0) return rc;
+  std::lock_guard<std::mutex> g(ctl_mutex_);
+  mrs_[r.lkey] = {addr, length, true};
+  *lkey = r.lkey;
+  *rkey = r.rkey;
+  return 0;
+}
+
+int Context::prefetch_odp(uint32_t lkey, uint64_t addr, uint32_t length, bool write) {
+  {
+    std::lock_guard<std::mutex> g(ctl_mutex_);
+    auto it = mrs_.find(lkey);
+    if (it == mrs_.end() || !it->second.odp) return -EINVAL;
+    const uint64_t start = reinterpret_cast<uint64_t>(it->second.addr);
+    if (addr < start || length > it->second.length || addr - start > it->second.length - length) return -EINVAL;
+  }
+  if (length == 0) return 0;
+  // madvise wants page-aligned ranges; the pages around the SGE's bytes are the ones to fault.
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t first = addr & ~(page - 1);
+  const uint64_t end = (addr + length + page - 1) & ~(page - 1);
+  if (::madvise(reinterpret_cast<void*>(first), end - first, write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) != 0)
+    return errno == ENOMEM ? -EFAULT : -errno;  // ENOMEM: a page in the range is not mapped
+  return 0;
+}
+
 int Context::rereg_mr(uint32_t lkey, uint32_t flags, uint32_t pd, void* addr, size_t length, uint32_t access) {
   if (daemon_minor_ < 2) return -EOPNOTSUPP;  // a droced from before rereg_mr
   if (addr == nullptr || length == 0) return -EINVAL;
@@ -256,6 +303,23 @@ int Context::rereg_mr(uint32_t lkey, uint32_t flags, uint32_t pd, void* addr, si
   std::unique_lock<std::mutex> g(ctl_mutex_);
   auto it = mrs_.find(lkey);
   if (it == mrs_.end()) return -EINVAL;
+  // A region stays what it was registered as: ODP or pinned (droced refuses the change too).
+  if (it->second.odp != ((access & abi::kAccessOnDemand) != 0)) return -EINVAL;
+  if (it->second.odp) {
+    ReregMrRequest q{};
+    q.lkey = lkey;
+    q.flags = flags & (kReregTranslation | kReregPd | kReregAccess);
+    q.pd = pd;
+    q.access = access;
+    q.va = reinterpret_cast<uint64_t>(addr);
+    q.length = length;
+    RegMrReply r{};
+    g.unlock();
+    const int rc = call(MsgType::rereg_mr, &q, sizeof q, &r, sizeof r);
+    g.lock();
+    if (rc == 0 && translation && (it = mrs_.find(lkey)) != mrs_.end()) it->second = {addr, length, true};
+    return rc;
+  }
   ReregMrRequest q{};
   q.lkey = lkey;
   q.flags = flags & (kReregTranslation | kReregPd | kReregAccess);
@@ -300,7 +364,7 @@ int Context::dereg_mr(uint32_t lkey) {
   std::lock_guard<std::mutex> g(ctl_mutex_);
   auto it = mrs_.find(lkey);
   if ((rc == 0 || rc == -EIO) && it != mrs_.end()) {
-    memory_.release(it->second.addr, it->second.length);
+    if (!it->second.odp) memory_.release(it->second.addr, it->second.length);
     mrs_.erase(it);
   }
   return rc == -EIO ? 0 : rc;  // a dead device has nothing left to deregister

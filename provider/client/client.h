@@ -235,6 +235,17 @@ class Context {
   int alloc_pd(uint32_t* pd);
   int dealloc_pd(uint32_t pd);
   int reg_mr(uint32_t pd, void* addr, size_t length, uint32_t access, uint32_t* lkey, uint32_t* rkey);
+  /// ibv_reg_mr with IBV_ACCESS_ON_DEMAND (`access` has abi::kAccessOnDemand): nothing is
+  /// converted, copied or pinned; droced reaches [addr, addr + length) through this process's
+  /// /proc/self/mem, opened here and sent with the request. addr nullptr with length SIZE_MAX
+  /// is implicit ODP. -EINVAL (PD, range, access), -ENOMEM, -EOPNOTSUPP (droced before ABI
+  /// minor 13), or what opening /proc/self/mem returns.
+  int reg_odp_mr(uint32_t pd, void* addr, size_t length, uint32_t access, uint32_t* lkey, uint32_t* rkey);
+  /// ibv_advise_mr's prefetch of [addr, addr + length) under `lkey`: the pages are faulted in
+  /// this process (MADV_POPULATE_WRITE with `write`, else MADV_POPULATE_READ), where droced's
+  /// accesses find them. -EINVAL: `lkey` is not one of this context's ODP regions or the range
+  /// is outside it; -EFAULT: a page in the range is not mapped; what madvise returns.
+  int prefetch_odp(uint32_t lkey, uint64_t addr, uint32_t length, bool write);
   int dereg_mr(uint32_t lkey);
   /// ibv_alloc_mw: *rkey is the new window's R_Key. -EINVAL (PD, type), -ENOMEM,
   /// -EOPNOTSUPP when droced predates memory windows (ABI minor < 10).
@@ -377,6 +388,7 @@ class Context {
   struct MrRange {
     void* addr;
     size_t length;
+    bool odp = false;  ///< reg_odp_mr: no SharedMemory references to give back
   };
   std::unordered_map<uint32_t, MrRange> mrs_;
   std::unordered_map<Cq*, std::unique_ptr<Cq>> cqs_;

@@ -333,17 +333,47 @@ int droce_bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind) {
 
 int droce_glue_reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, int access, ibv_mr* mr) {
   if (pd == nullptr || mr == nullptr) return EINVAL;
-  if (addr == nullptr || length == 0) return EINVAL;
+  const bool odp = (access & IBV_ACCESS_ON_DEMAND) != 0;
+  // Implicit ODP (ibv_reg_mr(3)): NULL and SIZE_MAX register the whole address space.
+  const bool implicit = odp && addr == nullptr && length == SIZE_MAX;
+  if (!implicit && (addr == nullptr || length == 0)) return EINVAL;
   // droce addresses remote memory by the registering process's virtual address.
   if (iova != reinterpret_cast<uintptr_t>(addr)) return EOPNOTSUPP;
   uint32_t acc = 0;
   if (int rc = to_access(access, &acc); rc != 0) return rc;
+  VerbsContext* ctx = context_of(pd->context);
+  if (odp && !(ctx->device.device_caps & abi::ctl::kDeviceCapOnDemandPaging)) return EOPNOTSUPP;
   uint32_t lkey = 0, rkey = 0;
-  if (int rc = context_of(pd->context)->client->reg_mr(pd->handle, addr, length, acc, &lkey, &rkey); rc != 0)
-    return positive(rc);
+  const int rc = odp ? ctx->client->reg_odp_mr(pd->handle, addr, length, acc, &lkey, &rkey)
+                     : ctx->client->reg_mr(pd->handle, addr, length, acc, &lkey, &rkey);
+  if (rc != 0) return positive(rc);
   mr->lkey = lkey;
   mr->rkey = rkey;
   mr->handle = lkey;
+  return 0;
+}
+
+// Prefetching an ODP region is faulting its pages in this process: droced reaches them through
+// the process's /proc/self/mem and finds them present. With no device page table to fill, the
+// three advices differ only in how they fault: PREFETCH reads, PREFETCH_WRITE writes (breaking
+// copy-on-write sharing as a writable fault does), PREFETCH_NO_FAULT does nothing (it maps only
+// pages already present, and those droced reaches without a fault). Always synchronous, so
+// IBV_ADVISE_MR_FLAG_FLUSH is what every call does.
+int droce_advise_mr(ibv_pd* pd, enum ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,
+                    uint32_t num_sge) {
+  if (pd == nullptr || (flags & ~uint32_t{IBV_ADVISE_MR_FLAG_FLUSH}) || num_sge == 0 || sg_list == nullptr)
+    return EINVAL;
+  if (advice != IBV_ADVISE_MR_ADVICE_PREFETCH && advice != IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE &&
+      advice != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT)
+    return EOPNOTSUPP;
+  VerbsContext* ctx = context_of(pd->context);
+  for (uint32_t i = 0; i < num_sge; ++i) {
+    const bool fault = advice != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT;
+    // NO_FAULT still checks the key and range (length 0 prefetches nothing).
+    const int rc = ctx->client->prefetch_odp(sg_list[i].lkey, sg_list[i].addr, fault ? sg_list[i].length : 0,
+                                             advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE);
+    if (rc != 0) return positive(rc);
+  }
   return 0;
 }
 

@@ -122,7 +122,6 @@ int raw(const E& e) {
 
 int to_access(int ibv_access, uint32_t* out) {
   const uint32_t a = static_cast<uint32_t>(ibv_access) & ~uint32_t{IBV_ACCESS_OPTIONAL_RANGE};
-  if (a & IBV_ACCESS_ON_DEMAND) return EOPNOTSUPP;
   if (a & IBV_ACCESS_ZERO_BASED) return EOPNOTSUPP;
   // IBA 1.5 FLUSH (rdma-core 45's IBV_ACCESS_FLUSH_*; 44's headers have no names for them): global
   // visibility is offered; persistence is not (no persistent memory: the kernel's core answers
@@ -130,7 +129,7 @@ int to_access(int ibv_access, uint32_t* out) {
   if (a & kAccessFlushPersistent) return EOPNOTSUPP;
   constexpr uint32_t kKnown = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                               IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_HUGETLB |
-                              kAccessFlushGlobal;
+                              IBV_ACCESS_ON_DEMAND | kAccessFlushGlobal;
   if (a & ~kKnown) return EINVAL;
   // ibv_reg_mr(3): remote write or atomic access needs local write.
   if ((a & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(a & IBV_ACCESS_LOCAL_WRITE)) return EINVAL;
@@ -428,6 +427,21 @@ void to_device_attr(const abi::ctl::QueryDeviceReply& r, ibv_device_attr_ex* out
     out->hca_core_clock = 1'000'000;  // kHz
   }
   out->max_dm_size = r.max_dm_size;  // 0 from a droced before minor 11
+  if (r.device_caps & abi::ctl::kDeviceCapOnDemandPaging) {
+    // What the engine serves through an ODP region (rocev2/mr.h OdpMemory): every local
+    // gather and scatter, and every remote access, so each transport's own operations. UC has
+    // no READ or atomics, UD no RDMA; an XRC receive goes to its SRQ.
+    out->odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
+    out->odp_caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
+                                                   IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
+                                                   IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
+    out->odp_caps.per_transport_caps.uc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
+                                                   IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV;
+    out->odp_caps.per_transport_caps.ud_odp_caps =
+        IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
+    out->xrc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
+                        IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
+  }
 }
 
 void eth_speed(uint32_t mbps, uint8_t* width, uint8_t* speed) {

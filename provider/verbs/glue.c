@@ -247,6 +247,7 @@ static const struct verbs_context_ops droce_ctx_ops = {
   .close_xrcd = droce_close_xrcd,
   .bind_mw = droce_bind_mw,
   .cq_event = droce_cq_event,
+  .advise_mr = droce_advise_mr,
   .create_ah = droce_create_ah,
   .create_cq = droce_create_cq,
   .create_cq_ex = droce_create_cq_ex,

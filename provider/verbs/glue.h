@@ -149,7 +149,9 @@ int droce_destroy_ah(struct ibv_ah *ah);
 /*
  * Registers [addr, addr + length) for `mr` (glue.c's verbs_mr, zeroed, its droce slot NULL):
  * sets mr->lkey, rkey and handle. 0 or a positive errno (EINVAL: bad PD, length 0, access
- * flags droce does not know or that break ibv_reg_mr(3)'s rules, iova != addr; EOPNOTSUPP: ODP;
+ * flags droce does not know or that break ibv_reg_mr(3)'s rules, iova != addr; EOPNOTSUPP: ODP
+ * from a droced without it (ABI minor < 13), IBV_ACCESS_ZERO_BASED; addr NULL with length SIZE_MAX
+ * and IBV_ACCESS_ON_DEMAND registers the whole address space (implicit ODP);
  * ENOMEM; EFAULT: memory not mapped; EIO: droced gone).
  */
 int droce_glue_reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, int access,
@@ -163,6 +165,12 @@ int droce_glue_reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint64_t iov
  */
 int droce_glue_reg_dm_mr(struct ibv_pd *pd, struct ibv_dm *dm, uint64_t dm_offset, size_t length,
                          unsigned int access, struct ibv_mr *mr);
+/* ibv_advise_mr: prefetches ODP regions' pages by faulting them in this process. 0 or a positive
+ * errno (EINVAL: flags other than IBV_ADVISE_MR_FLAG_FLUSH, no SGE, an lkey that is not one of this
+ * context's ODP regions, a range outside it; EOPNOTSUPP: an unknown advice; EFAULT: a page not
+ * mapped). */
+int droce_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags,
+                    struct ibv_sge *sg_list, uint32_t num_sge);
 /* Deregisters; 0 or a positive errno. */
 int droce_glue_dereg_mr(struct ibv_mr *mr);
 /* ibv_rereg_mr: a new registration replaces the old one (keys may change); on failure the old
