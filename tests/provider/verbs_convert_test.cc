@@ -23,12 +23,14 @@ TEST(VerbsConvert, AccessFlags) {
   // Remote write or atomic without local write is refused (ibv_reg_mr(3)).
   EXPECT_EQ(to_access(IBV_ACCESS_REMOTE_WRITE, &a), EINVAL);
   EXPECT_EQ(to_access(IBV_ACCESS_REMOTE_ATOMIC, &a), EINVAL);
-  // Optional flags and HUGETLB are dropped, MW_BIND kept (memory windows check it); ODP and
-  // zero-based regions are not offered.
+  // Optional flags and HUGETLB are dropped, MW_BIND and ON_DEMAND kept (memory windows check the
+  // one, the client's reg_odp_mr and droced the other); zero-based regions are not offered.
   EXPECT_EQ(to_access(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_RELAXED_ORDERING | IBV_ACCESS_HUGETLB | IBV_ACCESS_MW_BIND, &a),
             0);
   EXPECT_EQ(a, uint32_t(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND));
-  EXPECT_EQ(to_access(IBV_ACCESS_ON_DEMAND, &a), EOPNOTSUPP);
+  EXPECT_EQ(to_access(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND, &a), 0);
+  EXPECT_EQ(a, uint32_t(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND));
+  EXPECT_EQ(to_access(IBV_ACCESS_ON_DEMAND | IBV_ACCESS_REMOTE_WRITE, &a), EINVAL);
   EXPECT_EQ(to_access(IBV_ACCESS_ZERO_BASED, &a), EOPNOTSUPP);
   EXPECT_EQ(to_access(1 << 12, &a), EINVAL);
   // IBA 1.5 FLUSH (rdma-core 45's IBV_ACCESS_FLUSH_GLOBAL 1 << 8, _PERSISTENT 1 << 9): global
@@ -385,6 +387,20 @@ TEST(VerbsConvert, DeviceAndPortAttributes) {
   r.max_xrcds = 1u << 16;
   to_device_attr(r, &d);
   EXPECT_NE(d.orig_attr.device_cap_flags & IBV_DEVICE_XRC, 0u);
+  // Expect: no ODP caps from a droced without reg_odp_mr (before ABI minor 13; ibv_rc_pingpong -o
+  // tests general_caps); from one that has it, explicit and implicit ODP, and per transport the
+  // operations that transport has.
+  EXPECT_EQ(d.odp_caps.general_caps, 0u);
+  EXPECT_EQ(d.odp_caps.per_transport_caps.rc_odp_caps, 0u);
+  r.device_caps |= abi::ctl::kDeviceCapOnDemandPaging;
+  to_device_attr(r, &d);
+  EXPECT_EQ(d.odp_caps.general_caps, uint64_t(IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT));
+  EXPECT_EQ(d.odp_caps.per_transport_caps.rc_odp_caps, 0x3fu);
+  EXPECT_EQ(d.odp_caps.per_transport_caps.uc_odp_caps,
+            uint32_t(IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV));
+  EXPECT_EQ(d.odp_caps.per_transport_caps.ud_odp_caps,
+            uint32_t(IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV));
+  EXPECT_EQ(d.xrc_odp_caps, 0x3fu & ~uint32_t{IBV_ODP_SUPPORT_RECV});
 
   abi::ctl::QueryPortReply p{};
   p.state = IBV_PORT_ACTIVE;

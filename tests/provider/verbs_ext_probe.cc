@@ -3,16 +3,21 @@
 // shares through probe_common.h): completion timestamps (ibv_create_cq_ex with IBV_WC_EX_WITH_COMPLETION_TIMESTAMP
 // and _WALLCLOCK, ibv_query_rt_values_ex, the device's clock), thread domains and parent
 // domains (their allocators, objects made on them, traffic through them), and device memory
-// (ibv_alloc_dm, the copies, ibv_reg_dm_mr, RDMA WRITE, READ and SEND to and from it). Each
-// with the errnos of bad arguments.
+// (ibv_alloc_dm, the copies, ibv_reg_dm_mr, RDMA WRITE, READ and SEND to and from it), and
+// on-demand paging (the ODP caps, explicit and implicit ODP regions, ibv_advise_mr, pages
+// unmapped under a region, droced's resident memory). Each with the errnos of bad arguments.
 //
-//   verbs_ext_probe DEV_A DEV_B
+//   verbs_ext_probe DEV_A DEV_B [DROCED_A_PID]
+//
+// With DROCED_A_PID (the droced serving DEV_A), a 1 GiB ODP region of which B WRITEs 1 % must
+// cost that droced at most a few MiB of resident memory.
 //
 // Run as verbs_api_probe (SYSFS_PATH naming a tree that holds both devices, RDMAV_DRIVERS the
 // provider). Prints "ok: ..." / "FAIL: ..." lines; exits 1 on any failure, 2 when the devices
 // cannot be set up.
 #include <infiniband/verbs.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -22,7 +27,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <fstream>
 #include <map>
+#include <string>
 
 #include "probe_common.h"
 
@@ -84,7 +91,7 @@ void connect_rc(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& gid) {
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_INIT;
   a.port_num = 1;
-  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
   if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0)
     die("modify to INIT");
   probe::rc_to_rts(qp, remote_qpn, gid);
@@ -528,11 +535,259 @@ void device_memory(Dev& a, Dev& b) {
   check(ibv_free_dm(adm) == 0 && ibv_free_dm(bdm) == 0, "free_dm once no MR is on it");
 }
 
+
+// ---- On-demand paging --------------------------------------------------------------------
+
+// How many of the pages of [p, p + len) are resident in this process.
+size_t resident_pages(const void* p, size_t len) {
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  std::string vec((len + page - 1) / page, '\0');
+  if (mincore(const_cast<void*>(p), len, reinterpret_cast<unsigned char*>(vec.data())) != 0) return SIZE_MAX;
+  size_t n = 0;
+  for (char c : vec) n += c & 1;
+  return n;
+}
+
+// VmRSS of process `pid` in KiB (0 when unreadable).
+uint64_t rss_kib(long pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10);
+  return 0;
+}
+
+int post_atomic(ibv_qp* qp, uint64_t id, uint64_t addr, uint32_t lkey, uint64_t remote, uint32_t rkey, uint64_t add) {
+  ibv_sge s{addr, 8, lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = id;
+  wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.sg_list = &s;
+  wr.num_sge = 1;
+  wr.wr.atomic.remote_addr = remote;
+  wr.wr.atomic.rkey = rkey;
+  wr.wr.atomic.compare_add = add;
+  ibv_send_wr* bad = nullptr;
+  return ibv_post_send(qp, &wr, &bad);
+}
+
+// A connected RC pair between the two devices, for one part of the ODP checks (a QP that met
+// an access error stays in ERR, so each failing case gets its own).
+struct Pair {
+  ibv_cq *acq = nullptr, *bcq = nullptr;
+  ibv_qp *aq = nullptr, *bq = nullptr;
+  Pair(Dev& a, Dev& b) {
+    acq = ibv_create_cq(a.ctx, 64, nullptr, nullptr, 0);
+    bcq = ibv_create_cq(b.ctx, 64, nullptr, nullptr, 0);
+    if (acq == nullptr || bcq == nullptr) die("ODP CQs");
+    aq = make_qp(a.pd, acq, acq);
+    bq = make_qp(b.pd, bcq, bcq);
+    if (aq == nullptr || bq == nullptr) die("ODP QPs");
+    connect_rc(aq, bq->qp_num, b.gid);
+    connect_rc(bq, aq->qp_num, a.gid);
+  }
+  ~Pair() {
+    ibv_destroy_qp(aq);
+    ibv_destroy_qp(bq);
+    ibv_destroy_cq(acq);
+    ibv_destroy_cq(bcq);
+  }
+};
+
+void on_demand_paging(Dev& a, Dev& b, long droced_a_pid) {
+  const ibv_odp_caps& caps = a.attr.odp_caps;
+  const uint32_t all = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
+                       IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
+  check(caps.general_caps == (IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT), "odp_caps.general_caps: SUPPORT | IMPLICIT");
+  check(caps.per_transport_caps.rc_odp_caps == all, "rc_odp_caps: SEND RECV WRITE READ ATOMIC SRQ_RECV (0x%x)",
+        caps.per_transport_caps.rc_odp_caps);
+  check(caps.per_transport_caps.ud_odp_caps == (IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV),
+        "ud_odp_caps: SEND RECV SRQ_RECV (0x%x)", caps.per_transport_caps.ud_odp_caps);
+  check(a.attr.xrc_odp_caps == (all & ~uint32_t{IBV_ODP_SUPPORT_RECV}), "xrc_odp_caps: all but RECV (0x%x)",
+        a.attr.xrc_odp_caps);
+
+  const unsigned acc = IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                       IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  const size_t len = 64 * page;
+  auto* mem = static_cast<uint8_t*>(mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  if (mem == MAP_FAILED) die("mmap");
+  ibv_mr* odp = ibv_reg_mr(a.pd, mem, len, acc);
+  check(odp != nullptr, "reg_mr(ON_DEMAND) of 64 untouched pages (errno %d)", odp != nullptr ? 0 : errno);
+  if (odp == nullptr) return;
+  // Nothing pinned, nothing copied: the pages are still not there.
+  check(resident_pages(mem, len) == 0, "an explicit ODP registration faults in no page (%zu resident)",
+        resident_pages(mem, len));
+  errno = 0;
+  check(ibv_reg_mr(a.pd, mem, len, IBV_ACCESS_ON_DEMAND | IBV_ACCESS_REMOTE_WRITE) == nullptr && errno == EINVAL,
+        "reg_mr(ON_DEMAND | REMOTE_WRITE without LOCAL_WRITE): EINVAL");
+
+  {
+    Pair p(a, b);
+    ibv_wc wc{};
+    const char text[] = "on demand, 24 bytes long";
+    std::memcpy(b.buf, text, 24);
+    // B WRITEs into page 10 of A's ODP region: the page comes in, in A's process.
+    bool ok = post_send(p.bq, IBV_WR_RDMA_WRITE, 1, uintptr_t(b.buf), 24, b.mr->lkey, uintptr_t(mem + 10 * page + 8),
+                        odp->rkey) == 0 &&
+              poll_one(p.bcq, &wc) == IBV_WC_SUCCESS && std::memcmp(mem + 10 * page + 8, text, 24) == 0;
+    check(ok, "RDMA WRITE into an untouched page of an ODP region: the bytes");
+    check(resident_pages(mem, len) == 1, "... and that page alone became resident (%zu)", resident_pages(mem, len));
+    // B READs it back.
+    std::memset(b.buf + 64, 0, 24);
+    ok = post_send(p.bq, IBV_WR_RDMA_READ, 2, uintptr_t(b.buf + 64), 24, b.mr->lkey, uintptr_t(mem + 10 * page + 8),
+                   odp->rkey) == 0 &&
+         poll_one(p.bcq, &wc) == IBV_WC_SUCCESS && std::memcmp(b.buf + 64, text, 24) == 0;
+    check(ok, "RDMA READ from an ODP region");
+    // B's FETCH_ADD on it.
+    uint64_t v = 40;
+    std::memcpy(mem + 20 * page, &v, 8);
+    ok = post_atomic(p.bq, 3, uintptr_t(b.buf + 128), b.mr->lkey, uintptr_t(mem + 20 * page), odp->rkey, 2) == 0 &&
+         poll_one(p.bcq, &wc) == IBV_WC_SUCCESS;
+    uint64_t now = 0, orig = 0;
+    std::memcpy(&now, mem + 20 * page, 8);
+    std::memcpy(&orig, b.buf + 128, 8);
+    check(ok && orig == 40 && now == 42, "FETCH_ADD on an ODP region: original 40, now 42 (%llu, %llu)",
+          (unsigned long long)orig, (unsigned long long)now);
+    // A SENDs from its ODP region into a receive B posted; B SENDs into a receive on A's.
+    ok = post_recv(p.bq, nullptr, 4, uintptr_t(b.buf + 256), 64, b.mr->lkey) == 0 &&
+         post_send(p.aq, IBV_WR_SEND, 5, uintptr_t(mem + 10 * page + 8), 24, odp->lkey) == 0 &&
+         poll_one(p.acq, &wc) == IBV_WC_SUCCESS && poll_one(p.bcq, &wc) == IBV_WC_SUCCESS && wc.byte_len == 24 &&
+         std::memcmp(b.buf + 256, text, 24) == 0;
+    check(ok, "SEND gathered from an ODP region");
+    ok = post_recv(p.aq, nullptr, 6, uintptr_t(mem + 30 * page), 64, odp->lkey) == 0 &&
+         post_send(p.bq, IBV_WR_SEND, 7, uintptr_t(b.buf), 24, b.mr->lkey) == 0 &&
+         poll_one(p.bcq, &wc) == IBV_WC_SUCCESS && poll_one(p.acq, &wc) == IBV_WC_SUCCESS &&
+         std::memcmp(mem + 30 * page, text, 24) == 0;
+    check(ok, "a receive scattered into an ODP region");
+  }
+
+  // ibv_advise_mr: the pages come in here, where droced finds them.
+  ibv_sge sge{uintptr_t(mem + 40 * page), uint32_t(4 * page), odp->lkey};
+  check(ibv_advise_mr(a.pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1) == 0 &&
+            resident_pages(mem + 40 * page, 4 * page) == 4,
+        "advise_mr(PREFETCH_WRITE, FLUSH) of 4 pages: resident");
+  sge.addr = uintptr_t(mem + 50 * page);
+  check(ibv_advise_mr(a.pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 1) == 0, "advise_mr(PREFETCH)");
+  sge.addr = uintptr_t(mem + 56 * page);
+  check(ibv_advise_mr(a.pd, IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT, 0, &sge, 1) == 0 &&
+            resident_pages(mem + 56 * page, 4 * page) == 0,
+        "advise_mr(PREFETCH_NO_FAULT): nothing faulted");
+  ibv_sge pinned{uintptr_t(a.buf), 64, a.mr->lkey};
+  check(ibv_advise_mr(a.pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &pinned, 1) == EINVAL,
+        "advise_mr of a region that is not ODP: EINVAL");
+  sge.addr = uintptr_t(mem + 62 * page);
+  check(ibv_advise_mr(a.pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 1) == EINVAL,
+        "advise_mr past the region's end: EINVAL");
+  check(ibv_advise_mr(a.pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 1u << 5, &sge, 1) == EINVAL,
+        "advise_mr with an unknown flag: EINVAL");
+
+  // Pages the program unmaps under the region: an error completion, never a dead droced.
+  munmap(mem + 32 * page, 2 * page);
+  {
+    Pair p(a, b);
+    ibv_wc wc{};
+    const bool ok = post_send(p.bq, IBV_WR_RDMA_WRITE, 8, uintptr_t(b.buf), 64, b.mr->lkey,
+                              uintptr_t(mem + 32 * page), odp->rkey) == 0 &&
+                    poll_one(p.bcq, &wc) == IBV_WC_REM_ACCESS_ERR;
+    check(ok, "RDMA WRITE into an unmapped page of an ODP region: REM_ACCESS_ERR (status %d)", wc.status);
+  }
+  {
+    Pair p(a, b);
+    ibv_wc wc{};
+    const bool ok = post_send(p.bq, IBV_WR_RDMA_READ, 9, uintptr_t(b.buf), 64, b.mr->lkey,
+                              uintptr_t(mem + 33 * page + 100), odp->rkey) == 0 &&
+                    poll_one(p.bcq, &wc) == IBV_WC_REM_ACCESS_ERR;
+    check(ok, "RDMA READ of an unmapped page of an ODP region: REM_ACCESS_ERR (status %d)", wc.status);
+  }
+  {
+    Pair p(a, b);
+    ibv_wc wc{};
+    const bool ok = post_send(p.aq, IBV_WR_SEND, 10, uintptr_t(mem + 32 * page), 64, odp->lkey) == 0 &&
+                    poll_one(p.acq, &wc) == IBV_WC_LOC_PROT_ERR;
+    check(ok, "SEND from an unmapped page of an ODP region: LOC_PROT_ERR (status %d)", wc.status);
+  }
+  {
+    Pair p(a, b);
+    ibv_wc wc{};
+    const bool ok = post_send(p.bq, IBV_WR_RDMA_WRITE, 11, uintptr_t(b.buf), 8, b.mr->lkey,
+                              uintptr_t(mem + 11 * page), odp->rkey) == 0 &&
+                    poll_one(p.bcq, &wc) == IBV_WC_SUCCESS;
+    check(ok, "droced A serves the region's mapped pages after those errors");
+  }
+  check(ibv_dereg_mr(odp) == 0, "dereg_mr of an ODP region");
+  munmap(mem, len);
+
+  // Implicit ODP: the whole address space under one key.
+  ibv_mr* whole = ibv_reg_mr(a.pd, nullptr, SIZE_MAX, acc);
+  check(whole != nullptr && whole->addr == nullptr && whole->length == SIZE_MAX,
+        "reg_mr(NULL, SIZE_MAX, ON_DEMAND): implicit ODP (errno %d)", whole != nullptr ? 0 : errno);
+  if (whole != nullptr) {
+    static uint8_t target[256];  // any memory of the process, never registered by itself
+    Pair p(a, b);
+    ibv_wc wc{};
+    std::memcpy(b.buf, "implicit", 8);
+    bool ok = post_send(p.bq, IBV_WR_RDMA_WRITE, 12, uintptr_t(b.buf), 8, b.mr->lkey, uintptr_t(target + 16),
+                        whole->rkey) == 0 &&
+              poll_one(p.bcq, &wc) == IBV_WC_SUCCESS && std::memcmp(target + 16, "implicit", 8) == 0;
+    check(ok, "RDMA WRITE through an implicit ODP key into the process's static data");
+    ok = post_recv(p.bq, nullptr, 13, uintptr_t(b.buf + 512), 64, b.mr->lkey) == 0 &&
+         post_send(p.aq, IBV_WR_SEND, 14, uintptr_t(target + 16), 8, whole->lkey) == 0 &&
+         poll_one(p.acq, &wc) == IBV_WC_SUCCESS && poll_one(p.bcq, &wc) == IBV_WC_SUCCESS &&
+         std::memcmp(b.buf + 512, "implicit", 8) == 0;
+    check(ok, "SEND gathered through an implicit ODP key");
+    check(ibv_dereg_mr(whole) == 0, "dereg_mr of the implicit region");
+  }
+
+  if (droced_a_pid <= 0) return;
+  // The acceptance: a 1 GiB explicit ODP region, B WRITEs 1 % of it (64 KiB every
+  // 6.4 MiB); droced A's resident memory grows by at most a few MiB more than the touched
+  // pages (it should not grow by them at all: the pages are this process's).
+  const size_t big = size_t{1} << 30;
+  auto* gib = static_cast<uint8_t*>(
+      mmap(nullptr, big, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+  if (gib == MAP_FAILED) die("mmap 1 GiB");
+  const uint64_t before = rss_kib(droced_a_pid);
+  ibv_mr* gmr = ibv_reg_mr(a.pd, gib, big, acc);
+  check(gmr != nullptr, "reg_mr(ON_DEMAND) of 1 GiB (errno %d)", gmr != nullptr ? 0 : errno);
+  if (gmr == nullptr) return;
+  const uint64_t after_reg = rss_kib(droced_a_pid);
+  constexpr size_t kChunk = 64 << 10;
+  const size_t chunks = big / 100 / kChunk;  // 163 chunks: 10.2 MiB
+  const size_t stride = big / chunks & ~(page - 1);
+  size_t done = 0;
+  {
+    Pair p(a, b);
+    for (size_t i = 0; i < chunks; ++i) {
+      ibv_wc wc{};
+      if (post_send(p.bq, IBV_WR_RDMA_WRITE, 100 + i, uintptr_t(b.buf), kChunk, b.mr->lkey, uintptr_t(gib + i * stride),
+                    gmr->rkey) != 0 ||
+          poll_one(p.bcq, &wc) != IBV_WC_SUCCESS)
+        break;
+      ++done;
+    }
+  }
+  const uint64_t after = rss_kib(droced_a_pid);
+  const uint64_t touched_kib = done * kChunk / 1024;
+  const uint64_t growth = after > before ? after - before : 0;
+  check(done == chunks && resident_pages(gib, big) * page / 1024 == touched_kib,
+        "B WROTE %zu x 64 KiB (1 %%) of a 1 GiB ODP region: %zu KiB resident here", done,
+        resident_pages(gib, big) * page / 1024);
+  check(after_reg <= before + 4096 && growth <= touched_kib + 4096,
+        "droced A's VmRSS: %llu KiB before, %llu after registering, %llu after the WRITEs (grew %llu KiB; "
+        "touched %llu KiB; at most touched + 4 MiB)",
+        (unsigned long long)before, (unsigned long long)after_reg, (unsigned long long)after,
+        (unsigned long long)growth, (unsigned long long)touched_kib);
+  ibv_dereg_mr(gmr);
+  munmap(gib, big);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: verbs_ext_probe DEV_A DEV_B\n");
+    std::fprintf(stderr, "usage: verbs_ext_probe DEV_A DEV_B [DROCED_A_PID]\n");
     return 2;
   }
   Dev a = open_dev(argv[1]);
@@ -541,6 +796,7 @@ int main(int argc, char** argv) {
   timestamps_with_events(a, b);
   parent_domains(a, b);
   device_memory(a, b);
+  on_demand_paging(a, b, argc > 3 ? std::atol(argv[3]) : 0);
   ibv_dereg_mr(a.mr);
   ibv_dealloc_pd(a.pd);
   ibv_close_device(a.ctx);

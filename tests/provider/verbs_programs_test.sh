@@ -11,13 +11,15 @@
 # starts the two droced (each writes its sysfs tree) and runs, server on host A and client on
 # host B: the four pingpongs with and without -e (completion channels), all with -c (data
 # check); rc_pingpong with the ibv_wr_* API (-N), at 1 and 65536 bytes, with completion
-# timestamps (-t) and with its buffer in device memory (-j); RC and UD pingpongs
+# timestamps (-t), with its buffer in device memory (-j), with on-demand paging (-o, -o -P
+# and implicit -O); RC and UD pingpongs
 # with both processes on host A; ibv_xsrq_pingpong (XRC) between the hosts, with -e, and on one
 # host; an ib_write_bw whose server is killed mid-run (the client must
 # fail with a transport retry error, droced A must keep serving the runs after it); perftest's
 # send/write/read/atomic bandwidth and latency tools over RC (one with -a), ib_send_bw over UD
 # and UC, bidirectional, ib_write_bw with 4 QPs, and -e. Then verbs_ext_probe (timestamps,
-# parent domains, device memory) and, last, verbs_api_probe with both hosts in
+# parent domains, device memory, on-demand paging with droced A's resident memory under a 1 GiB
+# ODP region) and, last, verbs_api_probe with both hosts in
 # one tree written by droced_tree (droce0 and droce1): the API's corners, async events, and the
 # device-fatal event when it kills droced B.
 # Each check asserts exit statuses and what the program prints. Skips (77) without root,
@@ -146,6 +148,11 @@ pingpong "ibv_rc_pingpong-s1" "$A" "$B" ibv_rc_pingpong -s 1
 pingpong "ibv_rc_pingpong-s65536" "$A" "$B" ibv_rc_pingpong -s 65536
 pingpong "ibv_rc_pingpong-t (completion timestamps)" "$A" "$B" ibv_rc_pingpong -t
 pingpong "ibv_rc_pingpong-j (device memory)" "$A" "$B" ibv_rc_pingpong -j
+# On-demand paging: explicit, explicit with ibv_advise_mr's prefetch, implicit (the whole
+# address space; rc_pingpong's -O also prefetches).
+pingpong "ibv_rc_pingpong-o (on-demand paging)" "$A" "$B" ibv_rc_pingpong -o
+pingpong "ibv_rc_pingpong-oP (ODP, prefetched)" "$A" "$B" ibv_rc_pingpong -o -P
+pingpong "ibv_rc_pingpong-O (implicit ODP)" "$A" "$B" ibv_rc_pingpong -O
 # Two processes on one droced: the frames loop back inside droced A.
 pingpong "ibv_rc_pingpong (both on host A)" "$A" "$A" ibv_rc_pingpong
 pingpong "ibv_ud_pingpong (both on host A)" "$A" "$A" ibv_ud_pingpong
@@ -173,7 +180,7 @@ fi
 ext_probe() {
   local rc=0
   SYSFS_PATH=$tmp/sysAB ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
-    timeout 120 "$ext_probe" droce0 droce1 >"$tmp/ext_probe.out" 2>&1 || rc=$?
+    timeout 120 "$ext_probe" droce0 droce1 "$DROCE_A_PID" >"$tmp/ext_probe.out" 2>&1 || rc=$?
   cat "$tmp/ext_probe.out"
   if [ $rc -eq 0 ]; then pass "verbs_ext_probe"; else bad "verbs_ext_probe: status $rc"; fi
 }
