@@ -210,9 +210,11 @@ constexpr std::array<std::array<std::array<Text, kStates>, kStates>, kTypes> kRe
   return t;
 }();
 
+// ON_DEMAND is a registration flag, and means nothing for a QP; it is taken (and ignored), as
+// mlx5's and rxe's kernel drivers take it: rdma-core's test_odp gives its QPs its MRs' flags.
 constexpr uint32_t kQpAccessFlags = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead |
                                     kAccessRemoteAtomic | kAccessMwBind | kAccessRelaxedOrdering |
-                                    kAccessFlushGlobal | kAccessFlushPersistent;
+                                    kAccessFlushGlobal | kAccessFlushPersistent | kAccessOnDemand;
 constexpr uint32_t kPsnMax = 0xffffff;    // 24-bit PSN (IBA 9.7.1)
 constexpr uint32_t kQpnMax = 0xffffff;    // 24-bit QPN (IBA 9.2)
 constexpr uint32_t kFlowLabelMax = 0xfffff;
