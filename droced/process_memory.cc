@@ -7,18 +7,42 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstring>
 
 namespace droce::droced {
 
+namespace {
+
+// The descriptor names /proc/<pid>/mem or /proc/<pid>/task/<tid>/mem. It must be that file and
+// no other of procfs: some procfs files check the writer's credentials when written, not the
+// opener's, and droced writing one a client opened would lend the client droced's rights.
+// /proc/<pid>/mem checks at open only (the mm it reaches is fixed then), so it lends nothing.
+bool names_proc_mem(int fd) {
+  char link[64], path[4096];
+  std::snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+  const ssize_t n = ::readlink(link, path, sizeof path - 1);
+  if (n <= 0) return false;
+  path[n] = '\0';
+  const char* slash = std::strrchr(path, '/');
+  if (slash == nullptr || std::strcmp(slash, "/mem") != 0 || slash == path) return false;
+  const char* dir = slash;  // the parent's name: a pid or a tid, digits only
+  while (dir > path && dir[-1] != '/') --dir;
+  if (dir == slash) return false;
+  for (const char* c = dir; c < slash; ++c)
+    if (*c < '0' || *c > '9') return false;
+  return true;
+}
+
+}  // namespace
+
 int ProcessMemory::adopt(core::Fd fd, ProcessMemory* out) {
-  // A procfs file opened read-write: anything else the client might send (a regular file it
-  // can write anyway, a socket) would only make its own accesses fail, but is refused at once.
   struct statfs fs;
   struct stat st;
   const int mode = ::fcntl(fd.get(), F_GETFL);
   if (mode < 0 || (mode & O_ACCMODE) != O_RDWR) return -EINVAL;
   if (::fstatfs(fd.get(), &fs) != 0 || fs.f_type != PROC_SUPER_MAGIC) return -EINVAL;
-  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return -EINVAL;
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || !names_proc_mem(fd.get())) return -EINVAL;
   out->fd_ = std::move(fd);
   return 0;
 }
@@ -28,14 +52,10 @@ int ProcessMemory::adopt(core::Fd fd, ProcessMemory* out) {
 bool ProcessMemory::read(uint64_t addr, void* dst, size_t n) {
   auto* p = static_cast<uint8_t*>(dst);
   while (n > 0) {
-    ++calls_;
     // The offset is the address; /proc/<pid>/mem takes offsets above 2^63 (FMODE_UNSIGNED_OFFSET).
     const ssize_t k = ::pread(fd_.get(), p, n, static_cast<off_t>(addr));
     if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) {
-      ++faults_;
-      return false;
-    }
+    if (k <= 0) return false;
     p += k;
     addr += static_cast<uint64_t>(k);
     n -= static_cast<size_t>(k);
@@ -46,13 +66,9 @@ bool ProcessMemory::read(uint64_t addr, void* dst, size_t n) {
 bool ProcessMemory::write(uint64_t addr, const void* src, size_t n) {
   const auto* p = static_cast<const uint8_t*>(src);
   while (n > 0) {
-    ++calls_;
     const ssize_t k = ::pwrite(fd_.get(), p, n, static_cast<off_t>(addr));
     if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) {
-      ++faults_;
-      return false;
-    }
+    if (k <= 0) return false;
     p += k;
     addr += static_cast<uint64_t>(k);
     n -= static_cast<size_t>(k);

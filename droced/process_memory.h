@@ -31,22 +31,18 @@ namespace droce::droced {
 
 class ProcessMemory final : public rocev2::OdpMemory {
  public:
-  /// Takes `fd` if it is a /proc/<pid>/mem opened for reading and writing:
-  /// 0, or -EINVAL (another kind of file, or the wrong mode) with fd closed.
+  /// Takes `fd` if it is a /proc/<pid>/mem (or a task's) opened for reading
+  /// and writing: 0, or -EINVAL (another file, procfs's others included, or
+  /// the wrong mode) with fd closed.
   static int adopt(core::Fd fd, ProcessMemory* out);
 
   bool read(uint64_t addr, void* dst, size_t n) override;
   bool write(uint64_t addr, const void* src, size_t n) override;
 
   bool valid() const { return fd_.valid(); }
-  /// System calls made and accesses refused (a page the client does not map), for stats.
-  uint64_t calls() const { return calls_; }
-  uint64_t faults() const { return faults_; }
 
  private:
   core::Fd fd_;
-  uint64_t calls_ = 0;
-  uint64_t faults_ = 0;
 };
 
 }  // namespace droce::droced
