@@ -48,32 +48,31 @@ int ProcessMemory::adopt(core::Fd fd, ProcessMemory* out) {
 }
 
 // The kernel copies a page at a time and returns a short count when a later page is not
-// mapped, EIO when the first is not: either way the access fails as a whole.
-bool ProcessMemory::read(uint64_t addr, void* dst, size_t n) {
-  auto* p = static_cast<uint8_t*>(dst);
-  while (n > 0) {
-    // The offset is the address; /proc/<pid>/mem takes offsets above 2^63 (FMODE_UNSIGNED_OFFSET).
-    const ssize_t k = ::pread(fd_.get(), p, n, static_cast<off_t>(addr));
+// mapped, EIO when the first is not: either way the access fails as a whole. `io(done, offset)`
+// is one pread or pwrite of the bytes from `done` on; the offset is the address
+// (/proc/<pid>/mem takes offsets above 2^63: FMODE_UNSIGNED_OFFSET).
+namespace {
+template <typename Io>
+bool move_all(uint64_t addr, size_t n, Io io) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t k = io(done, static_cast<off_t>(addr + done));
     if (k < 0 && errno == EINTR) continue;
     if (k <= 0) return false;
-    p += k;
-    addr += static_cast<uint64_t>(k);
-    n -= static_cast<size_t>(k);
+    done += static_cast<size_t>(k);
   }
   return true;
+}
+}  // namespace
+
+bool ProcessMemory::read(uint64_t addr, void* dst, size_t n) {
+  auto* p = static_cast<uint8_t*>(dst);
+  return move_all(addr, n, [&](size_t done, off_t off) { return ::pread(fd_.get(), p + done, n - done, off); });
 }
 
 bool ProcessMemory::write(uint64_t addr, const void* src, size_t n) {
   const auto* p = static_cast<const uint8_t*>(src);
-  while (n > 0) {
-    const ssize_t k = ::pwrite(fd_.get(), p, n, static_cast<off_t>(addr));
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return false;
-    p += k;
-    addr += static_cast<uint64_t>(k);
-    n -= static_cast<size_t>(k);
-  }
-  return true;
+  return move_all(addr, n, [&](size_t done, off_t off) { return ::pwrite(fd_.get(), p + done, n - done, off); });
 }
 
 }  // namespace droce::droced
