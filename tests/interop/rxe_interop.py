@@ -379,6 +379,30 @@ def loss_of_droce_responses():
         counters={"duplicate_requests": (">=", 1)})
 
 
+MW_PEER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mw_peer.py")
+
+
+def mw_cases():
+    """Memory windows (issue #38), both ways: mw_peer.py (pyverbs) runs on rxe0 in the guest and,
+    through `droce exec`, on droce0. The owner binds a window over a region that has no remote
+    access of its own; the user WRITEs and READs through the window's R_Key (data checked),
+    invalidates it (type 2: SEND with invalidate, the owner's receive reports IBV_WC_WITH_INV and
+    the key; type 1: the owner's zero-length bind), and its next WRITE through the old key must
+    complete IBV_WC_REM_ACCESS_ERR, the owner NAKing it."""
+    cases = []
+    for mw_type in (2, 1):
+        for owner in ("rxe", "droce"):
+            user = "droce" if owner == "rxe" else "rxe"
+            inv = "SEND with invalidate from " + user if mw_type == 2 else "a zero-length bind on " + owner
+            wire = [(owner, "nak_access", "==", 1)]
+            if mw_type == 2:
+                wire.append((user, "op23", "==", 1))   # RC SEND Only with Invalidate
+            cases.append(dict(name=f"mw{mw_type}_{owner}_binds", mw=mw_type, owner=owner, wire=wire,
+                              what=f"type {mw_type} memory window bound on {owner}: {user} WRITEs and READs "
+                                   f"through it, {inv} ends it, {user}'s next WRITE gets a remote access error"))
+    return cases
+
+
 def cases_for(mtu_link):
     m = 1024 if mtu_link < 4200 else 4096
     cases = [rc_droce_requester(m), rc_droce_responder(m), ud_both(m)]
@@ -386,7 +410,7 @@ def cases_for(mtu_link):
         cases += [zero_length_droce_requester(), zero_length_droce_responder(), misaligned_atomic(),
                   rnr_droce_naks(), rnr_droce_naks_then_recv(), rnr_rxe_naks(), bad_rkey_droce_requester(),
                   bad_rkey_rxe_requester(), loss_droce_requester(), loss_rxe_requester(),
-                  loss_of_rxe_responses(), loss_of_droce_responses()]
+                  loss_of_rxe_responses(), loss_of_droce_responses()] + mw_cases()
     return m, cases
 
 
@@ -649,6 +673,10 @@ class Runner:
         self.stalled = False
         self.allowed_expert = {}   # pcap -> tshark expert notes its case expects
         self.droced_mac = ""
+        # mw_peer.py runs on the host with the distro's pyverbs (python3-pyverbs).
+        self.no_pyverbs = "" if subprocess.run(["/usr/bin/python3", "-c", "import pyverbs.mr"],
+                                               capture_output=True).returncode == 0 else \
+            "no pyverbs for /usr/bin/python3 on the host (python3-pyverbs)"
 
     def run_case(self, case, mtu_link):
         tag = f"{case['name']}_{mtu_link}"
@@ -764,6 +792,94 @@ class Runner:
         else:
             log(f"PASS {tag}: {case['what']}")
             log(f"    {summary}")
+
+    def run_mw_case(self, case, mtu_link):
+        """One memory-window case (mw_cases()): mw_peer.py on both sides."""
+        tag = f"{case['name']}_{mtu_link}"
+        if self.a.no_tools or self.no_pyverbs:
+            log(f"SKIP {tag}: {self.a.no_tools or self.no_pyverbs}")
+            return
+        base = os.path.join(self.a.workdir, tag)
+        pcap = base + ".pcap"
+        share = self.rig.share()
+        for f in os.listdir(share):
+            if f.startswith(tag + "."):
+                os.unlink(os.path.join(share, f))
+        shutil.copy(MW_PEER, os.path.join(share, "mw_peer.py"))
+        path_mtu = 1024 if mtu_link < 4200 else 4096
+        role = {"rxe": "owner" if case["owner"] == "rxe" else "user"}
+        role["droce"] = "user" if role["rxe"] == "owner" else "owner"
+        common = f"--tag {tag} --mw-type {case['mw']} --mtu {path_mtu} --wait {PEER_WAIT}"
+        # rxe marks a receive that invalidated a key with the kernel's IB_WC_WITH_INVALIDATE bit
+        # (1 << 2, libibverbs' IBV_WC_IP_CSUM_OK), not IBV_WC_WITH_INV (1 << 3): docs/interop.md.
+        inv_flag = " --inv-flag 4" if role["rxe"] == "owner" else ""
+        guest_cmd = f"python3 /rig/mw_peer.py --role {role['rxe']} --dev rxe0 --dir /rig {common}{inv_flag}"
+        droce_cmd = ["ip", "netns", "exec", self.rig.netns, self.a.droce, "exec", "--run-dir", self.droced.run_dir,
+                     "--", "/usr/bin/python3", MW_PEER, "--role", role["droce"], "--dev", "droce0", "--dir", share,
+                     *shlex.split(common)]
+        self.rig.sh("cap-start", pcap)
+        t0 = time.monotonic()
+        try:
+            job = self.rig.start(guest_cmd)
+            try:
+                p = subprocess.run(droce_cmd, capture_output=True, text=True, timeout=4 * PEER_WAIT)
+                droce_rc, droce_out = p.returncode, p.stdout + p.stderr
+            except subprocess.TimeoutExpired as e:
+                droce_rc, droce_out = 124, (e.stdout or b"").decode(errors="replace")
+            guest_rc, guest_out = self.rig.wait(job, 2 * PEER_WAIT)
+        finally:
+            self.rig.sh("cap-stop", pcap, check=False)
+        elapsed = time.monotonic() - t0
+        open(base + ".droce.log", "w").write(droce_out)
+        open(base + ".guest.log", "w").write(guest_out)
+        self.pcaps.append(pcap)
+        oops = self.rig.new_console_trouble()
+        if oops:
+            self.fail(tag, "the guest's kernel logged trouble during the case:\n" + oops)
+            return
+        if (droce_rc != 0 or guest_rc != 0) and not self.rig.answers():
+            raise Wedged(f"{tag}: the guest does not answer an ICMP echo (droce exit {droce_rc}, guest exit {guest_rc})")
+        if not self.droced.alive():
+            self.fail(tag, f"droced died:\n{self.droced.tail()}")
+            return
+        problems, lines = [], []
+        for side, rc, text in (("droce", droce_rc, droce_out), ("rxe", guest_rc, guest_out)):
+            done = False
+            for line in text.splitlines():
+                try:
+                    ev = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if ev.get("event") == "check":
+                    lines.append(f"{'ok' if ev['ok'] else 'FAIL'}: {side} ({role[side]}): {ev['what']}"
+                                 f"{'' if ev['ok'] else ': ' + ev.get('detail', '')}")
+                    if not ev["ok"]:
+                        problems.append(f"{side}: {ev['what']}: {ev.get('detail', '')}")
+                elif ev.get("event") == "error":
+                    problems.append(f"{side}: {ev['why']}")
+                elif ev.get("event") == "done":
+                    done = True
+            if rc != 0 or not done:
+                problems.append(f"{side} side (mw_peer.py, {role[side]}) exit {rc}: "
+                                f"{text.strip().splitlines()[-3:]}")
+        rows = tshark_rows(pcap)
+        for side, k, op, want in case["wire"]:
+            got = count_kind(rows, side, k)
+            ok = got == want if op == "==" else got >= want
+            lines.append(f"{'ok' if ok else 'FAIL'}: on the wire: {got} {k} from {side} ({op} {want})")
+            if not ok:
+                problems.append(f"wire: {got} {k} from {side}, want {op} {want}")
+        droce_pkts = sum(1 for r in rows if who(r) == "droce")
+        summary = f"{len(rows)} packets ({droce_pkts} from droce, {len(rows) - droce_pkts} from rxe), {elapsed:.1f} s"
+        self.case_times.append((tag, elapsed))
+        if problems:
+            self.fail(tag, "\n".join(problems))
+            log(f"    {summary}\n    logs: {base}.{{droce,guest}}.log, {pcap}")
+        else:
+            log(f"PASS {tag}: {case['what']}")
+            log(f"    {summary}")
+        for line in lines:
+            log("    " + line)
 
     def run_tool_case(self, case, mtu_link):
         """One stock program on each side (see tool_cases())."""
@@ -923,7 +1039,7 @@ class Runner:
             log("    " + line)
 
     def run_with_restart(self, case, mtu_link):
-        run = self.run_tool_case if "tool" in case else self.run_case
+        run = self.run_tool_case if "tool" in case else self.run_mw_case if "mw" in case else self.run_case
         try:
             run(case, mtu_link)
         except Wedged as e:
