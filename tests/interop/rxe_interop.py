@@ -400,6 +400,19 @@ def mw_cases():
             cases.append(dict(name=f"mw{mw_type}_{owner}_binds", mw=mw_type, owner=owner, wire=wire,
                               what=f"type {mw_type} memory window bound on {owner}: {user} WRITEs and READs "
                                    f"through it, {inv} ends it, {user}'s next WRITE gets a remote access error"))
+    # A SEND with invalidate of a type 1 window's key, which IBA does not allow (o10-37.2.26). The
+    # stacks answer differently (docs/interop.md, "Memory windows"): droce NAKs it as an invalid
+    # request (the SEND completes IBV_WC_REM_INV_REQ_ERR, 9; droce's receive
+    # IBV_WC_LOC_QP_OP_ERR, 2); rxe ACKs it without counting it in the MSN, completes its receive
+    # IBV_WC_REM_INV_REQ_ERR and moves its QP to the error state, so the SEND succeeds.
+    for owner, send, recv, nak in (("droce", 9, 2, 1), ("rxe", 0, 9, 0)):
+        user = "droce" if owner == "rxe" else "rxe"
+        cases.append(dict(name=f"mw1_bad_inv_{owner}_binds", mw=1, owner=owner,
+                          args={owner: f"--bad-inv --want-recv {recv}", user: f"--bad-inv --want-send {send}"},
+                          wire=[(owner, "nak_0x61", "==", nak)],
+                          what=f"type 1 memory window bound on {owner}, used by {user}, then {user}'s SEND with "
+                               f"invalidate of its key: {'an invalid request NAK' if nak else 'an ACK'}, "
+                               f"the SEND completes with status {send}, {owner}'s receive with {recv}"))
     return cases
 
 
@@ -813,10 +826,12 @@ class Runner:
         # rxe marks a receive that invalidated a key with the kernel's IB_WC_WITH_INVALIDATE bit
         # (1 << 2, libibverbs' IBV_WC_IP_CSUM_OK), not IBV_WC_WITH_INV (1 << 3): docs/interop.md.
         inv_flag = " --inv-flag 4" if role["rxe"] == "owner" else ""
-        guest_cmd = f"python3 /rig/mw_peer.py --role {role['rxe']} --dev rxe0 --dir /rig {common}{inv_flag}"
+        extra = case.get("args", {})
+        guest_cmd = (f"python3 /rig/mw_peer.py --role {role['rxe']} --dev rxe0 --dir /rig {common}{inv_flag} "
+                     f"{extra.get('rxe', '')}")
         droce_cmd = ["ip", "netns", "exec", self.rig.netns, self.a.droce, "exec", "--run-dir", self.droced.run_dir,
                      "--", "/usr/bin/python3", MW_PEER, "--role", role["droce"], "--dev", "droce0", "--dir", share,
-                     *shlex.split(common)]
+                     *shlex.split(common), *shlex.split(extra.get("droce", ""))]
         self.rig.sh("cap-start", pcap)
         t0 = time.monotonic()
         try:
