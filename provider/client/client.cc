@@ -305,21 +305,6 @@ int Context::rereg_mr(uint32_t lkey, uint32_t flags, uint32_t pd, void* addr, si
   if (it == mrs_.end()) return -EINVAL;
   // A region stays what it was registered as: ODP or pinned (droced refuses the change too).
   if (it->second.odp != ((access & abi::kAccessOnDemand) != 0)) return -EINVAL;
-  if (it->second.odp) {
-    ReregMrRequest q{};
-    q.lkey = lkey;
-    q.flags = flags & (kReregTranslation | kReregPd | kReregAccess);
-    q.pd = pd;
-    q.access = access;
-    q.va = reinterpret_cast<uint64_t>(addr);
-    q.length = length;
-    RegMrReply r{};
-    g.unlock();
-    const int rc = call(MsgType::rereg_mr, &q, sizeof q, &r, sizeof r);
-    g.lock();
-    if (rc == 0 && translation && (it = mrs_.find(lkey)) != mrs_.end()) it->second = {addr, length, true};
-    return rc;
-  }
   ReregMrRequest q{};
   q.lkey = lkey;
   q.flags = flags & (kReregTranslation | kReregPd | kReregAccess);
@@ -327,6 +312,14 @@ int Context::rereg_mr(uint32_t lkey, uint32_t flags, uint32_t pd, void* addr, si
   q.access = access;
   q.va = reinterpret_cast<uint64_t>(addr);
   q.length = length;
+  if (it->second.odp) {  // no pages to send: droced reaches the new range through the same descriptor
+    RegMrReply r{};
+    g.unlock();
+    const int rc = call(MsgType::rereg_mr, &q, sizeof q, &r, sizeof r);
+    g.lock();
+    if (rc == 0 && translation && (it = mrs_.find(lkey)) != mrs_.end()) it->second = {addr, length, true};
+    return rc;
+  }
   std::vector<MrSegment> segs;
   std::vector<int> fds;
   if (translation) {
