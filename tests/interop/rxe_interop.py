@@ -691,6 +691,27 @@ class Runner:
                                                capture_output=True).returncode == 0 else \
             "no pyverbs for /usr/bin/python3 on the host (python3-pyverbs)"
 
+    def case_ended(self, tag, base, pcap, t0, side, rc, out, guest_rc, guest_out):
+        """What every case does once both sides are done and its capture stopped: keep the logs
+        (BASE.SIDE.log, BASE.guest.log), check the guest's console, that the guest still answers
+        when a side failed (Wedged if not) and that droced lives. The case's seconds, or None when
+        it failed here."""
+        elapsed = time.monotonic() - t0
+        open(f"{base}.{side}.log", "w").write(out)
+        open(base + ".guest.log", "w").write(guest_out)
+        self.pcaps.append(pcap)
+        oops = self.rig.new_console_trouble()
+        if oops:
+            # The guest's kernel complained (an rxe WARN_ON, an oops): that is about what it was fed.
+            self.fail(tag, "the guest's kernel logged trouble during the case:\n" + oops)
+            return None
+        if (rc != 0 or guest_rc != 0) and not self.rig.answers():
+            raise Wedged(f"{tag}: the guest does not answer an ICMP echo ({side} exit {rc}, guest exit {guest_rc})")
+        if not self.droced.alive():
+            self.fail(tag, f"droced died:\n{self.droced.tail()}")
+            return None
+        return elapsed
+
     def run_case(self, case, mtu_link):
         tag = f"{case['name']}_{mtu_link}"
         base = os.path.join(self.a.workdir, tag)
@@ -733,20 +754,8 @@ class Runner:
             guest_rc, guest_out = self.rig.wait(job, 2 * PEER_WAIT)
         finally:
             self.rig.sh("cap-stop", pcap, check=False)
-        elapsed = time.monotonic() - t0
-        open(base + ".peer.log", "w").write(peer_out)
-        open(base + ".guest.log", "w").write(guest_out)
-        self.pcaps.append(pcap)
-
-        oops = self.rig.new_console_trouble()
-        if oops:
-            # The guest's kernel complained (an rxe WARN_ON, an oops): that is about what it was fed.
-            self.fail(tag, "the guest's kernel logged trouble during the case:\n" + oops)
-            return
-        if (peer_rc != 0 or guest_rc != 0) and not self.rig.answers():
-            raise Wedged(f"{tag}: the guest does not answer an ICMP echo (peer exit {peer_rc}, guest exit {guest_rc})")
-        if not self.droced.alive():
-            self.fail(tag, f"droced died:\n{self.droced.tail()}")
+        elapsed = self.case_ended(tag, base, pcap, t0, "peer", peer_rc, peer_out, guest_rc, guest_out)
+        if elapsed is None:
             return
         problems = []
         out = []
@@ -844,18 +853,8 @@ class Runner:
             guest_rc, guest_out = self.rig.wait(job, 2 * PEER_WAIT)
         finally:
             self.rig.sh("cap-stop", pcap, check=False)
-        elapsed = time.monotonic() - t0
-        open(base + ".droce.log", "w").write(droce_out)
-        open(base + ".guest.log", "w").write(guest_out)
-        self.pcaps.append(pcap)
-        oops = self.rig.new_console_trouble()
-        if oops:
-            self.fail(tag, "the guest's kernel logged trouble during the case:\n" + oops)
-            return
-        if (droce_rc != 0 or guest_rc != 0) and not self.rig.answers():
-            raise Wedged(f"{tag}: the guest does not answer an ICMP echo (droce exit {droce_rc}, guest exit {guest_rc})")
-        if not self.droced.alive():
-            self.fail(tag, f"droced died:\n{self.droced.tail()}")
+        elapsed = self.case_ended(tag, base, pcap, t0, "droce", droce_rc, droce_out, guest_rc, guest_out)
+        if elapsed is None:
             return
         problems, lines = [], []
         for side, rc, text in (("droce", droce_rc, droce_out), ("rxe", guest_rc, guest_out)):
@@ -987,20 +986,9 @@ class Runner:
                 guest_rc, guest_out = self.rig.wait(job, TOOL_WAIT + 30)
         finally:
             self.rig.sh("cap-stop", pcap, check=False)
-        elapsed = time.monotonic() - t0
-        open(droce_log, "w").write(droce_out)
-        open(base + ".guest.log", "w").write(guest_out)
-        self.pcaps.append(pcap)
         self.allowed_expert[pcap] = case.get("allowed_expert", ())
-
-        oops = self.rig.new_console_trouble()
-        if oops:
-            self.fail(tag, "the guest's kernel logged trouble during the case:\n" + oops)
-            return
-        if (droce_rc != 0 or guest_rc != 0) and not self.rig.answers():
-            raise Wedged(f"{tag}: the guest does not answer an ICMP echo (droce exit {droce_rc}, guest exit {guest_rc})")
-        if not self.droced.alive():
-            self.fail(tag, f"droced died:\n{self.droced.tail()}")
+        elapsed = self.case_ended(tag, base, pcap, t0, "droce", droce_rc, droce_out, guest_rc, guest_out)
+        if elapsed is None:
             return
         if rping_teardown_race(droce_rc, droce_out):
             log(f"  ({tag}: rping's own teardown race on the droce side: exit 255 after a complete run, taken as 0)")
