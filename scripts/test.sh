@@ -90,7 +90,9 @@ step "test: debug"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 meson test -C "$build/debug" --print-errorlogs --num-processes 2 "${meson_args[@]}" || status=1
-wait "$rig_image" 2>/dev/null  # done unless rxe_interop was not among the tests run
+# Done by now unless rxe_interop was not among the tests run; its exit (77: this machine cannot
+# run the rig) is the test's to report, not a reason to stop here under set -e.
+wait "$rig_image" 2>/dev/null || true
 
 logs=("$build/debug/meson-logs/testlog.json")
 if [ "$fuzz" = 1 ]; then
