@@ -24,6 +24,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "abi/flow.h"
+
 namespace droce::abi::ctl {
 
 inline constexpr uint32_t kMagic = 0x45435244;  // "DRCE" little-endian
@@ -44,7 +46,9 @@ inline constexpr uint16_t kAbiMajor = 1;
 ///     QPs (qp_type 9); QueryDeviceReply's max_xrcds.
 /// 13: on-demand paging: reg_odp_mr (RegOdpMrRequest and the client's /proc/self/mem);
 ///     DeviceCaps' kDeviceCapOnDemandPaging.
-inline constexpr uint16_t kAbiMinor = 13;
+/// 14: raw packet QPs (create_qp of qp_type 8, for a client with CAP_NET_RAW) and their flow
+///     rules: create_flow, destroy_flow.
+inline constexpr uint16_t kAbiMinor = 14;
 /// Largest message either side sends or accepts.
 inline constexpr size_t kMaxMessage = 4096;
 
@@ -84,7 +88,9 @@ enum class MsgType : uint16_t {
   free_dm = 33,           ///< minor 11: ibv_free_dm (IdRequest: the DM's id)
   reg_dm_mr = 34,         ///< minor 11: ibv_reg_dm_mr (RegDmMrRequest; reply RegMrReply)
   reg_odp_mr = 35,        ///< minor 13: ibv_reg_mr with IBV_ACCESS_ON_DEMAND (RegOdpMrRequest; reply RegMrReply)
-  // 36-39: unused.
+  create_flow = 36,       ///< minor 14: ibv_create_flow on a raw packet QP (CreateFlowRequest; reply IdReply)
+  destroy_flow = 37,      ///< minor 14: ibv_destroy_flow (IdRequest: the rule's id)
+  // 38-39: unused.
   open_xrcd = 40,         ///< minor 12: ibv_open_xrcd (OpenXrcdRequest, a file's fd beside; reply IdReply)
   close_xrcd = 41,        ///< minor 12: ibv_close_xrcd (IdRequest)
   create_xrc_srq = 42,    ///< minor 12: ibv_create_srq_ex of IBV_SRQT_XRC (CreateXrcSrqRequest; as create_srq's reply)
@@ -334,6 +340,16 @@ struct McastRequest {
   uint8_t gid[16];
 };
 static_assert(sizeof(McastRequest) == 24);
+
+/// ibv_create_flow (minor 14): a rule steering received frames to raw packet QP `qpn`.
+struct CreateFlowRequest {
+  uint32_t qpn;
+  uint16_t priority;  ///< lower first: of the normal rules a frame matches, only the best priority's take it
+  uint8_t type;       ///< FlowType
+  uint8_t flags;      ///< none defined: nonzero is EINVAL
+  FlowMatch match;
+};
+static_assert(sizeof(CreateFlowRequest) == 8 + sizeof(FlowMatch));
 
 struct QueryPortReply {
   uint32_t state;       ///< ibv_port_state

@@ -20,6 +20,7 @@ const char* to_string(QpType t) {
     case QpType::rc: return "RC";
     case QpType::uc: return "UC";
     case QpType::ud: return "UD";
+    case QpType::raw_packet: return "RAW_PACKET";
     case QpType::xrc_send: return "XRC_SEND";
     case QpType::xrc_recv: return "XRC_RECV";
   }

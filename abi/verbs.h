@@ -17,7 +17,9 @@ namespace droce::abi {
 /// XRC (IBA Annex A14): xrc_send is the initiator (IBV_QPT_XRC_SEND, a send queue only, each
 /// message names the destination XRC SRQ), xrc_recv the target (IBV_QPT_XRC_RECV, no queues of
 /// its own: each request goes to the XRC SRQ its XRCETH names).
-enum class QpType : uint8_t { rc = 2, uc = 3, ud = 4, xrc_send = 9, xrc_recv = 10 };
+/// raw_packet (IBV_QPT_RAW_PACKET): whole Ethernet frames out as the application built them, and in
+/// what its flow rules (abi/flow.h) steer to it; privileged, as on an HCA (CAP_NET_RAW).
+enum class QpType : uint8_t { rc = 2, uc = 3, ud = 4, raw_packet = 8, xrc_send = 9, xrc_recv = 10 };
 
 /// The types whose requests are acknowledged (RC and both XRC types).
 inline constexpr bool is_reliable(QpType t) { return t == QpType::rc || t == QpType::xrc_send || t == QpType::xrc_recv; }

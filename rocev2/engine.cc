@@ -55,6 +55,7 @@ bool valid_for_type(QpType t, WrOpcode op) {
     case QpType::xrc_send:  // RC's operations without IBA 1.5's (XRC has no opcodes for them)
       return valid_for_type(QpType::rc, op) && op != WrOpcode::flush && op != WrOpcode::atomic_write;
     case QpType::xrc_recv: return false;  // no send queue
+    case QpType::raw_packet: return op == WrOpcode::send;  // the frame is the message
   }
   return false;
 }
@@ -306,6 +307,7 @@ std::unique_ptr<Qp> Engine::make_qp(const QpInit& init, uint32_t qpn) {
   }
   q->udp_sport = sport_for(q->qpn);
   if (init.type == QpType::ud) q->mtu = mtu_bytes(cfg_.active_mtu);  // UD has no path MTU attribute
+  if (init.type == QpType::raw_packet) q->mtu = cfg_.max_raw_frame;   // one frame per message
   q->attr.cap = init.cap;
   q->resp.resources.resize(1);
   q->resp.held.reserve(kMaxHeldRequests);
@@ -468,6 +470,7 @@ int Engine::destroy_qp(uint32_t qpn) {
   cancel_retry_timer(q);
   drop_held(q);
   detach_all(qpn);
+  if (q->type == QpType::raw_packet) raw_flows_.remove_qp(qpn);
   mrs_.unbind_qp(qpn);
   if (q->type != QpType::xrc_recv) --pd_refs_[q->pd];
   retired_qp_counters_ += q->counters;
@@ -576,6 +579,8 @@ int Engine::post_send(uint32_t qpn, const SendWr& wr) {
     // keeps one client from sending with another's address handles.
     if (wr.ah == 0 || wr.ah >= ahs_.size() || !ah_used_[wr.ah] || ah_pd_[wr.ah] != q->pd) return -EINVAL;
   }
+  // A raw frame has at least its Ethernet header and fits the port.
+  if (q->type == QpType::raw_packet && (length < 14 || length > cfg_.max_raw_frame)) return -EINVAL;
 
   // A message may not span a quarter of the 24-bit PSN space: PSN distances
   // must stay unambiguous (a 2 GiB message at MTU 256 would need 2^23 PSNs).
@@ -803,6 +808,10 @@ void Engine::send_frame(rte_mbuf* m, Qp* q) {
   const uint32_t icrc = cfg_.offloads.tx_icrc ? 0 : compute_icrc(net::FrameBytes(m), l3, icrc_off, ipv);
   core::store_le32(rte_pktmbuf_mtod_offset(m, uint8_t*, icrc_off), icrc);
   if (cfg_.offloads.tx_ipv4_checksum && ipv == 4) m->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM;
+  queue_tx(m, q);
+}
+
+void Engine::queue_tx(rte_mbuf* m, Qp* q) {
   ++q->counters.tx_packets;
   q->counters.tx_bytes += m->pkt_len;
   m->hash.usr = q->qpn;  // frame_source_qpn()
@@ -974,6 +983,8 @@ void Engine::rx_burst(rte_mbuf** frames, uint16_t n, uint64_t now_ns) {
     opts.verify_icrc = !cfg_.offloads.rx_icrc;
     const ParseStatus s = parse_frame(m, &p, opts);
     counters_.parse.count(s);
+    // Raw packet QPs' rules: what the transport does not take, and every frame for sniffers.
+    if (!raw_flows_.empty()) [[unlikely]] raw_rx(m, s == ParseStatus::ok);
     if (s != ParseStatus::ok) {
       rte_pktmbuf_free(m);
       continue;

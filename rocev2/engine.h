@@ -31,6 +31,7 @@
 #include "rocev2/packet.h"
 #include "rocev2/parser.h"
 #include "rocev2/qp.h"
+#include "rocev2/raw_flow.h"
 #include "rocev2/responder.h"
 #include "rocev2/srq.h"
 #include "rocev2/verbs.h"
@@ -90,6 +91,9 @@ struct EngineConfig {
   CcParams cc = CcParams::off();
   /// The port's rate in Mbit/s: the reaction point's maximum when rpg_max_rate is 0.
   uint32_t line_rate_mbps = 100000;
+  /// The largest frame a raw packet QP may send, Ethernet header included (the port's MTU
+  /// plus its Ethernet and 802.1Q headers, at most what one pool mbuf holds).
+  uint32_t max_raw_frame = 1518;
 };
 
 /// Async events (ibv_event_type values).
@@ -274,6 +278,20 @@ class Engine {
     return out;
   }
 
+  // ---- Raw packet QPs (rocev2/raw_qp.cc) -------------------------------------
+  // A raw packet QP sends each SEND's bytes as one whole frame, as the application built it (no
+  // RoCE headers, no ICRC; 14 bytes to max_raw_frame, else post_send's -EINVAL), completing it
+  // once the port has it, as UD does. It receives whole frames that its flow rules steer to it
+  // (rocev2/raw_flow.h): the frames the transport does not take, and every frame for a
+  // sniffer rule. byte_len is the frame's length; no GRH area.
+  /// ibv_create_flow: -EINVAL when `qpn` is not a raw packet QP of this engine, or the type is
+  /// not one of abi::FlowType's; *id names the rule for destroy_flow.
+  int create_flow(uint32_t qpn, abi::FlowType type, uint16_t priority, const abi::FlowMatch& match, uint32_t* id);
+  /// ibv_destroy_flow: -EINVAL for an unknown rule. Destroying the QP removes its rules.
+  int destroy_flow(uint32_t id);
+  /// Rules in force (droced loops multicast frames back while some exist, as for groups).
+  size_t raw_flows() const { return raw_flows_.size(); }
+
   // ---- Data path -------------------------------------------------------------
   /// ibv_post_send for one WR: -EINVAL (state, opcode, SGE count, inline
   /// size, opcode for the QP type, a message over 2^22 packets), -ENOMEM
@@ -338,6 +356,8 @@ class Engine {
   /// A frame with headers `h` and room for `payload_len` bytes (zero pad), or nullptr (counted).
   rte_mbuf* emit(const PacketHeaders& h, uint32_t payload_len);
   void send_frame(rte_mbuf* m, Qp* qp);
+  /// A finished frame onto this poll's burst (counted against `qp`); send_frame seals first.
+  void queue_tx(rte_mbuf* m, Qp* qp);
   void flush_tx();
   bool is_local_dest(const IpAddr& dst, bool ud) const;
   bool is_local_ip(const IpAddr& a) const;
@@ -357,6 +377,13 @@ class Engine {
   void np_rx_ce(Qp* qp, const ParsedPacket& p);
   void rp_rx_cnp(const ParsedPacket& p);
   void on_timer(uint32_t qpn, uint32_t kind, uint32_t gen, uint64_t deadline, uint64_t now_ns);
+
+  // raw_qp.cc
+  /// The next SEND of a raw packet QP, as one frame; false when it could not go now.
+  bool raw_send_one(Qp* qp, uint64_t now_ns);
+  /// A received frame to the raw QPs its rules pick (`sniffers_only`: the transport took it).
+  void raw_rx(const rte_mbuf* m, bool sniffers_only);
+  void raw_deliver(Qp* qp, const rte_mbuf* m);
 
   // requester.cc
   void requester_run(Qp* qp, uint64_t now_ns, uint32_t* budget);
@@ -422,6 +449,8 @@ class Engine {
     std::vector<uint32_t> qpns;  ///< attached, in attach order
   };
   std::vector<McastGroup> mcast_;  ///< control path changes it; few groups, scanned
+  RawFlowTable raw_flows_;         ///< control path changes it; scanned per frame only when not empty
+  std::vector<uint32_t> raw_picked_;  ///< raw_rx's scratch (keeps its capacity)
   /// QPNs with requester or responder TX work: a fixed ring of max_qps (a QP
   /// is on it at most once, see Qp::on_ready_list), so the loop never allocates.
   class ReadyRing {

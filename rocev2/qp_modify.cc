@@ -11,7 +11,7 @@ namespace droce::rocev2 {
 namespace {
 
 constexpr size_t kStates = 7;
-constexpr size_t kTypes = 5;
+constexpr size_t kTypes = 6;
 constexpr size_t kMaskBits = 32;
 
 constexpr std::array<const char*, kMaskBits> kAttrNames = [] {
@@ -42,6 +42,7 @@ constexpr size_t type_index(QpType t) {
     case QpType::ud: return 2;
     case QpType::xrc_send: return 3;
     case QpType::xrc_recv: return 4;
+    case QpType::raw_packet: return 5;
   }
   return kTypes;
 }
@@ -68,7 +69,8 @@ constexpr void set(RuleTable& t, QpType type, QpState from, QpState to, uint32_t
 // and, of the requester's, the timeout and the starting PSN of its responses.
 constexpr RuleTable kRules = [] {
   RuleTable t{};
-  constexpr QpType kAll[] = {QpType::rc, QpType::uc, QpType::ud, QpType::xrc_send, QpType::xrc_recv};
+  constexpr QpType kAll[] = {QpType::rc, QpType::uc, QpType::ud, QpType::xrc_send, QpType::xrc_recv,
+                             QpType::raw_packet};
   constexpr QpType kXrc[] = {QpType::xrc_send, QpType::xrc_recv};
   using S = QpState;
 
@@ -137,6 +139,13 @@ constexpr RuleTable kRules = [] {
       kAttrPort | kAttrAv | kAttrTimeout | kAttrMaxDestRdAtomic | kAttrAccessFlags | kAttrPkeyIndex |
           kAttrMinRnrTimer | kAttrPathMigState);
 
+  // Raw packet QPs (the kernel's qp_state_table): a port to reach INIT, nothing after.
+  set(t, QpType::raw_packet, S::reset, S::init, kAttrPort, 0);
+  set(t, QpType::raw_packet, S::init, S::init, 0, kAttrPort);
+  set(t, QpType::raw_packet, S::init, S::rtr, 0, 0);
+  set(t, QpType::raw_packet, S::rtr, S::rts, 0, kAttrCurState);
+  for (S from : {S::rts, S::sqd, S::sqe}) set(t, QpType::raw_packet, from, S::rts, 0, kAttrCurState);
+
   // SQE->RTS: UC and UD only; RC and XRC have no SQE state.
   set(t, QpType::uc, S::sqe, S::rts, 0, kAttrCurState | kAttrAccessFlags);
   set(t, QpType::ud, S::sqe, S::rts, 0, kAttrCurState | kAttrQkey);
@@ -163,7 +172,7 @@ constexpr std::array<Text, kMaskBits> kNotAllowedText = [] {
 }();
 
 constexpr const char* kStateNames[kStates] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
-constexpr const char* kTypeNames[kTypes] = {"RC", "UC", "UD", "XRC_SEND", "XRC_RECV"};
+constexpr const char* kTypeNames[kTypes] = {"RC", "UC", "UD", "XRC_SEND", "XRC_RECV", "RAW_PACKET"};
 
 constexpr std::array<std::array<Text, kStates>, kStates> kBadTransitionText = [] {
   std::array<std::array<Text, kStates>, kStates> t{};

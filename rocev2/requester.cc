@@ -84,6 +84,7 @@ bool Engine::requester_send_one(Qp* q, uint64_t now_ns) {
   if (r.next_wqe == q->sq_head) return false;
   SendWqe& w = q->sq[r.next_wqe % q->sq_depth];
   if (w.has_local_error) return false;
+  if (q->type == QpType::raw_packet) return raw_send_one(q, now_ns);  // frames, not RoCE packets
   if (q->rp.limited()) [[unlikely]] {
     // DCQCN's pacer (rocev2/dcqcn.h): a QP over its rate gives up its turn until a timer
     // puts it back; the other QPs go on.

@@ -1,0 +1,161 @@
+#include "rocev2/raw_flow.h"
+
+#include <algorithm>
+
+namespace droce::rocev2 {
+
+namespace {
+
+constexpr uint16_t kTypeVlan = 0x8100;
+constexpr uint16_t kTypeIpv4 = 0x0800;
+constexpr uint16_t kTypeIpv6 = 0x86dd;
+constexpr uint8_t kProtoTcp = 6;
+constexpr uint8_t kProtoUdp = 17;
+
+uint16_t be16(const uint8_t* p) { return static_cast<uint16_t>((p[0] << 8) | p[1]); }
+
+bool bytes_match(const uint8_t* got, const uint8_t* want, const uint8_t* mask, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if ((got[i] & mask[i]) != (want[i] & mask[i])) return false;
+  return true;
+}
+
+template <typename T>
+bool field_match(T got, T want, T mask) {
+  return (got & mask) == (want & mask);
+}
+
+bool is_multicast_mac(std::span<const uint8_t> frame) { return !frame.empty() && (frame[0] & 1) != 0; }
+
+}  // namespace
+
+bool flow_matches(const abi::FlowMatch& m, std::span<const uint8_t> frame) {
+  const uint8_t* f = frame.data();
+  const size_t len = frame.size();
+  if (m.layers == 0) return true;  // a rule without specs takes every frame
+  if (len < 14) return false;
+  size_t l3 = 14;
+  uint16_t type = be16(f + 12);
+  uint16_t tci = 0;
+  if (type == kTypeVlan) {
+    if (len < 18) return false;
+    tci = be16(f + 14);
+    type = be16(f + 16);
+    l3 = 18;
+  }
+  if (m.layers & abi::kFlowEth) {
+    if (!bytes_match(f, m.eth_dst, m.eth_dst_mask, 6) || !bytes_match(f + 6, m.eth_src, m.eth_src_mask, 6) ||
+        !field_match<uint16_t>(type, m.ether_type, m.ether_type_mask) ||
+        !field_match<uint16_t>(tci, m.vlan_tag, m.vlan_tag_mask))
+      return false;
+  }
+  // The network layer, where the frame has one.
+  bool v4 = false, v6 = false;
+  size_t l4 = 0;  // 0: no transport header to look at (none, or a later IPv4 fragment)
+  uint8_t proto = 0;
+  if (type == kTypeIpv4 && len >= l3 + 20 && (f[l3] >> 4) == 4) {
+    const size_t ihl = size_t{f[l3] & 0xfu} * 4;
+    if (ihl >= 20 && len >= l3 + ihl) {
+      v4 = true;
+      proto = f[l3 + 9];
+      const uint16_t frag_offset = be16(f + l3 + 6) & 0x1fff;
+      if (frag_offset == 0) l4 = l3 + ihl;
+    }
+  } else if (type == kTypeIpv6 && len >= l3 + 40 && (f[l3] >> 4) == 6) {
+    v6 = true;
+    proto = f[l3 + 6];
+    l4 = l3 + 40;
+  }
+  if (m.layers & abi::kFlowIpv4) {
+    if (!v4) return false;
+    const uint8_t* ip = f + l3;
+    if (!bytes_match(ip + 12, m.ip4_src, m.ip4_src_mask, 4) || !bytes_match(ip + 16, m.ip4_dst, m.ip4_dst_mask, 4) ||
+        !field_match<uint8_t>(ip[9], m.ip4_proto, m.ip4_proto_mask) ||
+        !field_match<uint8_t>(ip[1], m.ip4_tos, m.ip4_tos_mask) ||
+        !field_match<uint8_t>(ip[8], m.ip4_ttl, m.ip4_ttl_mask) ||
+        !field_match<uint8_t>(static_cast<uint8_t>(ip[6] >> 5), m.ip4_flags, m.ip4_flags_mask))
+      return false;
+  }
+  if (m.layers & abi::kFlowIpv6) {
+    if (!v6) return false;
+    const uint8_t* ip = f + l3;
+    const auto tclass = static_cast<uint8_t>(((ip[0] & 0xfu) << 4) | (ip[1] >> 4));
+    const uint32_t flow_label = (uint32_t{ip[1] & 0xfu} << 16) | (uint32_t{ip[2]} << 8) | ip[3];
+    if (!bytes_match(ip + 8, m.ip6_src, m.ip6_src_mask, 16) || !bytes_match(ip + 24, m.ip6_dst, m.ip6_dst_mask, 16) ||
+        !field_match<uint32_t>(flow_label, m.ip6_flow_label, m.ip6_flow_label_mask) ||
+        !field_match<uint8_t>(ip[6], m.ip6_next_hdr, m.ip6_next_hdr_mask) ||
+        !field_match<uint8_t>(tclass, m.ip6_tclass, m.ip6_tclass_mask) ||
+        !field_match<uint8_t>(ip[7], m.ip6_hop_limit, m.ip6_hop_limit_mask))
+      return false;
+  }
+  if (m.layers & (abi::kFlowTcp | abi::kFlowUdp)) {
+    const uint8_t want = (m.layers & abi::kFlowTcp) ? kProtoTcp : kProtoUdp;
+    if (!(v4 || v6) || proto != want || l4 == 0 || len < l4 + 4) return false;
+    if (!field_match<uint16_t>(be16(f + l4), m.l4_src, m.l4_src_mask) ||
+        !field_match<uint16_t>(be16(f + l4 + 2), m.l4_dst, m.l4_dst_mask))
+      return false;
+  }
+  return true;
+}
+
+uint32_t RawFlowTable::add(uint32_t qpn, abi::FlowType type, uint16_t priority, const abi::FlowMatch& match) {
+  const uint32_t id = next_id_++;
+  rules_.push_back({id, qpn, priority, type, match});
+  if (type == abi::FlowType::sniffer) ++sniffers_;
+  return id;
+}
+
+bool RawFlowTable::remove(uint32_t id) {
+  auto it = std::find_if(rules_.begin(), rules_.end(), [id](const Rule& r) { return r.id == id; });
+  if (it == rules_.end()) return false;
+  if (it->type == abi::FlowType::sniffer) --sniffers_;
+  rules_.erase(it);
+  return true;
+}
+
+size_t RawFlowTable::remove_qp(uint32_t qpn) {
+  size_t n = 0;
+  std::erase_if(rules_, [&](const Rule& r) {
+    if (r.qpn != qpn) return false;
+    if (r.type == abi::FlowType::sniffer) --sniffers_;
+    ++n;
+    return true;
+  });
+  return n;
+}
+
+uint32_t RawFlowTable::qpn_of(uint32_t id) const {
+  for (const Rule& r : rules_)
+    if (r.id == id) return r.qpn;
+  return 0;
+}
+
+void RawFlowTable::select(std::span<const uint8_t> frame, bool sniffers_only, std::vector<uint32_t>* qpns) const {
+  qpns->clear();
+  auto take = [qpns](uint32_t qpn) {
+    if (std::find(qpns->begin(), qpns->end(), qpn) == qpns->end()) qpns->push_back(qpn);
+  };
+  if (!sniffers_only) {
+    // The best priority among the normal rules that match.
+    bool any = false;
+    uint16_t best = 0;
+    for (const Rule& r : rules_) {
+      if (r.type != abi::FlowType::normal || (any && r.priority > best) || !flow_matches(r.match, frame)) continue;
+      best = any ? std::min(best, r.priority) : r.priority;
+      any = true;
+    }
+    if (any) {
+      for (const Rule& r : rules_)
+        if (r.type == abi::FlowType::normal && r.priority == best && flow_matches(r.match, frame)) take(r.qpn);
+    } else {
+      const bool mc = is_multicast_mac(frame);
+      for (const Rule& r : rules_)
+        if (r.type == abi::FlowType::all_default || (mc && r.type == abi::FlowType::mc_default)) take(r.qpn);
+    }
+  }
+  if (sniffers_ != 0)
+    for (const Rule& r : rules_)
+      if (r.type == abi::FlowType::sniffer) take(r.qpn);
+}
+
+}  // namespace droce::rocev2
