@@ -47,7 +47,7 @@ inline constexpr uint16_t kAbiMajor = 1;
 /// 13: on-demand paging: reg_odp_mr (RegOdpMrRequest and the client's /proc/self/mem);
 ///     DeviceCaps' kDeviceCapOnDemandPaging.
 /// 14: raw packet QPs (create_qp of qp_type 8, for a client with CAP_NET_RAW) and their flow
-///     rules: create_flow, destroy_flow.
+///     rules: create_flow, destroy_flow; set_rss (receive-side scaling over WQs).
 inline constexpr uint16_t kAbiMinor = 14;
 /// Largest message either side sends or accepts.
 inline constexpr size_t kMaxMessage = 4096;
@@ -90,7 +90,8 @@ enum class MsgType : uint16_t {
   reg_odp_mr = 35,        ///< minor 13: ibv_reg_mr with IBV_ACCESS_ON_DEMAND (RegOdpMrRequest; reply RegMrReply)
   create_flow = 36,       ///< minor 14: ibv_create_flow on a raw packet QP (CreateFlowRequest; reply IdReply)
   destroy_flow = 37,      ///< minor 14: ibv_destroy_flow (IdRequest: the rule's id)
-  // 38-39: unused.
+  set_rss = 38,           ///< minor 14: a raw QP spreads over receive queues (RssRequest)
+  // 39: unused.
   open_xrcd = 40,         ///< minor 12: ibv_open_xrcd (OpenXrcdRequest, a file's fd beside; reply IdReply)
   close_xrcd = 41,        ///< minor 12: ibv_close_xrcd (IdRequest)
   create_xrc_srq = 42,    ///< minor 12: ibv_create_srq_ex of IBV_SRQT_XRC (CreateXrcSrqRequest; as create_srq's reply)
@@ -350,6 +351,20 @@ struct CreateFlowRequest {
   FlowMatch match;
 };
 static_assert(sizeof(CreateFlowRequest) == 8 + sizeof(FlowMatch));
+
+/// set_rss (minor 14): raw packet QP `qpn` spreads the frames its rules pick over the raw QPs
+/// `wqs[0 .. 1 << log_table)` (the provider's WQs) by the Toeplitz hash of `fields`
+/// (IBV_RX_HASH_* bits) under `key`.
+struct RssRequest {
+  uint32_t qpn;
+  uint32_t fields;
+  uint8_t key_len;    ///< at most 40
+  uint8_t log_table;  ///< at most 7
+  uint16_t reserved;
+  uint8_t key[40];
+  uint32_t wqs[128];
+};
+static_assert(sizeof(RssRequest) == 12 + 40 + 512);
 
 struct QueryPortReply {
   uint32_t state;       ///< ibv_port_state

@@ -24,6 +24,7 @@
 #include "core/log.h"
 #include <rte_launch.h>
 #include <rte_lcore.h>
+#include <rte_mbuf.h>
 #include "net/kernel_sink.h"
 #include "net/route_table.h"
 #include "net/xdp_filter.h"
@@ -186,6 +187,9 @@ int Daemon::start(const DaemonConfig& cfg) {
   // link carries, and a QP asking for more is refused (EINVAL) rather than
   // left to send frames the link drops.
   dc.engine.limits.max_mtu = dc.engine.active_mtu;
+  // A raw packet QP's frame: the link's MTU and its Ethernet and 802.1Q headers, within one mbuf.
+  dc.engine.max_raw_frame = std::min<uint32_t>(uint32_t{mtu} + 18, rte_pktmbuf_data_room_size(port_->pool()) -
+                                                                         RTE_PKTMBUF_HEADROOM);
   int rc = 0;
   group_ = std::make_unique<CoreGroup>(port_.get(), cores, dc.neighbor, cfg.vlan, &rc);
   if (rc != 0) return rc;

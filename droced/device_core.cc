@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdio>
 #include <cstring>
 
@@ -222,8 +223,19 @@ void DeviceCore::route(rte_mbuf** frames, uint16_t n, std::vector<rte_mbuf*>* lo
   for (uint16_t i = 0; i < n; ++i) {
     rte_mbuf* m = frames[i];
     uint32_t qpn;
-    if (cores == 1 || !rocev2::peek_dest_qpn(rte_pktmbuf_mtod(m, const uint8_t*), m->data_len, &qpn)) {
-      local->push_back(m);  // not for a QP: the engine counts what it is
+    if (cores == 1) {
+      local->push_back(m);
+      continue;
+    }
+    if (!rocev2::peek_dest_qpn(rte_pktmbuf_mtod(m, const uint8_t*), m->data_len, &qpn)) {
+      // Not for a QP: the engine counts what it is; and a copy to each other core whose raw
+      // packet QPs have flow rules (they may want it).
+      for (uint32_t others = group_->raw_flow_cores() & ~(1u << cfg_.index); others != 0; others &= others - 1) {
+        rte_mbuf* copy = rte_pktmbuf_copy(m, cfg_.port->pool(), 0, UINT32_MAX);
+        if (copy == nullptr) ++counters_.hand_off_dropped;
+        else hand_off(unsigned(std::countr_zero(others)), copy);
+      }
+      local->push_back(m);
       continue;
     }
     const int owner = group_->owner_of(qpn);
@@ -351,7 +363,12 @@ void DeviceCore::run_once(uint64_t now_ns) {
 }
 
 void DeviceCore::sync_multicast() {
-  const bool has = engine_->mcast_groups() != 0;
+  const bool raw = engine_->raw_flows() != 0;
+  if (raw != has_raw_flows_) {
+    has_raw_flows_ = raw;
+    group_->set_has_raw_flows(cfg_.index, raw);
+  }
+  const bool has = engine_->mcast_groups() != 0 || raw;
   if (has == has_multicast_) return;
   has_multicast_ = has;
   group_->set_has_multicast(cfg_.index, has);

@@ -117,11 +117,19 @@ class CoreGroup {
     else mcast_cores_.fetch_and(~(1u << core), std::memory_order_relaxed);
   }
   const std::atomic<uint32_t>* multicast_cores() const { return &mcast_cores_; }
+  /// Bit k: core k's engine has raw packet QPs' flow rules (then frames that name no QP are
+  /// copied to it from whichever core received them).
+  void set_has_raw_flows(unsigned core, bool has) {
+    if (has) raw_cores_.fetch_or(1u << core, std::memory_order_relaxed);
+    else raw_cores_.fetch_and(~(1u << core), std::memory_order_relaxed);
+  }
+  uint32_t raw_flow_cores() const { return raw_cores_.load(std::memory_order_relaxed); }
 
  private:
   net::Port* port_;
   unsigned cores_;
   std::atomic<uint32_t> mcast_cores_{0};
+  std::atomic<uint32_t> raw_cores_{0};
   std::vector<rte_ring*> inbound_;
   std::unique_ptr<std::atomic<bool>[]> sleeping_;
   std::vector<int> wake_fd_;
@@ -231,8 +239,10 @@ class DeviceCore {
   int detach_mcast(uint32_t qpn, const net::IpAddr& gid);
 
  private:
-  /// Tells the group whether this core's engine has multicast groups (after attach, detach,
-  /// and each loop: a destroyed QP leaves its groups).
+  /// Tells the group whether this core's engine has multicast groups or raw flow rules (after
+  /// attach, detach, and each loop: a destroyed QP leaves its groups and rules). Either way,
+  /// multicast this host sends is looped back: a NIC delivers it to its own attached QPs and
+  /// to its raw QPs' matching rules (pyverbs' raw traffic goes to a multicast MAC for that).
   void sync_multicast();
   void send_neighbor_frames();
   /// Sends `frames` to their owners; the ones that are this core's go to
@@ -264,6 +274,7 @@ class DeviceCore {
   bool icrc_on_link_ = true;
   uint32_t woken_ = 0;  ///< cores handed frames this run_once (bit k), woken once each
   bool has_multicast_ = false;
+  bool has_raw_flows_ = false;
   DeviceCoreCounters counters_;
 };
 

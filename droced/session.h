@@ -256,6 +256,7 @@ class Session {
   static std::span<const ControlEntry> qp_controls();
   static std::span<const ControlEntry> ah_controls();
   static std::span<const ControlEntry> mcast_controls();
+  static std::span<const ControlEntry> flow_controls();
   static std::span<const ControlEntry> fault_controls();
   static std::span<const ControlEntry> capture_controls();
   static std::span<const ControlEntry> cc_controls();
@@ -371,6 +372,7 @@ class Session {
   /// The client's address space, for its ODP regions (the first reg_odp_mr brings it); the
   /// engine's ODP regions point here, so it outlives them (teardown deregisters them first).
   ProcessMemory odp_memory_;
+  std::unordered_map<uint32_t, uint32_t> flows_;  ///< raw packet QPs' flow rules: id -> QPN
   std::unordered_set<uint32_t> mws_;  ///< memory windows, by key index (a bind changes the tag)
   std::unordered_map<uint32_t, std::unique_ptr<DmEntry>> dms_;  ///< device memory, by id
   uint32_t next_dm_id_ = 1;

@@ -17,7 +17,7 @@ const Session::ControlEntry* Session::control_for(uint16_t type) {
     std::array<ControlEntry, kLastMsgType + 1> t{};
     for (std::span<const ControlEntry> family : {device_controls(), pd_controls(), mr_controls(), mw_controls(), dm_controls(),
                                                  cq_controls(),
-                                                 srq_controls(), qp_controls(), ah_controls(), mcast_controls(),
+                                                 srq_controls(), qp_controls(), ah_controls(), mcast_controls(), flow_controls(),
                                                  fault_controls(), capture_controls(), cc_controls(),
                                                  xrc_controls()}) {
       for (const ControlEntry& e : family) {

@@ -24,9 +24,13 @@ int Session::on_create_qp(const CreateQpRequest& q, CreateQpReply* out) {
     if (it == srqs_.end()) return -EINVAL;
     srq = it->second.get();
   }
+  const bool raw = q.qp_type == uint8_t(rocev2::QpType::raw_packet);  // minor 14
   if (q.qp_type != uint8_t(rocev2::QpType::rc) && q.qp_type != uint8_t(rocev2::QpType::uc) &&
-      q.qp_type != uint8_t(rocev2::QpType::ud) && (!xrc_send || srq != nullptr))
+      q.qp_type != uint8_t(rocev2::QpType::ud) && !raw && (!xrc_send || srq != nullptr))
     return -EINVAL;
+  // A raw packet QP sends any frame and receives others' traffic: the kernel keeps it for
+  // CAP_NET_RAW (ib_uverbs' create_qp, EPERM), and so does droced (privileged_: the client's own).
+  if (raw && !privileged_) return -EPERM;
   const rocev2::DeviceLimits& L = dev_->limits;
   if (q.max_send_wr == 0 || q.max_send_wr > L.max_qp_wr || q.max_send_sge > L.max_sge ||
       q.max_inline_data > L.max_inline_data ||
@@ -106,6 +110,7 @@ int Session::destroy_qp(uint32_t qpn) {
   if (it == qps_.end()) return -EINVAL;
   int rc = dev_->core->engine().destroy_qp(qpn);
   if (rc != 0) return rc;
+  std::erase_if(flows_, [qpn](const auto& f) { return f.second == qpn; });  // the engine dropped them
   SharedQp* q = it->second.get();
   --q->send_cq->users;
   --q->recv_cq->users;

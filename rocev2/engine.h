@@ -289,6 +289,12 @@ class Engine {
   int create_flow(uint32_t qpn, abi::FlowType type, uint16_t priority, const abi::FlowMatch& match, uint32_t* id);
   /// ibv_destroy_flow: -EINVAL for an unknown rule. Destroying the QP removes its rules.
   int destroy_flow(uint32_t id);
+  /// Receive-side scaling (rocev2/raw_flow.h RawRss): frames `qpn`'s rules pick go to the raw
+  /// packet QPs of `rss.table` (this engine's, in a receiving state when a frame comes), picked
+  /// by hash; `qpn` itself then needs no state or receive queue (an HCA's RSS QP has none).
+  /// -EINVAL: not raw QPs, a table not a power of two (1..128), a key over 40 bytes or unknown
+  /// fields.
+  int set_rss(uint32_t qpn, const RawRss& rss);
   /// Rules in force (droced loops multicast frames back while some exist, as for groups).
   size_t raw_flows() const { return raw_flows_.size(); }
 

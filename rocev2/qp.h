@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <memory>
 #include <vector>
 
 #include <rte_mbuf.h>
@@ -21,6 +22,7 @@
 #include "rocev2/dcqcn.h"
 #include "rocev2/mr.h"
 #include "rocev2/opcode.h"
+#include "rocev2/raw_flow.h"
 #include "rocev2/verbs.h"
 
 namespace droce::rocev2 {
@@ -263,6 +265,8 @@ struct Qp {
   NotificationPoint np;
 
   QpCounters counters;
+  /// A raw packet QP that spreads what its rules pick over receive queues (Engine::set_rss).
+  std::unique_ptr<RawRss> rss;
   bool on_ready_list = false;
   bool error_flushed = false;
 };

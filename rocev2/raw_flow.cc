@@ -1,6 +1,7 @@
 #include "rocev2/raw_flow.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace droce::rocev2 {
 
@@ -156,6 +157,60 @@ void RawFlowTable::select(std::span<const uint8_t> frame, bool sniffers_only, st
   if (sniffers_ != 0)
     for (const Rule& r : rules_)
       if (r.type == abi::FlowType::sniffer) take(r.qpn);
+}
+
+}  // namespace droce::rocev2
+
+namespace droce::rocev2 {
+
+uint32_t toeplitz_hash(std::span<const uint8_t> key, std::span<const uint8_t> in) {
+  auto key_byte = [&](size_t i) -> uint32_t { return i < key.size() ? key[i] : 0; };
+  uint32_t window = (key_byte(0) << 24) | (key_byte(1) << 16) | (key_byte(2) << 8) | key_byte(3);
+  uint32_t hash = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const uint32_t next = key_byte(i + 4);
+    for (int b = 7; b >= 0; --b) {
+      if (in[i] & (1u << b)) hash ^= window;
+      window = (window << 1) | ((next >> b) & 1u);
+    }
+  }
+  return hash;
+}
+
+uint32_t rss_hash(const RawRss& rss, std::span<const uint8_t> frame) {
+  const uint8_t* f = frame.data();
+  const size_t len = frame.size();
+  if (len < 14) return 0;
+  size_t l3 = 14;
+  uint16_t type = be16(f + 12);
+  if (type == kTypeVlan && len >= 18) {
+    type = be16(f + 16);
+    l3 = 18;
+  }
+  uint8_t in[36];
+  size_t n = 0;
+  size_t l4 = 0;
+  uint8_t proto = 0;
+  if (type == kTypeIpv4 && len >= l3 + 20 && (f[l3] >> 4) == 4) {
+    if (rss.fields & kRxHashSrcIpv4) std::memcpy(in + n, f + l3 + 12, 4), n += 4;
+    if (rss.fields & kRxHashDstIpv4) std::memcpy(in + n, f + l3 + 16, 4), n += 4;
+    const size_t ihl = size_t{f[l3] & 0xfu} * 4;
+    proto = f[l3 + 9];
+    if ((be16(f + l3 + 6) & 0x1fff) == 0) l4 = l3 + ihl;
+  } else if (type == kTypeIpv6 && len >= l3 + 40 && (f[l3] >> 4) == 6) {
+    if (rss.fields & kRxHashSrcIpv6) std::memcpy(in + n, f + l3 + 8, 16), n += 16;
+    if (rss.fields & kRxHashDstIpv6) std::memcpy(in + n, f + l3 + 24, 16), n += 16;
+    proto = f[l3 + 6];
+    l4 = l3 + 40;
+  }
+  if (l4 != 0 && len >= l4 + 4) {
+    const bool tcp = proto == kProtoTcp, udp = proto == kProtoUdp;
+    if ((tcp && (rss.fields & kRxHashSrcPortTcp)) || (udp && (rss.fields & kRxHashSrcPortUdp)))
+      std::memcpy(in + n, f + l4, 2), n += 2;
+    if ((tcp && (rss.fields & kRxHashDstPortTcp)) || (udp && (rss.fields & kRxHashDstPortUdp)))
+      std::memcpy(in + n, f + l4 + 2, 2), n += 2;
+  }
+  return toeplitz_hash(std::span<const uint8_t>(rss.key.data(), rss.key_len), std::span<const uint8_t>(in, n));
 }
 
 }  // namespace droce::rocev2

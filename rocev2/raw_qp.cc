@@ -19,6 +19,24 @@ int Engine::create_flow(uint32_t qpn, abi::FlowType type, uint16_t priority, con
 
 int Engine::destroy_flow(uint32_t id) { return raw_flows_.remove(id) ? 0 : -EINVAL; }
 
+int Engine::set_rss(uint32_t qpn, const RawRss& rss) {
+  Qp* q = lookup(qpn);
+  if (q == nullptr || q->type != QpType::raw_packet) return -EINVAL;
+  const size_t n = rss.table.size();
+  if (n == 0 || n > RawRss::kMaxTable || (n & (n - 1)) != 0 || rss.key_len > RawRss::kMaxKey ||
+      (rss.fields & ~kRxHashKnown) != 0)
+    return -EINVAL;
+  auto r = std::make_unique<RawRss>(rss);
+  r->incarnations.clear();
+  for (uint32_t wq : rss.table) {
+    const Qp* w = lookup(wq);
+    if (w == nullptr || w->type != QpType::raw_packet || w->rss != nullptr || wq == qpn) return -EINVAL;
+    r->incarnations.push_back(w->incarnation);
+  }
+  q->rss = std::move(r);
+  return 0;
+}
+
 bool Engine::raw_send_one(Qp* q, uint64_t now_ns) {
   Qp::Requester& r = q->req;
   SendWqe& w = q->sq[r.next_wqe % q->sq_depth];
@@ -70,7 +88,15 @@ void Engine::raw_rx(const rte_mbuf* m, bool sniffers_only) {
   raw_flows_.select(head, sniffers_only, &raw_picked_);
   for (uint32_t qpn : raw_picked_) {
     Qp* q = lookup(qpn);
-    if (q != nullptr) raw_deliver(q, m);
+    if (q == nullptr) continue;
+    if (q->rss != nullptr) {
+      // Spread: the receive queue the hash picks (a WQ destroyed under the table drops it).
+      const RawRss& r = *q->rss;
+      const size_t k = rss_hash(r, head) & (r.table.size() - 1);
+      q = lookup(r.table[k]);
+      if (q == nullptr || q->incarnation != r.incarnations[k]) continue;
+    }
+    raw_deliver(q, m);
   }
 }
 

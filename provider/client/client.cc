@@ -766,6 +766,26 @@ int Context::attach_mcast(Qp* qp, const uint8_t* gid, uint16_t lid, bool attach)
   return call(attach ? MsgType::attach_mcast : MsgType::detach_mcast, &q, sizeof q, nullptr, 0);
 }
 
+int Context::create_flow(Qp* qp, CreateFlowRequest req, uint32_t* id) {
+  if (daemon_minor_ < 14) return -EOPNOTSUPP;  // a droced from before raw packet QPs
+  req.qpn = qp->qpn_;
+  IdReply r{};
+  const int rc = call(MsgType::create_flow, &req, sizeof req, &r, sizeof r);
+  if (rc == 0) *id = r.id;
+  return rc;
+}
+
+int Context::set_rss(Qp* qp, RssRequest req) {
+  if (daemon_minor_ < 14) return -EOPNOTSUPP;
+  req.qpn = qp->qpn_;
+  return call(MsgType::set_rss, &req, sizeof req, nullptr, 0);
+}
+
+int Context::destroy_flow(uint32_t id) {
+  IdRequest q{id, 0};
+  return call(MsgType::destroy_flow, &q, sizeof q, nullptr, 0);
+}
+
 int Context::destroy_qp(Qp* qp) {
   IdRequest q{qp->qpn_, 0};
   int rc = call(MsgType::destroy_qp, &q, sizeof q, nullptr, 0);

@@ -318,6 +318,13 @@ class Context {
   /// ibv_attach_mcast / ibv_detach_mcast: `gid` 16 bytes, network order. -EOPNOTSUPP from a
   /// droced before multicast (ABI minor 4).
   int attach_mcast(Qp* qp, const uint8_t* gid, uint16_t lid, bool attach);
+  /// ibv_create_flow on a raw packet QP (`req.qpn` is filled from `qp`): *id names the rule.
+  /// -EINVAL (not a raw QP, a bad type), -EOPNOTSUPP from a droced before minor 14.
+  int create_flow(Qp* qp, abi::ctl::CreateFlowRequest req, uint32_t* id);
+  int destroy_flow(uint32_t id);
+  /// Receive-side scaling: `qp` spreads what its rules pick over `req.wqs` (raw QPs of this
+  /// context); `req.qpn` is filled from `qp`.
+  int set_rss(Qp* qp, abi::ctl::RssRequest req);
   int create_ah(uint32_t pd, const abi::AddressVector& av, uint32_t* ah);
 
   /// ibv_alloc_dm: `length` bytes (at most QueryDeviceReply::max_dm_size), zeroed, mapped here.

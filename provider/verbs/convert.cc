@@ -18,6 +18,7 @@ constexpr bool eq(auto a, auto b) { return static_cast<long long>(a) == static_c
 static_assert(eq(int(QpType::rc), IBV_QPT_RC) &&
               eq(int(QpType::uc), IBV_QPT_UC) &&
               eq(int(QpType::ud), IBV_QPT_UD) &&
+              eq(int(QpType::raw_packet), IBV_QPT_RAW_PACKET) &&
               eq(int(QpType::xrc_send), IBV_QPT_XRC_SEND) &&
               eq(int(QpType::xrc_recv), IBV_QPT_XRC_RECV));
 static_assert(eq(int(QpState::reset), IBV_QPS_RESET) &&
@@ -146,8 +147,9 @@ bool opcode_allowed(int op, ibv_qp_type type) {
   if (type == IBV_QPT_XRC_RECV) return false;
   switch (op) {
     case IBV_WR_SEND:
-    case IBV_WR_SEND_WITH_IMM:
       return true;
+    case IBV_WR_SEND_WITH_IMM:
+      return type != IBV_QPT_RAW_PACKET;  // a raw QP's SEND is the frame: nothing to carry it in
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
       return rc || type == IBV_QPT_UC;

@@ -235,7 +235,7 @@ static int droce_destroy_qp(struct ibv_qp *ibqp)
 
 /*
  * Every op not named here stays libibverbs' dummy, which fails with EOPNOTSUPP (or ENOSYS):
- * flow steering, WQs, counters, imports, ECE.
+ * counters, imports, ECE, tag matching.
  */
 static const struct verbs_context_ops droce_ctx_ops = {
   .alloc_dm = droce_alloc_dm,
@@ -251,24 +251,31 @@ static const struct verbs_context_ops droce_ctx_ops = {
   .create_ah = droce_create_ah,
   .create_cq = droce_create_cq,
   .create_cq_ex = droce_create_cq_ex,
+  .create_flow = droce_create_flow,
+  .create_rwq_ind_table = droce_create_rwq_ind_table,
   .create_qp = droce_create_qp,
   .create_qp_ex = droce_create_qp_ex,
   .create_srq = droce_create_srq,
   .create_srq_ex = droce_create_srq_ex,
+  .create_wq = droce_create_wq,
   .dealloc_mw = droce_dealloc_mw,
   .dealloc_pd = droce_dealloc_pd,
   .dealloc_td = droce_dealloc_td,
   .dereg_mr = droce_dereg_mr,
   .destroy_ah = droce_destroy_ah,
   .destroy_cq = droce_destroy_cq,
+  .destroy_flow = droce_destroy_flow,
   .destroy_qp = droce_destroy_qp,
+  .destroy_rwq_ind_table = droce_destroy_rwq_ind_table,
   .destroy_srq = droce_destroy_srq,
+  .destroy_wq = droce_destroy_wq,
   .detach_mcast = droce_detach_mcast,
   .free_context = droce_free_context,
   .free_dm = droce_free_dm,
   .get_srq_num = droce_get_srq_num,
   .modify_qp = droce_modify_qp,
   .modify_srq = droce_modify_srq,
+  .modify_wq = droce_modify_wq,
   .open_qp = droce_open_qp,
   .open_xrcd = droce_open_xrcd,
   .poll_cq = droce_poll_cq,

@@ -139,6 +139,14 @@ int droce_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
 int droce_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
 int droce_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
 int droce_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid);
+struct ibv_flow *droce_create_flow(struct ibv_qp *qp, struct ibv_flow_attr *attr);
+int droce_destroy_flow(struct ibv_flow *flow);
+struct ibv_wq *droce_create_wq(struct ibv_context *context, struct ibv_wq_init_attr *attr);
+int droce_modify_wq(struct ibv_wq *wq, struct ibv_wq_attr *attr);
+int droce_destroy_wq(struct ibv_wq *wq);
+struct ibv_rwq_ind_table *droce_create_rwq_ind_table(struct ibv_context *context,
+                                                     struct ibv_rwq_ind_table_init_attr *attr);
+int droce_destroy_rwq_ind_table(struct ibv_rwq_ind_table *table);
 int droce_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid);
 
 struct ibv_ah *droce_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr);

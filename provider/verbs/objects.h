@@ -251,6 +251,10 @@ T* fail(int err) {
   return nullptr;
 }
 
+/// ibv_create_qp_ex of an RSS QP (IBV_QP_INIT_ATTR_RX_HASH, IND_TABLE; flow.cc): 0 or a
+/// positive errno, the QP filled as droce_glue_create_qp fills one.
+int create_rss_qp(ibv_context* context, ibv_qp_init_attr_ex* attr, ibv_qp* qp, void** slot);
+
 /// The extended CQ's polling functions (start_poll ... read_*); the timestamp readers when
 /// `wc_flags` asks for them (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP(_WALLCLOCK)).
 void fill_cq_ex_ops(ibv_cq_ex* cq, uint64_t wc_flags);

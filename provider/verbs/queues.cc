@@ -465,8 +465,12 @@ int droce_glue_create_qp(ibv_context* context, ibv_qp_init_attr_ex* attr, ibv_qp
   if (attr == nullptr) return EINVAL;
   VerbsContext* ctx = context_of(context);
   constexpr uint32_t kKnownMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
-                                   IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+                                   IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_IND_TABLE |
+                                   IBV_QP_INIT_ATTR_RX_HASH;
   if (attr->comp_mask & ~kKnownMask) return EOPNOTSUPP;
+  // Receive-side scaling over WQs (flow.cc): a raw QP of its own kind.
+  if (attr->comp_mask & (IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH))
+    return create_rss_qp(context, attr, qp, slot);
   // Of the create flags, the one mlx5 offers for multicast (mckey -l): droced honours it.
   const uint32_t create_flags = (attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) ? attr->create_flags : 0;
   if (create_flags & ~uint32_t{IBV_QP_CREATE_BLOCK_SELF_MCAST_LB}) return EOPNOTSUPP;
@@ -475,12 +479,14 @@ int droce_glue_create_qp(ibv_context* context, ibv_qp_init_attr_ex* attr, ibv_qp
     case IBV_QPT_UC:
     case IBV_QPT_UD:
     case IBV_QPT_XRC_SEND:
+    case IBV_QPT_RAW_PACKET:  // droced asks for CAP_NET_RAW (EPERM), as the kernel does
       break;
     case IBV_QPT_XRC_RECV:
       return create_xrc_recv_qp(ctx, context, attr, qp, slot);
     default:
-      return EOPNOTSUPP;  // raw packet, driver QPs
+      return EOPNOTSUPP;  // driver QPs
   }
+  if (attr->qp_type == IBV_QPT_RAW_PACKET && ctx->client->daemon_minor() < 14) return EOPNOTSUPP;
   if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || attr->pd == nullptr || attr->pd->context != context) return EINVAL;
   // An XRC send QP has a send queue only: no receive CQ needed, no SRQ (IBA A14).
   const bool xrc_send = attr->qp_type == IBV_QPT_XRC_SEND;
@@ -491,8 +497,9 @@ int droce_glue_create_qp(ibv_context* context, ibv_qp_init_attr_ex* attr, ibv_qp
   uint64_t ops = 0;
   if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
     ops = attr->send_ops_flags;
-    uint64_t allowed = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
-    if (attr->qp_type != IBV_QPT_UD)
+    uint64_t allowed = IBV_QP_EX_WITH_SEND;
+    if (attr->qp_type != IBV_QPT_RAW_PACKET) allowed |= IBV_QP_EX_WITH_SEND_WITH_IMM;
+    if (attr->qp_type != IBV_QPT_UD && attr->qp_type != IBV_QPT_RAW_PACKET)
       allowed |= IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_BIND_MW;
     if (attr->qp_type == IBV_QPT_RC || xrc_send)
       allowed |= IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |

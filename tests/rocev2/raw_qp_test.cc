@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <set>
 
 #include "tests/rocev2/protocol_harness.h"
 
@@ -215,6 +216,30 @@ TEST(RawFlowTable, BestPriorityThenDefaultsAndSniffersEachQpOnce) {
   EXPECT_TRUE(q.empty());
 }
 
+// Microsoft's RSS verification suite: its key and the first IPv4 case (66.9.149.187:2794 ->
+// 161.142.100.80:1766), with and without the ports.
+TEST(RssHash, ToeplitzMatchesTheVerificationSuite) {
+  const uint8_t key[40] = {0x6d, 0x5a, 0x56, 0xda, 0x25, 0x5b, 0x0e, 0xc2, 0x41, 0x67, 0x25, 0x3d, 0x43, 0xa3,
+                           0x8f, 0xb0, 0xd0, 0xca, 0x2b, 0xcb, 0xae, 0x7b, 0x30, 0xb4, 0x77, 0xcb, 0x2d, 0xa3,
+                           0x80, 0x30, 0xf2, 0x0c, 0x6a, 0x42, 0xb7, 0x3b, 0xbe, 0xac, 0x01, 0xfa};
+  const uint8_t ips[8] = {66, 9, 149, 187, 161, 142, 100, 80};
+  EXPECT_EQ(rocev2::toeplitz_hash(key, ips), 0x323e8fc2u);
+  const uint8_t with_ports[12] = {66, 9, 149, 187, 161, 142, 100, 80, 0x0a, 0xea, 0x06, 0xe6};
+  EXPECT_EQ(rocev2::toeplitz_hash(key, with_ports), 0x51ccc178u);
+  // From a frame: the same fields, picked by the mask.
+  rocev2::RawRss rss;
+  std::memcpy(rss.key.data(), key, 40);
+  rss.key_len = 40;
+  rss.fields = rocev2::kRxHashSrcIpv4 | rocev2::kRxHashDstIpv4;
+  auto f = l4_frame(80, 17, 2794, 1766);
+  std::memcpy(f.data() + 14 + 12, ips, 8);
+  EXPECT_EQ(rocev2::rss_hash(rss, f), 0x323e8fc2u);
+  rss.fields |= rocev2::kRxHashSrcPortUdp | rocev2::kRxHashDstPortUdp;
+  EXPECT_EQ(rocev2::rss_hash(rss, f), 0x51ccc178u);
+  rss.fields = rocev2::kRxHashSrcIpv4 | rocev2::kRxHashDstIpv4 | rocev2::kRxHashSrcPortTcp;  // UDP: no TCP port
+  EXPECT_EQ(rocev2::rss_hash(rss, f), 0x323e8fc2u);
+}
+
 class RawQpTest : public ProtocolTest {
  protected:
   uint32_t make_raw(QpState to = QpState::rts) {
@@ -413,6 +438,54 @@ TEST_F(RawQpTest, ASnifferSeesRoceTheTransportTakesToo) {
   EXPECT_EQ(c[1].qp_num, rc);
   EXPECT_EQ(c[1].byte_len, 64u);
   EXPECT_GT(c[0].byte_len, 64u + 14 + 20 + 8 + 12);  // the whole frame, headers and ICRC
+}
+
+TEST_F(RawQpTest, AnRssQpSpreadsByHashOverItsReceiveQueues) {
+  // Four receive queues (raw QPs in RTR), one RSS QP left in RESET holding the rule.
+  uint32_t wq[4];
+  for (uint32_t& w : wq) w = make_raw(QpState::rtr);
+  QpInit init;
+  init.type = QpType::raw_packet;
+  init.pd = pd_;
+  init.send_cq = scq_;
+  init.recv_cq = rcq_;
+  init.cap = {1, 1, 1, 1, 0};
+  uint32_t rss_qp = 0;
+  ASSERT_EQ(engine().create_qp(init, &rss_qp), 0);
+  rocev2::RawRss rss;
+  rss.table = {wq[0], wq[1], wq[2], wq[3]};
+  for (size_t i = 0; i < 40; ++i) rss.key[i] = uint8_t(i * 37 + 11);
+  rss.key_len = 40;
+  rss.fields = rocev2::kRxHashSrcIpv4 | rocev2::kRxHashDstIpv4;
+  rocev2::RawRss bad = rss;
+  bad.table.pop_back();  // three: not a power of two
+  EXPECT_EQ(engine().set_rss(rss_qp, bad), -EINVAL);
+  bad = rss;
+  bad.table[0] = rss_qp;  // itself
+  EXPECT_EQ(engine().set_rss(rss_qp, bad), -EINVAL);
+  ASSERT_EQ(engine().set_rss(rss_qp, rss), 0);
+  uint32_t id = 0;
+  ASSERT_EQ(engine().create_flow(rss_qp, FlowType::normal, 0, FlowMatch{}, &id), 0);
+  auto buf = reg(64 * 256);
+  for (uint32_t k = 0; k < 4; ++k)
+    for (uint32_t i = 0; i < 16; ++i)
+      ASSERT_EQ(engine().post_recv(wq[k], recv_wr(k * 16 + i, buf->sge((k * 16 + i) * 256, 256))), 0);
+  // 32 sources: each frame lands in the queue its hash names, and only there.
+  std::vector<uint32_t> expect;
+  for (uint8_t s = 0; s < 32; ++s) {
+    const auto f = l4_frame(100, 17, 1234, 5678, {0x01, 0x50, 0x56, 0x19, 0x20, 0xa7}, s);
+    expect.push_back(wq[rocev2::rss_hash(rss, f) & 3]);
+    rx(f);
+  }
+  const auto c = drain(rcq_);
+  ASSERT_EQ(c.size(), 32u);
+  std::set<uint32_t> used;
+  for (size_t i = 0; i < c.size(); ++i) {
+    EXPECT_EQ(c[i].qp_num, expect[i]);
+    EXPECT_EQ(c[i].status, WcStatus::success);
+    used.insert(c[i].qp_num);
+  }
+  EXPECT_GT(used.size(), 1u);  // 32 sources under this key do not all hash alike
 }
 
 }  // namespace
