@@ -181,6 +181,13 @@ int to_send_wqe_header(const ibv_send_wr& wr, ibv_qp_type type, uint32_t ud_ah_i
   if (!opcode_allowed(op, type)) return EINVAL;
   if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > kMaxSge) return EINVAL;
   if (wr.num_sge > 0 && wr.sg_list == nullptr) return EINVAL;
+  if (type == IBV_QPT_RAW_PACKET) {
+    // A raw SEND is a frame: at least an Ethernet header (droced refuses one past the port's
+    // frame size as it takes the WQE: LOC_QP_OP_ERR).
+    uint64_t len = 0;
+    for (int i = 0; i < wr.num_sge; ++i) len += wr.sg_list[i].length;
+    if (len < 14) return EINVAL;
+  }
   *out = SendWqeHeader{};
   out->wr_id = wr.wr_id;
   out->opcode = static_cast<uint8_t>(op);

@@ -5,7 +5,8 @@
 // domains (their allocators, objects made on them, traffic through them), and device memory
 // (ibv_alloc_dm, the copies, ibv_reg_dm_mr, RDMA WRITE, READ and SEND to and from it), and
 // on-demand paging (the ODP caps, explicit and implicit ODP regions, ibv_advise_mr, pages
-// unmapped under a region, droced's resident memory). Each with the errnos of bad arguments.
+// unmapped under a region, droced's resident memory), and raw packet QPs with a flow rule (as
+// root). Each with the errnos of bad arguments.
 //
 //   verbs_ext_probe DEV_A DEV_B [DROCED_A_PID]
 //
@@ -15,6 +16,7 @@
 // Run as verbs_api_probe (SYSFS_PATH naming a tree that holds both devices, RDMAV_DRIVERS the
 // provider). Prints "ok: ..." / "FAIL: ..." lines; exits 1 on any failure, 2 when the devices
 // cannot be set up.
+#include <endian.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
 #include <sys/mman.h>
@@ -785,6 +787,111 @@ void on_demand_paging(Dev& a, Dev& b, long droced_a_pid) {
 
 }  // namespace
 
+// ---- Raw packet QPs ---------------------------------------------------------------------------
+
+// An Ethernet | IPv4 | UDP frame to a multicast MAC (as pyverbs' raw traffic), `len` bytes.
+size_t raw_frame(uint8_t* f, size_t len, uint16_t dport, uint8_t fill) {
+  const uint8_t eth[14] = {0x01, 0x00, 0x5e, 0x11, 0x22, 0x33, 0x02, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0x08, 0x00};
+  std::memset(f, fill, len);
+  std::memcpy(f, eth, 14);
+  const uint16_t total = static_cast<uint16_t>(len - 14);
+  const uint8_t ip[20] = {0x45, 0, uint8_t(total >> 8), uint8_t(total), 0, 0, 0x40, 0, 64, 17, 0, 0,
+                          10, 1, 2, 3, 239, 1, 2, 3};
+  std::memcpy(f + 14, ip, 20);
+  f[34] = 0x30;  // source port 12345
+  f[35] = 0x39;
+  f[36] = uint8_t(dport >> 8);
+  f[37] = uint8_t(dport);
+  return len;
+}
+
+ibv_qp* make_raw_qp(Dev& d, ibv_cq* cq) {
+  ibv_qp_init_attr a{};
+  a.send_cq = a.recv_cq = cq;
+  a.qp_type = IBV_QPT_RAW_PACKET;
+  a.cap = {8, 8, 1, 1, 0};
+  ibv_qp* qp = ibv_create_qp(d.pd, &a);
+  if (qp == nullptr) return nullptr;
+  ibv_qp_attr m{};
+  m.qp_state = IBV_QPS_INIT;
+  m.port_num = 1;
+  if (ibv_modify_qp(qp, &m, IBV_QP_STATE | IBV_QP_PORT) != 0) die("raw QP to INIT");
+  m.qp_state = IBV_QPS_RTR;
+  if (ibv_modify_qp(qp, &m, IBV_QP_STATE) != 0) die("raw QP to RTR");
+  m.qp_state = IBV_QPS_RTS;
+  if (ibv_modify_qp(qp, &m, IBV_QP_STATE) != 0) die("raw QP to RTS");
+  return qp;
+}
+
+// A's raw QP puts frames on the link; B's receives the ones its flow rule (UDP port 5678 to that
+// multicast MAC) picks, byte for byte. Needs CAP_NET_RAW (the test runs as root).
+void raw_packet(Dev& a, Dev& b) {
+  ibv_cq* cqa = ibv_create_cq(a.ctx, 16, nullptr, nullptr, 0);
+  ibv_cq* cqb = ibv_create_cq(b.ctx, 16, nullptr, nullptr, 0);
+  if (cqa == nullptr || cqb == nullptr) die("ibv_create_cq");
+  ibv_qp* qa = make_raw_qp(a, cqa);
+  ibv_qp* qb = qa != nullptr ? make_raw_qp(b, cqb) : nullptr;
+  check(qa != nullptr && qb != nullptr, "raw packet QPs created (errno %d)", errno);
+  if (qa == nullptr || qb == nullptr) return;
+  struct {
+    ibv_flow_attr attr;
+    ibv_flow_spec_eth eth;
+    ibv_flow_spec_tcp_udp udp;
+  } __attribute__((packed)) rule{};
+  rule.attr.type = IBV_FLOW_ATTR_NORMAL;
+  rule.attr.size = sizeof rule;
+  rule.attr.num_of_specs = 2;
+  rule.attr.port = 1;
+  rule.eth.type = IBV_FLOW_SPEC_ETH;
+  rule.eth.size = sizeof rule.eth;
+  const uint8_t mc[6] = {0x01, 0x00, 0x5e, 0x11, 0x22, 0x33};
+  std::memcpy(rule.eth.val.dst_mac, mc, 6);
+  std::memset(rule.eth.mask.dst_mac, 0xff, 6);
+  rule.udp.type = IBV_FLOW_SPEC_UDP;
+  rule.udp.size = sizeof rule.udp;
+  rule.udp.val.dst_port = htobe16(5678);
+  rule.udp.mask.dst_port = 0xffff;
+  ibv_flow* flow = ibv_create_flow(qb, &rule.attr);
+  check(flow != nullptr, "ibv_create_flow: Ethernet + UDP rule on a raw QP (errno %d)", errno);
+  if (flow == nullptr) return;
+  // Bad input: a rule on a QP that is not raw, a tunnel spec, a frame too short to be one.
+  ibv_cq* cq_rc = ibv_create_cq(b.ctx, 4, nullptr, nullptr, 0);
+  ibv_qp* rc = make_qp(b.pd, cq_rc, cq_rc);
+  errno = 0;
+  check(rc != nullptr && ibv_create_flow(rc, &rule.attr) == nullptr && errno == EINVAL,
+        "ibv_create_flow on an RC QP: EINVAL (errno %d)", errno);
+  rule.udp.type = IBV_FLOW_SPEC_VXLAN_TUNNEL;
+  errno = 0;
+  check(ibv_create_flow(qb, &rule.attr) == nullptr && errno == EOPNOTSUPP, "a VXLAN spec: EOPNOTSUPP (errno %d)", errno);
+  rule.udp.type = IBV_FLOW_SPEC_UDP;
+  uint8_t* tx = a.buf;
+  uint8_t* rx = b.buf + 8192;
+  check(post_send(qa, IBV_WR_SEND, 1, uintptr_t(tx), 13, a.mr->lkey) == EINVAL, "a 13-byte raw SEND: EINVAL");
+  check(post_send(qa, IBV_WR_SEND_WITH_IMM, 1, uintptr_t(tx), 100, a.mr->lkey) == EINVAL,
+        "SEND_WITH_IMM on a raw QP: EINVAL");
+  if (post_recv(qb, nullptr, 50, uintptr_t(rx), 2048, b.mr->lkey) != 0) die("post_recv (raw)");
+  // Another port first, then the rule's: the first completion is the second frame.
+  raw_frame(tx, 200, 5679, 'x');
+  raw_frame(tx + 2048, 300, 5678, 'y');
+  ibv_wc wc{};
+  check(post_send(qa, IBV_WR_SEND, 2, uintptr_t(tx), 200, a.mr->lkey) == 0 && poll_one(cqa, &wc) == IBV_WC_SUCCESS,
+        "raw SEND of a frame no rule wants completes");
+  check(post_send(qa, IBV_WR_SEND, 3, uintptr_t(tx + 2048), 300, a.mr->lkey) == 0 &&
+            poll_one(cqa, &wc) == IBV_WC_SUCCESS,
+        "raw SEND of the rule's frame completes");
+  const int st = poll_one(cqb, &wc);
+  check(st == IBV_WC_SUCCESS && wc.wr_id == 50 && wc.byte_len == 300 && wc.opcode == IBV_WC_RECV &&
+            std::memcmp(rx, tx + 2048, 300) == 0,
+        "B's raw QP received the rule's frame whole (status %d, %u bytes), not the other", st, wc.byte_len);
+  check(ibv_destroy_flow(flow) == 0, "ibv_destroy_flow");
+  ibv_destroy_qp(rc);
+  ibv_destroy_cq(cq_rc);
+  ibv_destroy_qp(qa);
+  ibv_destroy_qp(qb);
+  ibv_destroy_cq(cqa);
+  ibv_destroy_cq(cqb);
+}
+
 int main(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr, "usage: verbs_ext_probe DEV_A DEV_B [DROCED_A_PID]\n");
@@ -797,6 +904,8 @@ int main(int argc, char** argv) {
   parent_domains(a, b);
   device_memory(a, b);
   on_demand_paging(a, b, argc > 3 ? std::atol(argv[3]) : 0);
+  if (geteuid() == 0) raw_packet(a, b);
+  else std::printf("skip: raw packet QPs need CAP_NET_RAW\n");
   ibv_dereg_mr(a.mr);
   ibv_dealloc_pd(a.pd);
   ibv_close_device(a.ctx);
