@@ -25,9 +25,11 @@ packages=(
   libibverbs-dev ibverbs-utils perftest python3-pyverbs binutils dpkg-dev
   qemu-system-x86 qemu-utils debootstrap busybox-static e2fsprogs cpio  # the rxe rig (docs/interop.md)
   # middleware the real_clients suite runs over droce: UCX's perftest, OpenMPI (pml ucx), NetPIPE,
-  # the rdma_cm programs (rping, ucmatose, udaddy, rstream, ...), qperf and libfabric's fi_pingpong;
-  # librdmacm-dev builds the suite's own rdma_cm probe (tests/real_clients/cm_channels.c)
+  # the rdma_cm programs (rping, ucmatose, udaddy, rstream, ...), qperf, libfabric's fi_pingpong
+  # and fio (its rdma ioengine); librdmacm-dev builds the suite's own rdma_cm probe
+  # (tests/real_clients/cm_channels.c)
   ucx-utils openmpi-bin libopenmpi-dev netpipe-openmpi rdmacm-utils qperf libfabric-bin librdmacm-dev
+  fio
 )
 
 missing=()
