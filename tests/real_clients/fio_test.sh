@@ -16,9 +16,10 @@
 # fio_rdmaio_connect says the RECV side should be deeper than the SEND side): it connects with
 # rnr_retry_count 0, so a single RNR NAK fails the client's QP (IBV_WC_RNR_RETRY_EXC_ERR), and
 # nothing in its protocol orders the server's next ibv_post_recv before the client's next SEND;
-# with iodepth 1 on both sides the two race after every message, on any device (docs/provider.md,
-# "fio's rdma engine", has the capture). The client's `verb=recv` is not run: fio 3.33 has no
-# client side for it (it prints "unknown rdma protocol - 4" and dereferences a null WR).
+# with iodepth 1 on both sides the two race after every message, and the kernel's rxe fails
+# there as droce does (docs/cm.md, "fio's rdma engine", has the captures). The client's
+# `verb=recv` is not run: fio 3.33 has no client side for it (it prints "unknown rdma protocol -
+# 4" and dereferences a null WR).
 #
 #   fio_test.sh DROCE DROCED PAIR_LIB
 #
