@@ -312,7 +312,7 @@ bool transition_allowed(QpType type, QpState from, QpState to) {
 
 int check_modify_qp(const QpModifyCheck& qp, const QpAttr& attr, uint32_t mask,
                     const DeviceLimits& limits, const char** why) {
-  if (type_index(qp.type) >= kTypes) return fail(why, "unsupported QP type: droce has RC, UC, UD, XRC");
+  if (type_index(qp.type) >= kTypes) return fail(why, "unsupported QP type: droce has RC, UC, UD, XRC and raw packet");
   if (!valid_state(qp.current)) return fail(why, "the QP's current state is not a QP state");
   if (mask & ~kKnownBits) return fail(why, "attribute mask has bits droce does not know");
   if ((mask & kAttrState) && !valid_state(attr.qp_state))

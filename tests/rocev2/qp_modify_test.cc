@@ -435,9 +435,10 @@ TEST(QpModifyCurState, StateValuesBeyondErrFail) {
   a = valid_attr(S::rtr, S::err);
   EXPECT_EQ(check(T::rc, static_cast<QpState>(7), a, kAttrState, &why), -EINVAL);
   EXPECT_EQ(check(static_cast<QpType>(1), S::rtr, a, kAttrState, &why), -EINVAL);  // RD
-  EXPECT_STREQ(why, "unsupported QP type: droce has RC, UC, UD, XRC");
-  EXPECT_EQ(check(static_cast<QpType>(8), S::rtr, a, kAttrState), -EINVAL);  // raw packet
-  EXPECT_FALSE(transition_allowed(static_cast<QpType>(8), S::rtr, S::err));
+  EXPECT_STREQ(why, "unsupported QP type: droce has RC, UC, UD, XRC and raw packet");
+  EXPECT_EQ(check(static_cast<QpType>(7), S::rtr, a, kAttrState), -EINVAL);  // RAW_IPV6 (gone from verbs)
+  EXPECT_FALSE(transition_allowed(static_cast<QpType>(7), S::rtr, S::err));
+  EXPECT_EQ(check(T::raw_packet, S::rtr, a, kAttrState), 0);  // raw packet: any state -> ERR
   EXPECT_FALSE(transition_allowed(T::rc, static_cast<QpState>(7), S::err));
   EXPECT_EQ(required_attrs(T::rc, S::init, static_cast<QpState>(9)), 0u);
   EXPECT_EQ(optional_attrs(static_cast<QpType>(0), S::init, S::init), 0u);
