@@ -380,6 +380,19 @@ int DeviceCore::attach_mcast(uint32_t qpn, const net::IpAddr& gid) {
   return rc;
 }
 
+int DeviceCore::create_flow(uint32_t qpn, abi::FlowType type, uint16_t priority, const abi::FlowMatch& match,
+                            uint32_t* id) {
+  const int rc = engine_->create_flow(qpn, type, priority, match, id);
+  sync_multicast();
+  return rc;
+}
+
+int DeviceCore::destroy_flow(uint32_t id) {
+  const int rc = engine_->destroy_flow(id);
+  sync_multicast();
+  return rc;
+}
+
 int DeviceCore::detach_mcast(uint32_t qpn, const net::IpAddr& gid) {
   const int rc = engine_->detach_mcast(qpn, gid);
   sync_multicast();

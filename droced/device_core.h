@@ -237,6 +237,11 @@ class DeviceCore {
   /// ibv_attach_mcast / ibv_detach_mcast on this core's engine (Engine's errors).
   int attach_mcast(uint32_t qpn, const net::IpAddr& gid);
   int detach_mcast(uint32_t qpn, const net::IpAddr& gid);
+  /// ibv_create_flow / ibv_destroy_flow on this core's engine (Engine's errors). Like attach,
+  /// they tell the group at once, before the reply: the client's next SEND (to a multicast MAC
+  /// its own rule takes) must find the loopback on, not wait for the end of this loop.
+  int create_flow(uint32_t qpn, abi::FlowType type, uint16_t priority, const abi::FlowMatch& match, uint32_t* id);
+  int destroy_flow(uint32_t id);
 
  private:
   /// Tells the group whether this core's engine has multicast groups or raw flow rules (after

@@ -21,8 +21,7 @@ void Session::serve<MsgType::create_flow>(const Control& c, const CreateFlowRequ
   if (qp == qps_.end() || qp->second->type != rocev2::QpType::raw_packet || q.flags != 0)
     return reply(c.h, -EINVAL);
   IdReply r{};
-  const int rc = dev_->core->engine().create_flow(q.qpn, static_cast<abi::FlowType>(q.type), q.priority, q.match,
-                                                  &r.id);
+  const int rc = dev_->core->create_flow(q.qpn, static_cast<abi::FlowType>(q.type), q.priority, q.match, &r.id);
   if (rc == 0) flows_[r.id] = q.qpn;
   reply(c.h, rc, &r, sizeof r);
 }
@@ -46,7 +45,7 @@ void Session::serve<MsgType::destroy_flow>(const Control& c, const IdRequest& q)
   auto it = flows_.find(q.id);
   if (it == flows_.end()) return reply(c.h, -EINVAL);
   flows_.erase(it);
-  reply(c.h, dev_->core->engine().destroy_flow(q.id));
+  reply(c.h, dev_->core->destroy_flow(q.id));
 }
 
 std::span<const Session::ControlEntry> Session::flow_controls() {
