@@ -27,6 +27,13 @@ namespace droce::verbs {
 
 namespace {
 
+// One field's value and mask, bytes as the spec has them (addresses, MACs).
+template <size_t N>
+void take(uint8_t (&value)[N], uint8_t (&mask)[N], const void* spec_value, const void* spec_mask) {
+  std::memcpy(value, spec_value, N);
+  std::memcpy(mask, spec_mask, N);
+}
+
 int add_spec(const ibv_flow_spec& spec, abi::FlowMatch* m) {
   const uint32_t type = spec.hdr.type;
   auto need = [&](size_t size, uint8_t layer) {
@@ -39,10 +46,8 @@ int add_spec(const ibv_flow_spec& spec, abi::FlowMatch* m) {
     case IBV_FLOW_SPEC_ETH: {
       if (int rc = need(sizeof(ibv_flow_spec_eth), abi::kFlowEth); rc != 0) return rc;
       const ibv_flow_spec_eth& e = spec.eth;
-      std::memcpy(m->eth_dst, e.val.dst_mac, 6);
-      std::memcpy(m->eth_dst_mask, e.mask.dst_mac, 6);
-      std::memcpy(m->eth_src, e.val.src_mac, 6);
-      std::memcpy(m->eth_src_mask, e.mask.src_mac, 6);
+      take(m->eth_dst, m->eth_dst_mask, e.val.dst_mac, e.mask.dst_mac);
+      take(m->eth_src, m->eth_src_mask, e.val.src_mac, e.mask.src_mac);
       m->ether_type = be16toh(e.val.ether_type);
       m->ether_type_mask = be16toh(e.mask.ether_type);
       m->vlan_tag = be16toh(e.val.vlan_tag);
@@ -56,10 +61,8 @@ int add_spec(const ibv_flow_spec& spec, abi::FlowMatch* m) {
       if (int rc = need(ext ? sizeof(ibv_flow_spec_ipv4_ext) : sizeof(ibv_flow_spec_ipv4), abi::kFlowIpv4); rc != 0)
         return rc;
       // The two share their first fields (addresses in network order, as on the wire).
-      std::memcpy(m->ip4_src, &spec.ipv4.val.src_ip, 4);
-      std::memcpy(m->ip4_src_mask, &spec.ipv4.mask.src_ip, 4);
-      std::memcpy(m->ip4_dst, &spec.ipv4.val.dst_ip, 4);
-      std::memcpy(m->ip4_dst_mask, &spec.ipv4.mask.dst_ip, 4);
+      take(m->ip4_src, m->ip4_src_mask, &spec.ipv4.val.src_ip, &spec.ipv4.mask.src_ip);
+      take(m->ip4_dst, m->ip4_dst_mask, &spec.ipv4.val.dst_ip, &spec.ipv4.mask.dst_ip);
       if (ext) {
         const ibv_flow_spec_ipv4_ext& x = spec.ipv4_ext;
         m->ip4_proto = x.val.proto;
@@ -77,10 +80,8 @@ int add_spec(const ibv_flow_spec& spec, abi::FlowMatch* m) {
       if (m->layers & abi::kFlowIpv4) return EINVAL;
       if (int rc = need(sizeof(ibv_flow_spec_ipv6), abi::kFlowIpv6); rc != 0) return rc;
       const ibv_flow_spec_ipv6& x = spec.ipv6;
-      std::memcpy(m->ip6_src, x.val.src_ip, 16);
-      std::memcpy(m->ip6_src_mask, x.mask.src_ip, 16);
-      std::memcpy(m->ip6_dst, x.val.dst_ip, 16);
-      std::memcpy(m->ip6_dst_mask, x.mask.dst_ip, 16);
+      take(m->ip6_src, m->ip6_src_mask, x.val.src_ip, x.mask.src_ip);
+      take(m->ip6_dst, m->ip6_dst_mask, x.val.dst_ip, x.mask.dst_ip);
       m->ip6_flow_label = be32toh(x.val.flow_label);
       m->ip6_flow_label_mask = be32toh(x.mask.flow_label);
       m->ip6_next_hdr = x.val.next_hdr;
