@@ -42,6 +42,7 @@ routed=0
 no_droced=0
 link=af_xdp
 build=$here/build/release
+build_given=0
 args=()      # positional arguments (a host, a family)
 command=()   # after --
 while [ $# -gt 0 ]; do
@@ -51,13 +52,16 @@ while [ $# -gt 0 ]; do
     --no-droced) no_droced=1; shift ;;
     --link) link=$2; shift 2 ;;
     --name) lab=$2; shift 2 ;;
-    --build) build=$2; shift 2 ;;
+    --build) build=$(realpath "$2"); build_given=1; shift 2 ;;
     --) shift; command=("$@"); break ;;
     *) args+=("$1"); shift
        if [ "$cmd" = rsh ] && [ ${#args[@]} -eq 1 ]; then command=("$@"); break; fi ;;
   esac
 done
 state=/run/droce-lab/$lab
+# The build a lab came up with serves its exec, rank and the rest (droce exec's provider must
+# speak that droced's ABI), unless told otherwise.
+if [ "$build_given" = 0 ] && [ "$cmd" != up ] && [ -f "$state/build" ]; then build=$(cat "$state/build"); fi
 
 die() { echo "lab: $*" >&2; exit 1; }
 
@@ -87,6 +91,7 @@ lab_up() {
   mkdir -p "$state"
   [ "$routed" = 1 ] && touch "$state/routed"
   echo "$hosts" >"$state/hosts"
+  echo "$build" >"$state/build"
   local sw=$lab-sw
   netns_add "$sw" || die "cannot create namespace $sw"
   if [ "$routed" = 1 ]; then
