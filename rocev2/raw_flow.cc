@@ -3,17 +3,56 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/endian.h"
+#include "net/headers.h"
+
 namespace droce::rocev2 {
 
 namespace {
 
-constexpr uint16_t kTypeVlan = 0x8100;
-constexpr uint16_t kTypeIpv4 = 0x0800;
-constexpr uint16_t kTypeIpv6 = 0x86dd;
 constexpr uint8_t kProtoTcp = 6;
-constexpr uint8_t kProtoUdp = 17;
+using core::load_be16;
 
-uint16_t be16(const uint8_t* p) { return static_cast<uint16_t>((p[0] << 8) | p[1]); }
+// Where a frame's layers start, found once for the rules and the RSS hash alike.
+struct Layers {
+  uint16_t type = 0;  ///< the ether type (behind an 802.1Q tag when there is one)
+  uint16_t tci = 0;   ///< the tag's TCI; 0 untagged
+  size_t l3 = 0;
+  bool v4 = false, v6 = false;
+  uint8_t proto = 0;  ///< IPv4 protocol or IPv6 next header
+  size_t l4 = 0;      ///< 0: no transport header to look at (none, or a later IPv4 fragment)
+};
+
+// False when the frame is too short for its Ethernet header (and tag).
+bool walk(std::span<const uint8_t> frame, Layers* out) {
+  const uint8_t* f = frame.data();
+  const size_t len = frame.size();
+  if (len < 14) return false;
+  Layers& w = *out;
+  w.l3 = 14;
+  w.type = load_be16(f + 12);
+  if (w.type == net::kEtherTypeVlan) {
+    if (len < 18) return false;
+    w.tci = load_be16(f + 14);
+    w.type = load_be16(f + 16);
+    w.l3 = 18;
+  }
+  const size_t l3 = w.l3;
+  if (w.type == net::kEtherTypeIpv4 && len >= l3 + 20 && (f[l3] >> 4) == 4) {
+    const size_t ihl = size_t{f[l3] & 0xfu} * 4;
+    if (ihl >= 20 && len >= l3 + ihl) {
+      w.v4 = true;
+      w.proto = f[l3 + 9];
+      if ((load_be16(f + l3 + 6) & 0x1fff) == 0) w.l4 = l3 + ihl;
+    }
+  } else if (w.type == net::kEtherTypeIpv6 && len >= l3 + 40 && (f[l3] >> 4) == 6) {
+    w.v6 = true;
+    w.proto = f[l3 + 6];
+    w.l4 = l3 + 40;
+  }
+  if (w.l4 != 0 && len < w.l4 + 4) w.l4 = 0;  // no room for the ports
+  return true;
+}
 
 bool bytes_match(const uint8_t* got, const uint8_t* want, const uint8_t* mask, size_t n) {
   for (size_t i = 0; i < n; ++i)
@@ -32,43 +71,18 @@ bool is_multicast_mac(std::span<const uint8_t> frame) { return !frame.empty() &&
 
 bool flow_matches(const abi::FlowMatch& m, std::span<const uint8_t> frame) {
   const uint8_t* f = frame.data();
-  const size_t len = frame.size();
   if (m.layers == 0) return true;  // a rule without specs takes every frame
-  if (len < 14) return false;
-  size_t l3 = 14;
-  uint16_t type = be16(f + 12);
-  uint16_t tci = 0;
-  if (type == kTypeVlan) {
-    if (len < 18) return false;
-    tci = be16(f + 14);
-    type = be16(f + 16);
-    l3 = 18;
-  }
+  Layers w;
+  if (!walk(frame, &w)) return false;
+  const size_t l3 = w.l3;
   if (m.layers & abi::kFlowEth) {
     if (!bytes_match(f, m.eth_dst, m.eth_dst_mask, 6) || !bytes_match(f + 6, m.eth_src, m.eth_src_mask, 6) ||
-        !field_match<uint16_t>(type, m.ether_type, m.ether_type_mask) ||
-        !field_match<uint16_t>(tci, m.vlan_tag, m.vlan_tag_mask))
+        !field_match<uint16_t>(w.type, m.ether_type, m.ether_type_mask) ||
+        !field_match<uint16_t>(w.tci, m.vlan_tag, m.vlan_tag_mask))
       return false;
   }
-  // The network layer, where the frame has one.
-  bool v4 = false, v6 = false;
-  size_t l4 = 0;  // 0: no transport header to look at (none, or a later IPv4 fragment)
-  uint8_t proto = 0;
-  if (type == kTypeIpv4 && len >= l3 + 20 && (f[l3] >> 4) == 4) {
-    const size_t ihl = size_t{f[l3] & 0xfu} * 4;
-    if (ihl >= 20 && len >= l3 + ihl) {
-      v4 = true;
-      proto = f[l3 + 9];
-      const uint16_t frag_offset = be16(f + l3 + 6) & 0x1fff;
-      if (frag_offset == 0) l4 = l3 + ihl;
-    }
-  } else if (type == kTypeIpv6 && len >= l3 + 40 && (f[l3] >> 4) == 6) {
-    v6 = true;
-    proto = f[l3 + 6];
-    l4 = l3 + 40;
-  }
   if (m.layers & abi::kFlowIpv4) {
-    if (!v4) return false;
+    if (!w.v4) return false;
     const uint8_t* ip = f + l3;
     if (!bytes_match(ip + 12, m.ip4_src, m.ip4_src_mask, 4) || !bytes_match(ip + 16, m.ip4_dst, m.ip4_dst_mask, 4) ||
         !field_match<uint8_t>(ip[9], m.ip4_proto, m.ip4_proto_mask) ||
@@ -78,7 +92,7 @@ bool flow_matches(const abi::FlowMatch& m, std::span<const uint8_t> frame) {
       return false;
   }
   if (m.layers & abi::kFlowIpv6) {
-    if (!v6) return false;
+    if (!w.v6) return false;
     const uint8_t* ip = f + l3;
     const auto tclass = static_cast<uint8_t>(((ip[0] & 0xfu) << 4) | (ip[1] >> 4));
     const uint32_t flow_label = (uint32_t{ip[1] & 0xfu} << 16) | (uint32_t{ip[2]} << 8) | ip[3];
@@ -90,10 +104,10 @@ bool flow_matches(const abi::FlowMatch& m, std::span<const uint8_t> frame) {
       return false;
   }
   if (m.layers & (abi::kFlowTcp | abi::kFlowUdp)) {
-    const uint8_t want = (m.layers & abi::kFlowTcp) ? kProtoTcp : kProtoUdp;
-    if (!(v4 || v6) || proto != want || l4 == 0 || len < l4 + 4) return false;
-    if (!field_match<uint16_t>(be16(f + l4), m.l4_src, m.l4_src_mask) ||
-        !field_match<uint16_t>(be16(f + l4 + 2), m.l4_dst, m.l4_dst_mask))
+    const uint8_t want = (m.layers & abi::kFlowTcp) ? kProtoTcp : net::kIpProtoUdp;
+    if (!(w.v4 || w.v6) || w.proto != want || w.l4 == 0) return false;
+    if (!field_match<uint16_t>(load_be16(f + w.l4), m.l4_src, m.l4_src_mask) ||
+        !field_match<uint16_t>(load_be16(f + w.l4 + 2), m.l4_dst, m.l4_dst_mask))
       return false;
   }
   return true;
@@ -179,36 +193,25 @@ uint32_t toeplitz_hash(std::span<const uint8_t> key, std::span<const uint8_t> in
 
 uint32_t rss_hash(const RawRss& rss, std::span<const uint8_t> frame) {
   const uint8_t* f = frame.data();
-  const size_t len = frame.size();
-  if (len < 14) return 0;
-  size_t l3 = 14;
-  uint16_t type = be16(f + 12);
-  if (type == kTypeVlan && len >= 18) {
-    type = be16(f + 16);
-    l3 = 18;
-  }
+  Layers w;
+  if (!walk(frame, &w)) return 0;
   uint8_t in[36];
   size_t n = 0;
-  size_t l4 = 0;
-  uint8_t proto = 0;
-  if (type == kTypeIpv4 && len >= l3 + 20 && (f[l3] >> 4) == 4) {
-    if (rss.fields & kRxHashSrcIpv4) std::memcpy(in + n, f + l3 + 12, 4), n += 4;
-    if (rss.fields & kRxHashDstIpv4) std::memcpy(in + n, f + l3 + 16, 4), n += 4;
-    const size_t ihl = size_t{f[l3] & 0xfu} * 4;
-    proto = f[l3 + 9];
-    if ((be16(f + l3 + 6) & 0x1fff) == 0) l4 = l3 + ihl;
-  } else if (type == kTypeIpv6 && len >= l3 + 40 && (f[l3] >> 4) == 6) {
-    if (rss.fields & kRxHashSrcIpv6) std::memcpy(in + n, f + l3 + 8, 16), n += 16;
-    if (rss.fields & kRxHashDstIpv6) std::memcpy(in + n, f + l3 + 24, 16), n += 16;
-    proto = f[l3 + 6];
-    l4 = l3 + 40;
+  auto add = [&](const uint8_t* p, size_t k) {
+    std::memcpy(in + n, p, k);
+    n += k;
+  };
+  if (w.v4) {
+    if (rss.fields & kRxHashSrcIpv4) add(f + w.l3 + 12, 4);
+    if (rss.fields & kRxHashDstIpv4) add(f + w.l3 + 16, 4);
+  } else if (w.v6) {
+    if (rss.fields & kRxHashSrcIpv6) add(f + w.l3 + 8, 16);
+    if (rss.fields & kRxHashDstIpv6) add(f + w.l3 + 24, 16);
   }
-  if (l4 != 0 && len >= l4 + 4) {
-    const bool tcp = proto == kProtoTcp, udp = proto == kProtoUdp;
-    if ((tcp && (rss.fields & kRxHashSrcPortTcp)) || (udp && (rss.fields & kRxHashSrcPortUdp)))
-      std::memcpy(in + n, f + l4, 2), n += 2;
-    if ((tcp && (rss.fields & kRxHashDstPortTcp)) || (udp && (rss.fields & kRxHashDstPortUdp)))
-      std::memcpy(in + n, f + l4 + 2, 2), n += 2;
+  if (w.l4 != 0) {
+    const bool tcp = w.proto == kProtoTcp, udp = w.proto == net::kIpProtoUdp;
+    if ((tcp && (rss.fields & kRxHashSrcPortTcp)) || (udp && (rss.fields & kRxHashSrcPortUdp))) add(f + w.l4, 2);
+    if ((tcp && (rss.fields & kRxHashDstPortTcp)) || (udp && (rss.fields & kRxHashDstPortUdp))) add(f + w.l4 + 2, 2);
   }
   return toeplitz_hash(std::span<const uint8_t>(rss.key.data(), rss.key_len), std::span<const uint8_t>(in, n));
 }
