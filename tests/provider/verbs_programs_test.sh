@@ -51,8 +51,9 @@ fi
 # ---- inside the private mount namespace ------------------------------------------------------
 tmp=$(mktemp -d /tmp/droce-verbs-test.XXXXXX)
 fail=0
+failed=()
 pass() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
+bad() { echo "FAIL: $*"; fail=1; failed+=("$*"); }
 
 # shellcheck source=scripts/lib/droced-pair.sh
 . "$pair_lib"
@@ -330,4 +331,9 @@ perf "ib_send_lat -e" 100 ib_send_lat -e -n 100
 
 ext_probe
 api_probe
+# Meson shows only a log's last lines: say again what failed, so the summary holds it.
+if [ $fail -ne 0 ]; then
+  echo "${#failed[@]} step(s) failed:"
+  printf '  FAIL: %s\n' "${failed[@]}"
+fi
 exit $fail
