@@ -772,6 +772,7 @@ rte_mbuf* Engine::build(Qp* q, const AddressVector& av, const Bth& bth, const Ex
   h.l3.ttl = av.hop_limit;
   h.l3.flow_label = v4 ? 0 : av.flow_label;
   h.l3.ipv4_frag = v4 ? net::kIpv4FlagDf : 0;
+  h.l3.ipv4_id = v4 ? q->ip_id++ : 0;
   h.l3.src = net::same_ip(av.sgid, IpAddr{}) ? cfg_.local_ip : av.sgid;
   h.l3.dst = av.dgid;
   h.l4.src_port = q->udp_sport;

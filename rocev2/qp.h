@@ -185,6 +185,10 @@ struct Qp {
   QpAttr attr;       ///< as last modified (path, timers, PSNs at modify time)
   uint32_t mtu = 1024;
   uint16_t udp_sport = 0xc000;
+  /// The IPv4 identification of the QP's next packet: one more per packet, so the packets a
+  /// requester builds back to back may travel as one UDP GSO frame (net/udp_gso.h), the kernel
+  /// giving each segment this same count. Zero-based, as the kernel numbers a DF socket's.
+  uint16_t ip_id = 0;
 
   // Send queue.
   uint32_t sq_depth = 0;

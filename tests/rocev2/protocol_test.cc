@@ -884,6 +884,42 @@ TEST_F(RequesterTest, SendIsSplitByMtuWithConsecutivePsnsAndAckReqOnLast) {
   EXPECT_TRUE(drain(scq_).empty());
 }
 
+TEST_F(RequesterTest, EachQpNumbersItsIpv4PacketsOneUp) {
+  // The packets a QP builds back to back carry IPv4 identifications one apart, as the kernel
+  // numbers the segments it cuts from one UDP GSO frame (net/udp_gso.h): a packet-socket link
+  // may send them as one. Each QP counts on its own (told apart here by their PSNs); a resent
+  // packet takes the next number.
+  QpOptions oa, ob;
+  oa.sq_psn = 1000;
+  ob.sq_psn = 5000;
+  const uint32_t a = make_qp(oa);
+  const uint32_t b = make_qp(ob);
+  auto src = reg(8192);
+  ASSERT_EQ(engine().post_send(a, send_wr(WrOpcode::send, 1, src->sge(0, 3000))), 0);
+  ASSERT_EQ(engine().post_send(b, send_wr(WrOpcode::send, 2, src->sge(0, 2000))), 0);
+  at(now_);
+  auto ids_of = [](const std::vector<Sent>& out, uint32_t lo) {
+    std::vector<uint16_t> v;
+    for (const Sent& s : out)
+      if (s.psn() >= lo && s.psn() < lo + 1000) v.push_back(s.pkt.hdr.l3.ipv4_id);
+    return v;
+  };
+  const auto out = sent();
+  const auto ia = ids_of(out, 1000), ib = ids_of(out, 5000);
+  ASSERT_EQ(ia.size(), 3u);
+  ASSERT_EQ(ib.size(), 2u);
+  EXPECT_EQ(ia, (std::vector<uint16_t>{0, 1, 2}));
+  EXPECT_EQ(ib, (std::vector<uint16_t>{0, 1}));
+  // No ACK: the ACK timeout resends each message with the numbers after these.
+  at(now_ + 10'000'000'000ull);
+  const auto again = sent();
+  const auto ra = ids_of(again, 1000), rb = ids_of(again, 5000);
+  ASSERT_FALSE(ra.empty());
+  ASSERT_FALSE(rb.empty());
+  EXPECT_EQ(ra[0], 3);
+  EXPECT_EQ(rb[0], 2);
+}
+
 TEST_F(RequesterTest, AckRetiresSendAndCompletionCarriesWr) {
   const uint32_t qpn = make_qp();
   auto src = reg(4096);
