@@ -532,7 +532,9 @@ if [ "$netns" = 1 ]; then
     # af_packet and af_xdp run at a tenth of droce_shm's rates: the same-host counts would take
     # minutes and brush perftest's 60 s timeout.
     [ "$quick" = 1 ] || { n_bw=1000000; n_big=40000; }
-    for pmd in af_packet af_xdp; do
+    # packet: droce's own packet socket with UDP GSO both ways (net/packet_link.h); no testpmd
+    # floor for it (no PMD).
+    for pmd in af_packet packet af_xdp; do
       section="droce $pmd veth (netns)"
       echo "== droce over net_$pmd on the veth"
       if droced_up "$pmd"; then
@@ -545,7 +547,7 @@ if [ "$netns" = 1 ]; then
         put lat "droced on net_$pmd" failed 1
       fi
       droced_down
-      pmd_floor "$pmd"
+      [ "$pmd" = packet ] || pmd_floor "$pmd"
     done
   else
     section="kernel veth (netns)"
@@ -656,7 +658,7 @@ print("\n".join(goals))
 # Issue #35's goals on the veth (--netns), against the kernel measured on that veth in this run,
 # and beside them what the PMD itself moves there (testpmd), the ceiling no stack over it passes.
 ksec = "kernel veth (netns)"
-for pmd in ("af_packet", "af_xdp"):
+for pmd in ("af_packet", "packet", "af_xdp"):
     vsec = f"droce {pmd} veth (netns)"
     if vsec not in res:
         continue
@@ -672,7 +674,7 @@ for pmd in ("af_packet", "af_xdp"):
     goal("ib_send_lat -e 64 B typical / the veth's TCP ping-pong", vev / ktcp if vev and ktcp else None, 2, False)
     goal("ib_write_bw 64 B 1 QP, M msg/s", vrate, 0.6, True)
     goal("ib_write_bw 64 KiB / the veth's iperf3 TCP", vbig / kbw if vbig and kbw else None, 0.6, True)
-    print(f"\nissue #35's goals over net_{pmd}, from this run:")
+    print(f"\nissue #35's goals over {'droce_packet (--link packet)' if pmd == 'packet' else 'net_' + pmd}, from this run:")
     print("\n".join(goals))
     if floor:
         print(f"  (testpmd alone moves {floor:.3f} M 64 B frames/s over net_{pmd} on this veth: "
@@ -693,9 +695,9 @@ from matplotlib.patches import Patch
 fig = plt.figure(figsize=(15, 6))
 ax, aq, ab = (fig.add_subplot(g) for g in fig.add_gridspec(1, 3, width_ratios=[2.4, 1, 1]))
 colour = lambda s: "tab:gray" if s.startswith("kernel loop") else "silver" if s.startswith("kernel") else \
-    "tab:blue" if "netns" not in s else "tab:green" if "af_xdp" in s else "tab:orange"
+    "tab:blue" if "netns" not in s else "tab:green" if "af_xdp" in s else "tab:orange" if "af_packet" in s else "tab:red"
 short = lambda s, n: ("kernel " if s.startswith("kernel") else "droce ") + \
-    ("xdp " if "af_xdp" in s else "pkt " if "af_packet" in s else "veth " if "netns" in s else "") + \
+    ("xdp " if "af_xdp" in s else "pkt " if "af_packet" in s else "gso " if "packet" in s else "veth " if "netns" in s else "") + \
     n.replace(" (sockperf)", "").replace(" (a whole READ)", "*").replace("ping-pong ", "").replace(", events (-e)", " -e")
 lat = [(s, n, r) for s, rows in res.items() for n, r in rows.items() if r["kind"] == "lat" and r.get("typical")]
 x = range(len(lat))

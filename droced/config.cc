@@ -26,7 +26,9 @@ const char* usage() {
          "                       the netdev's addresses, which its GIDs follow; routes and\n"
          "                       neighbours come from the kernel (no --port, --address)\n"
          "  --link KIND          with --netdev: af_xdp (an XDP program of droce's own passes\n"
-         "                       everything else to the kernel) or af_packet (af_xdp)\n"
+         "                       everything else to the kernel), af_packet (DPDK's), or\n"
+         "                       packet (droce's packet socket, with UDP segmentation\n"
+         "                       offload: one kernel buffer per message) (af_xdp)\n"
          "  --vlan ID            802.1Q VLAN of the addresses\n"
          "  --mtu BYTES          Ethernet MTU to set on the port\n"
          "  --lcores LIST        the poll cores, one worker each: 0-3 or 0,2 (0); clients\n"
@@ -126,8 +128,8 @@ int apply(const std::string& key, const std::string& value, DaemonConfig* c, std
   else if (key == "route") c->routes.push_back(value);
   else if (key == "netdev") c->netdev = value;
   else if (key == "link") {
-    if (value != "af_xdp" && value != "af_packet") {
-      *err = "--link is af_xdp or af_packet";
+    if (value != "af_xdp" && value != "af_packet" && value != "packet") {
+      *err = "--link is af_xdp, af_packet or packet";
       return -EINVAL;
     }
     c->link = value;

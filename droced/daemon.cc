@@ -100,7 +100,7 @@ int Daemon::start(const DaemonConfig& cfg) {
   if (!cfg.netdev.empty()) {
     // The rxe model: a kernel netdev droce shares. On af_xdp droce's XDP program passes the
     // kernel everything but RoCEv2 for droce's addresses (net/xdp/droce_xdp.bpf.c).
-    cfg_.port = "net_" + cfg.link + "_" + cfg.name + ",iface=" + cfg.netdev;
+    cfg_.port = (cfg.link == "packet" ? "droce_packet_" : "net_" + cfg.link + "_") + cfg.name + ",iface=" + cfg.netdev;
     if (cfg.link == "af_xdp") {
       cfg_.port += ",xdp_prog=" + net::XdpFilter::object_path();
       // Never let the PMD try beside another program: its failed open detaches whatever
@@ -202,7 +202,7 @@ int Daemon::start(const DaemonConfig& cfg) {
       return r;
     }
     if (int r = xdp_->set_addresses(dc.addresses); r != 0) return r;
-  } else if (!cfg.netdev.empty() && cfg.link == "af_packet") {
+  } else if (!cfg.netdev.empty() && (cfg.link == "af_packet" || cfg.link == "packet")) {
     // The kernel need not receive what droce's tap already has (net/xdp_filter.h attach_tc).
     // Without it all still works: the kernel sink swallows RoCEv2 for droce's addresses.
     if (int r = net::XdpFilter::attach_tc(port_->ifname(), &xdp_); r != 0) {

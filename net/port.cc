@@ -7,6 +7,7 @@
 
 #include "core/log.h"
 #include "net/droce_shm_link.h"
+#include "net/packet_link.h"
 
 namespace droce::net {
 
@@ -21,6 +22,7 @@ struct LinkKind {
 
 constexpr LinkKind kLinkKinds[] = {
     {&DroceShmLink::claims, &DroceShmLink::open},
+    {&PacketLink::claims, &PacketLink::open},
     {&EthdevLink::claims, &EthdevLink::open_device},
 };
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # droce on a network it shares with the kernel (the rxe model), in a lab made by scripts/lab.sh:
 # two hosts in two subnets behind a router namespace, each droced on `--netdev eth0`, once over
-# af_xdp (droce's XDP program) and once over af_packet. Root only; the lab is made and removed
-# here.
+# af_xdp (droce's XDP program), once over af_packet (DPDK's) and once over packet (droce's
+# packet socket with UDP GSO: there h1 must also have received GSO frames the router forwarded
+# whole). Root only; the lab is made and removed here.
 #
 #   droced_lab_test.sh SOURCE_ROOT BUILD_DIR
 #
@@ -190,7 +191,7 @@ PY
   fi
 }
 
-for link in af_xdp af_packet; do
+for link in af_xdp af_packet packet; do
   echo "== $link: two subnets behind a router"
   if ! L up --hosts 2 --routed --link "$link" >"$work/up.txt" 2>&1; then
     bad "$link: the lab did not come up"
@@ -207,6 +208,20 @@ for link in af_xdp af_packet; do
   fi
   if command -v ib_write_bw >/dev/null; then
     PORT=18515 pair "ib_write_bw (TCP exchange)" ib_write_bw -d droce0 -x 1 -n 500 -s 65536 -- ib_write_bw -d droce0 -x 1 -n 500 -s 65536 "$a1"
+    if [ "$link" = packet ]; then
+      # droce's packet socket sends each message as UDP GSO frames; the router forwards them
+      # whole, and h1's link cuts them into the frames h2's engine built (ICRC checked after).
+      gso=$(inns h1 "$droce" status --json --socket "/run/droce-lab/$name/h1/droce0.sock" | /usr/bin/python3 -c '
+import json, sys
+x = json.load(sys.stdin)["ports"][0]["xstats"]
+print(x["rx_gso_frames"], x["rx_gso_segments"], x["rx_gso_refused"])' 2>/dev/null) || gso="? ? ?"
+      read -r gf gs gr <<<"$gso"
+      if [ "${gf:-0}" -gt 0 ] 2>/dev/null && [ "$gs" -gt "$gf" ] && [ "$gr" = 0 ]; then
+        pass "$link: h1 received GSO frames across the router: $gf carrying $gs packets"
+      else
+        bad "$link: GSO frames at h1: $gso (frames, packets, refused)"
+      fi
+    fi
     pair "ib_write_bw -R (rdma_cm)" ib_write_bw -d droce0 -R -n 500 -s 4096 -- ib_write_bw -d droce0 -R -n 500 -s 4096 "$a1"
     # GID 2 is each host's IPv6 address: the kernel's IPv6 route and neighbour (ND) this time.
     PORT=18515 pair "ib_write_bw over IPv6 (GID 2)" ib_write_bw -d droce0 -x 2 -n 500 -s 4096 -- ib_write_bw -d droce0 -x 2 -n 500 -s 4096 "$a1"
@@ -242,7 +257,7 @@ for link in af_xdp af_packet; do
                                     || bad "$link: the ib_write_bw beside the kernel's traffic (client $st_c, server $st_s)"
   fi
   noise2=$(kernel_noise "$name-h1")
-  if [ "$link" = af_packet ]; then
+  if [ "$link" = af_packet ] || [ "$link" = packet ]; then
     # droce's TC filter drops RoCEv2 for h1's addresses after af_packet's tap took it: the
     # kernel's IP receive counted fewer packets than the filter kept from it (without the
     # filter it counts every one of them, and more).
@@ -302,7 +317,7 @@ for link in af_xdp af_packet; do
       bad "$link: droced on $h exited"; tail -5 "/run/droce-lab/$name/$h.log" | sed 's/^/    /'
     fi
   done
-  if [ "$link" = af_packet ]; then
+  if [ "$link" = af_packet ] || [ "$link" = packet ]; then
     # A droced that stops takes its TC filter along: the kernel gets RoCE for h1 again.
     p1=$(cat "/run/droce-lab/$name/h1.pid")
     kill -TERM "$p1" 2>/dev/null

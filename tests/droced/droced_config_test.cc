@@ -99,7 +99,9 @@ TEST(DrocedConfig, NetdevTakesPortAddressesAndRoutesFromTheKernel) {
   }
   err.clear();
   EXPECT_EQ(parse({"--netdev", "eth0", "--link", "tap"}, &c, &err), -EINVAL);
-  EXPECT_NE(err.find("af_xdp or af_packet"), std::string::npos) << err;
+  EXPECT_NE(err.find("af_xdp, af_packet or packet"), std::string::npos) << err;
+  EXPECT_EQ(parse({"--netdev", "eth0", "--link", "packet"}, &c, &err), 0) << err;
+  EXPECT_EQ(c.link, "packet");
 }
 
 TEST(DrocedConfig, RoutesAndPrefixedAddressesAreKeptAsWritten) {
