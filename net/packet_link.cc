@@ -268,7 +268,9 @@ uint16_t PacketLink::rx_burst(uint16_t /*queue*/, rte_mbuf** out, uint16_t n) {
       if (deliver(f, len, h->tp_vlan_tci, vlan, &out[got])) ++got;
     } else {
       GsoFrame g;
-      if (vlan || gso_parse(vh, f, len, &g) != 0 || g.segments > kPendingMax) {
+      if ((vh.gso_type & ~kVnetGsoEcn) != kVnetGsoUdpL4) {
+        ++c_.rx_gso_other;  // the kernel's TCP, seen on the tap: nothing of droce's
+      } else if (vlan || gso_parse(vh, f, len, &g) != 0 || g.segments > kPendingMax) {
         ++c_.rx_gso_refused;
       } else {
         ++c_.rx_gso_frames;
@@ -336,8 +338,6 @@ uint16_t PacketLink::tx_burst(uint16_t /*queue*/, rte_mbuf** pkts, uint16_t n) {
         iov[niov++] = {const_cast<uint8_t*>(views[i + j].data) + payload_off, udp_len - kUdpHdrLen};
       }
       mh.msg_iovlen = k + 1;
-      ++c_.tx_gso_frames;
-      c_.tx_gso_segments += k;
     } else {
       if (niov + 1 + pkts[i]->nb_segs > kIovRoom) break;  // the rest next time
       store_vnet_hdr(VnetHdr{}, hdrs[nmsg]);
@@ -359,9 +359,23 @@ uint16_t PacketLink::tx_burst(uint16_t /*queue*/, rte_mbuf** pkts, uint16_t n) {
     // The first message not taken: busy (the caller keeps the frames and retries) or refused
     // (dropped here, as a NIC drops what it cannot send, and counted).
     const int err = sent < 0 ? errno : 0;
-    if (sent < 0 && err != EAGAIN && err != EWOULDBLOCK && err != ENOBUFS && err != EINTR) {
-      c_.tx_errors += first_of[done + 1] - first_of[done];
+    const uint16_t frames = static_cast<uint16_t>(first_of[done + 1] - first_of[done]);
+    if (sent < 0 && err == EINVAL && frames > 1 && gso_) {
+      // A kernel before 6.2 has no GSO_UDP_L4 in virtio_net_hdr: packet by packet from here on,
+      // these frames too (the caller still holds them).
+      gso_ = false;
+      DROCE_LOG(WARNING, net, "%s: the kernel refuses UDP GSO frames on a packet socket (%s); sending packet by packet",
+                info_.device_name.c_str(), std::strerror(err));
+    } else if (sent < 0 && err != EAGAIN && err != EWOULDBLOCK && err != ENOBUFS && err != EINTR) {
+      c_.tx_errors += frames;
       ++done;
+    }
+  }
+  for (unsigned m = 0; m < done; ++m) {
+    const uint16_t k = static_cast<uint16_t>(first_of[m + 1] - first_of[m]);
+    if (k > 1 && m < unsigned(sent > 0 ? sent : 0)) {
+      ++c_.tx_gso_frames;
+      c_.tx_gso_segments += k;
     }
   }
   const uint16_t taken = first_of[done];
@@ -474,6 +488,7 @@ int PacketLink::xstats(std::vector<std::pair<std::string, uint64_t>>* out) const
   out->emplace_back("rx_gso_frames", c_.rx_gso_frames);
   out->emplace_back("rx_gso_segments", c_.rx_gso_segments);
   out->emplace_back("rx_gso_refused", c_.rx_gso_refused);
+  out->emplace_back("rx_gso_other", c_.rx_gso_other);
   out->emplace_back("rx_truncated", c_.rx_truncated);
   out->emplace_back("rx_no_mbuf", c_.rx_no_mbuf);
   out->emplace_back("rx_ring_drops", c_.rx_ring_drops);

@@ -41,7 +41,8 @@ struct PacketLinkCounters {
   uint64_t rx_frames = 0, rx_bytes = 0, tx_frames = 0, tx_bytes = 0;
   uint64_t rx_gso_frames = 0;     ///< GSO frames received and cut
   uint64_t rx_gso_segments = 0;   ///< the frames cut from them
-  uint64_t rx_gso_refused = 0;    ///< GSO frames of another kind (TCP) or malformed, dropped
+  uint64_t rx_gso_refused = 0;    ///< UDP GSO frames malformed, VLAN-tagged or of over 64 segments
+  uint64_t rx_gso_other = 0;      ///< GSO frames of another kind (the kernel's TCP), not droce's
   uint64_t rx_truncated = 0;      ///< larger than a slot, dropped
   uint64_t rx_no_mbuf = 0;        ///< frames dropped for want of an mbuf
   uint64_t rx_ring_drops = 0;     ///< the kernel's: the ring was full (PACKET_STATISTICS)
