@@ -119,9 +119,14 @@ class CoreGroup {
   const std::atomic<uint32_t>* multicast_cores() const { return &mcast_cores_; }
   /// Bit k: core k's engine has raw packet QPs' flow rules (then frames that name no QP are
   /// copied to it from whichever core received them).
+  /// The first rules on any core ask the port for every frame, the last gone let it filter
+  /// again (Port::set_rx_all).
   void set_has_raw_flows(unsigned core, bool has) {
-    if (has) raw_cores_.fetch_or(1u << core, std::memory_order_relaxed);
-    else raw_cores_.fetch_and(~(1u << core), std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(raw_mutex_);
+    const uint32_t before = has ? raw_cores_.fetch_or(1u << core, std::memory_order_relaxed)
+                                : raw_cores_.fetch_and(~(1u << core), std::memory_order_relaxed);
+    const uint32_t after = has ? before | (1u << core) : before & ~(1u << core);
+    if ((before == 0) != (after == 0)) port_->set_rx_all(after != 0);
   }
   uint32_t raw_flow_cores() const { return raw_cores_.load(std::memory_order_relaxed); }
 
@@ -130,6 +135,7 @@ class CoreGroup {
   unsigned cores_;
   std::atomic<uint32_t> mcast_cores_{0};
   std::atomic<uint32_t> raw_cores_{0};
+  std::mutex raw_mutex_;  ///< orders set_has_raw_flows' changes of the port's filter
   std::vector<rte_ring*> inbound_;
   std::unique_ptr<std::atomic<bool>[]> sleeping_;
   std::vector<int> wake_fd_;

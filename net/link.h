@@ -210,6 +210,12 @@ class Link {
   virtual bool promiscuous() const = 0;
   virtual int set_promiscuous(bool on) = 0;
 
+  /// Whether every frame the device sees must reach rx_burst. Off (the default) lets a link
+  /// on a netdev shared with the kernel leave out what nothing in droce wants (the kernel's own
+  /// TCP, which a tap would otherwise copy whole); on while raw packet QPs have flow rules,
+  /// which may want anything. 0 or -errno; kinds that deliver everything anyway ignore it.
+  virtual int set_rx_all(bool /*all*/) { return 0; }
+
   // ---- control ----
   virtual int stop() = 0;
   virtual int start() = 0;

@@ -1,6 +1,7 @@
 #include "net/packet_link.h"
 
 #include <linux/ethtool.h>
+#include <linux/filter.h>
 #include <linux/if_packet.h>
 #include <linux/sockios.h>
 #include <net/ethernet.h>
@@ -40,6 +41,21 @@ unsigned next_pool_serial() {
   static std::atomic<unsigned> serial{0};
   return serial.fetch_add(1, std::memory_order_relaxed);
 }
+
+// The socket filter while no raw QP wants everything: TCP over IPv4 or IPv6 (the kernel's own,
+// up to 64 KiB per frame on a veth or with GRO) stays out of the ring; all else comes in (RoCE,
+// ARP, ND, IGMP/MLD, frames with the 802.1Q tag in the data). Offsets from the MAC header.
+constexpr sock_filter kNoTcp[] = {
+    BPF_STMT(BPF_LD | BPF_H | BPF_ABS, 12),             // 0: EtherType
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0x0800, 0, 2),  // 1: IPv4 -> 2, else -> 4
+    BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 23),             // 2: protocol
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 6, 3, 4),       // 3: TCP -> 7 (drop), else -> 8
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0x86dd, 0, 3),  // 4: IPv6 -> 5, else -> 8
+    BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 20),             // 5: next header
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 6, 0, 1),       // 6: TCP -> 7, else -> 8
+    BPF_STMT(BPF_RET | BPF_K, 0),                       // 7: drop
+    BPF_STMT(BPF_RET | BPF_K, 0xffffffffu),             // 8: the whole frame
+};
 
 int ifreq_ioctl(int fd, unsigned long req, const std::string& ifname, ifreq* ifr) {
   std::memset(ifr, 0, sizeof *ifr);
@@ -144,6 +160,7 @@ int PacketLink::open(std::string_view devargs, const PortConfig& cfg, std::uniqu
     DROCE_LOG(ERR, net, "%s: bind to %s: %s", name.c_str(), ifname.c_str(), std::strerror(err));
     return -err;
   }
+  if (int rc = p->set_rx_all(false); rc != 0) return rc;
   if (cfg.promiscuous) p->set_promiscuous(true);
   if (cfg.allmulticast) {
     p->membership(PACKET_MR_ALLMULTI, true);
@@ -210,6 +227,23 @@ int PacketLink::set_promiscuous(bool on) {
   if (int rc = membership(PACKET_MR_PROMISC, on); rc != 0) return rc;
   promisc_ = on;
   return 0;
+}
+
+int PacketLink::set_rx_all(bool all) {
+  if (!fd_.valid()) return -ENODEV;
+  int rc = 0;
+  if (all) {
+    if (::setsockopt(fd_.get(), SOL_SOCKET, SO_DETACH_FILTER, nullptr, 0) != 0 && errno != ENOENT) rc = -errno;
+  } else {
+    sock_fprog prog{static_cast<unsigned short>(std::size(kNoTcp)), const_cast<sock_filter*>(kNoTcp)};
+    if (::setsockopt(fd_.get(), SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog) != 0) rc = -errno;
+  }
+  if (rc != 0)
+    DROCE_LOG(ERR, net, "%s: socket filter %s: %s", info_.device_name.c_str(), all ? "off" : "on", std::strerror(-rc));
+  else
+    DROCE_LOG(INFO, net, "%s: %s", info_.device_name.c_str(),
+              all ? "every frame (raw packet QPs have rules)" : "the kernel's TCP left out of the ring");
+  return rc;
 }
 
 int PacketLink::rx_interrupt_fd(uint16_t queue) const {

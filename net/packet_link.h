@@ -17,6 +17,9 @@
 //     sleeping poller wakes on a frame as on droce_shm; DPDK 22.11's af_packet gives none.
 //   - Own frames are not looped back (PACKET_IGNORE_OUTGOING); the qdisc is bypassed, as DPDK's
 //     PMD does by default.
+//   - The kernel's own TCP on the netdev stays out of the ring (a socket filter): a tap copies
+//     each frame whole, 64 KiB for a veth's TCP, and droce needs none of it, unless raw packet
+//     QPs have rules (set_rx_all(true) takes the filter off).
 // With gso=off frames go one by one (the A/B for bench/vs_kernel.sh) and the ring's slots are
 // MTU-sized.
 //
@@ -74,6 +77,8 @@ class PacketLink final : public Link {
   int netdev_mtu() const override;
   bool promiscuous() const override { return promisc_; }
   int set_promiscuous(bool on) override;
+  /// Off: a socket filter keeps the kernel's TCP (IPv4 and IPv6) out of the ring.
+  int set_rx_all(bool all) override;
 
   int stop() override;
   int start() override;

@@ -205,6 +205,8 @@ class Port {
   /// Sets the MTU (rte_eth_dev_set_mtu on an ethdev); the result is also kept in mtu_result().
   int set_mtu(uint16_t mtu) { return link_->set_mtu(mtu); }
   int set_promiscuous(bool on) { return link_->set_promiscuous(on); }
+  /// Link::set_rx_all: every frame, or only what droce's transport and control frames need.
+  int set_rx_all(bool all) { return link_->set_rx_all(all); }
   /// Stop / start the device (queues keep their setup; the link goes down
   /// and comes back; frames queued in the device may be dropped).
   int stop() { return link_->stop(); }

@@ -83,6 +83,41 @@ c = socket.create_connection(('$a1', 18522), timeout=5); c.sendall(b'roce'); pri
   if [ "$got" = ROCE ]; then pass "$link: kernel TCP across the router $1"; else bad "$link: kernel TCP $1: $got"; fi
 }
 
+# packet link: 8 MiB of the kernel's TCP from h2 to h1 must not reach h1's ring (its socket
+# filter leaves TCP out): h1's port counts only a few frames meanwhile (ARP, ND), not the
+# hundreds of segments the tap would have copied.
+port_rx_packets() {
+  inns h1 "$droce" status --json --socket "/run/droce-lab/$name/h1/droce0.sock" |
+    /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["ports"][0]["stats"]["rx_packets"])'
+}
+tcp_left_out() {
+  local a1 before after
+  a1=$("$lab" addr h1 --name "$name")
+  before=$(port_rx_packets) || { bad "$link: droce status"; return; }
+  inns h1 python3 -c '
+import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 18523)); s.listen(1); s.settimeout(10)
+c, _ = s.accept(); n = 0
+while True:
+    b = c.recv(1 << 20)
+    if not b: break
+    n += len(b)
+print(n)' >"$work/tcp_bytes.txt" &
+  local spid=$!
+  wait_tcp_listen "$name-h1" 18523 "$spid" 5
+  inns h2 python3 -c "
+import socket
+c = socket.create_connection(('$a1', 18523), timeout=5); c.sendall(b'x' * (8 << 20)); c.close()"
+  wait $spid
+  after=$(port_rx_packets)
+  if [ "$(cat "$work/tcp_bytes.txt")" = $((8 << 20)) ] && [ $((after - before)) -lt 50 ]; then
+    pass "$link: 8 MiB of the kernel's TCP went by, $((after - before)) frames reached droce's ring"
+  else
+    bad "$link: TCP $(cat "$work/tcp_bytes.txt") bytes, $((after - before)) frames in droce's ring (want 8 MiB, < 50)"
+  fi
+}
+
 # [PORT=P] pair WHAT SERVER_ARGS -- CLIENT_ARGS: server on h1, client on h2, the client started once
 # the server listens (on TCP port P, or as an rdma_cm id when P is not given).
 pair() {
@@ -240,6 +275,7 @@ print(x["rx_gso_frames"], x["rx_gso_segments"], x["rx_gso_refused"])' 2>/dev/nul
       env UCX_TLS=rc_verbs,ud_verbs,self UCX_NET_DEVICES=droce0:1 ucx_perftest -p 13338 -t tag_bw -s 65536 -n 500 "$a1"
   fi
   kernel_keeps_netdev "after RDMA traffic"
+  [ "$link" = packet ] && tcp_left_out
   if command -v ib_write_bw >/dev/null; then
     # And while it flows: 4 s of ib_write_bw across the router, the kernel's ping and TCP meanwhile.
     timeout 30 "$lab" exec h1 --name "$name" --build "$build" -- ib_write_bw -d droce0 -x 1 -s 4096 -D 4 \
