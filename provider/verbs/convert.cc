@@ -436,6 +436,17 @@ void to_device_attr(const abi::ctl::QueryDeviceReply& r, ibv_device_attr_ex* out
     out->hca_core_clock = 1'000'000;  // kHz
   }
   out->max_dm_size = r.max_dm_size;  // 0 from a droced before minor 11
+  // RSS over WQs (provider/verbs/flow.cc, rocev2/raw_flow.h): raw packet QPs, Toeplitz over the
+  // IPv4/IPv6 addresses and TCP/UDP ports the mask names, tables of up to 2^7 WQs (the
+  // provider's lists, as many as memory holds). Each WQ is a QP of droced's.
+  out->rss_caps.supported_qpts = 1u << IBV_QPT_RAW_PACKET;
+  out->rss_caps.max_rwq_indirection_tables = 1u << 16;
+  out->rss_caps.max_rwq_indirection_table_size = 1u << 7;
+  out->rss_caps.rx_hash_fields_mask = IBV_RX_HASH_SRC_IPV4 | IBV_RX_HASH_DST_IPV4 | IBV_RX_HASH_SRC_IPV6 |
+                                      IBV_RX_HASH_DST_IPV6 | IBV_RX_HASH_SRC_PORT_TCP | IBV_RX_HASH_DST_PORT_TCP |
+                                      IBV_RX_HASH_SRC_PORT_UDP | IBV_RX_HASH_DST_PORT_UDP;
+  out->rss_caps.rx_hash_function = IBV_RX_HASH_FUNC_TOEPLITZ;
+  out->max_wq_type_rq = static_cast<uint32_t>(d.max_qp);
   if (r.device_caps & abi::ctl::kDeviceCapOnDemandPaging) {
     // What the engine serves through an ODP region (rocev2/mr.h OdpMemory): every local
     // gather and scatter, and every remote access, so each transport's own operations. UC has

@@ -45,6 +45,9 @@ from check_guest import check_guest  # noqa: E402
 GUEST_IP = "10.99.0.11"
 DROCE_IP = "10.99.0.50"
 PORT = "drx0"
+# droced's link on that veth: DPDK's af_packet (the default), or droce's packet socket
+# (DROCE_RXE_PORT_KIND=droce_packet0), whose GSO frames the kernel must cut before rxe's guest.
+PORT_KIND = os.environ.get("DROCE_RXE_PORT_KIND", "net_af_packet0")
 SIZE = 65536                   # both sides' regions; the guest's receives land at SIZE / 2
 PEER_WAIT = 60                 # seconds either program waits for the other
 DROP_EVERY = 11                # the loss cases drop every 11th RoCEv2 packet in one direction
@@ -160,7 +163,7 @@ class Droced:
         self.logf = open(self.log_path, "a")
         self.proc = subprocess.Popen(
             ["ip", "netns", "exec", self.rig.netns, self.binary, "--run-dir", self.run_dir,
-             "--port", f"net_af_packet0,iface={PORT}", "--address", DROCE_IP, "--memory", "256",
+             "--port", f"{PORT_KIND},iface={PORT}", "--address", DROCE_IP, "--memory", "256",
              "--mbufs", "8192"], stdout=self.logf, stderr=subprocess.STDOUT)
         for _ in range(400):
             if os.path.exists(self.sock):

@@ -822,6 +822,17 @@ ibv_qp* make_raw_qp(Dev& d, ibv_cq* cq) {
 // A's raw QP puts frames on the link; B's receives the ones its flow rule (UDP port 5678 to that
 // multicast MAC) picks, byte for byte. Needs CAP_NET_RAW (the test runs as root).
 void raw_packet(Dev& a, Dev& b) {
+  // What ibv_create_rwq_ind_table and an RX-hash QP accept, as query_device_ex says it.
+  ibv_device_attr_ex dx{};
+  const bool rss_ok = ibv_query_device_ex(a.ctx, nullptr, &dx) == 0 &&
+                      dx.rss_caps.supported_qpts == (1u << IBV_QPT_RAW_PACKET) &&
+                      dx.rss_caps.max_rwq_indirection_table_size == 128 &&
+                      dx.rss_caps.rx_hash_function == IBV_RX_HASH_FUNC_TOEPLITZ &&
+                      (dx.rss_caps.rx_hash_fields_mask & (IBV_RX_HASH_SRC_IPV4 | IBV_RX_HASH_DST_PORT_UDP)) ==
+                          (IBV_RX_HASH_SRC_IPV4 | IBV_RX_HASH_DST_PORT_UDP) &&
+                      dx.max_wq_type_rq > 0;
+  check(rss_ok, "query_device_ex: rss_caps (raw packet QPs, Toeplitz, tables of 128, fields 0x%llx), max_wq_type_rq %u",
+        (unsigned long long)dx.rss_caps.rx_hash_fields_mask, dx.max_wq_type_rq);
   ibv_cq* cqa = ibv_create_cq(a.ctx, 16, nullptr, nullptr, 0);
   ibv_cq* cqb = ibv_create_cq(b.ctx, 16, nullptr, nullptr, 0);
   if (cqa == nullptr || cqb == nullptr) die("ibv_create_cq");
@@ -833,7 +844,7 @@ void raw_packet(Dev& a, Dev& b) {
     ibv_flow_attr attr;
     ibv_flow_spec_eth eth;
     ibv_flow_spec_tcp_udp udp;
-  } __attribute__((packed)) rule{};
+  } __attribute__((packed, aligned(8))) rule{};
   rule.attr.type = IBV_FLOW_ATTR_NORMAL;
   rule.attr.size = sizeof rule;
   rule.attr.num_of_specs = 2;
