@@ -14,11 +14,6 @@ namespace droce::net {
 
 namespace {
 
-unsigned next_pool_serial() {
-  static std::atomic<unsigned> serial{0};
-  return serial.fetch_add(1, std::memory_order_relaxed);
-}
-
 constexpr uint32_t kL2Overhead = RTE_ETHER_HDR_LEN + RTE_VLAN_HLEN;
 
 }  // namespace
@@ -74,25 +69,11 @@ int DroceShmLink::open(std::string_view devargs, const PortConfig& cfg, std::uni
   p->asked_mtu_ = cfg.mtu != 0 ? cfg.mtu : uint16_t{RTE_ETHER_MTU};
   info.multicast_mode = MulticastMode::unfiltered;  // a wire: what the peer sends arrives
   info.rx_intr_enabled = cfg.rx_interrupts;
-  if (cfg.pool != nullptr) {
-    info.pool = cfg.pool;
-  } else {
-    // Largest VLAN-tagged frame of the MTU, FCS included.
-    const uint32_t frame = uint32_t{p->asked_mtu_} + kL2Overhead + RTE_ETHER_CRC_LEN;
-    const uint32_t room = std::max<uint32_t>(cfg.mbuf_data_room, frame);
-    const unsigned count = cfg.pool_size != 0 ? cfg.pool_size : 2 * (2 * lc.slots) + rte_lcore_count() * 256;
-    char pname[RTE_MEMPOOL_NAMESIZE];
-    std::snprintf(pname, sizeof(pname), "droce_shm_%u", next_pool_serial());
-    info.pool = rte_pktmbuf_pool_create(pname, count, std::min(256u, count * 2 / 3), 0,
-                                        static_cast<uint16_t>(room + RTE_PKTMBUF_HEADROOM), int(rte_socket_id()));
-    if (info.pool == nullptr) {
-      const int err = rte_errno;
-      DROCE_LOG(ERR, net, "%s: cannot create mbuf pool (%u x %u bytes): %s", name.c_str(), count, room,
-                rte_strerror(err));
-      return -err;
-    }
-    info.owns_pool = true;
-  }
+  // Mbufs of the largest VLAN-tagged frame of the MTU, FCS included.
+  if (int rc = p->adopt_pool(cfg, "droce_shm", 2 * (2 * lc.slots) + rte_lcore_count() * 256,
+                             uint32_t{p->asked_mtu_} + kL2Overhead + RTE_ETHER_CRC_LEN);
+      rc != 0)
+    return rc;
   if (int rc = ShmLink::open(lc, &p->shm_); rc != 0) {
     p->close();
     return rc;

@@ -1,5 +1,12 @@
 #include "net/link.h"
 
+#include <rte_errno.h>
+#include <rte_lcore.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+
 #include "core/log.h"
 
 namespace droce::net {
@@ -63,6 +70,28 @@ void Link::drain_rx() {
       rte_pktmbuf_free_bulk(burst, n);
     }
   }
+}
+
+int Link::adopt_pool(const PortConfig& cfg, const char* prefix, unsigned default_count, uint32_t frame) {
+  if (cfg.pool != nullptr) {
+    info_.pool = cfg.pool;
+    return 0;
+  }
+  static std::atomic<unsigned> serial{0};
+  const uint32_t room = std::max<uint32_t>(cfg.mbuf_data_room, frame);
+  const unsigned count = cfg.pool_size != 0 ? cfg.pool_size : default_count;
+  char name[RTE_MEMPOOL_NAMESIZE];
+  std::snprintf(name, sizeof name, "%s_%u", prefix, serial.fetch_add(1, std::memory_order_relaxed));
+  info_.pool = rte_pktmbuf_pool_create(name, count, std::min(256u, count * 2 / 3), 0,
+                                       static_cast<uint16_t>(room + RTE_PKTMBUF_HEADROOM), int(rte_socket_id()));
+  if (info_.pool == nullptr) {
+    const int err = rte_errno;
+    DROCE_LOG(ERR, net, "%s: cannot create mbuf pool (%u x %u bytes): %s", info_.device_name.c_str(), count, room,
+              rte_strerror(err));
+    return -err;
+  }
+  info_.owns_pool = true;
+  return 0;
 }
 
 int Link::release_pool() {

@@ -242,6 +242,10 @@ class Link {
   virtual bool take_link_event() { return false; }
   /// Frees the frames waiting in the RX queues (bounded, for a peer that keeps sending).
   void drain_rx();
+  /// cfg.pool if given; else a pool of the link's own ("PREFIX_N"), of cfg.pool_size mbufs
+  /// (`default_count` when 0) that each hold cfg.mbuf_data_room or `frame` bytes, whichever is
+  /// more. 0 or -errno (logged).
+  int adopt_pool(const PortConfig& cfg, const char* prefix, unsigned default_count, uint32_t frame);
   /// Frees the pool the link created, unless mbufs of it are still held (-EBUSY, logged).
   int release_pool();
 

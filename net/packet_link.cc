@@ -37,11 +37,6 @@ constexpr uint16_t kMaxBurst = 64;
 // sendmmsg per call: messages, and iovecs of each (the header, then one payload per segment).
 constexpr unsigned kMaxIov = kGsoMaxSegments + 1;
 
-unsigned next_pool_serial() {
-  static std::atomic<unsigned> serial{0};
-  return serial.fetch_add(1, std::memory_order_relaxed);
-}
-
 // The socket filter while no raw QP wants everything: TCP over IPv4 or IPv6 (the kernel's own,
 // up to 64 KiB per frame on a veth or with GRO) stays out of the ring; all else comes in (RoCE,
 // ARP, ND, IGMP/MLD, frames with the 802.1Q tag in the data). Offsets from the MAC header.
@@ -185,23 +180,9 @@ int PacketLink::open(std::string_view devargs, const PortConfig& cfg, std::uniqu
   info.caps.max_mtu = 9702;
   info.caps.max_rx_pktlen = 9702 + kL2Overhead;
   info.rx_intr_enabled = cfg.rx_interrupts;
-  if (cfg.pool != nullptr) {
-    info.pool = cfg.pool;
-  } else {
-    const uint32_t room = std::max<uint32_t>(cfg.mbuf_data_room, frame_room + RTE_ETHER_CRC_LEN);
-    const unsigned count = cfg.pool_size != 0 ? cfg.pool_size : 4 * 1024 + rte_lcore_count() * 256;
-    char pname[RTE_MEMPOOL_NAMESIZE];
-    std::snprintf(pname, sizeof(pname), "droce_pkt_%u", next_pool_serial());
-    info.pool = rte_pktmbuf_pool_create(pname, count, std::min(256u, count * 2 / 3), 0,
-                                        static_cast<uint16_t>(room + RTE_PKTMBUF_HEADROOM), int(rte_socket_id()));
-    if (info.pool == nullptr) {
-      const int err = rte_errno;
-      DROCE_LOG(ERR, net, "%s: cannot create mbuf pool (%u x %u bytes): %s", name.c_str(), count, room,
-                rte_strerror(err));
-      return -err;
-    }
-    info.owns_pool = true;
-  }
+  if (int rc = p->adopt_pool(cfg, "droce_pkt", 4 * 1024 + rte_lcore_count() * 256, frame_room + RTE_ETHER_CRC_LEN);
+      rc != 0)
+    return rc;
   p->open_ = true;
   p->started_ = true;
   DROCE_LOG(INFO, net, "%s: packet socket on %s (ifindex %d), ring %u x %u bytes, gso %s", name.c_str(),
