@@ -1,5 +1,7 @@
 #include "net/udp_gso.h"
 
+#include <rte_ip.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -14,29 +16,13 @@ using core::store_be16;
 
 namespace {
 
-// One's complement sum of big-endian 16-bit words (an odd last byte padded with zero), unfolded.
-uint64_t sum16(const uint8_t* p, size_t n, uint64_t acc = 0) {
-  size_t i = 0;
-  for (; i + 1 < n; i += 2) acc += load_be16(p + i);
-  if (i < n) acc += uint32_t{p[i]} << 8;
-  return acc;
-}
-
-uint16_t fold(uint64_t s) {
-  while (s >> 16) s = (s & 0xffff) + (s >> 16);
-  return static_cast<uint16_t>(s);
-}
+// Checksums are DPDK's (rte_ip.h): computed over the bytes as they lie, so each is stored with
+// memcpy, in the order it was summed.
+void store_sum(uint8_t* at, uint16_t sum) { std::memcpy(at, &sum, 2); }
 
 void set_ipv4_checksum(uint8_t* ip) {
   store_be16(ip + 10, 0);
-  store_be16(ip + 10, static_cast<uint16_t>(~fold(sum16(ip, kIpv4HdrLen))));
-}
-
-// The UDP pseudo-header's sum for a datagram of `udp_len` bytes.
-uint64_t pseudo_sum(const uint8_t* f, const UdpFrameLayout& at, uint32_t udp_len) {
-  const uint8_t* ip = f + at.l3_off;
-  if (at.ipv4) return sum16(ip + 12, 8) + kIpProtoUdp + udp_len;
-  return sum16(ip + 8, 32) + (udp_len >> 16) + (udp_len & 0xffff) + kIpProtoUdp;
+  store_sum(ip + 10, rte_ipv4_cksum(reinterpret_cast<const rte_ipv4_hdr*>(ip)));
 }
 
 // Header bytes two frames of a run must share: all but lengths, identification and checksums.
@@ -164,9 +150,11 @@ uint32_t gso_build_header(const FrameView* frames, size_t k, uint8_t* out) {
     store_be16(h + at.l3_off + 4, static_cast<uint16_t>(udp_len));
   }
   store_be16(h + at.l4_off + 4, static_cast<uint16_t>(udp_len));
-  // A partial checksum: the pseudo-header's sum, which the kernel adjusts to each segment's length
-  // and completes over the segment.
-  store_be16(h + at.l4_off + 6, fold(pseudo_sum(h, at, udp_len)));
+  // A partial checksum: the pseudo-header's sum (with the lengths just written), which the kernel
+  // adjusts to each segment's length and completes over the segment.
+  const uint8_t* ip = h + at.l3_off;
+  store_sum(h + at.l4_off + 6, at.ipv4 ? rte_ipv4_phdr_cksum(reinterpret_cast<const rte_ipv4_hdr*>(ip), 0)
+                                       : rte_ipv6_phdr_cksum(reinterpret_cast<const rte_ipv6_hdr*>(ip), 0));
   return static_cast<uint32_t>(kVnetHdrLen + at.payload_off);
 }
 
@@ -199,8 +187,7 @@ uint32_t gso_write_segment(const uint8_t* f, const GsoFrame& g, uint32_t i, uint
     set_ipv4_checksum(ip);
   } else {
     store_be16(ip + 4, static_cast<uint16_t>(udp_len));
-    uint16_t c = static_cast<uint16_t>(~fold(sum16(udp, udp_len, pseudo_sum(out, at, udp_len))));
-    store_be16(udp + 6, c == 0 ? 0xffff : c);
+    store_sum(udp + 6, rte_ipv6_udptcp_cksum(reinterpret_cast<const rte_ipv6_hdr*>(ip), udp));  // 0 is 0xffff
   }
   return at.payload_off + plen;
 }
@@ -214,8 +201,8 @@ bool complete_partial_csum(const VnetHdr& vh, uint8_t* f, uint32_t len) {
     const uint32_t udp_len = load_be16(f + vh.csum_start + 4);
     if (udp_len >= kUdpHdrLen && vh.csum_start + udp_len <= len) end = vh.csum_start + udp_len;
   }
-  const uint16_t c = static_cast<uint16_t>(~fold(sum16(f + vh.csum_start, end - vh.csum_start)));
-  store_be16(f + at, c == 0 && vh.csum_offset == 6 ? 0xffff : c);  // UDP's 0 says "none"
+  const uint16_t c = static_cast<uint16_t>(~rte_raw_cksum(f + vh.csum_start, end - vh.csum_start));
+  store_sum(f + at, c == 0 && vh.csum_offset == 6 ? 0xffff : c);  // UDP's 0 says "none"
   return true;
 }
 
