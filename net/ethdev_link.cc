@@ -634,11 +634,8 @@ LinkState EthdevLink::link() const {
 }
 
 LinkState EthdevLink::kernel_link(const LinkState& pmd) const {
-  ifreq ifr{};
-  std::snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", info_.ifname.c_str());
-  if (ctl_fd_ < 0 || info_.ifname.empty() || ioctl(ctl_fd_, SIOCGIFFLAGS, &ifr) != 0) return pmd;
-  if ((ifr.ifr_flags & IFF_UP) && (ifr.ifr_flags & IFF_RUNNING)) return pmd;
-  return LinkState{};
+  // A netdev that cannot be asked: the PMD's word stands.
+  return netdev_running(ctl_fd_, info_.ifname) != 0 ? pmd : LinkState{};
 }
 
 bool EthdevLink::take_link_event() {
@@ -654,13 +651,7 @@ uint16_t EthdevLink::mtu() const {
   return m;
 }
 
-int EthdevLink::netdev_mtu() const {
-  if (ctl_fd_ < 0 || info_.ifname.empty()) return -ENODEV;
-  ifreq ifr{};
-  std::snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", info_.ifname.c_str());
-  if (ioctl(ctl_fd_, SIOCGIFMTU, &ifr) != 0) return -errno;
-  return ifr.ifr_mtu;
-}
+int EthdevLink::netdev_mtu() const { return netdev_mtu_of(ctl_fd_, info_.ifname); }
 
 uint16_t EthdevLink::wire_mtu() const {
   if (!open_) return 0;

@@ -1,11 +1,16 @@
 #include "net/link.h"
 
+#include <net/if.h>
+#include <sys/ioctl.h>
+
 #include <rte_errno.h>
 #include <rte_lcore.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include "core/log.h"
 
@@ -46,6 +51,25 @@ bool Link::take_link_change() {
   if (now == last_link_ && !flagged) return false;
   last_link_ = now;
   return true;
+}
+
+int netdev_ioctl(int fd, unsigned long req, const std::string& ifname, ifreq* ifr) {
+  std::memset(ifr, 0, sizeof *ifr);
+  std::snprintf(ifr->ifr_name, sizeof ifr->ifr_name, "%s", ifname.c_str());
+  if (fd < 0 || ifname.empty()) return -ENODEV;
+  return ::ioctl(fd, req, ifr) == 0 ? 0 : -errno;
+}
+
+int netdev_mtu_of(int fd, const std::string& ifname) {
+  ifreq ifr;
+  if (int rc = netdev_ioctl(fd, SIOCGIFMTU, ifname, &ifr); rc != 0) return rc;
+  return ifr.ifr_mtu;
+}
+
+int netdev_running(int fd, const std::string& ifname) {
+  ifreq ifr;
+  if (int rc = netdev_ioctl(fd, SIOCGIFFLAGS, ifname, &ifr); rc != 0) return rc;
+  return (ifr.ifr_flags & IFF_UP) != 0 && (ifr.ifr_flags & IFF_RUNNING) != 0;
 }
 
 int Link::xstat(const char* name, uint64_t* value) const {

@@ -47,6 +47,8 @@
 
 #include "net/addr.h"
 
+struct ifreq;
+
 namespace droce::net {
 
 class PeerScheduling;
@@ -58,6 +60,16 @@ std::string devarg_value(std::string_view devargs, std::string_view key);
 /// Whether a device string names a device of `driver` (vdev names are the
 /// driver's name and anything after it: net_memif0, net_memif_a).
 bool names_driver(std::string_view devargs, std::string_view driver);
+
+/// An ioctl on the kernel netdev `ifname` through `fd` (a datagram socket in the netdev's
+/// namespace): `ifr` is cleared and named first. 0 or -errno (-ENODEV without fd or name).
+int netdev_ioctl(int fd, unsigned long req, const std::string& ifname, ifreq* ifr);
+/// A kernel netdev's MTU, read through `fd` (a datagram socket in the netdev's namespace), or
+/// -errno.
+int netdev_mtu_of(int fd, const std::string& ifname);
+/// Whether a kernel netdev is up and running (IFF_UP and IFF_RUNNING: carrier): 1 or 0, or
+/// -errno when its flags cannot be read.
+int netdev_running(int fd, const std::string& ifname);
 
 struct PortConfig {
   /// Queue counts; clamped to the device's maxima (at least 1 each).

@@ -52,12 +52,6 @@ constexpr sock_filter kNoTcp[] = {
     BPF_STMT(BPF_RET | BPF_K, 0xffffffffu),             // 8: the whole frame
 };
 
-int ifreq_ioctl(int fd, unsigned long req, const std::string& ifname, ifreq* ifr) {
-  std::memset(ifr, 0, sizeof *ifr);
-  std::snprintf(ifr->ifr_name, sizeof ifr->ifr_name, "%s", ifname.c_str());
-  return ::ioctl(fd, req, ifr) == 0 ? 0 : -errno;
-}
-
 }  // namespace
 
 bool PacketLink::claims(std::string_view devargs) { return names_driver(devargs, "droce_packet"); }
@@ -88,12 +82,12 @@ int PacketLink::open(std::string_view devargs, const PortConfig& cfg, std::uniqu
   p->ctl_.reset(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   if (!p->ctl_.valid()) return -errno;
   ifreq ifr;
-  if (int rc = ifreq_ioctl(p->ctl_.get(), SIOCGIFINDEX, ifname, &ifr); rc != 0) {
+  if (int rc = netdev_ioctl(p->ctl_.get(), SIOCGIFINDEX, ifname, &ifr); rc != 0) {
     DROCE_LOG(ERR, net, "%s: no netdev %s here: %s", name.c_str(), ifname.c_str(), std::strerror(-rc));
     return rc;
   }
   p->ifindex_ = ifr.ifr_ifindex;
-  if (int rc = ifreq_ioctl(p->ctl_.get(), SIOCGIFHWADDR, ifname, &ifr); rc != 0) return rc;
+  if (int rc = netdev_ioctl(p->ctl_.get(), SIOCGIFHWADDR, ifname, &ifr); rc != 0) return rc;
   std::memcpy(info.mac.data(), ifr.ifr_hwaddr.sa_data, 6);
   if (cfg.mtu != 0) {
     if (int rc = p->set_mtu(cfg.mtu); rc != 0) info.mtu_result = rc;
@@ -403,9 +397,7 @@ uint16_t PacketLink::tx_burst(uint16_t /*queue*/, rte_mbuf** pkts, uint16_t n) {
 LinkState PacketLink::link() const {
   LinkState s;
   if (!open_) return s;
-  ifreq ifr;
-  if (ifreq_ioctl(ctl_.get(), SIOCGIFFLAGS, info_.ifname, &ifr) != 0) return s;
-  s.up = started_ && (ifr.ifr_flags & IFF_UP) != 0 && (ifr.ifr_flags & IFF_RUNNING) != 0;
+  s.up = started_ && netdev_running(ctl_.get(), info_.ifname) == 1;
   if (!s.up) return s;
   ethtool_cmd cmd{};
   cmd.cmd = ETHTOOL_GSET;
@@ -422,12 +414,7 @@ LinkState PacketLink::link() const {
   return s;
 }
 
-int PacketLink::netdev_mtu() const {
-  if (!ctl_.valid()) return -ENODEV;
-  ifreq ifr;
-  if (int rc = ifreq_ioctl(ctl_.get(), SIOCGIFMTU, info_.ifname, &ifr); rc != 0) return rc;
-  return ifr.ifr_mtu;
-}
+int PacketLink::netdev_mtu() const { return netdev_mtu_of(ctl_.get(), info_.ifname); }
 
 uint16_t PacketLink::mtu() const {
   const int m = netdev_mtu();
