@@ -208,7 +208,11 @@ int PacketLink::set_rx_all(bool all) {
   if (!fd_.valid()) return -ENODEV;
   int rc = 0;
   if (all) {
-    if (::setsockopt(fd_.get(), SOL_SOCKET, SO_DETACH_FILTER, nullptr, 0) != 0 && errno != ENOENT) rc = -errno;
+    // An int for the option's value, though it reads none: a SOL_SOCKET option shorter than an int
+    // is EINVAL before the kernel looks at which it is.
+    const int unused = 0;
+    if (::setsockopt(fd_.get(), SOL_SOCKET, SO_DETACH_FILTER, &unused, sizeof unused) != 0 && errno != ENOENT)
+      rc = -errno;
   } else {
     sock_fprog prog{static_cast<unsigned short>(std::size(kNoTcp)), const_cast<sock_filter*>(kNoTcp)};
     if (::setsockopt(fd_.get(), SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog) != 0) rc = -errno;

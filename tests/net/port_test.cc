@@ -1076,6 +1076,112 @@ TEST(PortAfPacket, JumboFramesWithFrameSize) {
   EXPECT_EQ(port->close(), 0);
 }
 
+// ============================================================== droce_packet
+// droce's own packet socket (net/packet_link.h: a TPACKET_V2 ring with vnet
+// headers, sendmmsg with UDP GSO) on the same rig as the PMDs: frames both
+// ways byte for byte (the test's frames are not UDP, so each goes alone), the
+// MTU (the netdev's own, jumbo included), stop and start, link flaps.
+TEST(PortPacket, VethInNamespace) {
+  if (const std::string why = netns_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  VethRig rig;
+  ASSERT_TRUE(rig.ok) << "cannot create the veth pair in " << rig.ns.name();
+  std::unique_ptr<Port> port;
+  PortConfig cfg;
+  cfg.multicast = {{0x33, 0x33, 0, 0, 0, 1}};
+  {
+    TestNetns::Enter in(rig.ns);
+    ASSERT_TRUE(in.ok());
+    ASSERT_EQ(Port::open_device(unique_name("droce_packet_t") + ",iface=dv0", cfg, &port), 0);
+  }
+  EXPECT_EQ(port->driver_name(), "droce_packet");
+  EXPECT_EQ(port->rx_queues(), 1);
+  check_netdev_port(rig, *port);
+  EXPECT_EQ(port->close(), 0);
+}
+
+// A TCP segment from kSrcMac to `dst` over IPv4 or IPv6, `id` in its sequence
+// number: what the kernel's own TCP puts on a netdev droce shares.
+std::vector<uint8_t> tcp_frame(uint32_t id, const MacAddr& dst, bool ipv6) {
+  const size_t ip_len = ipv6 ? 40 : 20;
+  std::vector<uint8_t> f(14 + ip_len + 20 + 8, 0);
+  std::copy(dst.begin(), dst.end(), f.begin());
+  std::copy(kSrcMac.begin(), kSrcMac.end(), f.begin() + 6);
+  uint8_t* ip = f.data() + 14;
+  if (ipv6) {
+    f[12] = 0x86, f[13] = 0xdd;
+    ip[0] = 0x60;
+    ip[4] = 0, ip[5] = 28;  // payload: TCP header and 8 bytes
+    ip[6] = 6;              // next header: TCP
+    ip[7] = 64;
+    ip[23] = 1, ip[39] = 2;  // fd00::1 to fd00::2
+    ip[8] = ip[24] = 0xfd;
+  } else {
+    f[12] = 0x08, f[13] = 0x00;
+    ip[0] = 0x45;
+    ip[3] = static_cast<uint8_t>(ip_len + 28);
+    ip[8] = 64;
+    ip[9] = 6;  // protocol: TCP
+    ip[12] = 10, ip[15] = 1, ip[16] = 10, ip[19] = 2;
+  }
+  uint8_t* tcp = ip + ip_len;
+  tcp[0] = 0x9c, tcp[1] = 0x40, tcp[2] = 0x00, tcp[3] = 0x16;  // 40000 -> 22
+  tcp[4] = uint8_t(id >> 24), tcp[5] = uint8_t(id >> 16), tcp[6] = uint8_t(id >> 8), tcp[7] = uint8_t(id);
+  tcp[12] = 0x50, tcp[13] = 0x18;  // 20-byte header, PSH ACK
+  return f;
+}
+
+// The packet link leaves the kernel's TCP out of its ring with a socket filter
+// (the bulk of a shared netdev's traffic, none of it droce's), takes it in
+// while raw packet QPs have flow rules (Port::set_rx_all(true), what
+// CoreGroup::set_has_raw_flows asks), and leaves it out again after. Each
+// round sends an IPv4 and an IPv6 TCP segment, then a test frame: the ring
+// keeps the wire's order, so once the test frame has come, the TCP segments
+// came before it or were kept out.
+TEST(PortPacket, KernelTcpKeptOutUntilEveryFrameIsAsked) {
+  if (const std::string why = netns_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  VethRig rig;
+  ASSERT_TRUE(rig.ok) << "cannot create the veth pair in " << rig.ns.name();
+  std::unique_ptr<Port> port;
+  {
+    TestNetns::Enter in(rig.ns);
+    ASSERT_TRUE(in.ok());
+    ASSERT_EQ(Port::open_device(unique_name("droce_packet_f") + ",iface=dv0", PortConfig{}, &port), 0);
+  }
+  ASSERT_TRUE(wait_for([&] { return port->link().up; }));
+  RawSocket peer(rig.ns, "dv1");
+  ASSERT_TRUE(peer.ok());
+  const auto is_our_tcp = [](const std::vector<uint8_t>& b) {
+    if (b.size() < 14 + 40 || !std::equal(kSrcMac.begin(), kSrcMac.end(), b.begin() + 6)) return false;
+    return (b[12] == 0x08 && b[13] == 0x00 && b[14 + 9] == 6) || (b[12] == 0x86 && b[13] == 0xdd && b[14 + 6] == 6);
+  };
+  // How many of the round's two TCP segments came before its test frame (-1: the test frame never came).
+  const auto round = [&](uint32_t id) {
+    EXPECT_TRUE(peer.send(tcp_frame(id, port->mac(), false)));
+    EXPECT_TRUE(peer.send(tcp_frame(id + 1, port->mac(), true)));
+    EXPECT_TRUE(peer.send(test_frame(id + 2, 100, port->mac())));
+    int tcp = 0;
+    bool marker = false;
+    wait_for([&] {
+      rte_mbuf* got[32];
+      const uint16_t n = port->rx_burst(0, got, 32);
+      for (uint16_t k = 0; k < n; ++k) {
+        const std::vector<uint8_t> b = bytes_of(got[k]);
+        if (is_our_tcp(b)) ++tcp;
+        if (is_test_frame(b) && seq_of(b) == id + 2) marker = true;
+        rte_pktmbuf_free(got[k]);
+      }
+      return marker;
+    });
+    return marker ? tcp : -1;
+  };
+  EXPECT_EQ(round(100), 0) << "the kernel's TCP reached the ring with the filter on";
+  ASSERT_EQ(port->set_rx_all(true), 0);
+  EXPECT_EQ(round(200), 2) << "TCP kept out while every frame was asked for";
+  ASSERT_EQ(port->set_rx_all(false), 0);
+  EXPECT_EQ(round(300), 0) << "the filter did not come back";
+  EXPECT_EQ(port->close(), 0);
+}
+
 TEST(PortAfXdp, VethInNamespace) {
   if (const std::string why = netns_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   VethRig rig;
