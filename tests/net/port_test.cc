@@ -821,6 +821,12 @@ struct VethRig {
     ok = ns.ok() && ns.sh("link add dv0 type veth peer name dv1") == 0 &&
          ns.sh("link set dv0 up") == 0 && ns.sh("link set dv1 up") == 0;
   }
+  // Port::open_device from inside the namespace (a link finds dv0 by name there);
+  // -ECHILD when the thread cannot enter it.
+  int open(const std::string& devargs, const PortConfig& cfg, std::unique_ptr<Port>* port) const {
+    TestNetns::Enter in(ns);
+    return in.ok() ? Port::open_device(devargs, cfg, port) : -ECHILD;
+  }
 };
 
 // The kernel-netdev checks shared by af_packet and af_xdp: frames both ways
@@ -933,11 +939,7 @@ TEST(PortAfPacket, VethInNamespace) {
   cfg.rx_queues = 4;  // af_packet has qpairs (default 1) queues: clamped
   cfg.tx_queues = 4;
   const std::string dev = unique_name("net_af_packet_t");
-  {
-    TestNetns::Enter in(rig.ns);
-    ASSERT_TRUE(in.ok());
-    ASSERT_EQ(Port::open_device(dev + ",iface=dv0", cfg, &port), 0);
-  }
+  ASSERT_EQ(rig.open(dev + ",iface=dv0", cfg, &port), 0);
   EXPECT_EQ(port->driver_name(), "net_af_packet");
   EXPECT_EQ(port->rx_queues(), 1);
   EXPECT_EQ(port->tx_queues(), 1);
@@ -1015,11 +1017,7 @@ TEST(PortAfPacket, RxWakeUpIsTheQueuesSocket) {
   std::unique_ptr<Port> port;
   PortConfig cfg;
   cfg.rx_interrupts = true;
-  {
-    TestNetns::Enter in(rig.ns);
-    ASSERT_TRUE(in.ok());
-    ASSERT_EQ(Port::open_device(unique_name("net_af_packet_w") + ",iface=dv0", cfg, &port), 0);
-  }
+  ASSERT_EQ(rig.open(unique_name("net_af_packet_w") + ",iface=dv0", cfg, &port), 0);
   check_socket_wake_up(rig, *port, AF_PACKET);
 }
 
@@ -1038,14 +1036,8 @@ TEST(PortAfPacket, JumboFramesWithFrameSize) {
   cfg.tx_ring_size = 256;
   cfg.mbuf_data_room = 16384;
   cfg.mtu = 9000;
-  {
-    TestNetns::Enter in(rig.ns);
-    ASSERT_TRUE(in.ok());
-    ASSERT_EQ(Port::open_device(unique_name("net_af_packet_j") +
-                                    ",iface=dv0,framesz=16384,blocksz=16384,framecnt=256",
-                                cfg, &port),
-              0);
-  }
+  const std::string devargs = unique_name("net_af_packet_j") + ",iface=dv0,framesz=16384,blocksz=16384,framecnt=256";
+  ASSERT_EQ(rig.open(devargs, cfg, &port), 0);
   EXPECT_EQ(port->mtu_result(), -EINVAL) << "22.11's af_packet now takes MTU 9000: simplify";
   EXPECT_EQ(port->mtu(), RTE_ETHER_MTU);
   EXPECT_EQ(port->netdev_mtu(), 9000);
@@ -1088,11 +1080,7 @@ TEST(PortPacket, VethInNamespace) {
   std::unique_ptr<Port> port;
   PortConfig cfg;
   cfg.multicast = {{0x33, 0x33, 0, 0, 0, 1}};
-  {
-    TestNetns::Enter in(rig.ns);
-    ASSERT_TRUE(in.ok());
-    ASSERT_EQ(Port::open_device(unique_name("droce_packet_t") + ",iface=dv0", cfg, &port), 0);
-  }
+  ASSERT_EQ(rig.open(unique_name("droce_packet_t") + ",iface=dv0", cfg, &port), 0);
   EXPECT_EQ(port->driver_name(), "droce_packet");
   EXPECT_EQ(port->rx_queues(), 1);
   check_netdev_port(rig, *port);
@@ -1142,11 +1130,7 @@ TEST(PortPacket, KernelTcpKeptOutUntilEveryFrameIsAsked) {
   VethRig rig;
   ASSERT_TRUE(rig.ok) << "cannot create the veth pair in " << rig.ns.name();
   std::unique_ptr<Port> port;
-  {
-    TestNetns::Enter in(rig.ns);
-    ASSERT_TRUE(in.ok());
-    ASSERT_EQ(Port::open_device(unique_name("droce_packet_f") + ",iface=dv0", PortConfig{}, &port), 0);
-  }
+  ASSERT_EQ(rig.open(unique_name("droce_packet_f") + ",iface=dv0", PortConfig{}, &port), 0);
   ASSERT_TRUE(wait_for([&] { return port->link().up; }));
   RawSocket peer(rig.ns, "dv1");
   ASSERT_TRUE(peer.ok());
@@ -1190,12 +1174,7 @@ TEST(PortAfXdp, VethInNamespace) {
   PortConfig cfg;
   cfg.multicast = {{0x33, 0x33, 0, 0, 0, 1}};
   const std::string dev = unique_name("net_af_xdp_t");
-  int rc = 0;
-  {
-    TestNetns::Enter in(rig.ns);
-    ASSERT_TRUE(in.ok());
-    rc = Port::open_device(dev + ",iface=dv0,start_queue=0,queue_count=1", cfg, &port);
-  }
+  const int rc = rig.open(dev + ",iface=dv0,start_queue=0,queue_count=1", cfg, &port);
   if (rc != 0) GTEST_SKIP() << "net_af_xdp refused on this kernel: " << rte_strerror(-rc);
   EXPECT_EQ(port->driver_name(), "net_af_xdp");
   check_netdev_port(rig, *port);
@@ -1224,12 +1203,7 @@ TEST(PortAfXdp, RxWakeUpIsTheQueuesXskSocket) {
   std::unique_ptr<Port> port;
   PortConfig cfg;
   cfg.rx_interrupts = true;
-  int rc = 0;
-  {
-    TestNetns::Enter in(rig.ns);
-    ASSERT_TRUE(in.ok());
-    rc = Port::open_device(unique_name("net_af_xdp_w") + ",iface=dv0,start_queue=0,queue_count=1", cfg, &port);
-  }
+  const int rc = rig.open(unique_name("net_af_xdp_w") + ",iface=dv0,start_queue=0,queue_count=1", cfg, &port);
   if (rc != 0) GTEST_SKIP() << "net_af_xdp refused on this kernel: " << rte_strerror(-rc);
   check_socket_wake_up(rig, *port, 44 /* AF_XDP */);
   const int fd = port->rx_interrupt_fd(0);
@@ -1252,13 +1226,8 @@ TEST(PortAfXdp, CopyModeWithoutBusyPollingIsAccepted) {
   std::unique_ptr<Port> port;
   PortConfig cfg;
   cfg.rx_interrupts = true;
-  int rc = 0;
-  {
-    TestNetns::Enter in(rig.ns);
-    ASSERT_TRUE(in.ok());
-    rc = Port::open_device(unique_name("net_af_xdp_b") + ",iface=dv0,start_queue=0,queue_count=1,busy_budget=0",
-                           cfg, &port);
-  }
+  const int rc =
+      rig.open(unique_name("net_af_xdp_b") + ",iface=dv0,start_queue=0,queue_count=1,busy_budget=0", cfg, &port);
   if (rc != 0) GTEST_SKIP() << "net_af_xdp refused on this kernel: " << rte_strerror(-rc);
   ASSERT_TRUE(port->rx_interrupts_enabled());
   const int fd = port->rx_interrupt_fd(0);
