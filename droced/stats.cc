@@ -104,6 +104,11 @@ Json ports_section(const StatsSources& s) {
   p["mac"] = rocev2::format_mac(port.mac());
   p["mtu"] = port.wire_mtu();
   p["offloads"] = hw_offload::select_offloads(port).name;  // what the engines were given at start
+  // On a netdev shared with the kernel (--netdev), what keeps the kernel from taking in droce's
+  // RoCE frames a second time: droce's XDP program (af_xdp), its TC ingress filter (af_packet,
+  // packet), or nothing (droced warned at start; the kernel then segments and receives each).
+  if (!s.cfg->netdev.empty())
+    p["kernel_filter"] = s.xdp == nullptr ? "none" : s.xdp->on_tc() ? "tc droce_tc" : "xdp droce_xdp";
   p["state"] = link.up ? "ACTIVE" : "DOWN";
   p["speed_mbps"] = link.speed_mbps;
   p["rx_queues"] = port.rx_queues();

@@ -81,6 +81,8 @@ class XdpFilter {
   /// The program's counters summed over CPUs. 0 or -errno.
   int counters(XdpFilterCounters* out) const;
   uint32_t program_id() const { return prog_id_; }
+  /// The TC ingress filter of attach_tc(), not the XDP program the PMD attached.
+  bool on_tc() const { return tc_ifindex_ != 0; }
 
  private:
   XdpFilter() = default;

@@ -310,6 +310,14 @@ print(x["rx_gso_frames"], x["rx_gso_segments"], x["rx_gso_refused"])' 2>/dev/nul
       bad "$link: TC filter: kept ${kept:-?}, IpInReceives grew by $((ipin2 - ipin1))"
     fi
   fi
+  # `droce ports` names the filter that keeps the kernel off droce's frames ("none" would mean
+  # droced found no program: the kernel then takes in every RoCE frame a second time).
+  want_filter="tc droce_tc"
+  [ "$link" = af_xdp ] && want_filter="xdp droce_xdp"
+  filter=$(inns h1 "$droce" ports --json --socket "/run/droce-lab/$name/h1/droce0.sock" |
+           python3 -c 'import json, sys; print(json.load(sys.stdin)[0].get("kernel_filter", "-"))')
+  [ "$filter" = "$want_filter" ] && pass "$link: droce ports names the kernel filter ($filter)" \
+                                 || bad "$link: droce ports: kernel_filter '$filter', want '$want_filter'"
   [ "$noise1" = "$noise2" ] && pass "$link: the kernel answered no RoCE packet (UdpNoPorts/unreachables $noise1)" \
                             || bad "$link: the kernel sent unreachables ($noise1 -> $noise2)"
   gid_follows
