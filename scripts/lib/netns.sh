@@ -104,6 +104,19 @@ wait_for() {
   return 2
 }
 
+# start_watcher OUT COMMAND [ARGS...]: a `droce events` COMMAND in the background, its output in
+# OUT, WATCHER_PID its pid; 0 once it printed "watching" (its context is open: it hears what
+# happens from now on), else non-zero after 20 s. OUT is removed first: the background job opens
+# it, and a wait that read an earlier run's "watching" would go on before this watcher listens.
+start_watcher() {
+  local out=$1
+  shift
+  rm -f "$out"
+  "$@" >"$out" 2>&1 &
+  WATCHER_PID=$!
+  wait_for -p "$WATCHER_PID" 20 grep -qs watching "$out"
+}
+
 # tcp_listening NS PORT: 0 if a TCP socket listens on PORT (IPv4 or IPv6) in namespace NS, else 1.
 tcp_listening() {
   # shellcheck disable=SC2016 # awk's program

@@ -146,12 +146,9 @@ gid_shown() { inns h1 "$droce" gids --socket "$1" 2>/dev/null | grep -q "10.71.9
 gid_gone() { ! gid_shown "$1"; }
 gid_follows() {
   local sock=/run/droce-lab/$name/h1/droce0.sock
-  # A file of its own each time: the redirect opens it in the background job, and a wait that
-  # read the last link's "watching" would change the address before this watcher's hello.
-  rm -f "$work/events.txt"
-  timeout 10 ip netns exec "$name-h1" "$droce" events --count 2 --timeout 5 --socket "$sock" >"$work/events.txt" 2>&1 &
-  local epid=$!
-  wait_for 10 grep -qs watching "$work/events.txt" || { bad "$link: droce events did not start"; return; }
+  start_watcher "$work/events.txt" timeout 10 ip netns exec "$name-h1" "$droce" events --count 2 --timeout 5 \
+    --socket "$sock" || { bad "$link: droce events did not start"; return; }
+  local epid=$WATCHER_PID
   inns h1 ip addr add 10.71.9.1/24 dev eth0
   if wait_for 1 gid_shown "$sock"; then pass "$link: ip addr add shows in droce gids within a second"
   else bad "$link: 10.71.9.1 not in droce gids a second after ip addr add"; fi
@@ -173,10 +170,9 @@ link_flap() {
   local sock=/run/droce-lab/$name/h1/droce0.sock
   # Every event for 3 s: the kernel also takes h1's IPv6 address away as eth0 goes down (GID
   # changes come in between).
-  rm -f "$work/flap.txt"  # the last link's holds "watching" (gid_follows)
-  timeout 15 ip netns exec "$name-h1" "$droce" events --timeout 3 --socket "$sock" >"$work/flap.txt" 2>&1 &
-  local epid=$!
-  wait_for 10 grep -qs watching "$work/flap.txt" || { bad "$link: droce events did not start"; return; }
+  start_watcher "$work/flap.txt" timeout 15 ip netns exec "$name-h1" "$droce" events --timeout 3 --socket "$sock" ||
+    { bad "$link: droce events did not start"; return; }
+  local epid=$WATCHER_PID
   local downs0 downs1
   downs0=$(inns h1 "$droce" counters --socket "$sock" | awk '$1 == "link_downs" {print $2}')
   inns h1 sh -c 'ip link set eth0 down && ip link set eth0 up'

@@ -197,13 +197,9 @@ for pmd in "${pmds[@]}"; do
   [ "$pmd" = net_af_packet ] && verbs_programs
 
   # Link down and up on B's end of the veth.
-  # The last link's file goes first: the redirect below opens the new one in the background job,
-  # and a wait that read the old "watching" took the link down before this watcher's hello (it
-  # then heard nothing: one failure in three under load).
-  rm -f "$work/events.txt"
-  "$droce" events --socket "$(sock_a)" --count 2 --timeout 20 >"$work/events.txt" 2>&1 &
-  watcher=$!
-  wait_for 20 grep -qs watching "$work/events.txt" || bad "$pmd: droce events did not start watching"
+  start_watcher "$work/events.txt" "$droce" events --socket "$(sock_a)" --count 2 --timeout 20 ||
+    bad "$pmd: droce events did not start watching"
+  watcher=$WATCHER_PID
   ip -n "$nsb" link set vb down
   if wait_port "$(sock_b)" DOWN && wait_port "$(sock_a)" DOWN; then
     pass "$pmd: link down on vb: both ports DOWN"
