@@ -538,11 +538,16 @@ if [ "$netns" = 1 ]; then
       section="droce $pmd veth (netns)"
       echo "== droce over net_$pmd on the veth"
       if droced_up "$pmd"; then
-        # Without droce's TC filter the receiving kernel segments and takes in every RoCE frame
-        # a second time (tens of percent of the rates): say so beside the numbers it skews.
-        if grep -h "no TC filter" "$work/nsa-$pmd.log" "$work/nsb-$pmd.log" 2>/dev/null | head -1 | grep .; then
-          echo "  WARNING: these $pmd numbers are without droce's TC filter (see the line above)"
-        fi
+        # Without droce's filter the receiving kernel segments and takes in every RoCE frame a
+        # second time (tens of percent of the rates): say so beside the numbers it skews.
+        for ks in "$sock_a" "$sock_b"; do
+          kf=$(build/release/apps/droce ports --json --socket "$ks" |
+               python3 -c 'import json, sys; print(json.load(sys.stdin)[0].get("kernel_filter", "?"))' 2>/dev/null) ||
+            kf='?'
+          if [ "$kf" = none ]; then
+            echo "  WARNING: these $pmd numbers are without droce's filter ($ks: kernel_filter none)"
+          fi
+        done
         droce_section
         # The kernel's own TCP on the veth as droced leaves it: with droce's XDP program on it
         # (af_xdp) a veth sends without segmentation offload, one skb per MTU-sized frame, as
