@@ -75,7 +75,8 @@ int status_command(std::string_view cmd, const std::vector<std::string_view>& ar
                   field(*d, "node_guid").c_str(), field(*d, "socket").c_str(), field(*d, "clients").c_str());
   }
   if (cmd == "ports" || cmd == "status")
-    table(all, "ports", {"port", "state", "driver", "mac", "mtu", "speed_mbps", "offloads", "devargs", "kernel_filter"});
+    table(all, "ports",
+          {"port", "state", "driver", "mac", "mtu", "speed_mbps", "offloads", "devargs", "kernel_filter"});
   if (cmd == "gids" || cmd == "status") table(all, "gids", {"index", "gid", "address", "type", "vlan"});
   if (cmd == "cores" || cmd == "status")
     table(all, "cores", {"core", "lcore", "mode", "policy", "cpus", "rx_queue", "tx_queue", "clients", "qps",
