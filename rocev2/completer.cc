@@ -176,6 +176,12 @@ void Engine::completer_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint6
     ++counters_.rx_unexpected;
     return;
   }
+  if (r.paging) {
+    // A response before this one waits for its on-demand pages: this one is asked for again
+    // with it (completer_ask_again), so it is not taken now (nor read as a gap).
+    ++q->counters.dropped;
+    return;
+  }
 
   if (info.kind == OpKind::atomic_ack) {
     if ((w->wr.opcode != WrOpcode::atomic_cmp_and_swp && w->wr.opcode != WrOpcode::atomic_fetch_and_add) ||
@@ -188,6 +194,10 @@ void Engine::completer_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint6
     if (mrs_.check_local(sge.lkey, q->pd, sge.addr, 8, kAccessLocalWrite, &mr) != MrCheck::ok) {
       w->has_local_error = true;
       w->local_error = WcStatus::loc_prot_err;
+    } else if (OdpReady o = mr_ready(*mr, sge.addr, 8, true); o != OdpReady::now) {
+      r.paging = true;  // the atomic is asked for again; the responder answers from its resources
+      odp_wait(q, o);
+      return;
     } else {
       const uint64_t orig = p.hdr.ext.atomic_ack_eth.orig;
       if (!mr_write(*mr, sge.addr, &orig, 8)) {  // host order, as the application reads it
@@ -253,7 +263,15 @@ void Engine::completer_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint6
     completer_fail(q, WcStatus::bad_resp_err);  // C9-? a response that does not fit the request
     return;
   }
-  // Place the data in the local list at resp_bytes.
+  // Place the data in the local list at resp_bytes, once its on-demand pages are in: until
+  // then this response and those after it are dropped, and asked for again (not counted as lost).
+  if (OdpReady o = sges_ready(q, w->wr.sg_list, w->wr.num_sge, w->resp_bytes, len, true,
+                              w->length - w->resp_bytes - len);
+      o != OdpReady::now) {
+    r.paging = true;
+    odp_wait(q, o);
+    return;
+  }
   WcStatus err = WcStatus::success;
   if (!scatter(q, w->wr.sg_list, w->wr.num_sge, w->resp_bytes, m, p.layout.payload_off, len, &err)) {
     w->has_local_error = true;
@@ -274,6 +292,14 @@ void Engine::completer_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, uint6
     w->resp_complete = true;
     completer_retire(q, psn, now_ns);
   }
+}
+
+void Engine::completer_ask_again(Qp* q) {
+  q->req.paging = false;
+  if (q->state != QpState::rts && q->state != QpState::sqd) return;
+  // The READ goes again from its next response PSN (requester_send_one), for what has not
+  // been placed; an atomic goes again whole and the responder answers it from its resources.
+  if (SendWqe* w = oldest_pending_response(q); w != nullptr) requester_rewind(q, w->first_psn);
 }
 
 }  // namespace droce::rocev2

@@ -545,7 +545,7 @@ void Engine::rx_multicast(const ParsedPacket& p, const rte_mbuf* m) {
     if (own && q->block_self_mcast_loopback && p.hdr.ext.deth.src_qp == qpn) continue;
     ++q->counters.rx_packets;
     q->counters.rx_bytes += m->pkt_len;
-    responder_ud_rx(q, p, m);
+    responder_ud_rx(q, p, m, nullptr);
   }
 }
 
@@ -933,6 +933,18 @@ void Engine::note_rate_rises(Qp* q, uint64_t before) {
   DROCE_PROBE(rate_change, q->qpn, static_cast<uint64_t>(q->rp.rc()), static_cast<uint64_t>(q->rp.rt()));
 }
 
+void Engine::odp_wait(Qp* q, OdpReady why) {
+  constexpr uint64_t kFirstNs = 16'000, kMaxNs = 1'000'000;
+  ++q->counters.odp_page_waits;
+  DROCE_PROBE(odp_page_wait, q->qpn, static_cast<unsigned>(why));
+  if (q->odp_queued != 0) return;  // already coming back
+  // A fault that just began is looked at again soon; one still on its way, less and less often.
+  const bool again = why == OdpReady::waiting && q->odp_interval_ns != 0;
+  q->odp_interval_ns = again ? std::min(2 * q->odp_interval_ns, kMaxNs) : kFirstNs;
+  q->odp_queued = now_ns_ + q->odp_interval_ns;
+  timers_.arm(q->qpn, kOdpTimer, q->odp_queued, q->incarnation);
+}
+
 void Engine::arm_pace_timer(Qp* q, uint64_t deadline_ns) {
   Qp::Requester& r = q->req;
   if (r.pace_queued == 0 || r.pace_queued > deadline_ns) {
@@ -1034,7 +1046,7 @@ void Engine::rx_burst(rte_mbuf** frames, uint16_t n, uint64_t now_ns) {
     q->counters.rx_bytes += m->pkt_len;
     if ((p.hdr.l3.tos & net::kEcnMask) == net::kEcnCe) [[unlikely]] np_rx_ce(q, p);
     bool kept = false;
-    if (q->type == QpType::ud) responder_ud_rx(q, p, m);
+    if (q->type == QpType::ud) responder_ud_rx(q, p, m, &kept);
     else if (info.responder) completer_rx(q, p, m, now_ns);
     else responder_rx(q, p, m, now_ns, &kept);
     if (!kept) rte_pktmbuf_free(m);
@@ -1048,6 +1060,17 @@ void Engine::on_timer(uint32_t qpn, uint32_t kind, uint32_t gen, uint64_t deadli
   if (kind == kPaceTimer) {
     if (deadline == r.pace_queued) r.pace_queued = 0;
     if (q->state == QpState::rts || q->state == QpState::sqd) mark_ready(q);  // its turn may come
+    return;
+  }
+  if (kind == kOdpTimer) {
+    if (deadline == q->odp_queued) q->odp_queued = 0;
+    if (q->odp_queued != 0) return;  // an earlier entry; the QP comes back at the later one
+    // Try again what waited for on-demand pages: the held request first (poll's replay), the
+    // paused READ stream, the send not yet built; a response that could not be placed is asked
+    // for again. Whatever still finds its pages out waits once more.
+    q->resp.paging = false;
+    if (r.paging) completer_ask_again(q);
+    mark_ready(q);
     return;
   }
   if (kind == kRnrTimer) {
@@ -1104,8 +1127,11 @@ void Engine::poll(uint64_t now_ns) {
     if (q == nullptr) continue;
     q->on_ready_list = false;
     if (q->resp.ack_pending) responder_send_ack(q);
-    if (q->resp.reading) responder_read_run(q, &budget);
-    if (!q->resp.reading && !q->resp.held.empty()) responder_replay_held(q, now_ns);
+    if (q->resp.reading && !q->resp.paging) responder_read_run(q, &budget);
+    if (!q->resp.reading && !q->resp.paging && !q->resp.held.empty()) {
+      responder_replay_held(q, now_ns);
+      if (q->resp.ack_pending) responder_send_ack(q);  // what the replay acknowledged, now
+    }
     requester_run(q, now_ns, &budget);
   }
   flush_tx();

@@ -341,7 +341,7 @@ class Engine {
 
  private:
   friend class EngineRoles;
-  enum TimerKind : uint32_t { kRetryTimer = 0, kRnrTimer = 1, kPaceTimer = 2 };
+  enum TimerKind : uint32_t { kRetryTimer = 0, kRnrTimer = 1, kPaceTimer = 2, kOdpTimer = 3 };
 
   // engine.cc
   Qp* lookup(uint32_t qpn);
@@ -404,6 +404,21 @@ class Engine {
   void window_cut(Qp* qp);
   void window_grow(Qp* qp, uint32_t acked);
   bool gather(Qp* qp, SendWqe& w, uint32_t offset, uint32_t len, uint8_t* dst, WcStatus* err);
+  /// Whether the on-demand pages under [offset, offset + len) of a scatter/gather list can be
+  /// copied now (mr_ready; the first answer that is not `now`); entries that fail their key
+  /// check count as ready (the copy reports them). `write`: to be written. `ahead`: bytes of
+  /// the operation after these, in the list (each entry's own rest of them is offered).
+  OdpReady sges_ready(Qp* qp, const Sge* sges, uint32_t num_sge, uint32_t offset, uint32_t len, bool write,
+                      uint64_t ahead = 0) {
+    if (!mrs_.has_odp()) [[likely]] return OdpReady::now;  // the pinned data path: one branch
+    return odp_sges_ready(qp, sges, num_sge, offset, len, write, ahead);
+  }
+  OdpReady odp_sges_ready(Qp* qp, const Sge* sges, uint32_t num_sge, uint32_t offset, uint32_t len, bool write,
+                          uint64_t ahead);
+  /// The QP waits for on-demand pages (OdpMemory::ready said `why`) and counts it: the ODP
+  /// timer comes back 16 us after a fault began, twice as long each time one is still on its
+  /// way (to 1 ms).
+  void odp_wait(Qp* qp, OdpReady why);
 
   // completer.cc
   void completer_rx(Qp* qp, const ParsedPacket& p, const rte_mbuf* m, uint64_t now_ns);
@@ -415,6 +430,10 @@ class Engine {
   /// Completes the acknowledged WQEs at the send queue's tail, oldest first.
   RetireStop retire_acknowledged(Qp* qp);
   void completer_fail(Qp* qp, WcStatus status);
+  /// The ODP timer after a response could not be placed (Qp::Requester::paging): the READ or
+  /// atomic it answered is sent again (a READ from what already arrived; an atomic is answered
+  /// from the responder's resources, not done twice).
+  void completer_ask_again(Qp* qp);
 
   // responder.cc
   /// Sets *kept when it holds on to `m` (the caller must not free it).
@@ -422,7 +441,10 @@ class Engine {
   /// Processes requests held behind a READ that has finished streaming.
   void responder_replay_held(Qp* qp, uint64_t now_ns);
   void drop_held(Qp* qp);
-  void responder_ud_rx(Qp* qp, const ParsedPacket& p, const rte_mbuf* m);
+  /// `kept` nullptr: the frame is shared (multicast) and cannot be held, a datagram whose
+  /// on-demand pages are not in is dropped; otherwise the caller owns `m`, and *kept is set
+  /// as responder_rx's.
+  void responder_ud_rx(Qp* qp, const ParsedPacket& p, const rte_mbuf* m, bool* kept);
   void responder_send_ack(Qp* qp);
   void responder_nak(Qp* qp, uint8_t syndrome, uint32_t psn);
   void responder_read_run(Qp* qp, uint32_t* budget);

@@ -68,6 +68,7 @@ int MrTable::reg_odp(uint32_t pd, uint64_t va, uint64_t length, OdpMemory* odp, 
   (*out)->length = length;
   (*out)->odp = odp;
   (*out)->odp_addr = va;
+  ++odp_regions_;
   return 0;
 }
 
@@ -95,6 +96,7 @@ int MrTable::dereg(uint32_t lkey) {
   mr->remote_key_valid = false;
   free_.push_back(lkey >> 8);
   --registered_;
+  if (mr->odp != nullptr) --odp_regions_;
   return 0;
 }
 

@@ -39,11 +39,38 @@
 namespace droce::rocev2 {
 
 /// How the engine reads and writes an on-demand-paged region: by the
-/// application's own virtual address. Implementations may block (a page
-/// fault in the application's process) and may make a system call; they are
-/// called only for ODP regions, on the lcore that owns the table.
+/// application's own virtual address. Implementations may make a system call;
+/// they are called only for ODP regions, on the lcore that owns the table.
+///
+/// Page faults, as an HCA takes them: before it touches a range the engine asks
+/// ready(). An implementation that would have to wait for the application's
+/// pages (not present: swap, a file, a page never touched) answers "not now"
+/// and brings them in elsewhere, off the engine's lcore; the engine then parks
+/// what needed them (a request held, a READ's responses paused, a send not yet
+/// built, a response dropped to be asked for again) and asks again on its ODP
+/// timer (Engine: kOdpTimer, 16 us after a fault begins, backing off to 1 ms
+/// while one is still on its way). Nothing the peer sees changes but time: no
+/// NAK, no retry spent. read() and write() after `now` should not wait on I/O;
+/// they may still fail (EIO: unmapped).
+enum class OdpReady : uint8_t {
+  now,       ///< copy now
+  faulting,  ///< not in: bringing them in began with this answer
+  waiting,   ///< not in: still on the way (an earlier answer began it)
+};
+
 class OdpMemory {
  public:
+  /// Whether [addr, addr + n) can be copied now without waiting on a fault
+  /// (`write`: for writing). `ahead`: bytes after the range that the same
+  /// operation reaches next, at the addresses that follow (a WRITE's rest, a
+  /// READ's); a fault may bring them in too, as an HCA's ODP fault prefetches
+  /// the operation's range. A range that can never come in (unmapped) must
+  /// eventually answer `now`, so that the read or write that follows fails and
+  /// becomes the access error.
+  virtual OdpReady ready(uint64_t addr, size_t n, bool write, uint64_t ahead) {
+    (void)addr, (void)n, (void)write, (void)ahead;
+    return OdpReady::now;
+  }
   /// Copies `n` bytes at the application's address `addr` to `dst`. False when
   /// any byte of the range is not mapped (or not readable) in the application:
   /// the caller turns it into an access error, never a crash.
@@ -169,6 +196,9 @@ class MrTable {
   void unbind_qp(uint32_t qpn);
 
   size_t registered() const { return registered_; }
+  /// Whether any on-demand-paged region is registered: the data path asks ODP's questions
+  /// (Engine::sges_ready) only then.
+  bool has_odp() const { return odp_regions_ != 0; }
 
  private:
   static MrCheck bounds(const Mr& mr, uint64_t va, uint64_t len) {
@@ -187,6 +217,7 @@ class MrTable {
   size_t free_head_ = 0;
   std::vector<uint8_t> key_byte_;
   size_t registered_ = 0;
+  size_t odp_regions_ = 0;
   size_t bound_type2_ = 0;  ///< type 2 windows bound to a QP (unbind_qp skips its scan without)
 };
 
@@ -194,6 +225,15 @@ class MrTable {
 inline uint8_t* mr_host(const Mr& mr, uint64_t va) { return mr.host + (va - mr.va); }
 /// The application's address of va inside a checked ODP region.
 inline uint64_t mr_odp_addr(const Mr& mr, uint64_t va) { return mr.odp_addr + (va - mr.va); }
+
+/// Whether [va, va + n) of a checked region can be copied without waiting on a
+/// page fault (OdpMemory::ready; always for pinned regions). `ahead` is bounded
+/// by the region's end.
+inline OdpReady mr_ready(const Mr& mr, uint64_t va, size_t n, bool write, uint64_t ahead = 0) {
+  if (mr.odp == nullptr) [[likely]] return OdpReady::now;
+  const uint64_t room = mr.length - (va - mr.va) - n;  // va and n are inside the region
+  return mr.odp->ready(mr_odp_addr(mr, va), n, write, ahead < room ? ahead : room);
+}
 
 /// Copies [va, va + n) of a checked region to dst. False only for an ODP
 /// region whose pages are not all mapped in the application.

@@ -19,6 +19,9 @@
 //   rate_change           qpn, rc, rt             DCQCN cut or raised the QP's rate: current and
 //                                                 target, Mbit/s (rocev2/dcqcn.h); 0 and 0 when
 //                                                 an increase released it to the line rate
+//   odp_page_wait         qpn, why                an access waits for on-demand-paged memory to
+//                                                 come in: why 1, a fault began; 2, one is still
+//                                                 on its way (rocev2::OdpReady)
 //   queue_mark            rule, bytes, depth      a congestion point (droced/fault_stage.h) set CE
 //                                                 on a frame of `bytes`, finding `depth` queued
 //   queue_drop            rule, bytes, depth      a congestion point dropped a frame (buffer

@@ -124,6 +124,7 @@ struct QpCounters {
   uint64_t read_replays = 0, atomic_replays = 0;
   uint64_t dropped = 0;
   uint64_t held_requests = 0;
+  uint64_t odp_page_waits = 0;
 
   QpCounters& operator+=(const QpCounters& o);
 };
@@ -158,6 +159,8 @@ inline constexpr core::Counter<QpCounters> kQpCounters[] = {
     {"atomic_replays", &QpCounters::atomic_replays, "atomic responses sent again for a duplicate request"},
     {"dropped", &QpCounters::dropped, "packets the QP dropped (UC gap, bad Q_Key, ...)"},
     {"held_requests", &QpCounters::held_requests, "requests held behind a streaming READ"},
+    {"odp_page_waits", &QpCounters::odp_page_waits,
+     "accesses that waited for on-demand-paged memory to come in (mlx5: page faults)"},
 };
 static_assert(core::covers(kQpCounters));
 
@@ -231,6 +234,9 @@ struct Qp {
     uint32_t ssthresh = 0;
     uint32_t acked_credit = 0;
     bool drained_notified = false;
+    /// A READ response or atomic ACK could not be placed: its on-demand pages are coming in.
+    /// Responses are dropped until the ODP timer asks for them again (requester_rewind).
+    bool paging = false;
   } req;
 
   // Responder.
@@ -257,6 +263,11 @@ struct Qp {
     /// their mbufs) and processed in order once its responses are out.
     /// Capacity reserved at QP creation (kMaxHeldRequests).
     std::vector<rte_mbuf*> held;
+    /// A request (or a READ's next response) waits for on-demand pages to come in: it is
+    /// first in `held` (a READ's stream stays paused), and what arrives after it is held
+    /// behind it, until the ODP timer tries again (Engine::on_timer, kOdpTimer).
+    bool paging = false;
+    bool replaying = false;  ///< responder_replay_held is running: what it replays is not held again
     // Coalesced acknowledgement.
     bool ack_pending = false;
     uint32_t ack_psn = 0;
@@ -273,6 +284,9 @@ struct Qp {
   std::unique_ptr<RawRss> rss;
   bool on_ready_list = false;
   bool error_flushed = false;
+  // Waiting for on-demand pages (Engine::odp_wait): the ODP timer's entry and its back-off.
+  uint64_t odp_queued = 0;       ///< deadline of the ODP entry in the timer heap; 0: none
+  uint64_t odp_interval_ns = 0;  ///< the last wait's length (doubles while a fault is still on its way)
 };
 
 /// Requests a responder holds behind a streaming READ before it drops more

@@ -64,6 +64,27 @@ bool Engine::gather(Qp* q, SendWqe& w, uint32_t offset, uint32_t len, uint8_t* d
   return true;
 }
 
+OdpReady Engine::odp_sges_ready(Qp* q, const Sge* sges, uint32_t num_sge, uint32_t offset, uint32_t len,
+                                bool write, uint64_t ahead) {
+  uint32_t skip = offset;
+  for (uint32_t i = 0; i < num_sge && len > 0; ++i) {
+    const Sge& sge = sges[i];
+    if (skip >= sge.length) {
+      skip -= sge.length;
+      continue;
+    }
+    const uint32_t n = std::min(sge.length - skip, len);
+    Mr* mr = nullptr;
+    if (mrs_.check_local(sge.lkey, q->pd, sge.addr + skip, n, 0, &mr) == MrCheck::ok) {
+      const uint64_t rest = len == n ? std::min<uint64_t>(ahead, sge.length - skip - n) : 0;
+      if (OdpReady r = mr_ready(*mr, sge.addr + skip, n, write, rest); r != OdpReady::now) return r;
+    }
+    len -= n;
+    skip = 0;
+  }
+  return OdpReady::now;
+}
+
 void Engine::requester_run(Qp* q, uint64_t now_ns, uint32_t* budget) {
   if (q->state != QpState::rts && q->state != QpState::sqd) return;
   if (q->req.rnr_until != 0) return;  // waiting out an RNR NAK
@@ -131,6 +152,17 @@ bool Engine::requester_send_one(Qp* q, uint64_t now_ns) {
   // 24-bit PSN comparisons stay unambiguous: a huge READ waits for the rest.
   if (new_wqe && rc && psn_diff(r.next_psn, r.unacked_psn) + int64_t{w.npackets} >= (int64_t{1} << 23) - 1)
     return false;
+  // A packet whose payload lies on on-demand pages not yet in waits for them before anything of
+  // it is decided (its PSN, its ACK request): the ODP timer brings the QP back.
+  if (!response && !(w.wr.send_flags & kSendInline) && w.wr.opcode != WrOpcode::local_inv &&
+      w.wr.opcode != WrOpcode::bind_mw && mrs_.has_odp()) {
+    const uint32_t n = std::min(q->mtu, w.length - r.next_offset);
+    if (OdpReady o = sges_ready(q, w.wr.sg_list, w.wr.num_sge, r.next_offset, n, false, w.length - r.next_offset - n);
+        o != OdpReady::now) {
+      odp_wait(q, o);
+      return false;
+    }
+  }
   if (new_wqe) {
     w.first_psn = r.next_psn;
     w.last_psn = psn_add(r.next_psn, w.npackets == 0 ? kPsnMask : w.npackets - 1);  // npackets 0: the PSN before

@@ -120,6 +120,7 @@ struct Engine::ResponderRequest {
   Verdict serve_atomic();
   Verdict execute_atomic();
   Verdict atomic_odp(uint64_t* orig);
+  Verdict page_wait(OdpReady why);
   void send_atomic_ack(uint32_t at_psn, uint32_t msn, uint64_t orig);
   Verdict serve_atomic_write();
   Verdict execute_atomic_write();
@@ -266,23 +267,32 @@ void Engine::responder_read_run(Qp* q, uint32_t* budget) {
     bth.psn = s.read_psn;
     ExtHeaders ext;
     ext.aeth = {kSyndromeAck, rd.msn};
+    Mr* mr = nullptr;
+    if (len != 0) {
+      mr = mrs_.find(rd.rkey);
+      // Checked when the READ arrived; re-checked in case it was deregistered since.
+      if (mr == nullptr || mrs_.check_remote(rd.rkey, q->pd, rd.va + s.read_offset, len, kAccessRemoteRead, &mr,
+                                             q->qpn) != MrCheck::ok) {
+        s.reading = false;
+        responder_nak(q, nak(NakCode::remote_access_error), s.read_psn);
+        enter_error(q);
+        return;
+      }
+      // On-demand pages not yet in: the stream pauses here (the timer resumes it).
+      if (OdpReady o = mr_ready(*mr, rd.va + s.read_offset, len, false, rd.length - s.read_offset - len);
+          o != OdpReady::now) {
+        s.paging = true;
+        odp_wait(q, o);
+        return;
+      }
+    }
     rte_mbuf* m = build(q, q->attr.ah_attr, bth, ext, len);
     if (m == nullptr) {
       mark_ready(q);  // out of mbufs: continue next loop
       return;
     }
     if (len != 0) {
-      Mr* mr = mrs_.find(rd.rkey);
       uint8_t* dst = rte_pktmbuf_mtod_offset(m, uint8_t*, m->l2_len + m->l3_len + m->l4_len);
-      // Checked when the READ arrived; re-checked in case it was deregistered since.
-      if (mr == nullptr || mrs_.check_remote(rd.rkey, q->pd, rd.va + s.read_offset, len, kAccessRemoteRead, &mr,
-                                             q->qpn) != MrCheck::ok) {
-        rte_pktmbuf_free(m);
-        s.reading = false;
-        responder_nak(q, nak(NakCode::remote_access_error), s.read_psn);
-        enter_error(q);
-        return;
-      }
       // An ODP page the application unmapped since the READ arrived: as a region deregistered.
       if (!mr_read(*mr, rd.va + s.read_offset, dst, len)) {
         rte_pktmbuf_free(m);
@@ -299,7 +309,7 @@ void Engine::responder_read_run(Qp* q, uint32_t* budget) {
     // A later READ that arrived meanwhile waits in `held` and starts after this.
     if (last) s.reading = false;
   }
-  if (s.reading) mark_ready(q);
+  if (s.reading && !s.paging) mark_ready(q);
 }
 
 void Engine::drop_held(Qp* q) {
@@ -309,17 +319,23 @@ void Engine::drop_held(Qp* q) {
 
 void Engine::responder_replay_held(Qp* q, uint64_t now_ns) {
   auto& held = q->resp.held;
-  // In arrival order, until one of them starts a READ that streams again. Each leaves the list
-  // before it runs: a fatal verdict moves the QP to error, which frees every packet still held
-  // (once freed twice, and the list erased past its end).
-  while (!held.empty() && !q->resp.reading && q->state != QpState::err) {
+  // In arrival order, until one of them starts a READ that streams again or waits for its
+  // on-demand pages (it goes back to the front). Each leaves the list before it runs: a fatal
+  // verdict moves the QP to error, which frees every packet still held (once freed twice, and
+  // the list erased past its end).
+  q->resp.replaying = true;
+  while (!held.empty() && !q->resp.reading && !q->resp.paging && q->state != QpState::err) {
     rte_mbuf* m = held.front();
     held.erase(held.begin());
     ParsedPacket p;
     bool kept = false;
-    if (parse_frame(m, &p) == ParseStatus::ok) responder_rx(q, p, m, now_ns, &kept);
+    if (parse_frame(m, &p) == ParseStatus::ok) {
+      if (q->type == QpType::ud) responder_ud_rx(q, p, m, &kept);
+      else responder_rx(q, p, m, now_ns, &kept);
+    }
     if (!kept) rte_pktmbuf_free(m);
   }
+  q->resp.replaying = false;
 }
 
 // ---- The driver ---------------------------------------------------------------------------------
@@ -342,6 +358,7 @@ void Engine::responder_rx(Qp* q, const ParsedPacket& p, rte_mbuf* m, uint64_t, b
     case Verdict::done:
     case Verdict::drop:
     case Verdict::hold:
+    case Verdict::paging:
     case Verdict::duplicate: break;
   }
 }
@@ -423,9 +440,14 @@ inline Verdict Engine::ResponderRequest::check_state() {
 // ACK, a NAK, an atomic ACK) would overtake them, so a request waits behind it, in order (rxe
 // queues likewise); only a duplicate READ (the requester going back) is served at once. Past
 // kMaxHeldRequests it is dropped and the requester sends it again.
+// A request also waits (UC's too) behind one whose on-demand pages are coming in, and behind
+// held ones not yet replayed.
 inline Verdict Engine::ResponderRequest::check_reading() {
   Qp::Responder& s = q->resp;
-  if (!rc || !s.reading || (psn_delta < 0 && info.kind == OpKind::read_request)) return Verdict::ok;
+  const bool behind_pages = s.paging || (!s.held.empty() && !s.reading && !s.replaying);
+  if (!behind_pages && (!rc || !s.reading || (psn_delta < 0 && info.kind == OpKind::read_request)))
+    return Verdict::ok;
+  if (behind_pages) e.mark_ready(q);  // the replay comes from poll
   if (s.held.size() >= kMaxHeldRequests) {
     ++q->counters.dropped;
     return Verdict::drop;
@@ -686,6 +708,11 @@ inline Verdict Engine::ResponderRequest::serve_send() {
 // completes with the local error.
 inline Verdict Engine::ResponderRequest::execute_send() {
   Qp::Responder& s = q->resp;
+  // A message that goes on may fill the rest of the receive: offered as the fault's prefetch.
+  const uint64_t ahead = info.ends_message() ? 0 : UINT64_MAX;
+  if (OdpReady o = e.sges_ready(q, s.recv.sg_list, s.recv.num_sge, s.recv_offset, len, true, ahead);
+      o != OdpReady::now)
+    return page_wait(o);
   WcStatus err = WcStatus::success;
   if (!e.scatter(q, s.recv.sg_list, s.recv.num_sge, s.recv_offset, m, p.layout.payload_off, len, &err)) {
     recv_status = err;
@@ -761,6 +788,8 @@ inline Verdict Engine::ResponderRequest::execute_write() {
         e.mrs_.check_remote(s.write_rkey, q->pd, s.write_va, len, kAccessRemoteWrite, &target, q->qpn) !=
             MrCheck::ok)
       return Verdict::nak_rem_acc;
+    if (OdpReady o = mr_ready(*target, s.write_va, len, true, s.write_left - len); o != OdpReady::now)
+      return page_wait(o);
     // An ODP page the application does not map is a remote access error, as an HCA's failed page fault.
     if (!place(*target, s.write_va, m, p.layout.payload_off, len)) return Verdict::nak_rem_acc;
   }
@@ -853,6 +882,8 @@ inline Verdict Engine::ResponderRequest::execute_atomic() {
       orig = a.compare;
       __atomic_compare_exchange_n(target, &orig, a.swap_add, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
     }
+  } else if (OdpReady o = mr_ready(*mr, a.va, 8, true); o != OdpReady::now) {
+    return page_wait(o);
   } else if (Verdict v = atomic_odp(&orig); v != Verdict::ok) {
     return v;
   }
@@ -885,6 +916,24 @@ inline Verdict Engine::ResponderRequest::atomic_odp(uint64_t* orig) {
   else if (value == a.compare) value = a.swap_add;
   else return Verdict::ok;  // compare failed: nothing to write
   return mr_write(*mr, a.va, &value, 8) ? Verdict::ok : Verdict::nak_rem_acc;
+}
+
+// The request's on-demand pages are coming in (OdpMemory::ready): it waits first in `held`, with
+// nothing of it done that its replay would do twice (the expected PSN, the MSN and the receive's
+// offset have not moved; a receive WQE it took stays bound to its message), and what arrives
+// after it waits behind it (check_reading). Nothing goes to the peer: no NAK, no retry spent.
+// Past the cap it is dropped, and the requester sends it again.
+inline Verdict Engine::ResponderRequest::page_wait(OdpReady why) {
+  Qp::Responder& s = q->resp;
+  s.paging = true;
+  e.odp_wait(q, why);
+  if (s.held.size() < kMaxHeldRequests) {
+    s.held.insert(s.held.begin(), m);
+    *kept = true;
+  } else {
+    ++q->counters.dropped;
+  }
+  return Verdict::paging;
 }
 
 void Engine::ResponderRequest::send_atomic_ack(uint32_t at_psn, uint32_t msn, uint64_t orig) {
@@ -939,6 +988,8 @@ inline Verdict Engine::ResponderRequest::execute_atomic_write() {
   std::memcpy(&value, net::FrameBytes(m).read(p.layout.payload_off, 8, scratch), 8);
   if (mr->odp == nullptr) [[likely]] {
     __atomic_store_n(reinterpret_cast<uint64_t*>(mr_host(*mr, p.hdr.ext.reth.va)), value, __ATOMIC_RELEASE);
+  } else if (OdpReady o = mr_ready(*mr, p.hdr.ext.reth.va, 8, true); o != OdpReady::now) {
+    return page_wait(o);
   } else if (!mr_write(*mr, p.hdr.ext.reth.va, &value, 8)) {  // one 8-byte write of the application's page
     return Verdict::nak_rem_acc;
   }
@@ -1006,7 +1057,26 @@ inline Verdict Engine::ResponderRequest::acknowledge() {
   return Verdict::done;
 }
 
-void Engine::responder_ud_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m) {
+void Engine::responder_ud_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m, bool* kept) {
+  // With `kept` the caller owns the frame and may leave it to us (held, freed later).
+  auto keep = [&](bool front) {
+    auto* own = const_cast<rte_mbuf*>(m);
+    if (front) q->resp.held.insert(q->resp.held.begin(), own);
+    else q->resp.held.push_back(own);
+    *kept = true;
+  };
+  Qp::Responder& s = q->resp;
+  // Behind a datagram waiting for its on-demand pages, in order; a shared (multicast) frame
+  // cannot wait and is dropped.
+  if (s.paging || (!s.held.empty() && !s.replaying)) {
+    if (kept == nullptr || s.held.size() >= kMaxHeldRequests) {
+      ++q->counters.dropped;
+      return;
+    }
+    keep(false);
+    mark_ready(q);
+    return;
+  }
   if (q->state != QpState::rtr && q->state != QpState::rts && q->state != QpState::sqd &&
       q->state != QpState::sqe) {
     ++counters_.rx_wrong_state;
@@ -1019,8 +1089,26 @@ void Engine::responder_ud_rx(Qp* q, const ParsedPacket& p, const rte_mbuf* m) {
     return;
   }
   RecvWqe w;
-  if (!take_recv(q, &w)) {
+  if (s.have_recv) {  // the receive a datagram took before it waited for its pages
+    w = s.recv;
+    s.have_recv = false;
+  } else if (!take_recv(q, &w)) {
     ++q->counters.dropped;  // UD has no RNR: the datagram is lost
+    return;
+  }
+  // The GRH area and the payload go to on-demand pages not yet in: the datagram waits for them
+  // first in `held`, its receive kept bound (enter_error flushes it as an RC message's). A shared
+  // frame is dropped; the receive waits for the next datagram.
+  if (OdpReady o = sges_ready(q, w.sg_list, w.num_sge, 0, 40 + p.layout.payload_len, true); o != OdpReady::now) {
+    s.recv = w;
+    s.have_recv = true;
+    odp_wait(q, o);
+    if (kept == nullptr) {
+      ++q->counters.dropped;
+      return;
+    }
+    s.paging = true;
+    keep(true);
     return;
   }
   Completion c;

@@ -69,6 +69,7 @@ enum class ResponderCheck : uint8_t {
   X(done, "executed; answered (ACK, READ responses, atomic ACK) now or by the coalesced ACK")          \
   X(drop, "dropped without an answer; the check that decided counted it")                             \
   X(hold, "kept, unanswered, until the READ responses ahead of it are out")                           \
+  X(paging, "kept, unanswered, until its on-demand pages are in (tried again on the ODP timer)")      \
   X(duplicate, "a PSN already served: answered again, not executed again")                            \
   X(nak_seq, "NAK PSN sequence error for the expected PSN: the first request past a gap")             \
   X(nak_rnr, "RNR NAK: no receive WQE; the requester sends the request again after the timer")        \

@@ -27,7 +27,7 @@ notes=$(readelf -n "$droced" | awk '
 fail=0
 for want in "qp_state 3" "retransmit 2" "nak_sent 3" "nak_received 3" "rnr_nak_sent 2" "rnr_nak_received 2" \
             "retry_exceeded 1" "rnr_retry_exceeded 1" "cnp_sent 2" "cnp_received 1" "rate_change 3" \
-            "queue_mark 3" "queue_drop 3"; do
+            "queue_mark 3" "queue_drop 3" "odp_page_wait 2"; do
   if grep -qx "droce $want" <<<"$notes"; then
     echo "ok: droce:${want% *} with ${want#* } arguments"
   else
