@@ -48,7 +48,9 @@ inline constexpr uint16_t kAbiMajor = 1;
 ///     DeviceCaps' kDeviceCapOnDemandPaging.
 /// 14: raw packet QPs (create_qp of qp_type 8, for a client with CAP_NET_RAW) and their flow
 ///     rules: create_flow, destroy_flow; set_rss (receive-side scaling over WQs).
-inline constexpr uint16_t kAbiMinor = 14;
+/// 15: reg_odp_mr's second descriptor, the client's /proc/self/pagemap (page faults off the
+///     worker: droced/process_memory.h).
+inline constexpr uint16_t kAbiMinor = 15;
 /// Largest message either side sends or accepts.
 inline constexpr size_t kMaxMessage = 4096;
 
@@ -199,8 +201,11 @@ static_assert(offsetof(RegMrRequest, va) == 8 && offsetof(RegMrRequest, page_va)
 /// the client's /proc/self/mem opened read-write (the client may open its own; droced needs no
 /// right over the client): droced reads and writes [va, va + length) through it, so pages
 /// fault in the client's address space when first touched. A session keeps the first such
-/// descriptor it receives; later ones are closed. va 0 with length UINT64_MAX is implicit
-/// ODP (the whole address space). `access` includes kAccessOnDemand.
+/// descriptor it receives; later ones are closed. From minor 15 a second descriptor may follow
+/// the first: the client's /proc/self/pagemap opened read-only, by which droced sees which pages
+/// are present and brings the others in off its worker (an older droced refuses two: EINVAL).
+/// va 0 with length UINT64_MAX is implicit ODP (the whole address space). `access` includes
+/// kAccessOnDemand.
 struct RegOdpMrRequest {
   uint32_t pd;
   uint32_t access;

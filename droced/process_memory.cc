@@ -6,26 +6,33 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 namespace droce::droced {
 
 namespace {
 
-// The descriptor names /proc/<pid>/mem or /proc/<pid>/task/<tid>/mem. It must be that file and
-// no other of procfs: some procfs files check the writer's credentials when written, not the
+// The descriptor names /proc/<pid>/<name> or /proc/<pid>/task/<tid>/<name>. It must be that file
+// and no other of procfs: some procfs files check the writer's credentials when written, not the
 // opener's, and droced writing one a client opened would lend the client droced's rights.
-// /proc/<pid>/mem checks at open only (the mm it reaches is fixed then), so it lends nothing.
-bool names_proc_mem(int fd) {
+// /proc/<pid>/mem checks at open only (the mm it reaches is fixed then), so it lends nothing;
+// /proc/<pid>/pagemap likewise, and droced only reads it.
+bool names_proc_file(int fd, const char* name) {
   char link[64], path[4096];
   std::snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
   const ssize_t n = ::readlink(link, path, sizeof path - 1);
   if (n <= 0) return false;
   path[n] = '\0';
   const char* slash = std::strrchr(path, '/');
-  if (slash == nullptr || std::strcmp(slash, "/mem") != 0 || slash == path) return false;
+  if (slash == nullptr || std::strcmp(slash + 1, name) != 0 || slash == path) return false;
   const char* dir = slash;  // the parent's name: a pid or a tid, digits only
   while (dir > path && dir[-1] != '/') --dir;
   if (dir == slash) return false;
@@ -36,14 +43,23 @@ bool names_proc_mem(int fd) {
 
 }  // namespace
 
-int ProcessMemory::adopt(core::Fd fd, ProcessMemory* out) {
+namespace {
+// A procfs regular file named /proc/<pid>/<name> (or a task's), opened with `access`.
+bool is_proc_file(const core::Fd& fd, const char* name, int access) {
   struct statfs fs;
   struct stat st;
   const int mode = ::fcntl(fd.get(), F_GETFL);
-  if (mode < 0 || (mode & O_ACCMODE) != O_RDWR) return -EINVAL;
-  if (::fstatfs(fd.get(), &fs) != 0 || fs.f_type != PROC_SUPER_MAGIC) return -EINVAL;
-  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || !names_proc_mem(fd.get())) return -EINVAL;
+  if (mode < 0 || (mode & O_ACCMODE) != access) return false;
+  if (::fstatfs(fd.get(), &fs) != 0 || fs.f_type != PROC_SUPER_MAGIC) return false;
+  return ::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) && names_proc_file(fd.get(), name);
+}
+}  // namespace
+
+int ProcessMemory::adopt(core::Fd fd, ProcessMemory* out, core::Fd pagemap) {
+  if (!is_proc_file(fd, "mem", O_RDWR)) return -EINVAL;
+  if (pagemap.valid() && !is_proc_file(pagemap, "pagemap", O_RDONLY)) return -EINVAL;
   out->fd_ = std::move(fd);
+  out->pagemap_ = std::move(pagemap);
   return 0;
 }
 
@@ -73,6 +89,151 @@ bool ProcessMemory::read(uint64_t addr, void* dst, size_t n) {
 bool ProcessMemory::write(uint64_t addr, const void* src, size_t n) {
   const auto* p = static_cast<const uint8_t*>(src);
   return move_all(addr, n, [&](size_t done, off_t off) { return ::pwrite(fd_.get(), p + done, n - done, off); });
+}
+
+// ---- Page faults off the worker -----------------------------------------------------------------
+
+namespace {
+
+const uint64_t kPageSize = uint64_t(::sysconf(_SC_PAGESIZE));
+constexpr uint64_t kPresent = uint64_t{1} << 63;  // pagemap: the page is in memory (proc(5))
+constexpr size_t kMaxRanges = 64;                 // waiting, and results not yet asked for
+constexpr uint64_t kMaxAhead = 4u << 20;          // an operation's rest brought in with a fault
+
+}  // namespace
+
+// The fault-in thread's work: ranges of pages, in the order the engine asked for them, then
+// their results until the engine asks again. Shared with the thread (detached), which may
+// outlive the session while a read of a page never ends.
+struct ProcessMemory::FaultIn {
+  struct Range {
+    uint64_t first = 0, last = 0;  // page numbers
+    bool started = false;
+    bool ok = true;
+    bool covers(uint64_t f, uint64_t l) const { return first <= f && l <= last; }
+    bool overlaps(uint64_t f, uint64_t l) const { return first <= l && f <= last; }
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Range> pending;  // waiting or being read
+  std::vector<Range> results;  // done, not yet asked for again
+  bool stop = false;
+  core::Fd mem;
+  std::atomic<size_t> outstanding{0};  // pending + results: the worker's way past the mutex
+  std::atomic<uint64_t> done{0}, failed{0};
+
+  // One byte of each page, read: the kernel faults it in the client (a present page's copy
+  // costs nothing more). A write fault that may follow on the worker is a copy-on-write,
+  // without I/O.
+  static void run(const std::shared_ptr<FaultIn>& f) {
+    std::unique_lock<std::mutex> lk(f->mu);
+    for (;;) {
+      auto next = f->pending.end();
+      f->cv.wait(lk, [&] {
+        next = std::find_if(f->pending.begin(), f->pending.end(), [](const Range& r) { return !r.started; });
+        return f->stop || next != f->pending.end();
+      });
+      if (f->stop) return;
+      next->started = true;
+      const uint64_t first = next->first, last = next->last;
+      lk.unlock();
+      bool ok = true;
+      for (uint64_t page = first; page <= last && ok; ++page) {
+        uint8_t byte;
+        ssize_t k;
+        do k = ::pread(f->mem.get(), &byte, 1, static_cast<off_t>(page * kPageSize));
+        while (k < 0 && errno == EINTR);
+        ok = k == 1;
+      }
+      lk.lock();
+      auto it = std::find_if(f->pending.begin(), f->pending.end(),
+                             [&](const Range& r) { return r.started && r.first == first && r.last == last; });
+      if (it != f->pending.end()) {
+        Range r = *it;
+        r.ok = ok;
+        f->pending.erase(it);
+        if (f->results.size() >= kMaxRanges) {  // never asked for again (its QP went): the oldest goes
+          f->results.erase(f->results.begin());
+          f->outstanding.fetch_sub(1, std::memory_order_relaxed);
+        }
+        f->results.push_back(r);
+      }
+      (ok ? f->done : f->failed).fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+};
+
+ProcessMemory::~ProcessMemory() {
+  if (faults_ == nullptr) return;
+  std::lock_guard<std::mutex> g(faults_->mu);
+  faults_->stop = true;
+  faults_->cv.notify_all();
+}
+
+rocev2::OdpReady ProcessMemory::ready(uint64_t addr, size_t n, bool, uint64_t ahead) {
+  using rocev2::OdpReady;
+  if (!pagemap_.valid() || n == 0) return OdpReady::now;  // no pagemap: faults are taken where the copy is
+  const uint64_t first = addr / kPageSize;
+  const uint64_t last = (addr + (n - 1)) / kPageSize;
+  if (faults_ != nullptr && faults_->outstanding.load(std::memory_order_relaxed) != 0) {
+    std::lock_guard<std::mutex> g(faults_->mu);
+    auto& res = faults_->results;
+    // Brought in (or found unmapped) since the engine asked: copy now; a failure is the access's.
+    if (auto it = std::find_if(res.begin(), res.end(), [&](const FaultIn::Range& r) { return r.covers(first, last); });
+        it != res.end()) {
+      res.erase(it);
+      faults_->outstanding.fetch_sub(1, std::memory_order_relaxed);
+      return OdpReady::now;
+    }
+    for (const FaultIn::Range& r : faults_->pending)
+      if (r.overlaps(first, last)) return OdpReady::waiting;
+  }
+  // Present pages are copied at once (proc(5): pagemap, one 64-bit entry per page).
+  bool present = true;
+  for (uint64_t page = first; page <= last && present; page += 16) {
+    uint64_t entries[16];
+    const uint64_t count = std::min<uint64_t>(16, last - page + 1);
+    const ssize_t k = ::pread(pagemap_.get(), entries, count * 8, static_cast<off_t>(page * 8));
+    if (k != static_cast<ssize_t>(count * 8)) return OdpReady::now;  // the copy will say what is wrong
+    for (uint64_t i = 0; i < count; ++i) present = present && (entries[i] & kPresent) != 0;
+  }
+  if (present) return OdpReady::now;
+  if (faults_ == nullptr) {
+    faults_ = std::make_shared<FaultIn>();
+    faults_->mem = core::Fd(::fcntl(fd_.get(), F_DUPFD_CLOEXEC, 0));
+    if (!faults_->mem.valid()) {
+      faults_.reset();
+      return OdpReady::now;  // no thread to fault in: take the fault here, as without a pagemap
+    }
+    try {
+      std::thread(FaultIn::run, faults_).detach();
+    } catch (const std::system_error&) {
+      faults_.reset();
+      return OdpReady::now;
+    }
+  }
+  std::lock_guard<std::mutex> g(faults_->mu);
+  auto& pending = faults_->pending;
+  if (pending.size() >= kMaxRanges) return OdpReady::waiting;  // asked again on the engine's timer
+  pending.push_back({first, last});
+  faults_->outstanding.fetch_add(1, std::memory_order_relaxed);
+  // The operation's rest, after the asked pages (which come first): pages a range on its way
+  // already holds are left to it.
+  const uint64_t end = (addr + (n - 1) + std::min(ahead, kMaxAhead)) / kPageSize;
+  uint64_t from = last + 1;
+  for (const FaultIn::Range& r : pending)
+    if (r.overlaps(from, from) && r.last >= from) from = r.last + 1;
+  if (ahead != 0 && from <= end && pending.size() < kMaxRanges) {
+    pending.push_back({from, end});
+    faults_->outstanding.fetch_add(1, std::memory_order_relaxed);
+  }
+  faults_->cv.notify_one();
+  return OdpReady::faulting;
+}
+
+ProcessMemory::FaultStats ProcessMemory::fault_stats() const {
+  if (faults_ == nullptr) return {};
+  return {faults_->done.load(std::memory_order_relaxed), faults_->failed.load(std::memory_order_relaxed)};
 }
 
 }  // namespace droce::droced

@@ -74,10 +74,12 @@ void Session::release_mr(std::unique_ptr<MrEntry> m) {
 int Session::on_reg_odp_mr(const RegOdpMrRequest& q, const Control& c, RegMrReply* out) {
   if (std::find(pds_.begin(), pds_.end(), q.pd) == pds_.end()) return -EINVAL;
   if (mrs_.size() >= dev_->session_limits.max_mrs) return -ENOMEM;
-  if (q.length == 0 || !(q.access & abi::kAccessOnDemand) || c.fds.size() > 1) return -EINVAL;
+  if (q.length == 0 || !(q.access & abi::kAccessOnDemand) || c.fds.size() > 2) return -EINVAL;
   if (!odp_memory_.valid()) {
-    if (c.fds.size() != 1) return -EINVAL;  // the first one must bring the address space
-    if (int rc = ProcessMemory::adopt(std::move(c.fds[0]), &odp_memory_); rc != 0) return rc;
+    if (c.fds.empty()) return -EINVAL;  // the first one must bring the address space
+    // Its pagemap (minor 15) comes beside it: page faults are then taken off this worker.
+    core::Fd pagemap = c.fds.size() == 2 ? std::move(c.fds[1]) : core::Fd();
+    if (int rc = ProcessMemory::adopt(std::move(c.fds[0]), &odp_memory_, std::move(pagemap)); rc != 0) return rc;
   }
   rocev2::Mr* mr = nullptr;
   if (int rc = dev_->core->engine().reg_odp_mr(q.pd, q.va, q.length, &odp_memory_, q.access, &mr); rc != 0)

@@ -261,13 +261,18 @@ int Context::reg_odp_mr(uint32_t pd, void* addr, size_t length, uint32_t access,
   // own, so the kernel's ptrace check (PTRACE_MODE_ATTACH of itself) always passes.
   core::Fd mem(::open("/proc/self/mem", O_RDWR | O_CLOEXEC));
   if (!mem.valid()) return -errno;
+  // Its pagemap (minor 15): droced sees which pages are in and faults the others in off its
+  // worker. Without it (or from an older droced) the faults are taken on droced's worker.
+  core::Fd pagemap;
+  if (daemon_minor_ >= 15) pagemap = core::Fd(::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC));
   RegOdpMrRequest q{};
   q.pd = pd;
   q.access = access;
   q.va = reinterpret_cast<uint64_t>(addr);
   q.length = implicit ? UINT64_MAX : length;
   RegMrReply r{};
-  const int fd[1] = {mem.get()};
+  const int fds[2] = {mem.get(), pagemap.get()};
+  const std::span<const int> fd(fds, pagemap.valid() ? 2 : 1);
   if (int rc = call(MsgType::reg_odp_mr, &q, sizeof q, &r, sizeof r, nullptr, fd); rc != 0) return rc;
   std::lock_guard<std::mutex> g(ctl_mutex_);
   mrs_[r.lkey] = {addr, length, true};
