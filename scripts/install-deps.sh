@@ -30,6 +30,7 @@ packages=(
   # (tests/real_clients/cm_channels.c)
   ucx-utils openmpi-bin libopenmpi-dev netpipe-openmpi rdmacm-utils qperf libfabric-bin librdmacm-dev
   fio
+  python3-fusepy  # a filesystem that does not answer: the ODP stall check (tests/provider/odp_fuse_gate.py)
 )
 
 missing=()

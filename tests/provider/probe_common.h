@@ -57,7 +57,7 @@ inline ibv_context* open_device(const char* name) {
 /// An XRC QP takes one side's attributes only (the kernel's rules): a receive QP the
 /// responder's (`requester` false), a send QP the requester's (`responder` false).
 inline void rc_to_rts(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& gid, bool responder = true,
-                      bool requester = true) {
+                      bool requester = true, uint8_t timeout = 14) {
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_RTR;
   a.path_mtu = IBV_MTU_1024;
@@ -75,7 +75,7 @@ inline void rc_to_rts(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& gid, bool 
   if (ibv_modify_qp(qp, &a, mask) != 0) die("modify to RTR");
   a = ibv_qp_attr{};
   a.qp_state = IBV_QPS_RTS;
-  a.timeout = 14;
+  a.timeout = timeout;
   a.retry_cnt = 7;
   a.rnr_retry = 7;
   a.sq_psn = 0;

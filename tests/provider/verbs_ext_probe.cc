@@ -11,12 +11,15 @@
 //   verbs_ext_probe DEV_A DEV_B [DROCED_A_PID]
 //
 // With DROCED_A_PID (the droced serving DEV_A), a 1 GiB ODP region of which B WRITEs 1 % must
-// cost that droced at most a few MiB of resident memory.
+// cost that droced at most a few MiB of resident memory. With ODP_STALL_FILE and ODP_STALL_GATE
+// (tests/provider/odp_fuse_gate.py), a page whose fault does not end must not stall droced A's
+// worker (odp_stall below).
 //
 // Run as verbs_api_probe (SYSFS_PATH naming a tree that holds both devices, RDMAV_DRIVERS the
 // provider). Prints "ok: ..." / "FAIL: ..." lines; exits 1 on any failure, 2 when the devices
 // cannot be set up.
 #include <endian.h>
+#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
 #include <sys/mman.h>
@@ -88,15 +91,15 @@ ibv_qp* make_qp(ibv_pd* pd, ibv_cq* scq, ibv_cq* rcq, ibv_srq* srq = nullptr, bo
   return ibv_create_qp_ex(pd->context, &a);
 }
 
-// RESET -> INIT -> RTR -> RTS toward `remote` at `gid`.
-void connect_rc(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& gid) {
+// RESET -> INIT -> RTR -> RTS toward `remote` at `gid` (`timeout`: the local ACK timeout's code).
+void connect_rc(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& gid, uint8_t timeout = 14) {
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_INIT;
   a.port_num = 1;
   a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
   if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0)
     die("modify to INIT");
-  probe::rc_to_rts(qp, remote_qpn, gid);
+  probe::rc_to_rts(qp, remote_qpn, gid, true, true, timeout);
 }
 
 int post_recv(ibv_qp* qp, ibv_srq* srq, uint64_t id, uint64_t addr, uint32_t len, uint32_t lkey) {
@@ -579,15 +582,15 @@ int post_atomic(ibv_qp* qp, uint64_t id, uint64_t addr, uint32_t lkey, uint64_t 
 struct Pair {
   ibv_cq *acq = nullptr, *bcq = nullptr;
   ibv_qp *aq = nullptr, *bq = nullptr;
-  Pair(Dev& a, Dev& b) {
+  explicit Pair(Dev& a, Dev& b, uint8_t timeout = 14) {
     acq = ibv_create_cq(a.ctx, 64, nullptr, nullptr, 0);
     bcq = ibv_create_cq(b.ctx, 64, nullptr, nullptr, 0);
     if (acq == nullptr || bcq == nullptr) die("ODP CQs");
     aq = make_qp(a.pd, acq, acq);
     bq = make_qp(b.pd, bcq, bcq);
     if (aq == nullptr || bq == nullptr) die("ODP QPs");
-    connect_rc(aq, bq->qp_num, b.gid);
-    connect_rc(bq, aq->qp_num, a.gid);
+    connect_rc(aq, bq->qp_num, b.gid, timeout);
+    connect_rc(bq, aq->qp_num, a.gid, timeout);
   }
   ~Pair() {
     ibv_destroy_qp(aq);
@@ -596,6 +599,56 @@ struct Pair {
     ibv_destroy_cq(bcq);
   }
 };
+
+// A page whose fault never ends, taken off droced's worker (droced/process_memory.h): an ODP
+// region over ODP_STALL_FILE, a file of a filesystem that does not answer reads until
+// ODP_STALL_GATE exists (tests/provider/odp_fuse_gate.py; its byte i is (i * 7) & 0xff). B READs
+// from it: the READ waits for the page on droced A's fault-in thread, and meanwhile droced A's
+// worker serves another QP of the same context (one worker, one engine) as if nothing waited.
+// Then the filesystem answers and the READ completes with the file's bytes. Before faults were
+// taken off the worker, its pread stalled in the filesystem and every QP of the worker with it.
+void odp_stall(Dev& a, Dev& b, const char* file, const char* gate) {
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  const int fd = open(file, O_RDONLY | O_CLOEXEC);
+  check(fd >= 0, "open the stalling filesystem's file (errno %d)", fd >= 0 ? 0 : errno);
+  if (fd < 0) return;
+  auto* map = static_cast<uint8_t*>(mmap(nullptr, 4 * page, PROT_READ, MAP_PRIVATE, fd, 0));
+  close(fd);
+  if (map == MAP_FAILED) die("mmap of the stalling file");
+  ibv_mr* odp = ibv_reg_mr(a.pd, map, 4 * page, IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+  check(odp != nullptr, "reg_mr(ON_DEMAND) over a file whose reads do not come back (errno %d)",
+        odp != nullptr ? 0 : errno);
+  if (odp == nullptr) return;
+  {
+    // The READ's QP waits long without an answer: timeout 20 (4.3 s) x 7 retries.
+    Pair slow(a, b, 20), busy(a, b);
+    std::memset(b.buf + 512, 0, 200);
+    check(post_send(slow.bq, IBV_WR_RDMA_READ, 1, uintptr_t(b.buf + 512), 200, b.mr->lkey,
+                    uintptr_t(map + page + 100), odp->rkey) == 0,
+          "B posts a READ of the stalled page");
+    // B WRITEs into A 100 times on another QP, each completion awaited; A's worker serves them.
+    bool ok = true;
+    int done = 0;
+    for (; done < 100 && ok; ++done) {
+      ibv_wc wc{};
+      ok = post_send(busy.bq, IBV_WR_RDMA_WRITE, 100 + done, uintptr_t(b.buf), 64, b.mr->lkey,
+                     uintptr_t(a.buf + 64 * (done % 8)), a.mr->rkey) == 0 &&
+           poll_one(busy.bcq, &wc) == IBV_WC_SUCCESS;
+    }
+    check(ok, "while the READ waits for a page its filesystem does not give, 100 WRITEs on another QP "
+              "of droced A's worker complete (%d)", done - (ok ? 0 : 1));
+    ibv_wc wc{};
+    check(ibv_poll_cq(slow.bcq, 1, &wc) == 0, "... and the READ has not completed");
+    // The filesystem answers.
+    const int g = open(gate, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+    if (g >= 0) close(g);
+    bool bytes = poll_one(slow.bcq, &wc) == IBV_WC_SUCCESS;
+    for (size_t i = 0; bytes && i < 200; ++i) bytes = b.buf[512 + i] == uint8_t(((page + 100 + i) * 7) & 0xff);
+    check(bytes, "then the filesystem answers: the READ completes with the file's bytes (status %d)", wc.status);
+  }
+  ibv_dereg_mr(odp);
+  munmap(map, 4 * page);
+}
 
 void on_demand_paging(Dev& a, Dev& b, long droced_a_pid) {
   const ibv_odp_caps& caps = a.attr.odp_caps;
@@ -927,6 +980,10 @@ int main(int argc, char** argv) {
   parent_domains(a, b);
   device_memory(a, b);
   on_demand_paging(a, b, argc > 3 ? std::atol(argv[3]) : 0);
+  if (const char* file = std::getenv("ODP_STALL_FILE"); file != nullptr && std::getenv("ODP_STALL_GATE") != nullptr)
+    odp_stall(a, b, file, std::getenv("ODP_STALL_GATE"));
+  else
+    std::printf("skip: the ODP stall check needs ODP_STALL_FILE and ODP_STALL_GATE\n");
   if (geteuid() == 0) raw_packet(a, b);
   else std::printf("skip: raw packet QPs need CAP_NET_RAW\n");
   ibv_dereg_mr(a.mr);

@@ -37,6 +37,7 @@ droced_tree=$(realpath "$4")
 pair_lib=$(realpath "$5")
 api_probe=$(realpath "$6")
 ext_probe=$(realpath "$7")
+here=$(dirname "$(realpath "$0")")
 
 skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" -eq 0 ] || skip "needs root: /dev/infiniband/uverbs0 must be a char node (mknod) in a private /dev"
@@ -61,6 +62,10 @@ cleanup() {
   # `timeout` passes TERM on to the program it runs.
   jobs -p | xargs -r kill -TERM 2>/dev/null || true
   droced_pair_stop
+  if mountpoint -q "$tmp/fuse" 2>/dev/null; then  # the ODP stall check's filesystem
+    touch "$tmp/fuse-gate"
+    umount -l "$tmp/fuse" 2>/dev/null || true
+  fi
   umount -R -l /dev 2>/dev/null || true
   umount -R -l "$tmp/dev" 2>/dev/null || true
   rm -rf "$tmp"
@@ -90,6 +95,8 @@ for n in null:1:3 zero:1:5 full:1:7 random:1:8 urandom:1:9; do
   IFS=: read -r name major minor <<<"$n"
   mknod -m 0666 "$tmp/dev/$name" c "$major" "$minor"
 done
+# FUSE, when the kernel has it: the ODP stall check's filesystem (ext_probe).
+[ -c /dev/fuse ] && mknod -m 0666 "$tmp/dev/fuse" c 10 229
 mkdir "$tmp/dev/infiniband" "$tmp/dev/shm"
 ln -s /proc/self/fd "$tmp/dev/fd"  # process substitution and /dev/stdin need it
 for n in uverbs_droce0 uverbs0 uverbs1; do mknod -m 0666 "$tmp/dev/infiniband/$n" c 1 7; done
@@ -179,11 +186,48 @@ if command -v ibv_xsrq_pingpong >/dev/null; then
 fi
 # ---- perftest -----------------------------------------------------------------------------------
 ext_probe() {
-  local rc=0
+  local rc=0 fuse_pid="" stall=()
+  # A filesystem whose reads wait for a gate file (a page whose fault does not end: the probe's
+  # odp_stall). Needs /dev/fuse and Debian's python3-fusepy.
+  if [ -c /dev/fuse ] && /usr/bin/python3 -c 'import fusepy' 2>/dev/null; then
+    mkdir -p "$tmp/fuse"
+    /usr/bin/python3 "$here/odp_fuse_gate.py" "$tmp/fuse" "$tmp/fuse-gate" >"$tmp/fuse.log" 2>&1 &
+    fuse_pid=$!
+    for _ in $(seq 100); do [ -e "$tmp/fuse/slow" ] && break; sleep 0.05; done
+    if [ -e "$tmp/fuse/slow" ]; then
+      stall=(ODP_STALL_FILE="$tmp/fuse/slow" ODP_STALL_GATE="$tmp/fuse-gate")
+    else
+      bad "the stalling filesystem did not mount: $(cat "$tmp/fuse.log")"
+    fi
+  else
+    echo "SKIP (part): the ODP stall check needs /dev/fuse and python3-fusepy"
+  fi
   SYSFS_PATH=$tmp/sysAB ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
-    timeout 120 "$ext_probe" droce0 droce1 "$DROCE_A_PID" >"$tmp/ext_probe.out" 2>&1 || rc=$?
+    env "${stall[@]}" timeout 120 "$ext_probe" droce0 droce1 "$DROCE_A_PID" >"$tmp/ext_probe.out" 2>&1 || rc=$?
+  if [ -n "$fuse_pid" ]; then
+    touch "$tmp/fuse-gate"  # whatever still waits on the filesystem ends
+    umount "$tmp/fuse" 2>/dev/null || umount -l "$tmp/fuse" 2>/dev/null || true
+    wait "$fuse_pid" 2>/dev/null || true
+  fi
   cat "$tmp/ext_probe.out"
   if [ $rc -eq 0 ]; then pass "verbs_ext_probe"; else bad "verbs_ext_probe: status $rc"; fi
+  # Its WRITEs into untouched pages of A's ODP region waited for them (droced's fault-in
+  # thread brought them in, from the client's pagemap) rather than faulting on A's worker.
+  local waits
+  waits=$(env -u LD_PRELOAD "$(dirname "$droced")/droce" counters --json --socket "$DROCE_A_SOCK" |
+    python3 -c 'import json,sys
+def find(o):
+    if isinstance(o, dict):
+        return sum(v if k == "odp_page_waits" and isinstance(v, int) else find(v) for k, v in o.items())
+    if isinstance(o, list):
+        return sum(find(v) for v in o)
+    return 0
+print(find(json.load(sys.stdin)))') || waits="?"
+  if [[ $waits =~ ^[0-9]+$ ]] && [ "$waits" -gt 0 ]; then
+    pass "ODP: accesses to pages not yet in waited for them off the worker ($waits waits)"
+  else
+    bad "ODP: no access waited for its pages (odp_page_waits: $waits)"
+  fi
 }
 
 api_probe() {
