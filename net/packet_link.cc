@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <rte_errno.h>
@@ -150,6 +151,9 @@ int PacketLink::open(std::string_view devargs, const PortConfig& cfg, std::uniqu
     return -err;
   }
   if (int rc = p->set_rx_all(false); rc != 0) return rc;
+  if (int rc = p->rx_ts_.setup(); rc != 0)
+    DROCE_LOG(WARNING, net, "%s: no mbuf field for RX timestamps (%s): frames carry no receive time", name.c_str(),
+              std::strerror(-rc));
   if (cfg.promiscuous) p->set_promiscuous(true);
   if (cfg.allmulticast) {
     p->membership(PACKET_MR_ALLMULTI, true);
@@ -230,6 +234,18 @@ int PacketLink::rx_interrupt_fd(uint16_t queue) const {
   return fd_.get();
 }
 
+uint64_t PacketLink::receive_time(const tpacket2_hdr* h, int64_t* realtime_ahead) const {
+  if (!rx_ts_.valid()) return 0;
+  if (*realtime_ahead == INT64_MIN) {
+    timespec rt{}, mono{};
+    clock_gettime(CLOCK_REALTIME, &rt);
+    clock_gettime(CLOCK_MONOTONIC, &mono);
+    *realtime_ahead = (int64_t{rt.tv_sec} - int64_t{mono.tv_sec}) * 1'000'000'000 + (rt.tv_nsec - mono.tv_nsec);
+  }
+  const int64_t t = int64_t{h->tp_sec} * 1'000'000'000 + int64_t{h->tp_nsec} - *realtime_ahead;
+  return t > 0 ? static_cast<uint64_t>(t) : 0;
+}
+
 bool PacketLink::deliver(const uint8_t* f, uint32_t len, uint16_t vlan_tci, bool vlan, rte_mbuf** out) {
   rte_mbuf* m = rte_pktmbuf_alloc(info_.pool);
   if (m == nullptr) {
@@ -263,10 +279,12 @@ uint16_t PacketLink::rx_burst(uint16_t /*queue*/, rte_mbuf** out, uint16_t n) {
   while (pending_at_ < pending_n_ && got < n) out[got++] = pending_[pending_at_++];
   if (pending_at_ == pending_n_) pending_at_ = pending_n_ = 0;
   if (!started_ || ring_ == nullptr) return got;
+  int64_t realtime_ahead = INT64_MIN;
   while (got < n && pending_n_ == 0) {
     auto* h = reinterpret_cast<tpacket2_hdr*>(ring_ + size_t{next_} * slot_size_);
     const uint32_t status = __atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE);
     if ((status & TP_STATUS_USER) == 0) break;
+    const uint64_t t = receive_time(h, &realtime_ahead);
     const uint8_t* f = reinterpret_cast<const uint8_t*>(h) + h->tp_mac;
     const uint32_t len = h->tp_snaplen;
     const bool vlan = (status & TP_STATUS_VLAN_VALID) != 0 || h->tp_vlan_tci != 0;
@@ -278,7 +296,10 @@ uint16_t PacketLink::rx_burst(uint16_t /*queue*/, rte_mbuf** out, uint16_t n) {
       // masks RoCE's, but a raw QP sees the frame as sent.
       if ((vh.flags & kVnetNeedsCsum) != 0 && !vlan)
         complete_partial_csum(vh, const_cast<uint8_t*>(f), len);
-      if (deliver(f, len, h->tp_vlan_tci, vlan, &out[got])) ++got;
+      if (deliver(f, len, h->tp_vlan_tci, vlan, &out[got])) {
+        if (t != 0) rx_ts_.stamp(out[got], t);
+        ++got;
+      }
     } else {
       GsoFrame g;
       if ((vh.gso_type & ~kVnetGsoEcn) != kVnetGsoUdpL4) {
@@ -303,6 +324,7 @@ uint16_t PacketLink::rx_burst(uint16_t /*queue*/, rte_mbuf** out, uint16_t n) {
           const uint32_t seg_len = gso_write_segment(f, g, i, d);
           m->data_len = static_cast<uint16_t>(seg_len);
           m->pkt_len = seg_len;
+          if (t != 0) rx_ts_.stamp(m, t);
           ++c_.rx_gso_segments;
           ++c_.rx_frames;
           c_.rx_bytes += seg_len;

@@ -15,6 +15,12 @@
 //     slot holds the largest GSO frame (frames=N slots of 68 KiB: 17 MiB at the default 256).
 //   - Wake-ups: the socket itself (readable while the ring holds a frame), level-triggered, so a
 //     sleeping poller wakes on a frame as on droce_shm; DPDK 22.11's af_packet gives none.
+//   - RX timestamps: each frame carries the kernel's receive time (the ring's tp_sec/tp_nsec, a
+//     software stamp the kernel takes as the frame reaches the socket, CLOCK_REALTIME) in DPDK's
+//     RX timestamp field, converted to CLOCK_MONOTONIC (net/rx_timestamp.h) by the two clocks'
+//     difference read once per burst that finds a frame (two vDSO reads, none per frame; a step
+//     of the wall clock moves the stamps of that one burst at most). Frames cut from one GSO
+//     frame all carry its time: the kernel delivered them at once.
 //   - Own frames are not looped back (PACKET_IGNORE_OUTGOING); the qdisc is bypassed, as DPDK's
 //     PMD does by default.
 //   - The kernel's own TCP on the netdev stays out of the ring (a socket filter): a tap copies
@@ -37,6 +43,9 @@
 
 #include "core/unix_socket.h"
 #include "net/link.h"
+#include "net/rx_timestamp.h"
+
+struct tpacket2_hdr;
 
 namespace droce::net {
 
@@ -96,8 +105,12 @@ class PacketLink final : public Link {
   void poll_ring_drops() const;
   /// Copies a frame (with the VLAN tag the kernel took out put back) into an mbuf; false without one.
   bool deliver(const uint8_t* f, uint32_t len, uint16_t vlan_tci, bool vlan, rte_mbuf** out);
+  /// A ring slot's receive time on droce's clock (CLOCK_MONOTONIC ns); 0: none. *realtime_ahead
+  /// is CLOCK_REALTIME - CLOCK_MONOTONIC, read at the burst's first frame (INT64_MIN before).
+  uint64_t receive_time(const tpacket2_hdr* h, int64_t* realtime_ahead) const;
 
   core::Fd fd_;
+  RxTimestamp rx_ts_;  ///< not valid(): frames go unstamped
   core::Fd ctl_;  ///< an AF_INET datagram socket for the netdev's ioctls
   int ifindex_ = 0;
   bool gso_ = true;

@@ -40,9 +40,13 @@
 #include <thread>
 #include <vector>
 
+#include "core/clock.h"
 #include "net/addr.h"
 #include "net/eal.h"
 #include "net/port.h"
+#include "net/rx_timestamp.h"
+#include "rocev2/builder.h"
+#include "rocev2/opcode.h"
 #include "tests/test_support.h"
 
 // DPDK 22.11's net_af_xdp never destroys its umem on close (eth_dev_close
@@ -1163,6 +1167,133 @@ TEST(PortPacket, KernelTcpKeptOutUntilEveryFrameIsAsked) {
   EXPECT_EQ(round(200), 2) << "TCP kept out while every frame was asked for";
   ASSERT_EQ(port->set_rx_all(false), 0);
   EXPECT_EQ(round(300), 0) << "the filter did not come back";
+  EXPECT_EQ(port->close(), 0);
+}
+
+uint64_t xstat(const Port& port, const std::string& name) {
+  std::vector<std::pair<std::string, uint64_t>> x;
+  EXPECT_EQ(port.xstats(&x), 0);
+  for (const auto& [n, v] : x)
+    if (n == name) return v;
+  ADD_FAILURE() << "no xstat " << name;
+  return 0;
+}
+
+// The tail of an RC WRITE from `src` to `dst` as a requester sends it: MIDDLEs of 1024 bytes and
+// a shorter LAST, IPv4 identifications counting up: what the packet link sends as one GSO frame
+// (a FIRST, longer by its RETH, would go alone: net/udp_gso.h).
+std::vector<std::vector<uint8_t>> write_message(const MacAddr& src, const MacAddr& dst, int middles) {
+  std::vector<std::vector<uint8_t>> m;
+  for (int i = 0; i < middles + 1; ++i) {
+    rocev2::PacketHeaders h;
+    h.l2.src = src;
+    h.l2.dst = dst;
+    h.l3.ipv4_id = static_cast<uint16_t>(700 + i);
+    h.l3.ipv4_frag = kIpv4FlagDf;
+    h.l3.src = rocev2::ipv4_mapped(0x0a3d0102);
+    h.l3.dst = rocev2::ipv4_mapped(0x0a3d0202);
+    h.l4.src_port = 0xc123;
+    h.bth.opcode = i == middles ? rocev2::op::kWriteLast : rocev2::op::kWriteMiddle;
+    h.bth.dest_qp = 0x11;
+    h.bth.psn = static_cast<uint32_t>(i + 1);
+    const std::vector<uint8_t> data(i == middles ? 300 : 1024, uint8_t(i));
+    std::vector<uint8_t> f(rocev2::frame_len(h, uint32_t(data.size())));
+    EXPECT_EQ(rocev2::build_frame(h, data, f), f.size());
+    m.push_back(std::move(f));
+  }
+  return m;
+}
+
+// The packet link stamps each frame with the kernel's receive time, on droce's clock
+// (CLOCK_MONOTONIC, net/rx_timestamp.h): a frame that waited in the ring carries when it came,
+// not when it was read. Frame 1 arrives (the socket says so) before the moment `between`, frame
+// 2 is sent after it, and both are read after: 1's stamp is before `between`, 2's after. The
+// frames one GSO frame carried (a message from a packet link on the peer) carry its one time.
+TEST(PortPacket, FramesCarryTheKernelsReceiveTime) {
+  if (const std::string why = netns_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  VethRig rig;
+  ASSERT_TRUE(rig.ok) << "cannot create the veth pair in " << rig.ns.name();
+  RxTimestamp stamps;
+  ASSERT_EQ(stamps.setup(), 0);
+  std::unique_ptr<Port> port;
+  PortConfig cfg;
+  cfg.rx_interrupts = true;
+  ASSERT_EQ(rig.open(unique_name("droce_packet_ts") + ",iface=dv0", cfg, &port), 0);
+  ASSERT_TRUE(wait_for([&] { return port->link().up; }));
+  RawSocket peer(rig.ns, "dv1");
+  ASSERT_TRUE(peer.ok());
+  const int fd = port->rx_interrupt_fd(0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(port->rx_interrupt_arm(0, true), 0);
+
+  // The stamped test frames from the peer, by sequence number, until `want` came.
+  std::vector<std::pair<uint32_t, uint64_t>> got;
+  int unstamped = 0;
+  const auto take = [&](size_t want) {
+    return wait_for([&] {
+      rte_mbuf* burst[32];
+      const uint16_t n = port->rx_burst(0, burst, 32);
+      for (uint16_t k = 0; k < n; ++k) {
+        const std::vector<uint8_t> b = bytes_of(burst[k]);
+        uint64_t t = 0;
+        if (is_test_frame(b) && std::equal(kSrcMac.begin(), kSrcMac.end(), b.begin() + 6)) {
+          if (stamps.read(burst[k], &t)) got.emplace_back(seq_of(b), t);
+          else ++unstamped;
+        }
+        rte_pktmbuf_free(burst[k]);
+      }
+      return got.size() + size_t(unstamped) >= want;
+    });
+  };
+  const uint64_t before = core::monotonic_ns();
+  ASSERT_TRUE(peer.send(test_frame(1, 100, port->mac())));
+  pollfd p{fd, POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 5000), 1) << "frame 1 never reached the ring";
+  const uint64_t between = core::monotonic_ns();
+  ASSERT_TRUE(peer.send(test_frame(2, 100, port->mac())));
+  ASSERT_TRUE(take(2));
+  const uint64_t after = core::monotonic_ns();
+  EXPECT_EQ(unstamped, 0);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].first, 1u);
+  EXPECT_EQ(got[1].first, 2u);
+  EXPECT_LE(before, got[0].second);
+  EXPECT_LE(got[0].second, between) << "frame 1 stamped when it was read, not when it came";
+  EXPECT_LE(between, got[1].second);
+  EXPECT_LE(got[1].second, after);
+
+  // A message from a packet link on dv1 with GSO: one kernel frame, cut here into its packets.
+  std::unique_ptr<Port> sender;
+  {
+    TestNetns::Enter in(rig.ns);
+    ASSERT_TRUE(in.ok());
+    ASSERT_EQ(Port::open_device(unique_name("droce_packet_tx") + ",iface=dv1", PortConfig{}, &sender), 0);
+  }
+  ASSERT_TRUE(wait_for([&] { return sender->link().up; }));
+  const uint64_t gso_before = xstat(*port, "rx_gso_frames");
+  const auto message = write_message(sender->mac(), port->mac(), 6);
+  std::vector<rte_mbuf*> mbufs;
+  for (const auto& f : message) mbufs.push_back(to_mbuf(sender->pool(), f));
+  ASSERT_EQ(send_all(*sender, 0, mbufs), message.size());
+  EXPECT_EQ(xstat(*sender, "tx_gso_frames"), 1u);
+  std::vector<uint64_t> times;
+  ASSERT_TRUE(wait_for([&] {
+    rte_mbuf* burst[32];
+    const uint16_t n = port->rx_burst(0, burst, 32);
+    for (uint16_t k = 0; k < n; ++k) {
+      const std::vector<uint8_t> b = bytes_of(burst[k]);
+      uint64_t t = 0;
+      if (std::find(message.begin(), message.end(), b) != message.end())
+        times.push_back(stamps.read(burst[k], &t) ? t : 0);
+      rte_pktmbuf_free(burst[k]);
+    }
+    return times.size() >= message.size();
+  }));
+  EXPECT_EQ(xstat(*port, "rx_gso_frames"), gso_before + 1) << "the message did not come as one GSO frame";
+  ASSERT_EQ(times.size(), message.size());
+  EXPECT_NE(times[0], 0u) << "unstamped";
+  for (size_t i = 1; i < times.size(); ++i) EXPECT_EQ(times[i], times[0]) << "packet " << i;
+  EXPECT_EQ(sender->close(), 0);
   EXPECT_EQ(port->close(), 0);
 }
 
