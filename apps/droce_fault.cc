@@ -30,7 +30,9 @@ constexpr const char* kUsage =
     "  (each also takes --device NAME and --run-dir DIR | --socket PATH)\n"
     "  SPEC: comma-separated drop=P burst=ENTER[/EXIT[/LOSS]] delay=T jitter=T reorder=P window=T\n"
     "        duplicate=P corrupt=P corrupt-at=payload|icrc|any truncate=P, or none;\n"
-    "        a congestion point: rate=R buffer=B ecn-min=B ecn-max=B ecn-pmax=P (RED/ECN marking)\n"
+    "        a congestion point: rate=R buffer=B ecn-min=B ecn-max=B ecn-pmax=P (RED/ECN marking);\n"
+    "        arrival=wire|loop: a received frame's time is its link's receive stamp where it has\n"
+    "        one (wire, the default; the packet link stamps) or always droced's loop's (loop)\n"
     "        P a percentage (1%, 0.5), T a time (100us, 2ms; bare: us), R a rate (1gbit, 800mbit),\n"
     "        B bytes (256k, 9000)\n"
     "  --qp N: the frames QP N of this droced receives (rx) or sends (tx); default every RoCE frame\n"
@@ -68,7 +70,8 @@ int list(const std::string& socket, bool json) {
   }
   std::fputs(table_text(rows, {"id", "qpn", "direction", "spec", "seed", "matched", "dropped", "delayed",
                                "reordered", "duplicated", "corrupted", "corrupt_discarded", "truncated",
-                               "copy_failed", "queue_marked", "queue_dropped", "queue_depth", "queue_depth_max"})
+                               "copy_failed", "queue_marked", "queue_dropped", "queue_depth", "queue_depth_max",
+                               "wire_timed"})
                  .c_str(),
              stdout);
   return 0;

@@ -91,6 +91,7 @@ std::vector<FaultRule> FaultRules::rules() const {
 
 FaultStage::FaultStage(const FaultRules* rules, unsigned core, rte_mempool* pool, bool icrc_on_link)
     : rules_(rules), core_(core), pool_(pool), icrc_on_link_(icrc_on_link) {
+  (void)rx_ts_.setup();  // without the field no frame carries a stamp: the loop's time for all
   refresh();
 }
 
@@ -206,13 +207,15 @@ void FaultStage::update_depths(FaultDirection d, uint64_t now_ns) {
   }
 }
 
-void FaultStage::apply(Active& a, FaultDirection d, rte_mbuf* m, uint64_t now_ns, std::vector<rte_mbuf*>* out) {
+void FaultStage::apply(Active& a, FaultDirection d, rte_mbuf* m, uint64_t arrival_ns, uint64_t now_ns,
+                       std::vector<rte_mbuf*>* out) {
   FaultCounters& c = a.counters;
   FaultCounters before = c;
   ++c.matched;
   const net::FaultSpec& f = a.rule.spec;
-  uint64_t depart_ns = now_ns;
-  if (f.queue.any() && !enqueue(a, d, &m, now_ns, &depart_ns)) return add_to_totals(before, c);
+  if (arrival_ns < now_ns) ++c.wire_timed;  // timed by its stamp
+  uint64_t depart_ns = arrival_ns;
+  if (f.queue.any() && !enqueue(a, d, &m, arrival_ns, &depart_ns)) return add_to_totals(before, c);
   const net::FrameFate fate =
       a.dice[index(d)].roll(f, f.corrupt > 0 ? regions_of(m, f.corrupt_target) : net::FrameRegions{m->pkt_len, 0, 0, 0});
   if (fate.lost) {
@@ -244,13 +247,14 @@ void FaultStage::apply(Active& a, FaultDirection d, rte_mbuf* m, uint64_t now_ns
         if (dup != nullptr) ++c.duplicated;
         else ++c.copy_failed;
       }
-      if (fate.hold_ns != 0 || depart_ns > now_ns) {
-        c.delayed += fate.hold_ns != 0;
-        c.reordered += fate.reordered;
-        const uint64_t due = net::add_saturating(depart_ns, fate.hold_ns);
+      c.delayed += fate.hold_ns != 0;
+      c.reordered += fate.reordered;
+      const uint64_t due = net::add_saturating(depart_ns, fate.hold_ns);
+      if (due > now_ns) {
         hold(d, m, due);
         if (dup != nullptr) hold(d, dup, due);
       } else {
+        // Due already: it arrived (by its stamp) longer ago than it had to wait.
         out->push_back(m);
         if (dup != nullptr) out->push_back(dup);
       }
@@ -278,11 +282,19 @@ void FaultStage::release(FaultDirection d, uint64_t now_ns, std::vector<rte_mbuf
 void FaultStage::process(FaultDirection d, rte_mbuf* const* frames, size_t n, uint64_t now_ns,
                          std::vector<rte_mbuf*>* out) {
   release(d, now_ns, out);
+  // Only received frames: a sent frame's mbuf may carry the stamp of a frame received long ago.
+  const bool stamps = d == FaultDirection::rx && rx_ts_.valid();
   for (size_t i = 0; i < n; ++i) {
     rte_mbuf* m = frames[i];
     Active* a = (active_ & uint8_t(d)) != 0 ? match(d, m) : nullptr;
-    if (a == nullptr) out->push_back(m);
-    else apply(*a, d, m, now_ns, out);
+    if (a == nullptr) {
+      out->push_back(m);
+      continue;
+    }
+    uint64_t arrival_ns = now_ns;
+    // A stamp past the loop's time is a frame that came after the loop read its clock.
+    if (uint64_t t; stamps && !a->rule.spec.loop_arrival && rx_ts_.read(m, &t) && t < now_ns) arrival_ns = t;
+    apply(*a, d, m, arrival_ns, now_ns, out);
   }
 }
 

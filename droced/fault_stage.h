@@ -24,6 +24,14 @@
 // they leave the queue. As an rx rule for every QP it is the switch's egress port toward this
 // host: every sender's frames share it (per core: a droced of one core has one queue).
 //
+// A frame's time at a rule is when it arrived: for a received frame that a link stamped (DPDK's
+// RX timestamp, net/rx_timestamp.h: droce's packet link gives the kernel's receive time) that
+// stamp, never later than the loop's time; for any other frame, and under a rule with
+// arrival=loop, the loop's time. So a queue sees frames spaced as the wire delivered them, not
+// all at the instant a late loop took a millisecond of them from the ring at once. A frame whose
+// time of leaving (its queue's departure plus any delay) has passed by the loop's time goes on
+// at once; the counter wire_timed says how many a rule timed by their stamp.
+//
 // Threading: FaultRules is shared by the cores of a device; set()/clear() from any thread, the
 // cores pick a new version up at their next loop (one relaxed load per loop when nothing
 // changed). A FaultStage belongs to one core.
@@ -41,6 +49,7 @@
 #include "droced/capture.h"
 #include "net/congestion_point.h"
 #include "net/fault_model.h"
+#include "net/rx_timestamp.h"
 #include "rocev2/engine.h"
 
 namespace droce::droced {
@@ -76,6 +85,7 @@ struct FaultCounters {
   uint64_t queue_red_dropped = 0;
   uint64_t queue_depth = 0;
   uint64_t queue_depth_max = 0;
+  uint64_t wire_timed = 0;
 
   FaultCounters& operator+=(const FaultCounters& o);
 };
@@ -99,6 +109,8 @@ inline constexpr core::Counter<FaultCounters> kFaultCounters[] = {
      "congestion point: frames not ECN-capable RED dropped where they would be marked"},
     {"queue_depth", &FaultCounters::queue_depth, "congestion point: bytes queued now (a gauge)"},
     {"queue_depth_max", &FaultCounters::queue_depth_max, "congestion point: the deepest the queue was, bytes (a gauge)"},
+    {"wire_timed", &FaultCounters::wire_timed,
+     "of matched: timed by the link's receive stamp, not the loop's clock (the packet link stamps)"},
 };
 static_assert(core::covers(kFaultCounters));
 
@@ -138,7 +150,8 @@ class FaultStage {
   bool active(FaultDirection d) const { return (active_ & uint8_t(d)) != 0 || held_[index(d)] != 0; }
 
   /// Takes n frames of direction d; appends to *out, in order, the held frames due by now and
-  /// then the frames that go on now; keeps the rest until due.
+  /// then the frames that go on now; keeps the rest until due. now_ns is the loop's time; a
+  /// received frame with an RX timestamp is timed by it (see the top).
   void process(FaultDirection d, rte_mbuf* const* frames, size_t n, uint64_t now_ns, std::vector<rte_mbuf*>* out);
   /// Appends the held frames of direction d due by now_ns to *out.
   void release(FaultDirection d, uint64_t now_ns, std::vector<rte_mbuf*>* out);
@@ -172,13 +185,16 @@ class FaultStage {
   void add_to_totals(const FaultCounters& before, const FaultCounters& after);
   /// The queues' depth gauges at now_ns.
   void update_depths(FaultDirection d, uint64_t now_ns);
-  /// Applies one rolled fate; appends what goes on now to *out.
-  void apply(Active& a, FaultDirection d, rte_mbuf* m, uint64_t now_ns, std::vector<rte_mbuf*>* out);
+  /// Applies one rolled fate to a frame that arrived at arrival_ns (<= now_ns); appends what goes
+  /// on by now_ns to *out.
+  void apply(Active& a, FaultDirection d, rte_mbuf* m, uint64_t arrival_ns, uint64_t now_ns,
+             std::vector<rte_mbuf*>* out);
 
   const FaultRules* rules_;
   unsigned core_;
   rte_mempool* pool_;
   bool icrc_on_link_;
+  net::RxTimestamp rx_ts_;  ///< not valid(): every frame is timed by the loop
   uint64_t version_ = 0;
   uint8_t active_ = 0;  ///< FaultDirection bits some rule covers
   std::vector<Active> active_rules_;

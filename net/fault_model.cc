@@ -127,10 +127,13 @@ std::string FaultSpec::parse(std::string_view text) {
       ok = parse_bytes(v, &s.queue.ecn_max);
     } else if (k == "ecn-pmax") {
       ok = probability(v, &s.queue.ecn_pmax);
+    } else if (k == "arrival") {
+      ok = v == "wire" || v == "loop";
+      s.loop_arrival = v == "loop";
     } else {
       return "unknown fault '" + std::string(k) +
              "' (drop, burst, delay, jitter, reorder, window, duplicate, corrupt, corrupt-at, truncate, rate, buffer, "
-             "ecn-min, ecn-max, ecn-pmax)";
+             "ecn-min, ecn-max, ecn-pmax, arrival)";
     }
     if (!ok) return "bad value for " + std::string(k) + ": '" + std::string(v) + "'";
   }
@@ -158,6 +161,7 @@ std::string FaultSpec::to_string() const {
       add("ecn-min=" + bytes_text(queue.ecn_min) + ",ecn-max=" + bytes_text(queue.ecn_max) +
           ",ecn-pmax=" + percent(queue.ecn_pmax));
   }
+  if (loop_arrival) add("arrival=loop");
   return out.empty() ? "none" : out;
 }
 

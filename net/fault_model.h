@@ -26,6 +26,8 @@
 //   drop=1%  burst=0.5%[/25%[/100%]]  delay=100us  jitter=20us  reorder=5%  window=50us
 //   duplicate=1%  corrupt=0.1%  corrupt-at=payload|icrc|any  truncate=1%
 //   rate=1gbit  buffer=256k  ecn-min=40k  ecn-max=160k  ecn-pmax=20%   (a congestion point)
+//   arrival=wire|loop   (what times a received frame: its link's receive stamp where it has one,
+//                        else the loop's clock (wire, the default); always the loop's (loop))
 // probabilities as percentages (a bare number too) and times with ns/us/ms/s (bare: us); items
 // may be separated by spaces too. rate= puts a congestion point (net/congestion_point.h) in
 // front of the other faults: a frame it drops meets no other, the rest leave it at their
@@ -61,6 +63,9 @@ struct FaultSpec {
   uint64_t delay_ns = 0;    ///< one-way extra delay
   uint64_t jitter_ns = 0;   ///< uniform extra 0..jitter_ns inclusive (may reorder)
   QueueSpec queue;          ///< a congestion point the frames go through first (rate 0: none)
+  /// Received frames are timed by the loop's clock even where the link stamped their arrival
+  /// (droced/fault_stage.h); not a fault of its own: any() does not look at it.
+  bool loop_arrival = false;
 
   /// True when some fault can happen (a spec of all zeros changes nothing).
   bool any() const;

@@ -2,7 +2,8 @@
 // destination QP received, by sending QP sent, QP rules before port rules), what each fault does
 // to the frames that come out (dropped, held until due and in order, copied out of a lent
 // buffer, corrupted and discarded where the link has no ICRC, truncated, duplicated), rules
-// changed and cleared between frames, and FaultPort's order and back-pressure.
+// changed and cleared between frames, FaultPort's order and back-pressure, and received frames
+// timed by the link's receive stamp (net/rx_timestamp.h) where they carry one.
 
 #include <gtest/gtest.h>
 
@@ -14,6 +15,7 @@
 #include "droced/fault_stage.h"
 #include "net/eal.h"
 #include "net/headers.h"
+#include "net/rx_timestamp.h"
 #include "rocev2/builder.h"
 #include "rocev2/opcode.h"
 #include "rocev2/parser.h"
@@ -26,7 +28,10 @@ using rocev2::PacketHeaders;
 
 class FaultStageTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { pool_ = net::create_mbuf_pool("fault_pool", 4096, 2048); }
+  static void SetUpTestSuite() {
+    pool_ = net::create_mbuf_pool("fault_pool", 4096, 2048);
+    ASSERT_EQ(stamps_.setup(), 0);
+  }
 
   void TearDown() override {
     for (rte_mbuf* m : out_) rte_pktmbuf_free(m);
@@ -76,11 +81,19 @@ class FaultStageTest : public ::testing::Test {
     s.process(d, in.data(), in.size(), now, &out_);
   }
 
+  // A frame as a stamping link delivers it: received at t_ns (CLOCK_MONOTONIC).
+  static rte_mbuf* stamped(rte_mbuf* m, uint64_t t_ns) {
+    stamps_.stamp(m, t_ns);
+    return m;
+  }
+
   static rte_mempool* pool_;
+  static net::RxTimestamp stamps_;
   FaultRules rules_;
   std::vector<rte_mbuf*> out_;
 };
 rte_mempool* FaultStageTest::pool_ = nullptr;
+net::RxTimestamp FaultStageTest::stamps_;
 
 TEST_F(FaultStageTest, WithoutRulesEveryFrameGoesOnUntouched) {
   FaultStage s(&rules_, 0, pool_, true);
@@ -190,6 +203,106 @@ TEST_F(FaultStageTest, AClearedCongestionPointLeavesNoDepthInTheTotals) {
   s.release(FaultDirection::rx, 5024, &out_);
   EXPECT_EQ(out_.size(), 2u);
   EXPECT_EQ(s.totals().queue_marked, 0u);
+}
+
+// The case droced met on a busy host: a loop off its CPU for a while takes what the wire brought
+// meanwhile in one burst. 314-byte frames at 1 Gbit/s take 2512 ns each; eight of them 5 us
+// apart is a load the queue drains as it comes.
+TEST_F(FaultStageTest, FramesStampedAsTheyCameBuildNoQueueThatOneBurstWithoutStampsWould) {
+  const char* kQueue = "rate=1gbit,ecn-min=300,ecn-max=600,ecn-pmax=0";
+  const uint32_t id = add(kQueue);
+  auto eight = [&](bool with_stamps) {
+    std::vector<rte_mbuf*> v;
+    for (uint8_t i = 0; i < 8; ++i) {
+      rte_mbuf* m = frame(17, 0, 256, i, net::kEcnEct0);
+      v.push_back(with_stamps ? stamped(m, 10'000 + 5'000 * uint64_t{i}) : m);
+    }
+    return v;
+  };
+  {
+    FaultStage s(&rules_, 0, pool_, true);
+    const std::vector<rte_mbuf*> in = eight(true);
+    // Step: the loop reads them all at 50 us, after the last came at 45 us.
+    run(s, FaultDirection::rx, in, 50'000);
+    // Expect: each found the queue empty and had left by 50 us: all go on now, in order,
+    // unmarked; the deepest the queue was is one frame.
+    EXPECT_EQ(out_, in);
+    EXPECT_EQ(s.next_release_ns(), UINT64_MAX);
+    const FaultCounters c = counters_of(s, id);
+    EXPECT_EQ(c.wire_timed, 8u);
+    EXPECT_EQ(c.queue_marked, 0u);
+    EXPECT_EQ(c.queue_depth_max, 314u);
+  }
+  for (rte_mbuf* m : out_) rte_pktmbuf_free(m);
+  out_.clear();
+  {
+    FaultStage s(&rules_, 0, pool_, true);
+    // Step: the same frames without stamps, read at 50 us: the queue takes them all at 50 us.
+    run(s, FaultDirection::rx, eight(false), 50'000);
+    // Expect: 2512 bytes queued at once; each frame finding over 600 (the third on) marked;
+    // none leaves before the first's last bit, 2512 ns later.
+    EXPECT_TRUE(out_.empty());
+    EXPECT_EQ(s.next_release_ns(), 52'512u);
+    const FaultCounters c = counters_of(s, id);
+    EXPECT_EQ(c.wire_timed, 0u);
+    EXPECT_EQ(c.queue_marked, 6u);
+    EXPECT_EQ(c.queue_depth_max, 8u * 314);
+    s.release(FaultDirection::rx, 50'000 + 8 * 2'512, &out_);
+    EXPECT_EQ(out_.size(), 8u);
+  }
+}
+
+TEST_F(FaultStageTest, ArrivalLoopTimesStampedFramesByTheLoop) {
+  const uint32_t id = add("rate=1gbit,ecn-min=300,ecn-max=600,ecn-pmax=0,arrival=loop");
+  FaultStage s(&rules_, 0, pool_, true);
+  std::vector<rte_mbuf*> in;
+  for (uint8_t i = 0; i < 8; ++i) in.push_back(stamped(frame(17, 0, 256, i, net::kEcnEct0), 10'000 + 5'000 * i));
+  run(s, FaultDirection::rx, in, 50'000);
+  // Expect: as frames without stamps (the test above): one instant, a queue of eight.
+  EXPECT_TRUE(out_.empty());
+  const FaultCounters c = counters_of(s, id);
+  EXPECT_EQ(c.wire_timed, 0u);
+  EXPECT_EQ(c.queue_marked, 6u);
+  EXPECT_EQ(c.queue_depth_max, 8u * 314);
+  s.release(FaultDirection::rx, UINT64_MAX, &out_);
+  EXPECT_EQ(out_, in);
+}
+
+TEST_F(FaultStageTest, AStampPastTheLoopsTimeOrOnASentFrameIsNotItsArrival) {
+  const uint32_t rx = add("rate=1gbit", 17);
+  const uint32_t tx = add("rate=1gbit", kAllQps, FaultDirection::tx);
+  FaultStage s(&rules_, 0, pool_, true);
+  // Step: a frame stamped 10 us after the loop's 100 us (it came after the loop read the clock).
+  // Expect: queued at 100 us, so it leaves 2512 ns later, not at 112.512 us.
+  run(s, FaultDirection::rx, {stamped(frame(17, 0, 256, 1, net::kEcnEct0), 110'000)}, 100'000);
+  EXPECT_EQ(s.next_release_ns(), 102'512u);
+  EXPECT_EQ(counters_of(s, rx).wire_timed, 0u);
+  s.release(FaultDirection::rx, 102'512, &out_);
+  ASSERT_EQ(out_.size(), 1u);
+  // Step: a frame an engine sends in an mbuf stamped at 50 us (a received frame's, reused).
+  // Expect: queued at the loop's 200 us; the old stamp would have let it leave at once.
+  run(s, FaultDirection::tx, {stamped(frame(18, 5, 256, 2, net::kEcnEct0), 50'000)}, 200'000);
+  EXPECT_EQ(out_.size(), 1u);
+  EXPECT_EQ(s.next_release_ns(), 202'512u);
+  EXPECT_EQ(counters_of(s, tx).wire_timed, 0u);
+  s.release(FaultDirection::tx, 202'512, &out_);
+  EXPECT_EQ(out_.size(), 2u);
+}
+
+TEST_F(FaultStageTest, ADelayRunsFromTheStampAndAFrameWhoseDelayHasPassedGoesOnAtOnce) {
+  const uint32_t id = add("delay=10us");
+  FaultStage s(&rules_, 0, pool_, true);
+  rte_mbuf* early = stamped(frame(17, 0, 8, 1), 80'000);
+  rte_mbuf* late = stamped(frame(17, 0, 8, 2), 95'000);
+  run(s, FaultDirection::rx, {early, late}, 100'000);
+  // Expect: the first came 20 us ago and waited out its 10 us in the ring; the second is due
+  // 10 us after it came.
+  EXPECT_EQ(out_, (std::vector<rte_mbuf*>{early}));
+  EXPECT_EQ(s.next_release_ns(), 105'000u);
+  EXPECT_EQ(counters_of(s, id).delayed, 2u);
+  EXPECT_EQ(counters_of(s, id).wire_timed, 2u);
+  s.release(FaultDirection::rx, 105'000, &out_);
+  EXPECT_EQ(out_, (std::vector<rte_mbuf*>{early, late}));
 }
 
 TEST_F(FaultStageTest, HeldFramesComeOutWhenDueAndInTheirOrder) {

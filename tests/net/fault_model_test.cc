@@ -65,6 +65,20 @@ TEST(FaultSpecText, RoundTripsAndNoneIsNothing) {
   EXPECT_FALSE(spec("drop=50%").holds());
 }
 
+TEST(FaultSpecText, ArrivalSaysWhatTimesAFrameAndIsNoFaultOfItsOwn) {
+  EXPECT_FALSE(FaultSpec{}.loop_arrival);  // wire: a link's receive stamp where there is one
+  EXPECT_FALSE(spec("rate=1gbit,arrival=wire").loop_arrival);
+  const FaultSpec loop = spec("rate=1gbit,ecn-min=20k,ecn-max=100k,ecn-pmax=20%,arrival=loop");
+  EXPECT_TRUE(loop.loop_arrival);
+  FaultSpec back;
+  ASSERT_EQ(back.parse(loop.to_string()), "") << loop.to_string();
+  EXPECT_EQ(back, loop);
+  EXPECT_EQ(spec("rate=1gbit,arrival=wire").to_string(), "rate=1gbit");  // the default is not written
+  EXPECT_FALSE(spec("arrival=loop").any());
+  FaultSpec s;
+  EXPECT_NE(s.parse("arrival=kernel"), "");
+}
+
 TEST(FaultSpecText, RefusesWhatItCannotReadAndChangesNothing) {
   FaultSpec s = spec("drop=1%");
   const FaultSpec before = s;
