@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Incast through droce's congestion point, with and without DCQCN (issue 37).
 #
-# Four droce hosts on one bridge (scripts/lab.sh, af_packet, lab "dincast"): h2, h3 and h4 each
+# Four droce hosts on one bridge (scripts/lab.sh, lab "dincast"): h2, h3 and h4 each
 # run the distro's ib_write_bw, 64 KiB WRITEs for SECS seconds, to h1, whose receive path holds
 # one congestion point (`droce fault set rate=... --dir rx`, net/congestion_point.h): every
 # sender's frames share its queue, as a switch's egress port toward h1. Twice:
@@ -22,7 +22,18 @@
 # Writes incast.json and incast.png (python3-matplotlib) under bench/out or --out DIR.
 #
 #   bench/incast.sh [--out DIR] [--secs N] [--rate R] [--buffer B] [--ecn-min B] [--ecn-max B]
-#                   [--ecn-pmax P] [--cc 'NAME=VALUE ...'] [--red-both] [--build DIR] [--no-build]
+#                   [--ecn-pmax P] [--cc 'NAME=VALUE ...'] [--red-both] [--link packet|af_packet]
+#                   [--arrival wire|loop] [--build DIR] [--no-build]
+# --link: the hosts' link (scripts/lab.sh --link). packet (the default), droce's packet socket,
+# stamps each frame with the kernel's receive time, and the queue takes frames at that time;
+# af_packet (DPDK's PMD) gives no stamps, so the queue takes every frame of a burst at the
+# instant h1's loop polled it, and a loop that was off its CPU for a millisecond (h1's droced
+# shares the 2 vCPUs with three spinning perftests and three other droceds) sees a millisecond
+# of frames arrive at once: a depth spike the wire never had.
+# The packet link's path is also 5-8 times faster (7-9 Gbit/s here, af_packet's 1-1.5), and on
+# it DCQCN with mlx5's timers does not hold the queue: run it with the --cc below.
+# --arrival: the rule's arrival= (`droce fault`): loop times frames by the loop even on the
+# packet link (the A/B for the stamps; docs/benchmarks.md has both).
 # --cc: DCQCN parameters (droce cc set) for the dcqcn run on every host, over droced's defaults
 # (mlx5's): e.g. 'dce_tcp_rtt=50 rpg_time_reset=3000' puts the alpha period and the rate timer
 # at a software path's time scale (mlx5's 1 us and 300 us are made for a fabric whose round trip
@@ -30,14 +41,15 @@
 # waits out the queue first); 'rpg_max_rate=1000 clamp_tgt_rate=1' starts the reaction point
 # from this path's rate instead of the line rate (the port's speed: af_packet on a veth says 10
 # Gbit/s). docs/benchmarks.md has runs of each.
-# Root (namespaces). Defaults: 10 s, rate 500mbit (this 2-vCPU VM's af_packet path carries about
-# 1-1.5 Gbit/s, so three senders overrun it), buffer 1m (256k drops the first burst: the three
-# senders start at the line rate, before the first CNPs), ecn-min 20k, ecn-max 100k, ecn-pmax 20%.
+# Root (namespaces). Defaults: 10 s, rate 500mbit (this 2-vCPU VM's path carries 1-1.5 Gbit/s on
+# af_packet, 7-9 on the packet link, so three senders overrun it), buffer 1m (256k drops the
+# first burst: the three senders start at the line rate, before the first CNPs), ecn-min 20k,
+# ecn-max 100k, ecn-pmax 20%.
 # Kept on in the second run, RED would drop the Not-ECT data where it would have marked it (RFC
 # 3168) and hold the queue near kmax, hiding the overflow a fabric without ECN sees; --red-both
 # keeps it on anyway. The table tells RED's drops from drop-tail's.
 set -uo pipefail
-cc_extra="" red_both=0 out=bench/out secs=10 rate=500mbit buffer=1m kmin=20k kmax=100k pmax=20% build=build/release no_build=0
+cc_extra="" red_both=0 link=packet arrival=wire out=bench/out secs=10 rate=500mbit buffer=1m kmin=20k kmax=100k pmax=20% build=build/release no_build=0
 while [ $# -gt 0 ]; do
   case $1 in
     --out) out=$2; shift 2 ;;
@@ -51,9 +63,13 @@ while [ $# -gt 0 ]; do
     --cc) cc_extra=$2; shift 2 ;;
     --no-build) no_build=1; shift ;;
     --red-both) red_both=1; shift ;;
-    *) sed -n '2,40p' "$0"; exit 2 ;;
+    --link) link=$2; shift 2 ;;
+    --arrival) arrival=$2; shift 2 ;;
+    *) sed -n '2,50p' "$0"; exit 2 ;;
   esac
 done
+case $link in packet|af_packet) ;; *) echo "incast.sh: --link is packet or af_packet" >&2; exit 2 ;; esac
+case $arrival in wire|loop) ;; *) echo "incast.sh: --arrival is wire or loop" >&2; exit 2 ;; esac
 [ "$(id -u)" -eq 0 ] || { echo "incast.sh: needs root (network namespaces)" >&2; exit 2; }
 [ "$out" = bench/out ] || out=$(realpath -m "$out")
 [[ "$build" = /* ]] || build=$(realpath -m "$build")
@@ -81,7 +97,7 @@ sock() { echo "$state/$1/droce0.sock"; }
 run_on() { scripts/lab.sh exec "$1" --name "$lab" --build "$build" -- "${@:2}"; }
 
 [ -d "$state" ] && scripts/lab.sh down --name "$lab"
-DROCE_LAB_DROCED_ARGS="--log-level=droce.*:warning" scripts/lab.sh up --hosts 4 --link af_packet --name "$lab" \
+DROCE_LAB_DROCED_ARGS="--log-level=droce.*:warning" scripts/lab.sh up --hosts 4 --link "$link" --name "$lab" \
   --build "$build" >"$tmp/lab.out" 2>&1 || { cat "$tmp/lab.out"; exit 1; }
 recv=$(scripts/lab.sh addr h1 --name "$lab")
 
@@ -91,6 +107,7 @@ wait_tcp_listen "$lab-h1" 19800 "" || true
 run_on h2 ib_write_bw -d droce0 -x 1 -s 65536 -D 3 --report_gbits -p 19800 "$recv" >"$tmp/path.cli" 2>&1
 wait
 path=$(awk '/^ *65536 /{print $4}' "$tmp/path.cli" | tail -1)
+echo "link $link, frames timed by the $([ "$arrival" = loop ] || [ "$link" = af_packet ] && echo "loop" || echo "kernel's receive stamp")"
 echo "the path alone (one ib_write_bw 64 KiB, h2 -> h1, no queue): ${path:-?} Gbit/s; the queue: $rate"
 
 # The sampler: every ~100 ms, the JSON of `droce qps` on every host, `droce fault` and
@@ -130,6 +147,7 @@ run() {
   done
   "$droce" fault clear all --socket "$(sock h1)" >/dev/null 2>&1
   local spec="rate=$rate,buffer=$buffer"
+  [ "$arrival" = loop ] && spec="$spec,arrival=loop"
   [ "$mode" = dcqcn ] || [ "$red_both" = 1 ] && spec="$spec,ecn-min=$kmin,ecn-max=$kmax,ecn-pmax=$pmax"
   "$droce" fault set "$spec" --dir rx \
     --socket "$(sock h1)" >/dev/null || { echo "incast.sh: the congestion point was refused" >&2; exit 1; }
@@ -163,7 +181,8 @@ echo "  CNPs captured on h2 that tshark decodes (infiniband.bth.opcode == 0x81):
 echo "--- without DCQCN (rp_enable=0 np_enable=0 on every host; the queue $([ "$red_both" = 1 ] && echo "with RED, Not-ECT dropped" || echo "drop-tail only"))"
 run no-dcqcn 19820
 
-$py - "$tmp" "$out" "$recv" "${path:-0}" "$rate" "$buffer" "$kmin" "$kmax" "$pmax" "$cnps" "$cc_extra" "$red_both" <<'PY'
+$py - "$tmp" "$out" "$recv" "${path:-0}" "$rate" "$buffer" "$kmin" "$kmax" "$pmax" "$cnps" "$cc_extra" "$red_both" \
+  "$link" "$arrival" <<'PY'
 import json, sys
 tmp, out, recv, path, rate, buffer, kmin, kmax, pmax, cnps = sys.argv[1:11]
 def size(s):
@@ -203,6 +222,7 @@ def analyse(mode):
              "depth": fc.get("queue_depth", 0), "marked": fc.get("queue_marked", 0),
              "dropped": fc.get("queue_dropped", 0) + fc.get("queue_red_dropped", 0),
              "dropped_full": fc.get("queue_dropped", 0),
+             "matched": fc.get("matched", 0), "wire_timed": fc.get("wire_timed", 0),
              "cnp_sent": total(cnt.get("h1", {}), "np_cnp_sent"),
              "cnp_handled": sum(total(cnt.get(h, {}), "rp_cnp_handled") for h in senders),
              "retx_total": sum(total(cnt.get(h, {}), "retransmits") for h in senders)}
@@ -228,12 +248,13 @@ def analyse(mode):
         "cnp_sent": last["cnp_sent"] - first["cnp_sent"],
         "cnp_handled": last["cnp_handled"] - first["cnp_handled"],
         "retransmits": last["retx_total"] - first["retx_total"],
+        "wire_timed": (last["wire_timed"] - first["wire_timed"]) / max(1, last["matched"] - first["matched"]),
         "flow_gbps": mean,
         "total_gbps": sum(mean.values()),
         "spread": (max(mean.values()) / min(mean.values())) if len(mean) == 3 and min(mean.values()) > 0 else None,
     }
     return series, fig
-res = {"path_gbps": float(path), "cc": sys.argv[11], "queue": {"rate": rate, "buffer": buffer, "ecn_min": kmin, "ecn_max": kmax,
+res = {"path_gbps": float(path), "cc": sys.argv[11], "link": sys.argv[13], "arrival": sys.argv[14], "queue": {"rate": rate, "buffer": buffer, "ecn_min": kmin, "ecn_max": kmax,
        "ecn_pmax": pmax, "red_without_dcqcn": sys.argv[12] == "1"}, "cnps_captured": int(cnps), "runs": {}}
 for mode in ("dcqcn", "no-dcqcn"):
     series, fig = analyse(mode)
@@ -261,6 +282,8 @@ print("(<kmin, <kmax: share of samples with the queue at most that deep; depth: 
 print(" and drop-tail's, (full) drop-tail's alone; total: the flows' sum at h1, Gbit/s; spread: the flows'")
 print(" mean rates, max/min, over the middle 60 % of the run; issue 37's goal with DCQCN < 1.2)")
 print(f"CNPs captured on h2 that tshark decodes: {cnps}")
+print("frames the queue timed by the kernel's receive stamp (the rest by h1's loop): " +
+      ", ".join(f"{m} {r['figures']['wire_timed'] * 100:.0f}%" for m, r in res["runs"].items()))
 with open(f"{out}/incast.json", "w") as fo:
     json.dump(res, fo, indent=1)
 try:
