@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "droced: EAL did not start\n");
     return 1;
   }
+  net::eal_sweep_runtime_dirs("droced-" + cfg.name + "-");  // those of killed droceds of this name
   int status;
   {
     droced::Daemon d;
@@ -71,5 +72,6 @@ int main(int argc, char** argv) {
     }
   }
   net::eal_stop();
+  net::eal_remove_runtime_dir();  // its prefix names this process
   return status;
 }

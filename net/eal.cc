@@ -8,6 +8,8 @@
 #include <rte_errno.h>
 #include <rte_ethdev.h>
 #include <rte_interrupts.h>
+#include <dirent.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 #include <rte_lcore.h>
@@ -18,6 +20,8 @@
 #include <chrono>
 #include <thread>
 #include <cerrno>
+#include <cstring>
+#include <string>
 #include <fstream>
 #include <sstream>
 
@@ -89,6 +93,41 @@ void eal_stop() {
     rte_eth_dev_close(port);
   }
   eal_interrupt_barrier();
+}
+
+namespace {
+void remove_runtime_dir(const std::string& dir) {
+  for (const char* f : {"dpdk_telemetry.v2", "dpdk_telemetry"}) (void)::unlink((dir + "/" + f).c_str());
+  if (::rmdir(dir.c_str()) != 0 && errno != ENOENT)
+    DROCE_LOG(INFO, net, "EAL runtime directory %s stays: %s", dir.c_str(), std::strerror(errno));
+}
+}  // namespace
+
+void eal_remove_runtime_dir() {
+  const std::string dir = rte_eal_get_runtime_dir();
+  if (!dir.empty()) remove_runtime_dir(dir);
+}
+
+void eal_sweep_runtime_dirs(const std::string& stem) {
+  const std::string own = rte_eal_get_runtime_dir();
+  const size_t slash = own.rfind('/');
+  if (stem.empty() || slash == std::string::npos) return;
+  const std::string base = own.substr(0, slash);
+  DIR* d = ::opendir(base.c_str());
+  if (d == nullptr) return;
+  unsigned swept = 0;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.size() <= stem.size() || name.compare(0, stem.size(), stem) != 0) continue;
+    const std::string digits = name.substr(stem.size());
+    if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(digits));
+    if (base + "/" + name == own || pid <= 0 || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    remove_runtime_dir(base + "/" + name);
+    ++swept;
+  }
+  ::closedir(d);
+  if (swept != 0) DROCE_LOG(INFO, net, "removed %u runtime directories of %s* left by processes gone", swept, stem.c_str());
 }
 
 int eal_start(const EalOptions& opts) {

@@ -52,6 +52,17 @@ bool eal_interrupt_barrier();
 /// cleanup would have released when the process exits.
 void eal_stop();
 
+/// After eal_stop(), for a process whose --file-prefix is its own (droced's names its pid): removes
+/// the EAL runtime directory (/run/dpdk/<prefix>). Without rte_eal_cleanup, DPDK 22.11 leaves its
+/// telemetry socket there, so every start of a service left a directory behind in /run. Files
+/// other than the telemetry sockets (none with --no-shconf or --in-memory) keep it.
+void eal_remove_runtime_dir();
+
+/// After eal_start(): removes the runtime directories beside this process's whose name is
+/// `stem` followed by the pid of a process that no longer exists (a droced killed, or one that
+/// crashed, could not remove its own), as eal_remove_runtime_dir() would have.
+void eal_sweep_runtime_dirs(const std::string& stem);
+
 /// Free 2 MiB or 1 GiB hugepages on this machine, from /proc/meminfo.
 unsigned long free_hugepages();
 

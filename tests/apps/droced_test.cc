@@ -118,7 +118,12 @@ class TwoDaemons : public ::testing::Test {
   }
 
   void TearDown() override {
-    for (auto& d : d_) stop(d, SIGKILL);
+    for (auto& d : d_) {
+      const pid_t pid = d.pid;
+      stop(d, SIGKILL);
+      // Killed, it could not remove its EAL runtime directory (the next droced's sweep would).
+      if (pid > 0 && geteuid() == 0) fs::remove_all("/run/dpdk/droced-droce0-" + std::to_string(pid));
+    }
     fs::remove_all(dir_);
   }
 
@@ -1050,8 +1055,13 @@ TEST_F(TwoDaemons, StoppingDroceTurnsItsClientsFatal) {
   while ((rc = a->get_async_event(&ev, 0)) == 0) EXPECT_EQ(ev.type, 9u);  // IBV_EVENT_PORT_ACTIVE
   EXPECT_EQ(rc, -EAGAIN);
 
+  const pid_t pid = d_[0].pid;
   const int st = stop(d_[0], SIGTERM);
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+  // Its EAL runtime directory (root's: /run/dpdk/<file-prefix>, the prefix naming its pid) went
+  // with it: a service restarted often left one behind per start.
+  if (geteuid() == 0)
+    EXPECT_FALSE(std::filesystem::exists("/run/dpdk/droced-droce0-" + std::to_string(pid)));
   ASSERT_EQ(a->get_async_event(&ev, 5000), 0);
   EXPECT_EQ(ev.type, 8u);  // IBV_EVENT_DEVICE_FATAL
   EXPECT_TRUE(a->fatal());
@@ -1063,6 +1073,27 @@ TEST_F(TwoDaemons, StoppingDroceTurnsItsClientsFatal) {
   EXPECT_EQ(qp->post_send(w), -EIO);
   uint32_t pd2 = 0;
   EXPECT_EQ(a->alloc_pd(&pd2), -EIO);
+}
+
+TEST_F(TwoDaemons, RuntimeDirectoriesOfKilledDaemonsAreSweptAtStart) {
+  if (geteuid() != 0) GTEST_SKIP() << "root's EAL runtime directories are under /run/dpdk";
+  // A droced of this name that was killed (no exit of its own to remove it): its pid is gone.
+  const pid_t gone = fork();
+  if (gone == 0) _exit(0);
+  ASSERT_GT(gone, 0);
+  waitpid(gone, nullptr, 0);
+  const std::string stale = "/run/dpdk/droced-droce0-" + std::to_string(gone);
+  fs::create_directories(stale);
+  { std::ofstream(stale + "/dpdk_telemetry.v2") << ""; }
+  // One whose process lives (this test's): not touched.
+  const std::string live = "/run/dpdk/droced-droce0-" + std::to_string(getpid());
+  fs::create_directories(live);
+  start();
+  // Expect: the dead one's directory removed by the droced that started; the live one kept.
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(live));
+  fs::remove_all(live);
+  fs::remove_all(stale);
 }
 
 TEST_F(TwoDaemons, ControlSocketGarbageIsRefusedAndTheDaemonServesOn) {
