@@ -4,6 +4,7 @@
 
 #include "rocev2/engine.h"
 #include "rocev2/probes.h"
+#include "rocev2/sge_walk.h"
 
 namespace droce::rocev2 {
 
@@ -35,30 +36,18 @@ bool Engine::gather(Qp* q, SendWqe& w, uint32_t offset, uint32_t len, uint8_t* d
     std::memcpy(dst, q->inline_buf.data() + w.inline_off + offset, len);
     return true;
   }
-  uint32_t skip = offset;
-  for (uint32_t i = 0; i < w.wr.num_sge && len > 0; ++i) {
-    const Sge& sge = w.wr.sg_list[i];
-    if (skip >= sge.length) {
-      skip -= sge.length;
-      continue;
-    }
-    const uint32_t n = std::min(sge.length - skip, len);
+  // Reading local memory needs no access right beyond a valid key in the QP's PD.
+  bool ok = true;
+  const uint32_t left = for_each_sge_piece(w.wr.sg_list, w.wr.num_sge, offset, len,
+                                           [&](const Sge& sge, uint64_t addr, uint32_t n, bool) {
     Mr* mr = nullptr;
-    // Reading local memory needs no access right beyond a valid key in the QP's PD.
-    if (mrs_.check_local(sge.lkey, q->pd, sge.addr + skip, n, 0, &mr) != MrCheck::ok) {
-      *err = WcStatus::loc_prot_err;
-      return false;
-    }
-    if (!mr_read(*mr, sge.addr + skip, dst, n)) {  // an ODP page the application does not map
-      *err = WcStatus::loc_prot_err;
-      return false;
-    }
+    // A bad key, or an ODP page the application does not map.
+    ok = mrs_.check_local(sge.lkey, q->pd, addr, n, 0, &mr) == MrCheck::ok && mr_read(*mr, addr, dst, n);
     dst += n;
-    len -= n;
-    skip = 0;
-  }
-  if (len != 0) {
-    *err = WcStatus::loc_len_err;
+    return ok;
+  });
+  if (!ok || left != 0) {
+    *err = ok ? WcStatus::loc_len_err : WcStatus::loc_prot_err;
     return false;
   }
   return true;
@@ -66,23 +55,16 @@ bool Engine::gather(Qp* q, SendWqe& w, uint32_t offset, uint32_t len, uint8_t* d
 
 OdpReady Engine::odp_sges_ready(Qp* q, const Sge* sges, uint32_t num_sge, uint32_t offset, uint32_t len,
                                 bool write, uint64_t ahead) {
-  uint32_t skip = offset;
-  for (uint32_t i = 0; i < num_sge && len > 0; ++i) {
-    const Sge& sge = sges[i];
-    if (skip >= sge.length) {
-      skip -= sge.length;
-      continue;
-    }
-    const uint32_t n = std::min(sge.length - skip, len);
+  OdpReady r = OdpReady::now;
+  for_each_sge_piece(sges, num_sge, offset, len, [&](const Sge& sge, uint64_t addr, uint32_t n, bool last) {
     Mr* mr = nullptr;
-    if (mrs_.check_local(sge.lkey, q->pd, sge.addr + skip, n, 0, &mr) == MrCheck::ok) {
-      const uint64_t rest = len == n ? std::min<uint64_t>(ahead, sge.length - skip - n) : 0;
-      if (OdpReady r = mr_ready(*mr, sge.addr + skip, n, write, rest); r != OdpReady::now) return r;
-    }
-    len -= n;
-    skip = 0;
-  }
-  return OdpReady::now;
+    if (mrs_.check_local(sge.lkey, q->pd, addr, n, 0, &mr) != MrCheck::ok) return true;  // the copy reports it
+    // The operation's rest that lies in this entry, after the last piece.
+    const uint64_t rest = last ? std::min<uint64_t>(ahead, sge.addr + sge.length - (addr + n)) : 0;
+    r = mr_ready(*mr, addr, n, write, rest);
+    return r == OdpReady::now;
+  });
+  return r;
 }
 
 void Engine::requester_run(Qp* q, uint64_t now_ns, uint32_t* budget) {

@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "rocev2/engine.h"
 #include "rocev2/probes.h"
+#include "rocev2/sge_walk.h"
 
 namespace droce::rocev2 {
 
@@ -174,29 +175,18 @@ std::string to_string(const ResponderTraceEntry& e) {
 
 bool Engine::scatter(Qp* q, const Sge* sges, uint32_t num_sge, uint32_t offset, const rte_mbuf* m,
                      uint32_t src_off, uint32_t len, WcStatus* err) {
-  uint32_t skip = offset;
-  for (uint32_t i = 0; i < num_sge && len > 0; ++i) {
-    const Sge& sge = sges[i];
-    if (skip >= sge.length) {
-      skip -= sge.length;
-      continue;
-    }
-    const uint32_t n = std::min(sge.length - skip, len);
+  bool ok = true;
+  const uint32_t left = for_each_sge_piece(sges, num_sge, offset, len,
+                                           [&](const Sge& sge, uint64_t addr, uint32_t n, bool) {
     Mr* mr = nullptr;
-    if (mrs_.check_local(sge.lkey, q->pd, sge.addr + skip, n, kAccessLocalWrite, &mr) != MrCheck::ok) {
-      *err = WcStatus::loc_prot_err;
-      return false;
-    }
-    if (!place(*mr, sge.addr + skip, m, src_off, n)) {  // an ODP page the application does not map
-      *err = WcStatus::loc_prot_err;
-      return false;
-    }
+    // A bad key, or an ODP page the application does not map.
+    ok = mrs_.check_local(sge.lkey, q->pd, addr, n, kAccessLocalWrite, &mr) == MrCheck::ok &&
+         place(*mr, addr, m, src_off, n);
     src_off += n;
-    len -= n;
-    skip = 0;
-  }
-  if (len != 0) {
-    *err = WcStatus::loc_len_err;  // longer than the scatter list
+    return ok;
+  });
+  if (!ok || left != 0) {
+    *err = ok ? WcStatus::loc_len_err : WcStatus::loc_prot_err;  // LOC_LEN: longer than the list
     return false;
   }
   return true;
@@ -279,10 +269,10 @@ void Engine::responder_read_run(Qp* q, uint32_t* budget) {
         return;
       }
       // On-demand pages not yet in: the stream pauses here (the timer resumes it).
-      if (OdpReady o = mr_ready(*mr, rd.va + s.read_offset, len, false, rd.length - s.read_offset - len);
-          o != OdpReady::now) {
+      if (OdpReady ready = mr_ready(*mr, rd.va + s.read_offset, len, false, rd.length - s.read_offset - len);
+          ready != OdpReady::now) {
         s.paging = true;
-        odp_wait(q, o);
+        odp_wait(q, ready);
         return;
       }
     }

@@ -1060,8 +1060,9 @@ TEST_F(TwoDaemons, StoppingDroceTurnsItsClientsFatal) {
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
   // Its EAL runtime directory (root's: /run/dpdk/<file-prefix>, the prefix naming its pid) went
   // with it: a service restarted often left one behind per start.
-  if (geteuid() == 0)
+  if (geteuid() == 0) {
     EXPECT_FALSE(std::filesystem::exists("/run/dpdk/droced-droce0-" + std::to_string(pid)));
+  }
   ASSERT_EQ(a->get_async_event(&ev, 5000), 0);
   EXPECT_EQ(ev.type, 8u);  // IBV_EVENT_DEVICE_FATAL
   EXPECT_TRUE(a->fatal());
