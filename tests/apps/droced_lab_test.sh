@@ -375,6 +375,34 @@ print(x["rx_gso_frames"], x["rx_gso_segments"], x["rx_gso_refused"])' 2>/dev/nul
   teardown
 done
 
+echo "== packet, without droce's TC program: droce ports says so, and the kernel still keeps its netdev"
+# A droced that finds no filter program (a build without clang, a program deleted) runs on: the
+# kernel then takes in every RoCE frame a second time, and drops it (droced's UDP 4791 socket
+# keeps it from answering unreachable). `droce ports` must say "none" so that a user can tell.
+link=packet-nofilter
+if env DROCE_XDP_PROG=/nonexistent "$lab" up --hosts 2 --routed --link packet --name "$name" --build "$build" \
+     >"$work/up.txt" 2>&1; then
+  filter=$(inns h1 "$droce" ports --json --socket "/run/droce-lab/$name/h1/droce0.sock" |
+           python3 -c 'import json, sys; print(json.load(sys.stdin)[0].get("kernel_filter", "-"))')
+  [ "$filter" = none ] && pass "$link: droce ports names no kernel filter (none)" \
+                       || bad "$link: droce ports: kernel_filter '$filter', want 'none'"
+  inns h1 tc filter show dev eth0 ingress | grep -q droce_tc && bad "$link: a droce_tc filter is on eth0"
+  noise1=$(kernel_noise "$name-h1")
+  a1=$("$lab" addr h1 --name "$name")
+  if command -v ib_write_bw >/dev/null; then
+    PORT=18515 pair "ib_write_bw (TCP exchange)" ib_write_bw -d droce0 -x 1 -n 500 -s 65536 -- \
+      ib_write_bw -d droce0 -x 1 -n 500 -s 65536 "$a1"
+  fi
+  kernel_keeps_netdev "after RDMA traffic"
+  noise2=$(kernel_noise "$name-h1")
+  [ "$noise1" = "$noise2" ] && pass "$link: the kernel answered no RoCE packet (UdpNoPorts/unreachables $noise1)" \
+                            || bad "$link: the kernel sent unreachables ($noise1 -> $noise2)"
+else
+  bad "$link: the lab did not come up"
+  sed 's/^/    /' "$work/up.txt"
+fi
+teardown
+
 echo "== own addresses (af_packet), static routes through the router"
 link=own
 if L up --hosts 2 --routed --no-droced >"$work/up.txt" 2>&1; then
