@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/clock.h"
+
 namespace droce::droced {
 
 namespace {
@@ -99,6 +101,8 @@ const uint64_t kPageSize = uint64_t(::sysconf(_SC_PAGESIZE));
 constexpr uint64_t kPresent = uint64_t{1} << 63;  // pagemap: the page is in memory (proc(5))
 constexpr size_t kMaxRanges = 64;                 // waiting, and results not yet asked for
 constexpr uint64_t kMaxAhead = 4u << 20;          // an operation's rest brought in with a fault
+constexpr uint64_t kWindowPages = 64;             // pagemap entries read at once
+constexpr uint64_t kWindowNs = 1'000'000;         // how long their answer serves
 
 }  // namespace
 
@@ -188,14 +192,27 @@ rocev2::OdpReady ProcessMemory::ready(uint64_t addr, size_t n, bool, uint64_t ah
     for (const FaultIn::Range& r : faults_->pending)
       if (r.overlaps(first, last)) return OdpReady::waiting;
   }
-  // Present pages are copied at once (proc(5): pagemap, one 64-bit entry per page).
+  // Present pages are copied at once (proc(5): pagemap, one 64-bit entry per page), by the
+  // window's answer while it is fresh, else by a new read of the window that starts here.
+  const uint64_t now_ns = core::monotonic_ns();
+  auto present_in_window = [&] {
+    if (first < window_first_ || last - window_first_ >= kWindowPages) return false;
+    const uint64_t bits = last - first + 1;
+    const uint64_t mask = (bits == 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1) << (first - window_first_);
+    return (window_present_ & mask) == mask;
+  };
+  if (window_ns_ != 0 && now_ns - window_ns_ < kWindowNs && present_in_window()) return OdpReady::now;
   bool present = true;
-  for (uint64_t page = first; page <= last && present; page += 16) {
-    uint64_t entries[16];
-    const uint64_t count = std::min<uint64_t>(16, last - page + 1);
-    const ssize_t k = ::pread(pagemap_.get(), entries, count * 8, static_cast<off_t>(page * 8));
-    if (k != static_cast<ssize_t>(count * 8)) return OdpReady::now;  // the copy will say what is wrong
-    for (uint64_t i = 0; i < count; ++i) present = present && (entries[i] & kPresent) != 0;
+  for (uint64_t page = first; page <= last && present; page += kWindowPages) {
+    uint64_t entries[kWindowPages];
+    const ssize_t k = ::pread(pagemap_.get(), entries, sizeof entries, static_cast<off_t>(page * 8));
+    if (k < static_cast<ssize_t>(std::min(kWindowPages, last - page + 1) * 8)) return OdpReady::now;  // the copy says
+    window_first_ = page;
+    window_present_ = 0;
+    for (uint64_t i = 0; i < uint64_t(k) / 8; ++i) window_present_ |= uint64_t((entries[i] & kPresent) != 0) << i;
+    window_ns_ = now_ns;
+    const uint64_t upto = std::min(last, page + kWindowPages - 1);
+    for (uint64_t p = page; p <= upto; ++p) present = present && ((window_present_ >> (p - page)) & 1) != 0;
   }
   if (present) return OdpReady::now;
   if (faults_ == nullptr) {

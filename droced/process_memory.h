@@ -26,7 +26,8 @@
 // answered ready once, so that the access fails and becomes the access error.
 //
 // Costs and limits: a system call per contiguous piece on the data path of ODP
-// regions only, and one pread of the pagemap before it. What stays on the
+// regions only, and a pread of the pagemap for 64 pages at a time, its answer
+// kept for a millisecond. What stays on the
 // worker: a page evicted between the pagemap's answer and the copy (a race of
 // microseconds) and a write fault on a present page (copy-on-write: no I/O;
 // a shared file mapping's first write calls the filesystem's page_mkwrite).
@@ -86,6 +87,12 @@ class ProcessMemory final : public rocev2::OdpMemory {
   core::Fd fd_;
   core::Fd pagemap_;
   std::shared_ptr<FaultIn> faults_;
+  // The pagemap's answer for a window of 64 pages, kept for a millisecond: the packets of a
+  // stream through the same pages cost one read of it, not one each. A page evicted within that
+  // millisecond is faulted on the worker, as one evicted between the read and the copy.
+  uint64_t window_first_ = 0;    ///< its first page
+  uint64_t window_present_ = 0;  ///< bit i: page window_first_ + i was present
+  uint64_t window_ns_ = 0;       ///< when it was read (0: never)
 };
 
 }  // namespace droce::droced
