@@ -44,6 +44,20 @@ inline uint64_t monotonic_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+/// CLOCK_REALTIME in ns: wall-clock time, for what leaves the process (a capture's timestamps).
+inline uint64_t realtime_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+/// How far CLOCK_REALTIME is ahead of CLOCK_MONOTONIC now, in ns: what turns a time on one into
+/// the other (the kernel's packet timestamps are realtime, droce's loops monotonic).
+inline int64_t realtime_ahead_of_monotonic_ns() {
+  const uint64_t mono = monotonic_ns();
+  return static_cast<int64_t>(realtime_ns()) - static_cast<int64_t>(mono);
+}
+
 /// When something woke a sleeping thread, and from which CPU: what a waker leaves in shared
 /// memory beside its eventfd write (a client's doorbell, the same-host link), a hint the
 /// woken thread uses to judge its spin (droced/spin_policy.h). Never trusted beyond that.

@@ -22,12 +22,6 @@ namespace {
 
 using net::pcapng::Direction;
 
-uint64_t realtime_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return uint64_t(ts.tv_sec) * 1'000'000'000u + uint64_t(ts.tv_nsec);
-}
-
 // The ICRC of a whole RoCEv2 frame in `b`, written into its last four bytes: the link carried
 // none, and a reader checks it. Anything that is not RoCEv2 over UDP 4791 is left alone.
 void fill_icrc(std::span<uint8_t> b) {
@@ -182,7 +176,7 @@ void Capture::stop(uint32_t owner) {
 void Capture::drain_loop(CaptureParams p, core::Fd out, uint32_t generation, uint64_t seen0, uint64_t dropped0) {
   pthread_setname_np(pthread_self(), "droce-capture");
   // Records carry CLOCK_MONOTONIC (what the cores read anyway); pcapng wants the epoch.
-  const int64_t to_epoch = int64_t(realtime_ns()) - int64_t(core::monotonic_ns());
+  const int64_t to_epoch = core::realtime_ahead_of_monotonic_ns();
   std::vector<uint8_t> buf;
   net::pcapng::append_section_header(&buf);
   net::pcapng::append_interface(&buf, p.snaplen, p.interface_name);
@@ -222,7 +216,7 @@ void Capture::drain_loop(CaptureParams p, core::Fd out, uint32_t generation, uin
   }
   if (ok) {
     buf.clear();
-    net::pcapng::append_interface_stats(&buf, realtime_ns(), seen - seen0, dropped - dropped0);
+    net::pcapng::append_interface_stats(&buf, core::realtime_ns(), seen - seen0, dropped - dropped0);
     (void)write_all(out.get(), buf, stop_);
   }
   DROCE_LOG(INFO, app, "capture %u ended: %lu frames written, %lu lost (ring full)%s", generation,

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/clock.h"
+#include "core/shm_region.h"
 
 namespace droce::droced {
 
@@ -97,7 +98,7 @@ bool ProcessMemory::write(uint64_t addr, const void* src, size_t n) {
 
 namespace {
 
-const uint64_t kPageSize = uint64_t(::sysconf(_SC_PAGESIZE));
+const uint64_t kPageSize = core::page_size();
 constexpr uint64_t kPresent = uint64_t{1} << 63;  // pagemap: the page is in memory (proc(5))
 constexpr size_t kMaxRanges = 64;                 // waiting, and results not yet asked for
 constexpr uint64_t kMaxAhead = 4u << 20;          // an operation's rest brought in with a fault

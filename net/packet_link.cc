@@ -10,7 +10,6 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <rte_errno.h>
@@ -22,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/clock.h"
 #include "core/endian.h"
 #include "core/log.h"
 #include "net/headers.h"
@@ -236,12 +236,7 @@ int PacketLink::rx_interrupt_fd(uint16_t queue) const {
 
 uint64_t PacketLink::receive_time(const tpacket2_hdr* h, int64_t* realtime_ahead) const {
   if (!rx_ts_.valid()) return 0;
-  if (*realtime_ahead == INT64_MIN) {
-    timespec rt{}, mono{};
-    clock_gettime(CLOCK_REALTIME, &rt);
-    clock_gettime(CLOCK_MONOTONIC, &mono);
-    *realtime_ahead = (int64_t{rt.tv_sec} - int64_t{mono.tv_sec}) * 1'000'000'000 + (rt.tv_nsec - mono.tv_nsec);
-  }
+  if (*realtime_ahead == INT64_MIN) *realtime_ahead = core::realtime_ahead_of_monotonic_ns();
   const int64_t t = int64_t{h->tp_sec} * 1'000'000'000 + int64_t{h->tp_nsec} - *realtime_ahead;
   return t > 0 ? static_cast<uint64_t>(t) : 0;
 }
