@@ -2,18 +2,21 @@
 # OpenMPI 4.1 over droce with pml ucx and osc ucx: two ranks, one on each of two droce hosts (two
 # droced on droce's same-host link), each rank started through `droce exec` of its host, UCX
 # limited to droce's verbs transports (so no shared-memory path can carry the data):
-#   1. UCX_TLS=rc_verbs,ud_verbs,self: NetPIPE (NPopenmpi) from 1 byte to 8 MiB, and mpi_check
-#      (point-to-point, collectives, one-sided; every result checked), also with both ranks on
-#      host A (one droced's loopback);
+#   1. UCX_TLS=rc_verbs,ud_verbs,self: NetPIPE's integrity check (NPopenmpi -i: every message's
+#      bytes compared with what was sent) from 1 byte to 8 MiB, and mpi_check (point-to-point,
+#      collectives, one-sided; every result checked), also with both ranks on host A (one
+#      droced's loopback);
 #   2. UCX_TLS=ud_verbs,self (UD's reliability is UCX's own) with both droced discarding 1 % of
-#      the frames they receive (--drop-rate 1): mpi_check again, and NetPIPE up to 1 MiB.
+#      the frames they receive (--drop-rate 1): mpi_check again, and NetPIPE's check up to 1 MiB.
 #
 #   mpi_test.sh DROCE DROCED PAIR_LIB MPI_CHECK
 #
-# Asserts each run's exit status, mpi_check's "0 failures", NetPIPE's last size, that the frames
-# crossed droce (droced B's rx_frames grew; with loss, the fault rule's dropped > 0), and no UCX error or
-# warning line. Skips (77) without mpirun (openmpi-bin), NPopenmpi (netpipe-openmpi) or a built
-# MPI_CHECK (libopenmpi-dev at build time).
+# Asserts each run's exit status, mpi_check's "0 failures", that NetPIPE reached its last size
+# and every size passed, that the frames crossed droce (droced B's rx_frames grew; with loss, the
+# fault rule's dropped > 0), and no UCX error or warning line. Skips (77) without mpirun
+# (openmpi-bin), NPopenmpi (netpipe-openmpi) or a built MPI_CHECK (libopenmpi-dev at build time).
+# NetPIPE's -i runs a few repeats per size, where its timing mode runs each size for about a
+# second: the integrity check asserts more and takes 10 s where the timing took 150 s.
 set -uo pipefail
 
 if [ $# -ne 4 ]; then
@@ -88,10 +91,25 @@ expect_line() {  # expect_line NAME REGEX: the last run's log has a line matchin
   fi
 }
 
+# expect_netpipe NAME LAST: the last run was NetPIPE's integrity check (-i: every message's bytes
+# compared with what was sent), it reached LAST bytes and no size failed.
+expect_netpipe() {
+  local bad
+  bad=$(grep -cE 'bytes +[0-9]+ times -->' "$RESULT_LOG" | tr -d ' ')
+  bad=$(( bad - $(grep -cE 'bytes +[0-9]+ times --> +Integrity check passed' "$RESULT_LOG") ))
+  if [ "$bad" -ne 0 ] || grep -qi 'integrity check failed' "$RESULT_LOG"; then
+    echo "FAIL: $1: $bad sizes did not pass the integrity check"
+    grep -iE 'integrity|bytes +[0-9]+ times' "$RESULT_LOG" | grep -vi 'check passed' | head -10
+    fail=1
+    return
+  fi
+  expect_line "$1" "^ *[0-9]+: +$2 bytes +[0-9]+ times --> +Integrity check passed"
+}
+
 # ---- 1. rc_verbs + ud_verbs ---------------------------------------------------------------
 droced_pair_start "$(dirname "$droced")" "$tmp/hosts" --mtu 9000 || exit 1
-if mpi2 netpipe.rc rc_verbs,ud_verbs,self 600 NPopenmpi -u 8388608; then
-  expect_line "NetPIPE over rc_verbs, 1 B to 8 MiB" '^ *[0-9]+: +8388611 bytes'
+if mpi2 netpipe.rc rc_verbs,ud_verbs,self 600 NPopenmpi -i -u 8388609; then
+  expect_netpipe "NetPIPE's integrity check over rc_verbs, 1 B to 8 MiB" 8388609
 fi
 if mpi2 mpi_check.rc rc_verbs,ud_verbs,self 300 "$mpi_check"; then
   expect_line "mpi_check over rc_verbs" '^mpi_check: [0-9]+ checks, 0 failures$'
@@ -106,8 +124,8 @@ droced_pair_start "$(dirname "$droced")" "$tmp/hosts" --mtu 9000 --drop-rate 1 |
 if mpi2 mpi_check.ud.loss ud_verbs,self 600 "$mpi_check"; then
   expect_line "mpi_check over ud_verbs with 1 % loss" '^mpi_check: [0-9]+ checks, 0 failures$'
 fi
-if mpi2 netpipe.ud.loss ud_verbs,self 600 NPopenmpi -u 1048576; then
-  expect_line "NetPIPE over ud_verbs with 1 % loss, to 1 MiB" '^ *[0-9]+: +1048579 bytes'
+if mpi2 netpipe.ud.loss ud_verbs,self 600 NPopenmpi -i -u 1048577; then
+  expect_netpipe "NetPIPE's integrity check over ud_verbs with 1 % loss, to 1 MiB" 1048577
 fi
 faults_dropped() { "$droce" counters --json --socket "$1" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["faults"]["dropped"])'; }
 lost=$(( $(faults_dropped "$DROCE_A_SOCK") + $(faults_dropped "$DROCE_B_SOCK") ))
