@@ -85,6 +85,17 @@ rig_image=$!
 step "build: debug (ASan + UBSan)"
 setup "$build/debug" -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false -Dprovider=enabled
 ninja -C "$build/debug"
+# The fuzzer's clang build (about 70 s of both cores) runs beside the debug tests at the lowest
+# priority: most tests wait on timers and sockets, so it takes the cores they leave idle instead
+# of a minute and more of its own after them.
+fuzz_build=""
+if [ "$fuzz" = 1 ] && command -v clang++ >/dev/null; then
+  step "build: fuzz (clang, libFuzzer, ASan + UBSan), niced, beside the debug tests (log: $build/fuzz-build.log)"
+  ( CXX=clang++ setup "$build/fuzz" -Dprovider=disabled -Dfuzz=enabled -Dbuildtype=debugoptimized \
+      -Db_sanitize=address,undefined -Db_lundef=false -Dfuzz_seconds="$fuzz_seconds" &&
+    exec nice -n 19 ninja -C "$build/fuzz" tests/fuzz/droce_parse_fuzz apps/droce ) >"$build/fuzz-build.log" 2>&1 &
+  fuzz_build=$!
+fi
 step "test: debug"
 # DPDK's EAL keeps some memory until exit; leaks in droce's own code still fail.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
@@ -95,18 +106,20 @@ meson test -C "$build/debug" --print-errorlogs --num-processes 2 "${meson_args[@
 wait "$rig_image" 2>/dev/null || true
 
 logs=("$build/debug/meson-logs/testlog.json")
-if [ "$fuzz" = 1 ]; then
-  if command -v clang++ >/dev/null; then
-    step "build: fuzz (clang, libFuzzer, ASan + UBSan)"
-    CXX=clang++ setup "$build/fuzz" -Dprovider=disabled -Dfuzz=enabled -Dbuildtype=debugoptimized \
-      -Db_sanitize=address,undefined -Db_lundef=false -Dfuzz_seconds="$fuzz_seconds"
-    ninja -C "$build/fuzz" tests/fuzz/droce_parse_fuzz apps/droce
+if [ -n "$fuzz_build" ]; then
+  step "build: fuzz, waiting for it to finish"
+  if wait "$fuzz_build"; then
+    grep -E '^(WARNING|DEPRECATION):' "$build/fuzz-build.log" >&2 || true
     step "test: fuzz (${fuzz_seconds}s)"
     meson test -C "$build/fuzz" --suite fuzz --print-errorlogs --no-rebuild || status=1
     logs+=("$build/fuzz/meson-logs/testlog.json")
   else
-    echo "scripts/test.sh: no clang++; the fuzz run is skipped" >&2
+    tail -40 "$build/fuzz-build.log" >&2
+    echo "scripts/test.sh: the fuzz build failed (log: $build/fuzz-build.log)" >&2
+    status=1
   fi
+elif [ "$fuzz" = 1 ]; then
+  echo "scripts/test.sh: no clang++; the fuzz run is skipped" >&2
 fi
 
 if [ "$soak" != 0 ]; then
