@@ -23,7 +23,7 @@
 #
 #   bench/incast.sh [--out DIR] [--secs N] [--rate R] [--buffer B] [--ecn-min B] [--ecn-max B]
 #                   [--ecn-pmax P] [--cc 'NAME=VALUE ...'] [--red-both] [--link packet|af_packet]
-#                   [--arrival wire|loop] [--build DIR] [--no-build]
+#                   [--arrival wire|loop] [--mark enqueue|dequeue] [--build DIR] [--no-build]
 # --link: the hosts' link (scripts/lab.sh --link). packet (the default), droce's packet socket,
 # stamps each frame with the kernel's receive time, and the queue takes frames at that time;
 # af_packet (DPDK's PMD) gives no stamps, so the queue takes every frame of a burst at the
@@ -34,6 +34,8 @@
 # it DCQCN with mlx5's timers does not hold the queue: run it with the --cc below.
 # --arrival: the rule's arrival= (`droce fault`): loop times frames by the loop even on the
 # packet link (the A/B for the stamps; docs/benchmarks.md has both).
+# --mark: where the queue's RED looks (the rule's mark=): enqueue, on the depth a frame meets, or
+# dequeue, on the depth it leaves behind, so a mark does not first wait out the queue it reports.
 # --cc: DCQCN parameters (droce cc set) for the dcqcn run on every host, over droced's defaults
 # (mlx5's): e.g. 'dce_tcp_rtt=50 rpg_time_reset=3000' puts the alpha period and the rate timer
 # at a software path's time scale (mlx5's 1 us and 300 us are made for a fabric whose round trip
@@ -49,7 +51,7 @@
 # 3168) and hold the queue near kmax, hiding the overflow a fabric without ECN sees; --red-both
 # keeps it on anyway. The table tells RED's drops from drop-tail's.
 set -uo pipefail
-cc_extra="" red_both=0 link=packet arrival=wire out=bench/out secs=10 rate=500mbit buffer=1m kmin=20k kmax=100k pmax=20% build=build/release no_build=0
+cc_extra="" red_both=0 link=packet arrival=wire mark=enqueue out=bench/out secs=10 rate=500mbit buffer=1m kmin=20k kmax=100k pmax=20% build=build/release no_build=0
 while [ $# -gt 0 ]; do
   case $1 in
     --out) out=$2; shift 2 ;;
@@ -65,11 +67,13 @@ while [ $# -gt 0 ]; do
     --red-both) red_both=1; shift ;;
     --link) link=$2; shift 2 ;;
     --arrival) arrival=$2; shift 2 ;;
-    *) sed -n '2,50p' "$0"; exit 2 ;;
+    --mark) mark=$2; shift 2 ;;
+    *) sed -n '2,52p' "$0"; exit 2 ;;
   esac
 done
 case $link in packet|af_packet) ;; *) echo "incast.sh: --link is packet or af_packet" >&2; exit 2 ;; esac
 case $arrival in wire|loop) ;; *) echo "incast.sh: --arrival is wire or loop" >&2; exit 2 ;; esac
+case $mark in enqueue|dequeue) ;; *) echo "incast.sh: --mark is enqueue or dequeue" >&2; exit 2 ;; esac
 [ "$(id -u)" -eq 0 ] || { echo "incast.sh: needs root (network namespaces)" >&2; exit 2; }
 [ "$out" = bench/out ] || out=$(realpath -m "$out")
 [[ "$build" = /* ]] || build=$(realpath -m "$build")
@@ -107,7 +111,7 @@ wait_tcp_listen "$lab-h1" 19800 "" || true
 run_on h2 ib_write_bw -d droce0 -x 1 -s 65536 -D 3 --report_gbits -p 19800 "$recv" >"$tmp/path.cli" 2>&1
 wait
 path=$(awk '/^ *65536 /{print $4}' "$tmp/path.cli" | tail -1)
-echo "link $link, frames timed by the $([ "$arrival" = loop ] || [ "$link" = af_packet ] && echo "loop" || echo "kernel's receive stamp")"
+echo "link $link, frames timed by the $([ "$arrival" = loop ] || [ "$link" = af_packet ] && echo "loop" || echo "kernel's receive stamp"), RED on $mark"
 echo "the path alone (one ib_write_bw 64 KiB, h2 -> h1, no queue): ${path:-?} Gbit/s; the queue: $rate"
 
 # The sampler: every ~100 ms, the JSON of `droce qps` on every host, `droce fault` and
@@ -148,7 +152,7 @@ run() {
   "$droce" fault clear all --socket "$(sock h1)" >/dev/null 2>&1
   local spec="rate=$rate,buffer=$buffer"
   [ "$arrival" = loop ] && spec="$spec,arrival=loop"
-  [ "$mode" = dcqcn ] || [ "$red_both" = 1 ] && spec="$spec,ecn-min=$kmin,ecn-max=$kmax,ecn-pmax=$pmax"
+  [ "$mode" = dcqcn ] || [ "$red_both" = 1 ] && spec="$spec,ecn-min=$kmin,ecn-max=$kmax,ecn-pmax=$pmax,mark=$mark"
   "$droce" fault set "$spec" --dir rx \
     --socket "$(sock h1)" >/dev/null || { echo "incast.sh: the congestion point was refused" >&2; exit 1; }
   for s in 0 1 2; do
@@ -182,7 +186,7 @@ echo "--- without DCQCN (rp_enable=0 np_enable=0 on every host; the queue $([ "$
 run no-dcqcn 19820
 
 $py - "$tmp" "$out" "$recv" "${path:-0}" "$rate" "$buffer" "$kmin" "$kmax" "$pmax" "$cnps" "$cc_extra" "$red_both" \
-  "$link" "$arrival" <<'PY'
+  "$link" "$arrival" "$mark" <<'PY'
 import json, sys
 tmp, out, recv, path, rate, buffer, kmin, kmax, pmax, cnps = sys.argv[1:11]
 def size(s):
@@ -254,7 +258,7 @@ def analyse(mode):
         "spread": (max(mean.values()) / min(mean.values())) if len(mean) == 3 and min(mean.values()) > 0 else None,
     }
     return series, fig
-res = {"path_gbps": float(path), "cc": sys.argv[11], "link": sys.argv[13], "arrival": sys.argv[14], "queue": {"rate": rate, "buffer": buffer, "ecn_min": kmin, "ecn_max": kmax,
+res = {"path_gbps": float(path), "cc": sys.argv[11], "link": sys.argv[13], "arrival": sys.argv[14], "mark": sys.argv[15], "queue": {"rate": rate, "buffer": buffer, "ecn_min": kmin, "ecn_max": kmax,
        "ecn_pmax": pmax, "red_without_dcqcn": sys.argv[12] == "1"}, "cnps_captured": int(cnps), "runs": {}}
 for mode in ("dcqcn", "no-dcqcn"):
     series, fig = analyse(mode)

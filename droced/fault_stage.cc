@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <optional>
 
 #include "core/clock.h"
 #include "rocev2/probes.h"
@@ -149,19 +150,20 @@ FaultStage::Active* FaultStage::match(FaultDirection d, const rte_mbuf* m) {
   return nullptr;
 }
 
-void FaultStage::hold(FaultDirection d, rte_mbuf* m, uint64_t due_ns) {
-  if (RTE_MBUF_HAS_EXTBUF(m)) {
+void FaultStage::hold(FaultDirection d, Held x) {
+  if (RTE_MBUF_HAS_EXTBUF(x.m)) {
     // A droce_shm slot lent to this frame: holding it would hold the ring behind it.
-    rte_mbuf* copy = net::copy_frame(m, pool_);
-    rte_pktmbuf_free(m);
+    rte_mbuf* copy = net::copy_frame(x.m, pool_);
+    rte_pktmbuf_free(x.m);
     if (copy == nullptr) {
       ++totals_.copy_failed;
       return;  // no mbuf to hold it in: lost, as a full queue would lose it
     }
-    m = copy;
+    x.m = copy;
   }
+  x.seq = next_seq_++;
   auto& h = heap_[index(d)];
-  h.push_back(Held{due_ns, next_seq_++, m});
+  h.push_back(x);
   std::push_heap(h.begin(), h.end(), [](const Held& a, const Held& b) { return later(a, b); });
   held_[index(d)] = h.size();
 }
@@ -198,6 +200,58 @@ bool FaultStage::enqueue(Active& a, FaultDirection d, rte_mbuf** m, uint64_t now
   return true;
 }
 
+bool FaultStage::dequeue(Active& a, FaultDirection d, rte_mbuf** m, uint8_t ecn, uint64_t depart_ns) {
+  FaultCounters& c = a.counters;
+  net::CongestionPoint& q = a.queue[index(d)];
+  const net::QueueSpec& s = a.rule.spec.queue;
+  const uint32_t len = (*m)->pkt_len;
+  switch (q.dequeue(s, ecn, depart_ns)) {
+    case net::QueueVerdict::dropped_red:
+      ++c.queue_red_dropped;
+      DROCE_PROBE(queue_drop, a.rule.id, len, q.depth(s, depart_ns));
+      rte_pktmbuf_free(*m);
+      return false;
+    case net::QueueVerdict::marked:
+      if (net::set_frame_ce(m, pool_)) {
+        ++c.queue_marked;
+        DROCE_PROBE(queue_mark, a.rule.id, len, q.depth(s, depart_ns));
+      } else {
+        ++c.copy_failed;
+      }
+      return true;
+    default: return true;
+  }
+}
+
+void FaultStage::leave(FaultDirection d, Held& h, uint64_t now_ns, std::vector<rte_mbuf*>* out) {
+  Active* a = nullptr;
+  if (h.dequeue_rule != 0) {
+    for (Active& r : active_rules_)
+      if (r.rule.id == h.dequeue_rule) a = &r;
+  }
+  if (a == nullptr) {  // no decision to make, or its rule is gone: the frame goes on as it is
+    out->push_back(h.m);
+    return;
+  }
+  FaultCounters before = a->counters;
+  if (dequeue(*a, d, &h.m, h.ecn, h.due_ns)) {
+    rte_mbuf* dup = nullptr;
+    if (h.duplicate) {
+      dup = net::copy_frame(h.m, pool_);
+      if (dup != nullptr) ++a->counters.duplicated;
+      else ++a->counters.copy_failed;
+    }
+    if (h.then_due_ns > now_ns) {  // the link's delay after the queue
+      hold(d, Held{h.then_due_ns, 0, h.m});
+      if (dup != nullptr) hold(d, Held{h.then_due_ns, 0, dup});
+    } else {
+      out->push_back(h.m);
+      if (dup != nullptr) out->push_back(dup);
+    }
+  }
+  add_to_totals(before, a->counters);
+}
+
 void FaultStage::update_depths(FaultDirection d, uint64_t now_ns) {
   for (Active& a : active_rules_) {
     if (!a.rule.spec.queue.any()) continue;
@@ -215,7 +269,11 @@ void FaultStage::apply(Active& a, FaultDirection d, rte_mbuf* m, uint64_t arriva
   const net::FaultSpec& f = a.rule.spec;
   if (arrival_ns < now_ns) ++c.wire_timed;  // timed by its stamp
   uint64_t depart_ns = arrival_ns;
+  // What RED at departure takes the frame for: as it arrived, before corruption or truncation.
+  const int ecn = f.queue.mark_dequeue ? net::frame_ecn(m) : -1;
+  const uint8_t ecn_at_arrival = ecn < 0 ? net::kEcnNotEct : uint8_t(ecn);
   if (f.queue.any() && !enqueue(a, d, &m, arrival_ns, &depart_ns)) return add_to_totals(before, c);
+  std::optional<Held> leave_now;
   const net::FrameFate fate =
       a.dice[index(d)].roll(f, f.corrupt > 0 ? regions_of(m, f.corrupt_target) : net::FrameRegions{m->pkt_len, 0, 0, 0});
   if (fate.lost) {
@@ -241,26 +299,34 @@ void FaultStage::apply(Active& a, FaultDirection d, rte_mbuf* m, uint64_t arriva
       else ++c.copy_failed;
     }
     if (!gone) {
-      rte_mbuf* dup = nullptr;
-      if (fate.duplicate) {
-        dup = net::copy_frame(m, pool_);
-        if (dup != nullptr) ++c.duplicated;
-        else ++c.copy_failed;
-      }
       c.delayed += fate.hold_ns != 0;
       c.reordered += fate.reordered;
       const uint64_t due = net::add_saturating(depart_ns, fate.hold_ns);
-      if (due > now_ns) {
-        hold(d, m, due);
-        if (dup != nullptr) hold(d, dup, due);
+      if (f.queue.mark_dequeue) {
+        // RED decides as the frame leaves its queue, and a duplicate copies what left.
+        const Held x{depart_ns, 0, m, a.rule.id, ecn_at_arrival, fate.duplicate, due};
+        if (depart_ns > now_ns) hold(d, x);
+        else leave_now = x;
       } else {
-        // Due already: it arrived (by its stamp) longer ago than it had to wait.
-        out->push_back(m);
-        if (dup != nullptr) out->push_back(dup);
+        rte_mbuf* dup = nullptr;
+        if (fate.duplicate) {
+          dup = net::copy_frame(m, pool_);
+          if (dup != nullptr) ++c.duplicated;
+          else ++c.copy_failed;
+        }
+        if (due > now_ns) {
+          hold(d, Held{due, 0, m});
+          if (dup != nullptr) hold(d, Held{due, 0, dup});
+        } else {
+          // Due already: it arrived (by its stamp) longer ago than it had to wait.
+          out->push_back(m);
+          if (dup != nullptr) out->push_back(dup);
+        }
       }
     }
   }
   add_to_totals(before, c);
+  if (leave_now) leave(d, *leave_now, now_ns, out);  // it has left its queue by now
 }
 
 void FaultStage::add_to_totals(const FaultCounters& before, const FaultCounters& after) {
@@ -272,8 +338,9 @@ void FaultStage::release(FaultDirection d, uint64_t now_ns, std::vector<rte_mbuf
   auto& h = heap_[index(d)];
   while (!h.empty() && h.front().due_ns <= now_ns) {
     std::pop_heap(h.begin(), h.end(), [](const Held& a, const Held& b) { return later(a, b); });
-    out->push_back(h.back().m);
+    Held x = h.back();
     h.pop_back();
+    leave(d, x, now_ns, out);  // may hold it again, due later
   }
   held_[index(d)] = h.size();
   if ((active_ & uint8_t(d)) != 0) update_depths(d, now_ns);

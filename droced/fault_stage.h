@@ -21,7 +21,8 @@
 // A rule with rate= is a congestion point (net/congestion_point.h): one queue per rule,
 // direction and core, drained at the rate, drop-tail at buffer=, RED/ECN marking between
 // ecn-min and ecn-max (CE set in the IP header, its checksum fixed); its frames are held until
-// they leave the queue. As an rx rule for every QP it is the switch's egress port toward this
+// they leave the queue. With mark=dequeue RED decides as a frame leaves (when it is released,
+// on the depth it leaves behind), and a duplicate is copied after that decision. As an rx rule for every QP it is the switch's egress port toward this
 // host: every sender's frames share it (per core: a droced of one core has one queue).
 //
 // A frame's time at a rule is when it arrived: for a received frame that a link stamped (DPDK's
@@ -174,13 +175,26 @@ class FaultStage {
     uint64_t due_ns;
     uint64_t seq;  ///< arrival order: breaks ties, so equal delays keep order
     rte_mbuf* m;
+    /// A mark=dequeue rule's frame, held until it leaves the queue (due_ns): RED decides then,
+    /// on the depth it leaves behind; then the copy a duplicate fate asked for is made and a
+    /// delay holds both until then_due_ns. 0: nothing to decide.
+    uint32_t dequeue_rule = 0;
+    uint8_t ecn = 0;  ///< its IP ECN bits as it arrived
+    bool duplicate = false;
+    uint64_t then_due_ns = 0;
   };
   static size_t index(FaultDirection d) { return d == FaultDirection::tx ? 1 : 0; }
   void reload();
   Active* match(FaultDirection d, const rte_mbuf* m);
-  void hold(FaultDirection d, rte_mbuf* m, uint64_t due_ns);
+  void hold(FaultDirection d, Held h);
   /// Through the rule's congestion point: false when it dropped the frame; *depart_ns when it leaves.
   bool enqueue(Active& a, FaultDirection d, rte_mbuf** m, uint64_t now_ns, uint64_t* depart_ns);
+  /// A mark=dequeue rule's RED for a frame leaving its queue at depart_ns: false when it dropped
+  /// the frame (not ECN-capable); *m may be replaced by a copy with CE set.
+  bool dequeue(Active& a, FaultDirection d, rte_mbuf** m, uint8_t ecn, uint64_t depart_ns);
+  /// A held frame whose time has come: its dequeue decision, duplicate and delay; appends to
+  /// *out what goes on by now_ns.
+  void leave(FaultDirection d, Held& h, uint64_t now_ns, std::vector<rte_mbuf*>* out);
   /// What a rule's counters moved by since `before`, into the core's totals.
   void add_to_totals(const FaultCounters& before, const FaultCounters& after);
   /// The queues' depth gauges at now_ns.

@@ -49,6 +49,28 @@ uint64_t CongestionPoint::depth(const QueueSpec& s, uint64_t now_ns) const {
   return static_cast<uint64_t>(bits / (8 * kNsPerS));
 }
 
+QueueVerdict CongestionPoint::red(const QueueSpec& s, uint64_t q, uint8_t ecn) {
+  if (s.ecn_max == 0 || q <= s.ecn_min) return QueueVerdict::queued;
+  bool mark = q > s.ecn_max;
+  if (!mark) {
+    // Linear from 0 at kmin to pmax at kmax (kmax > q > kmin here, so the span is not 0).
+    const double p = s.ecn_pmax * static_cast<double>(q - s.ecn_min) / static_cast<double>(s.ecn_max - s.ecn_min);
+    mark = static_cast<double>(next() >> 11) * 0x1.0p-53 < p;
+  }
+  if (!mark) return QueueVerdict::queued;
+  if ((ecn & 0x03) == 0) {  // Not-ECT: RFC 3168 drops where it would mark
+    ++counters_.dropped_red;
+    return QueueVerdict::dropped_red;
+  }
+  ++counters_.marked;
+  return QueueVerdict::marked;
+}
+
+QueueVerdict CongestionPoint::dequeue(const QueueSpec& s, uint8_t ecn, uint64_t depart_ns) {
+  if (s.rate_bps == 0 || !s.mark_dequeue) return QueueVerdict::queued;
+  return red(s, depth(s, depart_ns), ecn);
+}
+
 QueueDecision CongestionPoint::enqueue(const QueueSpec& s, uint32_t bytes, uint8_t ecn, uint64_t now_ns) {
   if (now_ns < last_now_) now_ns = last_now_;
   last_now_ = now_ns;
@@ -59,21 +81,9 @@ QueueDecision CongestionPoint::enqueue(const QueueSpec& s, uint32_t bytes, uint8
     ++counters_.dropped_full;
     return {QueueVerdict::dropped_full, 0};
   }
-  if (s.ecn_max != 0 && q > s.ecn_min) {
-    bool mark = q > s.ecn_max;
-    if (!mark) {
-      // Linear from 0 at kmin to pmax at kmax (kmax > q > kmin here, so the span is not 0).
-      const double p = s.ecn_pmax * static_cast<double>(q - s.ecn_min) / static_cast<double>(s.ecn_max - s.ecn_min);
-      mark = static_cast<double>(next() >> 11) * 0x1.0p-53 < p;
-    }
-    if (mark) {
-      if ((ecn & 0x03) == 0) {  // Not-ECT: RFC 3168 drops where it would mark
-        ++counters_.dropped_red;
-        return {QueueVerdict::dropped_red, 0};
-      }
-      d.verdict = QueueVerdict::marked;
-      ++counters_.marked;
-    }
+  if (!s.mark_dequeue) {
+    d.verdict = red(s, q, ecn);
+    if (d.verdict == QueueVerdict::dropped_red) return {QueueVerdict::dropped_red, 0};
   }
   if (busy_until_ns_ <= now_ns) {
     busy_until_ns_ = now_ns;

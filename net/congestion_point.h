@@ -11,6 +11,16 @@
 // or already CE) means it leaves with CE; a frame that is not ECN-capable is dropped instead
 // (RFC 3168, 7.). ecn_max == 0 turns RED off (drop-tail only).
 //
+// Where RED looks (mark_dequeue): at enqueue, on the depth the arriving frame meets (the
+// default, and what most switch ASICs do); or at dequeue, on the depth a leaving frame leaves
+// behind it (the bytes that arrived while it waited), as CoDel and the "mark on dequeue" option
+// of DCTCP deployments do. A mark set on arrival rides the queue: the notification point sees it
+// one queueing delay later, and the sender reacts to a depth that old. A mark set on leaving
+// carries the depth of now, so a deep queue's feedback is not itself delayed by that queue;
+// with a queue of milliseconds (a software path's round trip, a slow congestion point) that is
+// most of the control loop. With mark_dequeue enqueue() only drops at a full buffer and the
+// caller asks dequeue() when the frame's time to leave comes.
+//
 // The queue holds no frames: a FIFO at a constant rate is wholly described by the time its last
 // byte will have left (busy_until), so the depth at `now` is what remains of that time at the
 // rate. enqueue() answers when the frame's last bit leaves; the caller holds the frame until then.
@@ -34,6 +44,7 @@ struct QueueSpec {
   uint64_t ecn_min = 0;       ///< kmin, bytes
   uint64_t ecn_max = 0;       ///< kmax, bytes; 0: no RED/ECN marking
   double ecn_pmax = 0;        ///< marking probability at kmax (0..1)
+  bool mark_dequeue = false;  ///< RED on the depth at departure (dequeue()), not on arrival
 
   bool any() const { return rate_bps != 0; }
   bool operator==(const QueueSpec&) const = default;
@@ -66,12 +77,19 @@ class CongestionPoint {
 
   /// A frame of `bytes` bytes with IP ECN bits `ecn` (net/headers.h kEcn*) arriving at now_ns.
   QueueDecision enqueue(const QueueSpec& s, uint32_t bytes, uint8_t ecn, uint64_t now_ns);
+  /// With s.mark_dequeue: RED for a queued frame as it leaves at depart_ns (its enqueue()'s
+  /// depart_ns), on the bytes queued behind it by the time this is asked: queued, marked or
+  /// dropped_red. Ask in departure order, at or soon after depart_ns (a later ask also counts
+  /// frames that arrived after it left).
+  QueueVerdict dequeue(const QueueSpec& s, uint8_t ecn, uint64_t depart_ns);
   /// Bytes waiting at now_ns (0 when the rate is 0).
   uint64_t depth(const QueueSpec& s, uint64_t now_ns) const;
   const QueueCounters& counters() const { return counters_; }
 
  private:
   uint64_t next();
+  /// RED on depth q: queued, marked or dropped_red (counted).
+  QueueVerdict red(const QueueSpec& s, uint64_t q, uint8_t ecn);
   uint64_t busy_until_ns_ = 0;
   uint64_t busy_frac_ = 0;  ///< what busy_until_ns_ lacks, in 1/rate_bps of a ns (exact sums)
   uint64_t last_now_ = 0;

@@ -127,18 +127,22 @@ std::string FaultSpec::parse(std::string_view text) {
       ok = parse_bytes(v, &s.queue.ecn_max);
     } else if (k == "ecn-pmax") {
       ok = probability(v, &s.queue.ecn_pmax);
+    } else if (k == "mark") {
+      ok = v == "enqueue" || v == "dequeue";
+      s.queue.mark_dequeue = v == "dequeue";
     } else if (k == "arrival") {
       ok = v == "wire" || v == "loop";
       s.loop_arrival = v == "loop";
     } else {
       return "unknown fault '" + std::string(k) +
              "' (drop, burst, delay, jitter, reorder, window, duplicate, corrupt, corrupt-at, truncate, rate, buffer, "
-             "ecn-min, ecn-max, ecn-pmax, arrival)";
+             "ecn-min, ecn-max, ecn-pmax, mark, arrival)";
     }
     if (!ok) return "bad value for " + std::string(k) + ": '" + std::string(v) + "'";
   }
   if (s.queue.ecn_max != 0 && s.queue.ecn_max < s.queue.ecn_min) return "ecn-max is below ecn-min";
-  if (!s.queue.any() && (s.queue.buffer_bytes != 0 || s.queue.ecn_max != 0)) return "buffer and ecn-* need a rate";
+  if (!s.queue.any() && (s.queue.buffer_bytes != 0 || s.queue.ecn_max != 0 || s.queue.mark_dequeue))
+    return "buffer, ecn-* and mark need a rate";
   *this = s;
   return {};
 }
@@ -160,6 +164,7 @@ std::string FaultSpec::to_string() const {
     if (queue.ecn_max != 0)
       add("ecn-min=" + bytes_text(queue.ecn_min) + ",ecn-max=" + bytes_text(queue.ecn_max) +
           ",ecn-pmax=" + percent(queue.ecn_pmax));
+    if (queue.mark_dequeue) add("mark=dequeue");
   }
   if (loop_arrival) add("arrival=loop");
   return out.empty() ? "none" : out;

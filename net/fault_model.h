@@ -26,6 +26,8 @@
 //   drop=1%  burst=0.5%[/25%[/100%]]  delay=100us  jitter=20us  reorder=5%  window=50us
 //   duplicate=1%  corrupt=0.1%  corrupt-at=payload|icrc|any  truncate=1%
 //   rate=1gbit  buffer=256k  ecn-min=40k  ecn-max=160k  ecn-pmax=20%   (a congestion point)
+//   mark=enqueue|dequeue   (where its RED looks at the depth: as a frame arrives, the default,
+//                           or as it leaves; net/congestion_point.h)
 //   arrival=wire|loop   (what times a received frame: its link's receive stamp where it has one,
 //                        else the loop's clock (wire, the default); always the loop's (loop))
 // probabilities as percentages (a bare number too) and times with ns/us/ms/s (bare: us); items

@@ -14,6 +14,7 @@
 
 #include "droced/fault_stage.h"
 #include "net/eal.h"
+#include "net/frame_faults.h"
 #include "net/headers.h"
 #include "net/rx_timestamp.h"
 #include "rocev2/builder.h"
@@ -188,6 +189,76 @@ TEST_F(FaultStageTest, ACongestionPointHoldsFramesUntilTheyLeaveMarksCeAndDrops)
   EXPECT_EQ(c.queue_depth_max, 942u);
   EXPECT_EQ(s.totals().queue_marked, 1u);
   EXPECT_EQ(s.totals().queue_depth, 0u);
+  EXPECT_EQ(s.next_release_ns(), UINT64_MAX);
+}
+
+TEST_F(FaultStageTest, MarkOnDequeueMarksTheFirstFrameOutOfABurstAndItsDuplicate) {
+  // The same queue as above marking on dequeue, every frame duplicated: three frames at 0 leave at
+  // 2512, 5024 and 7536 with 628, 314 and 0 bytes behind them.
+  const uint32_t id = add("rate=1gbit,buffer=2000,ecn-min=300,ecn-max=600,ecn-pmax=0,mark=dequeue,duplicate=100%");
+  FaultStage s(&rules_, 0, pool_, true);
+  std::vector<rte_mbuf*> in;
+  for (uint8_t i = 0; i < 3; ++i) in.push_back(frame(17, 0, 256, i, net::kEcnEct0));
+  run(s, FaultDirection::rx, in, 0);
+  // Expect: nothing marked on arrival, though the third found 628 bytes queued.
+  EXPECT_TRUE(out_.empty());
+  EXPECT_EQ(counters_of(s, id).queue_marked, 0u);
+  s.release(FaultDirection::rx, 2512, &out_);
+  // Expect: the first out left more than kmax behind: it and its copy carry CE.
+  ASSERT_EQ(out_.size(), 2u);
+  s.release(FaultDirection::rx, 7536, &out_);
+  ASSERT_EQ(out_.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    rocev2::ParsedPacket p;
+    rocev2::ParseOptions o;
+    o.verify_icrc = true;
+    o.verify_ipv4_checksum = true;
+    ASSERT_EQ(rocev2::parse_frame(out_[i], &p, o), rocev2::ParseStatus::ok) << i;
+    EXPECT_EQ(p.hdr.l3.tos & net::kEcnMask, i < 2 ? net::kEcnCe : net::kEcnEct0) << i;
+    EXPECT_EQ(rte_pktmbuf_mtod(out_[i], const uint8_t*)[p.layout.payload_off], i / 2) << i;  // each, then its copy
+  }
+  FaultCounters c = counters_of(s, id);
+  EXPECT_EQ(c.queue_marked, 1u);
+  EXPECT_EQ(c.duplicated, 3u);
+  EXPECT_EQ(s.totals().queue_marked, 1u);
+  EXPECT_EQ(s.totals().duplicated, 3u);
+
+  // Expect: a frame that is not ECN-capable, leaving with kmax behind it, is RED dropped then
+  // (and no copy is made of it).
+  run(s, FaultDirection::rx,
+      {frame(17, 0, 256, 7, net::kEcnNotEct), frame(17, 0, 256, 8, net::kEcnEct0), frame(17, 0, 256, 9, net::kEcnEct0)},
+      10000);
+  s.release(FaultDirection::rx, 12512, &out_);
+  EXPECT_EQ(out_.size(), 6u);
+  c = counters_of(s, id);
+  EXPECT_EQ(c.queue_red_dropped, 1u);
+  EXPECT_EQ(c.duplicated, 3u);
+  s.release(FaultDirection::rx, 20000, &out_);
+  EXPECT_EQ(out_.size(), 10u);
+  EXPECT_EQ(s.next_release_ns(), UINT64_MAX);
+}
+
+TEST_F(FaultStageTest, MarkOnDequeueDecidesAtTheQueuesEndAndTheDelayComesAfter) {
+  // Three frames at 0 through a queue marking on dequeue, then the link's 10 us: the first leaves
+  // the queue at 2512 with 628 bytes behind it and arrives at 12512.
+  const uint32_t id = add("rate=1gbit,ecn-min=300,ecn-max=600,ecn-pmax=0,mark=dequeue,delay=10us");
+  FaultStage s(&rules_, 0, pool_, true);
+  run(s, FaultDirection::rx,
+      {frame(17, 0, 256, 1, net::kEcnEct0), frame(17, 0, 256, 2, net::kEcnEct0), frame(17, 0, 256, 3, net::kEcnEct0)}, 0);
+  s.release(FaultDirection::rx, 2512, &out_);
+  // Expect: decided as it left the queue (the depth then: 628), still on the link.
+  EXPECT_TRUE(out_.empty());
+  EXPECT_EQ(counters_of(s, id).queue_marked, 1u);
+  EXPECT_EQ(s.next_release_ns(), 5024u);  // the second leaving the queue
+  s.release(FaultDirection::rx, 12511, &out_);
+  EXPECT_TRUE(out_.empty());
+  s.release(FaultDirection::rx, 12512, &out_);
+  ASSERT_EQ(out_.size(), 1u);
+  EXPECT_EQ(net::frame_ecn(out_[0]), net::kEcnCe);
+  s.release(FaultDirection::rx, 17536, &out_);
+  ASSERT_EQ(out_.size(), 3u);
+  EXPECT_EQ(net::frame_ecn(out_[2]), net::kEcnEct0);
+  EXPECT_EQ(counters_of(s, id).queue_marked, 1u);
   EXPECT_EQ(s.next_release_ns(), UINT64_MAX);
 }
 

@@ -122,6 +122,36 @@ TEST(CongestionPoint, BetweenKminAndKmaxTheMarkingProbabilityRisesLinearly) {
   EXPECT_NE(fraction_marked(16000, 8), at_15k);
 }
 
+TEST(CongestionPoint, MarkingOnDequeueJudgesTheDepthAFrameLeavesBehind) {
+  QueueSpec s = red(0.0);  // marks only above kmax (20000)
+  s.mark_dequeue = true;
+  CongestionPoint cp;
+  // A burst of 30 frames at t = 0: on enqueue every one past the 21st would be marked.
+  uint64_t depart[30];
+  for (int i = 0; i < 30; ++i) {
+    const QueueDecision d = cp.enqueue(s, 1000, kEcnEct0, 0);
+    EXPECT_EQ(d.verdict, QueueVerdict::queued) << i;  // Expect: nothing decided on arrival
+    depart[i] = d.depart_ns;
+  }
+  EXPECT_EQ(cp.counters().marked, 0u);
+  // Expect: the first 9 leave with more than kmax behind them (29000 ... 21000 bytes) and are
+  // marked: the first frame out carries the news of the burst, not the 22nd.
+  for (int i = 0; i < 9; ++i) EXPECT_EQ(cp.dequeue(s, kEcnEct0, depart[i]), QueueVerdict::marked) << i;
+  // Expect: from the 10th on, 20000 or less is behind them: not marked.
+  for (int i = 9; i < 30; ++i) EXPECT_EQ(cp.dequeue(s, kEcnEct0, depart[i]), QueueVerdict::queued) << i;
+  EXPECT_EQ(cp.counters().marked, 9u);
+
+  // Expect: RFC 3168 on dequeue too: a Not-ECT frame with kmax behind it is dropped.
+  CongestionPoint cp3;
+  const uint64_t t3 = cp3.enqueue(s, 1000, kEcnNotEct, 0).depart_ns;
+  for (int i = 0; i < 25; ++i) cp3.enqueue(s, 1000, kEcnEct0, 0);
+  EXPECT_EQ(cp3.dequeue(s, kEcnNotEct, t3), QueueVerdict::dropped_red);
+  EXPECT_EQ(cp3.counters().dropped_red, 1u);
+  // Expect: a queue that marks on enqueue decides nothing on dequeue.
+  s.mark_dequeue = false;
+  EXPECT_EQ(cp3.dequeue(s, kEcnEct0, 0), QueueVerdict::queued);
+}
+
 TEST(CongestionPoint, WithoutARateNothingIsQueued) {
   CongestionPoint cp;
   const QueueDecision d = cp.enqueue(QueueSpec{}, 1000, kEcnNotEct, 42);
@@ -161,7 +191,15 @@ TEST(CongestionPointText, RatesAndSizesParseAndPrintBack) {
   FaultSpec g;
   EXPECT_EQ(g.parse(f.to_string()), "");
   EXPECT_EQ(g, f);
+  EXPECT_FALSE(f.queue.mark_dequeue);
+  EXPECT_EQ(f.parse("rate=1gbit ecn-min=40k ecn-max=160k ecn-pmax=20% mark=dequeue"), "");
+  EXPECT_TRUE(f.queue.mark_dequeue);
+  EXPECT_NE(f.to_string().find("mark=dequeue"), std::string::npos);
+  EXPECT_EQ(g.parse(f.to_string()), "");
+  EXPECT_EQ(g, f);
   FaultSpec h;
+  EXPECT_NE(h.parse("rate=1gbit mark=sometimes"), "");
+  EXPECT_NE(h.parse("mark=dequeue"), "");  // a queue's option: needs a rate
   EXPECT_NE(h.parse("ecn-min=40k,ecn-max=10k,rate=1gbit"), "");
   EXPECT_NE(h.parse("buffer=10k"), "");
   EXPECT_EQ(h, FaultSpec{});

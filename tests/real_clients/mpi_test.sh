@@ -46,6 +46,8 @@ on_exit kill_jobs TERM
 
 # mpirun as root needs these; harmless otherwise.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Its session directories under the test's own folder, not /tmp/ompi.HOST.UID.
+export OMPI_MCA_orte_tmpdir_base=$tmp
 # Keep OpenMPI to UCX (no TCP/shared-memory BTLs, no hcoll).
 mca=(--mca pml ucx --mca osc ucx --mca btl self --mca coll '^hcoll')
 
