@@ -1,5 +1,6 @@
 // `droce cc`: a running droced's DCQCN parameters (rocev2/dcqcn.h): show them, with mlx5's
-// names, units and defaults and the congestion counters, or set some. Assignments are checked
+// names and units, the device's defaults (mlx5's, with a kernel path's timers on a link over a
+// kernel netdev) and the congestion counters, or set some. Assignments are checked
 // here with the parser droced uses, so a typo gets its reason instead of droced's bare EINVAL.
 
 #include <cerrno>
@@ -51,9 +52,13 @@ int show(const std::string& socket, bool json) {
   if (const auto c = all.find("counters"); c != all.end() && c->is_object())
     for (const char* name : kCcCounters)
       if (const auto v = c->find(name); v != c->end()) counters[name] = *v;
+  // The device's defaults (its link's); a droced without them had mlx5's.
+  const auto def = all.find("cc_defaults");
+  const bool have_defaults = def != all.end() && def->is_object() && !def->empty();
   if (json) {
     ordered_json out;
     out["params"] = *it;
+    if (have_defaults) out["defaults"] = *def;
     out["counters"] = counters;
     std::printf("%s\n", out.dump().c_str());
     return 0;
@@ -66,7 +71,8 @@ int show(const std::string& socket, bool json) {
     row["name"] = name;
     row["value"] = value;
     row["unit"] = info ? info->unit : "";
-    row["default"] = info ? defaults.*(info->member) : 0;
+    if (have_defaults && def->contains(name)) row["default"] = (*def)[name];
+    else row["default"] = info ? defaults.*(info->member) : 0;
     row["what"] = info ? info->help : "";
     rows.push_back(std::move(row));
   }

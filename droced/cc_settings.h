@@ -17,7 +17,11 @@ namespace droce::droced {
 
 class CcSettings {
  public:
-  explicit CcSettings(const rocev2::CcParams& p = {}) : params_(p) {}
+  explicit CcSettings(const rocev2::CcParams& p = {}) : params_(p), defaults_(p) {}
+  /// The device's defaults (its link's: droced/config.h cc_defaults_for()), what `droce cc`
+  /// shows beside each value; set once at start, before any core runs.
+  void set_defaults(const rocev2::CcParams& d) { defaults_ = d; }
+  const rocev2::CcParams& defaults() const { return defaults_; }
   rocev2::CcParams get() const {
     std::lock_guard lock(mutex_);
     return params_;
@@ -32,6 +36,7 @@ class CcSettings {
  private:
   mutable std::mutex mutex_;
   rocev2::CcParams params_;
+  rocev2::CcParams defaults_;
   std::atomic<uint64_t> version_{1};
 };
 

@@ -198,10 +198,12 @@ int apply(const std::string& key, const std::string& value, DaemonConfig* c, std
   }
   else if (key == "drop-seed") { if (!num(UINT64_MAX)) return -EINVAL; c->drop_seed = n; }
   else if (key == "cc") {
-    if (std::string why = rocev2::set_cc_params(&c->cc, value); !why.empty()) {
+    rocev2::CcParams check;
+    if (std::string why = rocev2::set_cc_params(&check, value); !why.empty()) {
       *err = "--cc: " + why;
       return -EINVAL;
     }
+    c->cc += (c->cc.empty() ? "" : ",") + value;
   }
   else if (key == "metrics") {
     ListenAddress a;
@@ -301,6 +303,10 @@ int parse_config(int argc, char** argv, DaemonConfig* out, std::string* err) {
   }
   *out = c;
   return 0;
+}
+
+rocev2::CcParams cc_defaults_for(bool kernel_netdev) {
+  return kernel_netdev ? rocev2::CcParams::kernel_netdev() : rocev2::CcParams{};
 }
 
 }  // namespace droce::droced

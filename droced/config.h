@@ -92,10 +92,15 @@ struct DaemonConfig {
   /// "ADDRESS:PORT" ("[V6]:PORT"), normalised from "PORT" to "127.0.0.1:PORT". Empty: nowhere.
   std::string metrics;
   /// DCQCN's parameters at start (`--cc NAME=VALUE[,...]`, repeatable; `cc = ...` in the
-  /// file): mlx5's names and defaults, both points on (rocev2/dcqcn.h). `droce cc set`
-  /// changes them while droced runs.
-  rocev2::CcParams cc;
+  /// file), checked, in the order given: mlx5's names (rocev2/dcqcn.h). They apply over the
+  /// device's defaults, which depend on its link (cc_defaults_for()). `droce cc set` changes
+  /// them while droced runs.
+  std::string cc;
 };
+
+/// DCQCN's defaults for a device on a link over a kernel netdev or not: mlx5's, with the timers
+/// of CcParams::kernel_netdev() on the former. Both points on.
+rocev2::CcParams cc_defaults_for(bool kernel_netdev);
 
 /// Parses argv (and a --config file). 0, 1 for --help (usage printed), or
 /// -EINVAL with a message in *err.

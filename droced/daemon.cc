@@ -224,7 +224,12 @@ int Daemon::start(const DaemonConfig& cfg) {
   jobs_ = std::make_unique<ControlJobs>(1);
   shared_.jobs = jobs_.get();
   shared_.faults = &faults_;
-  cc_.set(cfg.cc);
+  // DCQCN: the link's defaults (mlx5's, with timers for a kernel path on a kernel netdev), then
+  // --cc over them (checked when it was parsed).
+  rocev2::CcParams cc = cc_defaults_for(port_->kernel_netdev());
+  cc_.set_defaults(cc);
+  (void)rocev2::set_cc_params(&cc, cfg.cc);
+  cc_.set(cc);
   shared_.cc = &cc_;
   dc.cc = &cc_;
   capture_ = std::make_unique<Capture>(cores);

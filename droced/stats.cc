@@ -399,6 +399,15 @@ Json cc_section(const StatsSources& s) {
   return j;
 }
 
+// The device's defaults for them (its link's), as `droce cc` shows them beside the values.
+Json cc_defaults_section(const StatsSources& s) {
+  Json j = Json::object();
+  if (s.cc == nullptr) return j;
+  const rocev2::CcParams& p = s.cc->defaults();
+  for (const rocev2::CcParamInfo& i : rocev2::kCcParams) j[i.name] = p.*(i.member);
+  return j;
+}
+
 }  // namespace
 
 void walk_counters(const CounterTotals& t, CounterSink& sink) {
@@ -462,6 +471,7 @@ std::string stats_json(const StatsSources& s) {
   j["cm"] = cm_section(s);
   j["faults"] = faults_section(s);
   j["cc"] = cc_section(s);
+  j["cc_defaults"] = cc_defaults_section(s);
   return dump(j);
 }
 

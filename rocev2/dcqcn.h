@@ -68,6 +68,22 @@ struct CcParams {
   uint32_t cnp_dscp = 48;              ///< the CNP's IP DSCP
   uint32_t cnp_802p_prio = 6;          ///< the CNP's 802.1p priority (on a VLAN)
 
+  /// mlx5's defaults with its two timers at the time scale of a path through a kernel netdev
+  /// (droced's packet, af_packet, af_xdp and tap links), droced's defaults there. mlx5's are
+  /// made for a fabric whose round trip is a few microseconds; through the kernel a CNP comes
+  /// back 0.1-1 ms after the mark and a congested flow sees one every ~70 us (a 1500-byte frame
+  /// at its share of the bottleneck). With dce_tcp_rtt 1 us alpha decays 70 times between two
+  /// CNPs (0.995^70 = 0.7) and settles near 0.016: each CNP cuts under 1 % and the queue stays
+  /// full (bench/incast.sh, docs/benchmarks.md: 1 % of samples under ecn-min, 657 KiB deep, with
+  /// 38 000 CNPs a second). dce_tcp_rtt 50 puts a CNP about every period, as 4 us CNPs against
+  /// 1 us periods do on a NIC, and rpg_time_reset 3000 keeps a rate increase ~10 round trips
+  /// apart, as 300 us is ~100 of a fabric's.
+  static CcParams kernel_netdev() {
+    CcParams p;
+    p.dce_tcp_rtt = 50;
+    p.rpg_time_reset = 3000;
+    return p;
+  }
   /// mlx5's defaults with both points off: the engine's default, so that a bare engine (tests,
   /// demos) sends exactly what it sent before DCQCN; droced turns them on, as mlx5 ships.
   static CcParams off() {

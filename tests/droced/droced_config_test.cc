@@ -67,13 +67,23 @@ TEST(DrocedConfig, CcSetsDcqcnParametersByMlx5Names) {
   }
   DaemonConfig c;
   std::string err;
-  EXPECT_EQ(c.cc, rocev2::CcParams{});
-  EXPECT_EQ(c.cc.rp_enable, 1u);
+  EXPECT_EQ(c.cc, "");
   ASSERT_EQ(parse({"--config", path, "--cc", "np_cnp_dscp=40", "--cc", "rpg_threshold=5"}, &c, &err), 0) << err;
-  EXPECT_EQ(c.cc.rpg_ai_rate, 7u);
-  EXPECT_EQ(c.cc.cnp_dscp, 40u);  // the flag over the file
-  EXPECT_EQ(c.cc.rpg_threshold, 5u);
-  EXPECT_EQ(c.cc.rpg_hai_rate, 50u);
+  // Expect: applied over a device's defaults, in order: the file, then the flags over it.
+  for (const bool kernel : {false, true}) {
+    rocev2::CcParams p = cc_defaults_for(kernel);
+    EXPECT_EQ(p.rp_enable, 1u);
+    EXPECT_EQ(p.np_enable, 1u);
+    EXPECT_EQ(rocev2::set_cc_params(&p, c.cc), "");
+    EXPECT_EQ(p.rpg_ai_rate, 7u);
+    EXPECT_EQ(p.cnp_dscp, 40u);  // the flag over the file
+    EXPECT_EQ(p.rpg_threshold, 5u);
+    EXPECT_EQ(p.rpg_hai_rate, 50u);
+    // Expect: mlx5's timers off a kernel netdev; a kernel path's on one; the rest mlx5's.
+    EXPECT_EQ(p.dce_tcp_rtt, kernel ? 50u : 1u);
+    EXPECT_EQ(p.rpg_time_reset, kernel ? 3000u : 300u);
+    EXPECT_EQ(p.rpg_byte_reset, 32767u);
+  }
   DaemonConfig d;
   EXPECT_EQ(parse({"--port", "x", "--address", "1.2.3.4", "--cc", "rpg_gd=99"}, &d, &err), -EINVAL);
   EXPECT_NE(err.find("rpg_gd"), std::string::npos) << err;

@@ -4,6 +4,8 @@
 # "dcpt": namespaces dcpt-sw, dcpt-h1..h3, made and removed here), h2 and h3 sending to h1
 # through one small queue on h1's receive path, ib_write_bw 64 KiB from both for 4 s and an
 # ibv_rc_pingpong with its data check (-c) beside them:
+#   0. `droce cc` shows the link's defaults: on this kernel netdev mlx5's with a kernel path's
+#      dce_tcp_rtt and rpg_time_reset;
 #   1. DCQCN on (droce cc defaults), RED/ECN marking: the queue marks CE (> 0), h1 answers with
 #      CNPs (np_cnp_sent > 0), h2 and h3 act on them (rp_cnp_handled > 0, rp_rate_cuts > 0) and
 #      raise their rates again (rp_rate_increases > 0); all
@@ -70,6 +72,16 @@ if [ -d "$state" ]; then "$lab_sh" down --name "$lab"; fi  # a run killed before
 DROCE_LAB_DROCED_ARGS="--log-level=droce.*:warning" "$lab_sh" up --hosts 3 --link af_packet --name "$lab" \
   --build "$build" >"$tmp/lab.out" 2>&1 || { cat "$tmp/lab.out"; bad "the lab did not come up"; exit 1; }
 recv=$("$lab_sh" addr h1 --name "$lab")
+
+# On a kernel netdev DCQCN's defaults are mlx5's with a kernel path's alpha period and rate timer
+# (rocev2/dcqcn.h CcParams::kernel_netdev); `droce cc` shows them as the values and the defaults.
+cc_json=$("$droce" cc --json --socket "$(sock h1)")
+for k in "dce_tcp_rtt 50" "rpg_time_reset 3000" "rpg_byte_reset 32767" "rp_enable 1"; do
+  set -- $k
+  got=$(/usr/bin/python3 -c "import json,sys; j=json.load(sys.stdin); print(j['params']['$1'], j['defaults']['$1'])" <<<"$cc_json")
+  if [ "$got" = "$2 $2" ]; then echo "ok: droce cc on af_packet: $1 = $2, its default"
+  else bad "droce cc on af_packet: $1 (value, default) = $got, want $2"; fi
+done
 
 # traffic PHASE PORT: ib_write_bw 64 KiB for 4 s from h2 and from h3 to h1, and ibv_rc_pingpong
 # -c (50 x 4 KiB) from h2 beside them; 0 when every program finished well.
