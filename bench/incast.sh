@@ -30,28 +30,36 @@
 # instant h1's loop polled it, and a loop that was off its CPU for a millisecond (h1's droced
 # shares the 2 vCPUs with three spinning perftests and three other droceds) sees a millisecond
 # of frames arrive at once: a depth spike the wire never had.
-# The packet link's path is also 5-8 times faster (7-9 Gbit/s here, af_packet's 1-1.5), and on
-# it DCQCN with mlx5's timers does not hold the queue: run it with the --cc below.
+# The packet link's path is also 5-8 times faster (7-9 Gbit/s here, af_packet's 1-1.5); on it
+# DCQCN with mlx5's own timers did not hold the queue, which is why droced's defaults on a kernel
+# netdev put them at a kernel path's scale (docs/droced.md).
 # --arrival: the rule's arrival= (`droce fault`): loop times frames by the loop even on the
 # packet link (the A/B for the stamps; docs/benchmarks.md has both).
 # --mark: where the queue's RED looks (the rule's mark=): enqueue, on the depth a frame meets, or
 # dequeue, on the depth it leaves behind, so a mark does not first wait out the queue it reports.
 # --cc: DCQCN parameters (droce cc set) for the dcqcn run on every host, over droced's defaults
-# (mlx5's): e.g. 'dce_tcp_rtt=50 rpg_time_reset=3000' puts the alpha period and the rate timer
-# at a software path's time scale (mlx5's 1 us and 300 us are made for a fabric whose round trip
-# is a few microseconds; here a CNP comes back 0.1-1 ms after the mark, as the marked frame
-# waits out the queue first); 'rpg_max_rate=1000 clamp_tgt_rate=1' starts the reaction point
+# (mlx5's, with dce_tcp_rtt 50 and rpg_time_reset 3000 on these kernel netdevs): e.g.
+# 'dce_tcp_rtt=1 rpg_time_reset=300' gives mlx5's own; 'rpg_max_rate=1000 clamp_tgt_rate=1' starts the reaction point
 # from this path's rate instead of the line rate (the port's speed: af_packet on a veth says 10
 # Gbit/s). docs/benchmarks.md has runs of each.
 # Root (namespaces). Defaults: 10 s, rate 500mbit (this 2-vCPU VM's path carries 1-1.5 Gbit/s on
-# af_packet, 7-9 on the packet link, so three senders overrun it), buffer 1m (256k drops the
-# first burst: the three senders start at the line rate, before the first CNPs), ecn-min 20k,
-# ecn-max 100k, ecn-pmax 20%.
+# af_packet, 7-9 on the packet link, so three senders overrun it), buffer 2m, one marking
+# threshold K = 20k (ecn-min = ecn-max: DCTCP's step, every ECT frame marked past K), marked on
+# dequeue. Why those (docs/benchmarks.md has the runs):
+#  - the step: with RED's ramp from ecn-min DCQCN settles where the ramp's probability holds the
+#    rates, a few KiB above ecn-min, so "under ecn-min" is a coin flip (40-88 %); with one K the
+#    queue sits under K 83-100 % of the samples;
+#  - dequeue: the mark does not first wait out the queue it reports;
+#  - 2m: the senders start at the line rate (10 Gbit/s on a veth) with perftest's 128 x 64 KiB
+#    in flight, and the first CNPs come back a millisecond or so later on this VM: 1m dropped
+#    that first burst in most runs. 4m absorbed it, but then the run without DCQCN never
+#    overflowed either (three windows of in-flight WRITEs, ~3 MiB, fit), and that is the
+#    comparison the bench exists for.
 # Kept on in the second run, RED would drop the Not-ECT data where it would have marked it (RFC
 # 3168) and hold the queue near kmax, hiding the overflow a fabric without ECN sees; --red-both
 # keeps it on anyway. The table tells RED's drops from drop-tail's.
 set -uo pipefail
-cc_extra="" red_both=0 link=packet arrival=wire mark=enqueue out=bench/out secs=10 rate=500mbit buffer=1m kmin=20k kmax=100k pmax=20% build=build/release no_build=0
+cc_extra="" red_both=0 link=packet arrival=wire mark=dequeue out=bench/out secs=10 rate=500mbit buffer=2m kmin=20k kmax=20k pmax=20% build=build/release no_build=0
 while [ $# -gt 0 ]; do
   case $1 in
     --out) out=$2; shift 2 ;;
@@ -68,7 +76,7 @@ while [ $# -gt 0 ]; do
     --link) link=$2; shift 2 ;;
     --arrival) arrival=$2; shift 2 ;;
     --mark) mark=$2; shift 2 ;;
-    *) sed -n '2,52p' "$0"; exit 2 ;;
+    *) sed -n '2,60p' "$0"; exit 2 ;;
   esac
 done
 case $link in packet|af_packet) ;; *) echo "incast.sh: --link is packet or af_packet" >&2; exit 2 ;; esac
