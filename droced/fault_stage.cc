@@ -175,24 +175,7 @@ bool FaultStage::enqueue(Active& a, FaultDirection d, rte_mbuf** m, uint64_t now
   const int ecn = net::frame_ecn(*m);
   const uint32_t len = (*m)->pkt_len;
   const net::QueueDecision v = q.enqueue(s, len, ecn < 0 ? net::kEcnNotEct : uint8_t(ecn), now_ns);
-  switch (v.verdict) {
-    case net::QueueVerdict::dropped_full:
-    case net::QueueVerdict::dropped_red:
-      if (v.verdict == net::QueueVerdict::dropped_full) ++c.queue_dropped;
-      else ++c.queue_red_dropped;
-      DROCE_PROBE(queue_drop, a.rule.id, len, q.depth(s, now_ns));
-      rte_pktmbuf_free(*m);
-      return false;
-    case net::QueueVerdict::marked:
-      if (net::set_frame_ce(m, pool_)) {
-        ++c.queue_marked;
-        DROCE_PROBE(queue_mark, a.rule.id, len, q.depth(s, now_ns));
-      } else {
-        ++c.copy_failed;
-      }
-      break;
-    case net::QueueVerdict::queued: break;
-  }
+  if (!take_verdict(a, d, m, v.verdict, now_ns)) return false;
   c.queue_bytes += len;
   c.queue_depth = q.depth(s, now_ns);
   c.queue_depth_max = std::max(c.queue_depth_max, q.counters().depth_max);
@@ -200,27 +183,30 @@ bool FaultStage::enqueue(Active& a, FaultDirection d, rte_mbuf** m, uint64_t now
   return true;
 }
 
-bool FaultStage::dequeue(Active& a, FaultDirection d, rte_mbuf** m, uint8_t ecn, uint64_t depart_ns) {
+bool FaultStage::take_verdict(Active& a, FaultDirection d, rte_mbuf** m, net::QueueVerdict v, uint64_t at_ns) {
   FaultCounters& c = a.counters;
-  net::CongestionPoint& q = a.queue[index(d)];
+  const net::CongestionPoint& q = a.queue[index(d)];
   const net::QueueSpec& s = a.rule.spec.queue;
   const uint32_t len = (*m)->pkt_len;
-  switch (q.dequeue(s, ecn, depart_ns)) {
+  switch (v) {
+    case net::QueueVerdict::dropped_full:
     case net::QueueVerdict::dropped_red:
-      ++c.queue_red_dropped;
-      DROCE_PROBE(queue_drop, a.rule.id, len, q.depth(s, depart_ns));
+      if (v == net::QueueVerdict::dropped_full) ++c.queue_dropped;
+      else ++c.queue_red_dropped;
+      DROCE_PROBE(queue_drop, a.rule.id, len, q.depth(s, at_ns));
       rte_pktmbuf_free(*m);
       return false;
     case net::QueueVerdict::marked:
       if (net::set_frame_ce(m, pool_)) {
         ++c.queue_marked;
-        DROCE_PROBE(queue_mark, a.rule.id, len, q.depth(s, depart_ns));
+        DROCE_PROBE(queue_mark, a.rule.id, len, q.depth(s, at_ns));
       } else {
         ++c.copy_failed;
       }
       return true;
-    default: return true;
+    case net::QueueVerdict::queued: return true;
   }
+  return true;
 }
 
 void FaultStage::leave(FaultDirection d, Held& h, uint64_t now_ns, std::vector<rte_mbuf*>* out) {
@@ -234,7 +220,8 @@ void FaultStage::leave(FaultDirection d, Held& h, uint64_t now_ns, std::vector<r
     return;
   }
   FaultCounters before = a->counters;
-  if (dequeue(*a, d, &h.m, h.ecn, h.due_ns)) {
+  const net::QueueVerdict v = a->queue[index(d)].dequeue(a->rule.spec.queue, h.ecn, h.due_ns);
+  if (take_verdict(*a, d, &h.m, v, h.due_ns)) {
     rte_mbuf* dup = nullptr;
     if (h.duplicate) {
       dup = net::copy_frame(h.m, pool_);

@@ -189,9 +189,10 @@ class FaultStage {
   void hold(FaultDirection d, Held h);
   /// Through the rule's congestion point: false when it dropped the frame; *depart_ns when it leaves.
   bool enqueue(Active& a, FaultDirection d, rte_mbuf** m, uint64_t now_ns, uint64_t* depart_ns);
-  /// A mark=dequeue rule's RED for a frame leaving its queue at depart_ns: false when it dropped
-  /// the frame (not ECN-capable); *m may be replaced by a copy with CE set.
-  bool dequeue(Active& a, FaultDirection d, rte_mbuf** m, uint8_t ecn, uint64_t depart_ns);
+  /// Acts on a rule's queue's verdict for *m at at_ns (on arrival, or on leaving with
+  /// mark=dequeue), counted: false when it dropped the frame; *m may be replaced by a copy with
+  /// CE set.
+  bool take_verdict(Active& a, FaultDirection d, rte_mbuf** m, net::QueueVerdict v, uint64_t at_ns);
   /// A held frame whose time has come: its dequeue decision, duplicate and delay; appends to
   /// *out what goes on by now_ns.
   void leave(FaultDirection d, Held& h, uint64_t now_ns, std::vector<rte_mbuf*>* out);

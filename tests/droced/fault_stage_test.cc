@@ -60,6 +60,14 @@ class FaultStageTest : public ::testing::Test {
     return q;
   }
 
+  // The frame parses with its ICRC and IPv4 header checksum verified.
+  static bool parses_checked(const rte_mbuf* m, rocev2::ParsedPacket* p) {
+    rocev2::ParseOptions o;
+    o.verify_icrc = true;
+    o.verify_ipv4_checksum = true;
+    return rocev2::parse_frame(m, p, o) == rocev2::ParseStatus::ok;
+  }
+
   uint32_t add(const char* spec, uint32_t qpn = kAllQps, FaultDirection d = FaultDirection::rx, uint32_t id = 0) {
     FaultRule r;
     r.id = id;
@@ -173,10 +181,7 @@ TEST_F(FaultStageTest, ACongestionPointHoldsFramesUntilTheyLeaveMarksCeAndDrops)
   // Expect: the third left with CE, its IPv4 checksum and ICRC still good (the ICRC masks TOS).
   for (size_t i = 0; i < 3; ++i) {
     rocev2::ParsedPacket p;
-    rocev2::ParseOptions o;
-    o.verify_icrc = true;
-    o.verify_ipv4_checksum = true;
-    ASSERT_EQ(rocev2::parse_frame(out_[i], &p, o), rocev2::ParseStatus::ok) << i;
+    ASSERT_TRUE(parses_checked(out_[i], &p)) << i;
     EXPECT_EQ(p.hdr.l3.tos & net::kEcnMask, i == 2 ? net::kEcnCe : net::kEcnEct0) << i;
   }
   const FaultCounters c = counters_of(s, id);
@@ -210,10 +215,7 @@ TEST_F(FaultStageTest, MarkOnDequeueMarksTheFirstFrameOutOfABurstAndItsDuplicate
   ASSERT_EQ(out_.size(), 6u);
   for (size_t i = 0; i < 6; ++i) {
     rocev2::ParsedPacket p;
-    rocev2::ParseOptions o;
-    o.verify_icrc = true;
-    o.verify_ipv4_checksum = true;
-    ASSERT_EQ(rocev2::parse_frame(out_[i], &p, o), rocev2::ParseStatus::ok) << i;
+    ASSERT_TRUE(parses_checked(out_[i], &p)) << i;
     EXPECT_EQ(p.hdr.l3.tos & net::kEcnMask, i < 2 ? net::kEcnCe : net::kEcnEct0) << i;
     EXPECT_EQ(rte_pktmbuf_mtod(out_[i], const uint8_t*)[p.layout.payload_off], i / 2) << i;  // each, then its copy
   }
