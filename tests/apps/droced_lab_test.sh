@@ -456,6 +456,8 @@ elif L up --hosts 4 --routed --link af_xdp >"$work/up.txt" 2>&1; then
     pass "mpi: $(grep -E '^mpi_check:' "$work/mpi.txt"), 4 ranks on 4 hosts, every droced received frames"
   else
     bad "mpi: mpi_check over four hosts (exit $st, frames on every host: $quiet)"
+    # What failed first (a rank's or an orted's signal, UCX's or droce's error), then the end.
+    grep -nE -m 10 'signal|Segmentation|ERROR|error:|Error|Killed|ASan|AddressSanitizer' "$work/mpi.txt" | sed 's/^/    /'
     tail -15 "$work/mpi.txt" | sed 's/^/    /'
   fi
   teardown
