@@ -83,6 +83,11 @@ for k in "dce_tcp_rtt 50" "rpg_time_reset 3000" "rpg_byte_reset 32767" "rp_enabl
   else bad "droce cc on af_packet: $1 (value, default) = $got, want $2"; fi
 done
 
+# perftest_clock_gave_up FILE: perftest's report failed on its cycle-counter calibration alone.
+perftest_clock_gave_up() {
+  grep -q "^Correlation coefficient r^2: .* < 0.9" "$1" && grep -q "^Can't produce a report" "$1"
+}
+
 # traffic PHASE PORT: ib_write_bw 64 KiB for 4 s from h2 and from h3 to h1, and ibv_rc_pingpong
 # -c (50 x 4 KiB) from h2 beside them; 0 when every program finished well.
 traffic() {
@@ -103,9 +108,22 @@ traffic() {
   "$deadline" 60 "$lab_sh" exec h2 --name "$lab" --build "$build" -- ibv_rc_pingpong -d droce0 -g 1 -p $((p + 2)) \
     -c -s 4096 -n 50 "$recv" >"$tmp/$phase.pp.cli" 2>&1 &
   pids+=($!)
-  for s in "${pids[@]}"; do wait "$s" || rc=1; done
-  grep -q "^50 iters" "$tmp/$phase.pp.cli" || rc=1
-  for s in 0 1; do grep -qE '^ *65536 +[0-9]+ ' "$tmp/$phase.bw$s.cli" || rc=1; done
+  # pids: bw0 server, bw1 server, pingpong server, bw0 client, bw1 client, pingpong client.
+  local st=() k
+  for s in "${pids[@]}"; do wait "$s"; st+=($?); done
+  [ "${st[2]}" -eq 0 ] && [ "${st[5]}" -eq 0 ] && grep -q "^50 iters" "$tmp/$phase.pp.cli" || rc=1
+  for k in 0 1; do
+    if [ "${st[k]}" -eq 0 ] && [ "${st[k + 3]}" -eq 0 ] && grep -qE '^ *65536 +[0-9]+ ' "$tmp/$phase.bw$k.cli"; then
+      continue
+    elif perftest_clock_gave_up "$tmp/$phase.bw$k.cli"; then
+      # perftest calibrates its cycle counter against the clock before it reports, and gives up
+      # (exit 1, no result line; its server then fails too) when a busy machine spoils the fit:
+      # that says nothing about the transfer, which the counters below check.
+      echo "note: $phase: ib_write_bw $k ran but could not report (perftest's clock calibration: $(grep -m1 Correlation "$tmp/$phase.bw$k.cli"))"
+    else
+      rc=1
+    fi
+  done
   if [ "$rc" -ne 0 ]; then
     for f in "$tmp/$phase".*; do echo "--- $f"; tail -n 5 "$f"; done
   fi
