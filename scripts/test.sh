@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # droce's test command: installs what is missing, builds the debug
 # configuration (AddressSanitizer + UndefinedBehaviorSanitizer), runs every
-# test, then builds the parser fuzzer with clang and runs it for a bounded time.
+# test, and beside them (at nice 19) builds the parser fuzzer with clang and runs it for a
+# bounded time.
 #
 # usage: scripts/test.sh [--fresh] [--no-fuzz] [--fuzz-seconds N] [--soak [N]] [-- MESON_TEST_ARGS...]
 #   --fresh             run as a machine that never ran it would: every cache (the build
