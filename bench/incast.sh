@@ -39,9 +39,9 @@
 # dequeue, on the depth it leaves behind, so a mark does not first wait out the queue it reports.
 # --cc: DCQCN parameters (droce cc set) for the dcqcn run on every host, over droced's defaults
 # (mlx5's, with dce_tcp_rtt 50 and rpg_time_reset 3000 on these kernel netdevs): e.g.
-# 'dce_tcp_rtt=1 rpg_time_reset=300' gives mlx5's own; 'rpg_max_rate=1000 clamp_tgt_rate=1' starts the reaction point
-# from this path's rate instead of the line rate (the port's speed: af_packet on a veth says 10
-# Gbit/s). docs/benchmarks.md has runs of each.
+# 'dce_tcp_rtt=1 rpg_time_reset=300' gives mlx5's own; 'rpg_max_rate=1000 clamp_tgt_rate=1'
+# starts the reaction point from this path's rate instead of the line rate (the port's speed:
+# af_packet on a veth says 10 Gbit/s). docs/benchmarks.md has runs of each.
 # Root (namespaces). Defaults: 10 s, rate 500mbit (this 2-vCPU VM's path carries 1-1.5 Gbit/s on
 # af_packet, 7-9 on the packet link, so three senders overrun it), buffer 2m, one marking
 # threshold K = 20k (ecn-min = ecn-max: DCTCP's step, every ECT frame marked past K), marked on

@@ -168,13 +168,15 @@ void FaultStage::hold(FaultDirection d, Held x) {
   held_[index(d)] = h.size();
 }
 
-bool FaultStage::enqueue(Active& a, FaultDirection d, rte_mbuf** m, uint64_t now_ns, uint64_t* depart_ns) {
+bool FaultStage::enqueue(Active& a, FaultDirection d, rte_mbuf** m, uint64_t now_ns, uint64_t* depart_ns,
+                         uint8_t* ecn) {
   FaultCounters& c = a.counters;
   net::CongestionPoint& q = a.queue[index(d)];
   const net::QueueSpec& s = a.rule.spec.queue;
-  const int ecn = net::frame_ecn(*m);
+  const int bits = net::frame_ecn(*m);
+  *ecn = bits < 0 ? net::kEcnNotEct : uint8_t(bits);
   const uint32_t len = (*m)->pkt_len;
-  const net::QueueDecision v = q.enqueue(s, len, ecn < 0 ? net::kEcnNotEct : uint8_t(ecn), now_ns);
+  const net::QueueDecision v = q.enqueue(s, len, *ecn, now_ns);
   if (!take_verdict(a, d, m, v.verdict, now_ns)) return false;
   c.queue_bytes += len;
   c.queue_depth = q.depth(s, now_ns);
@@ -257,9 +259,8 @@ void FaultStage::apply(Active& a, FaultDirection d, rte_mbuf* m, uint64_t arriva
   if (arrival_ns < now_ns) ++c.wire_timed;  // timed by its stamp
   uint64_t depart_ns = arrival_ns;
   // What RED at departure takes the frame for: as it arrived, before corruption or truncation.
-  const int ecn = f.queue.mark_dequeue ? net::frame_ecn(m) : -1;
-  const uint8_t ecn_at_arrival = ecn < 0 ? net::kEcnNotEct : uint8_t(ecn);
-  if (f.queue.any() && !enqueue(a, d, &m, arrival_ns, &depart_ns)) return add_to_totals(before, c);
+  uint8_t ecn_at_arrival = net::kEcnNotEct;
+  if (f.queue.any() && !enqueue(a, d, &m, arrival_ns, &depart_ns, &ecn_at_arrival)) return add_to_totals(before, c);
   std::optional<Held> leave_now;
   const net::FrameFate fate =
       a.dice[index(d)].roll(f, f.corrupt > 0 ? regions_of(m, f.corrupt_target) : net::FrameRegions{m->pkt_len, 0, 0, 0});

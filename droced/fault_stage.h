@@ -22,8 +22,9 @@
 // direction and core, drained at the rate, drop-tail at buffer=, RED/ECN marking between
 // ecn-min and ecn-max (CE set in the IP header, its checksum fixed); its frames are held until
 // they leave the queue. With mark=dequeue RED decides as a frame leaves (when it is released,
-// on the depth it leaves behind), and a duplicate is copied after that decision. As an rx rule for every QP it is the switch's egress port toward this
-// host: every sender's frames share it (per core: a droced of one core has one queue).
+// on the depth it leaves behind), and a duplicate is copied after that decision. As an rx rule
+// for every QP it is the switch's egress port toward this host: every sender's frames share it
+// (per core: a droced of one core has one queue).
 //
 // A frame's time at a rule is when it arrived: for a received frame that a link stamped (DPDK's
 // RX timestamp, net/rx_timestamp.h: droce's packet link gives the kernel's receive time) that
@@ -187,8 +188,9 @@ class FaultStage {
   void reload();
   Active* match(FaultDirection d, const rte_mbuf* m);
   void hold(FaultDirection d, Held h);
-  /// Through the rule's congestion point: false when it dropped the frame; *depart_ns when it leaves.
-  bool enqueue(Active& a, FaultDirection d, rte_mbuf** m, uint64_t now_ns, uint64_t* depart_ns);
+  /// Through the rule's congestion point: false when it dropped the frame; *depart_ns when it
+  /// leaves, *ecn its IP ECN bits as it arrived.
+  bool enqueue(Active& a, FaultDirection d, rte_mbuf** m, uint64_t now_ns, uint64_t* depart_ns, uint8_t* ecn);
   /// Acts on a rule's queue's verdict for *m at at_ns (on arrival, or on leaving with
   /// mark=dequeue), counted: false when it dropped the frame; *m may be replaced by a copy with
   /// CE set.

@@ -126,7 +126,7 @@ class Rig:
 
     # The rig's cap-start leaves its dumpcap behind as an orphan, and its cap-stop polls with
     # kill -0 until that dumpcap is gone: a zombie counts as there until PID 1 reaps it, which in
-    # a container can take a second or two. Sixty cases paid that twice over. So this process is
+    # a container can take a second or two, and every case paid it. So this process is
     # the subreaper while cap-start runs (only then: qemu and the rest are not adopted), dumpcap
     # becomes its child, and a thread reaps it as soon as cap-stop's SIGTERM ends it. Where any of
     # that fails (no prctl, another pid file layout), cap-stop is only slower.

@@ -76,12 +76,14 @@ recv=$("$lab_sh" addr h1 --name "$lab")
 # On a kernel netdev DCQCN's defaults are mlx5's with a kernel path's alpha period and rate timer
 # (rocev2/dcqcn.h CcParams::kernel_netdev); `droce cc` shows them as the values and the defaults.
 cc_json=$("$droce" cc --json --socket "$(sock h1)")
-for k in "dce_tcp_rtt 50" "rpg_time_reset 3000" "rpg_byte_reset 32767" "rp_enable 1"; do
-  set -- $k
-  got=$(/usr/bin/python3 -c "import json,sys; j=json.load(sys.stdin); print(j['params']['$1'], j['defaults']['$1'])" <<<"$cc_json")
-  if [ "$got" = "$2 $2" ]; then echo "ok: droce cc on af_packet: $1 = $2, its default"
-  else bad "droce cc on af_packet: $1 (value, default) = $got, want $2"; fi
-done
+while read -r key want value default; do
+  if [ "$value $default" = "$want $want" ]; then echo "ok: droce cc on af_packet: $key = $want, its default"
+  else bad "droce cc on af_packet: $key (value, default) = $value $default, want $want"; fi
+done < <(/usr/bin/python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+for key, want in (("dce_tcp_rtt", 50), ("rpg_time_reset", 3000), ("rpg_byte_reset", 32767), ("rp_enable", 1)):
+    print(key, want, j["params"].get(key), j.get("defaults", {}).get(key))' <<<"$cc_json")
 
 # perftest_clock_gave_up FILE: perftest's report failed on its cycle-counter calibration alone.
 perftest_clock_gave_up() {
