@@ -32,6 +32,8 @@ constexpr const char* kUsage =
     "        duplicate=P corrupt=P corrupt-at=payload|icrc|any truncate=P, or none;\n"
     "        a congestion point: rate=R buffer=B ecn-min=B ecn-max=B ecn-pmax=P (RED/ECN marking),\n"
     "        mark=enqueue|dequeue (RED on the depth a frame meets, the default, or leaves behind);\n"
+    "        lossless (rx): pfc-xoff=B [pfc-xon=B] [pfc-quanta=N] pause the senders with PFC past\n"
+    "        xoff until the queue is down to xon (xoff/2 unless given; buffer above xoff: headroom);\n"
     "        arrival=wire|loop: a received frame's time is its link's receive stamp where it has\n"
     "        one (wire, the default; the packet link stamps) or always droced's loop's (loop)\n"
     "        P a percentage (1%, 0.5), T a time (100us, 2ms; bare: us), R a rate (1gbit, 800mbit),\n"
@@ -72,7 +74,7 @@ int list(const std::string& socket, bool json) {
   std::fputs(table_text(rows, {"id", "qpn", "direction", "spec", "seed", "matched", "dropped", "delayed",
                                "reordered", "duplicated", "corrupted", "corrupt_discarded", "truncated",
                                "copy_failed", "queue_marked", "queue_dropped", "queue_depth", "queue_depth_max",
-                               "wire_timed"})
+                               "wire_timed", "pfc_xoff_sent", "pfc_xon_sent"})
                  .c_str(),
              stdout);
   return 0;

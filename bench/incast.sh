@@ -5,10 +5,12 @@
 # run the distro's ib_write_bw, 64 KiB WRITEs for SECS seconds, to h1, whose receive path holds
 # one congestion point (`droce fault set rate=... --dir rx`, net/congestion_point.h): every
 # sender's frames share its queue, as a switch's egress port toward h1. Twice:
-#   dcqcn:    `droce cc` defaults (DCQCN on: ECT(0) data, CNPs for CE marks, rate cuts);
+#   dcqcn:    `droce cc` defaults (DCQCN on: ECT(0) data, CNPs for CE marks, rate cuts), over a
+#             lossless queue as DCQCN is deployed: past pfc-xoff h1 pauses the senders with PFC
+#             (802.1Qbb frames, net/pfc.h) until the queue is down to pfc-xon;
 #   no-dcqcn: `droce cc set rp_enable=0 np_enable=0` on every host, and the queue without
-#             RED/ECN (same rate and buffer): a fabric that runs no DCQCN marks nothing, so the
-#             queue fills to its buffer and drops at its tail.
+#             RED/ECN and without PFC (same rate and buffer): a lossy fabric that runs no DCQCN
+#             marks nothing, so the queue fills to its buffer and drops at its tail.
 # First it measures what the path carries (one ib_write_bw, no queue) and prints it: the queue's
 # rate must be well below it for the queue to be the bottleneck.
 # Every ~100 ms it samples each flow's rate (the bytes h1's QP for that sender received), the
@@ -23,7 +25,14 @@
 #
 #   bench/incast.sh [--out DIR] [--secs N] [--rate R] [--buffer B] [--ecn-min B] [--ecn-max B]
 #                   [--ecn-pmax P] [--cc 'NAME=VALUE ...'] [--red-both] [--link packet|af_packet]
-#                   [--arrival wire|loop] [--mark enqueue|dequeue] [--build DIR] [--no-build]
+#                   [--arrival wire|loop] [--mark enqueue|dequeue] [--pfc XOFF] [--pfc-both]
+#                   [--build DIR] [--no-build]
+# --pfc: the dcqcn run's PFC threshold (pfc-xoff=; 0: lossy too). Default 512k, the buffer above
+# it the headroom for what the senders still send while the pause reaches them (a millisecond of
+# three line-rate senders on this VM). With it DCQCN keeps the queue near its marking threshold
+# and the pauses stop the line-rate start no CNP has reached yet; without it that start overflows
+# the buffer in some runs (docs/benchmarks.md). --pfc-both makes the no-dcqcn run lossless too:
+# no drops then, but pauses all the time (a PFC storm is what a fabric without DCQCN gets).
 # --link: the hosts' link (scripts/lab.sh --link). packet (the default), droce's packet socket,
 # stamps each frame with the kernel's receive time, and the queue takes frames at that time;
 # af_packet (DPDK's PMD) gives no stamps, so the queue takes every frame of a burst at the
@@ -60,6 +69,7 @@
 # keeps it on anyway. The table tells RED's drops from drop-tail's.
 set -uo pipefail
 cc_extra="" red_both=0 link=packet arrival=wire mark=dequeue out=bench/out secs=10 rate=500mbit buffer=2m kmin=20k kmax=20k pmax=20% build=build/release no_build=0
+pfc=512k pfc_both=0
 while [ $# -gt 0 ]; do
   case $1 in
     --out) out=$2; shift 2 ;;
@@ -76,7 +86,9 @@ while [ $# -gt 0 ]; do
     --link) link=$2; shift 2 ;;
     --arrival) arrival=$2; shift 2 ;;
     --mark) mark=$2; shift 2 ;;
-    *) sed -n '2,60p' "$0"; exit 2 ;;
+    --pfc) pfc=$2; shift 2 ;;
+    --pfc-both) pfc_both=1; shift ;;
+    *) sed -n '2,70p' "$0"; exit 2 ;;
   esac
 done
 case $link in packet|af_packet) ;; *) echo "incast.sh: --link is packet or af_packet" >&2; exit 2 ;; esac
@@ -102,6 +114,7 @@ state=/run/droce-lab/$lab
 tmp=$(mktemp -d /tmp/droce-incast.XXXXXX)
 mkdir -p "$out"
 on_exit rm -rf "$tmp"
+[ -n "${DROCE_INCAST_KEEP:-}" ] && on_exit cp -r "$tmp" "$out/raw"
 on_exit scripts/lab.sh down --name "$lab"
 on_exit kill_jobs KILL
 on_exit kill_jobs TERM
@@ -161,6 +174,8 @@ run() {
   local spec="rate=$rate,buffer=$buffer"
   [ "$arrival" = loop ] && spec="$spec,arrival=loop"
   [ "$mode" = dcqcn ] || [ "$red_both" = 1 ] && spec="$spec,ecn-min=$kmin,ecn-max=$kmax,ecn-pmax=$pmax,mark=$mark"
+  [ "$mode" = dcqcn ] || [ "$pfc_both" = 1 ] && [ "$pfc" != 0 ] && spec="$spec,pfc-xoff=$pfc"
+  echo "  h1's queue: $spec"
   "$droce" fault set "$spec" --dir rx \
     --socket "$(sock h1)" >/dev/null || { echo "incast.sh: the congestion point was refused" >&2; exit 1; }
   for s in 0 1 2; do
@@ -182,19 +197,23 @@ run() {
   for s in "${pids[@]}"; do wait "$s"; done
   [ "$mode" = dcqcn ] && { kill -INT "$cap" 2>/dev/null; wait "$cap"; }
   wait
+  if [ -n "${DROCE_INCAST_KEEP:-}" ]; then
+    for h in h1 h2 h3 h4 sw; do ip -n "$lab-$h" -s -s link >"$tmp/$mode.links.$h" 2>&1; done
+    ip -s -s link >"$tmp/$mode.links.root" 2>&1; cat /proc/net/softnet_stat >"$tmp/$mode.softnet"
+  fi
   for s in 0 1 2; do
     echo "  $mode h$((s + 2)): $(grep -E '^ *65536 ' "$tmp/$mode.cli$s" | tr -s ' ' || tail -n 2 "$tmp/$mode.cli$s")"
   done
 }
-echo "--- with DCQCN (droce cc defaults${cc_extra:+, $cc_extra})"
+echo "--- with DCQCN (droce cc defaults${cc_extra:+, $cc_extra}; $([ "$pfc" = 0 ] && echo lossy || echo "lossless, PFC past $pfc"))"
 run dcqcn 19810
 cnps=$(tshark -r "$tmp/cnp.pcapng" -Y 'infiniband.bth.opcode == 0x81' 2>/dev/null | wc -l)
 echo "  CNPs captured on h2 that tshark decodes (infiniband.bth.opcode == 0x81): $cnps"
-echo "--- without DCQCN (rp_enable=0 np_enable=0 on every host; the queue $([ "$red_both" = 1 ] && echo "with RED, Not-ECT dropped" || echo "drop-tail only"))"
+echo "--- without DCQCN (rp_enable=0 np_enable=0 on every host; the queue $([ "$red_both" = 1 ] && echo "with RED, Not-ECT dropped" || echo "drop-tail only")$([ "$pfc_both" = 1 ] && [ "$pfc" != 0 ] && echo ", lossless, PFC past $pfc"))"
 run no-dcqcn 19820
 
 $py - "$tmp" "$out" "$recv" "${path:-0}" "$rate" "$buffer" "$kmin" "$kmax" "$pmax" "$cnps" "$cc_extra" "$red_both" \
-  "$link" "$arrival" "$mark" <<'PY'
+  "$link" "$arrival" "$mark" "$pfc" "$pfc_both" <<'PY'
 import json, sys
 tmp, out, recv, path, rate, buffer, kmin, kmax, pmax, cnps = sys.argv[1:11]
 def size(s):
@@ -237,7 +256,13 @@ def analyse(mode):
              "matched": fc.get("matched", 0), "wire_timed": fc.get("wire_timed", 0),
              "cnp_sent": total(cnt.get("h1", {}), "np_cnp_sent"),
              "cnp_handled": sum(total(cnt.get(h, {}), "rp_cnp_handled") for h in senders),
-             "retx_total": sum(total(cnt.get(h, {}), "retransmits") for h in senders)}
+             "retx_total": sum(total(cnt.get(h, {}), "retransmits") for h in senders),
+             "pfc_xoff": fc.get("pfc_xoff_sent", 0), "pfc_xon": fc.get("pfc_xon_sent", 0),
+             "pfc_paused_us": fc.get("pfc_paused_us", 0),
+             "pause_rx": sum(total(cnt.get(h, {}), "pause_frames_in") for h in senders),
+             "ring_drops": total(cnt.get("h1", {}), "rx_missed"),
+             "timeouts": sum(total(cnt.get(h, {}), "timeouts") for h in senders),
+             "seq_naks": sum(total(cnt.get(h, {}), "seq_naks_received") for h in senders)}
         if prev is not None:
             dt = s["t"] - prev["t"]
             s["flow_gbps"] = {a: (s["rx"].get(a, 0) - prev["rx"].get(a, 0)) * 8 / dt / 1e9
@@ -260,6 +285,14 @@ def analyse(mode):
         "cnp_sent": last["cnp_sent"] - first["cnp_sent"],
         "cnp_handled": last["cnp_handled"] - first["cnp_handled"],
         "retransmits": last["retx_total"] - first["retx_total"],
+        "ring_drops": last["ring_drops"] - first["ring_drops"],
+        "timeouts": last["timeouts"] - first["timeouts"],
+        "seq_naks": last["seq_naks"] - first["seq_naks"],
+        "pfc_xoff": last["pfc_xoff"] - first["pfc_xoff"],
+        "pfc_xon": last["pfc_xon"] - first["pfc_xon"],
+        "pfc_paused_ms": (last["pfc_paused_us"] - first["pfc_paused_us"]) / 1000,
+        "pause_rx": last["pause_rx"] - first["pause_rx"],
+        "pfc_times": [round(s["t"], 1) for p, s in zip(series, series[1:]) if s["pfc_xoff"] > p["pfc_xoff"]],
         "wire_timed": (last["wire_timed"] - first["wire_timed"]) / max(1, last["matched"] - first["matched"]),
         "flow_gbps": mean,
         "total_gbps": sum(mean.values()),
@@ -267,7 +300,8 @@ def analyse(mode):
     }
     return series, fig
 res = {"path_gbps": float(path), "cc": sys.argv[11], "link": sys.argv[13], "arrival": sys.argv[14], "mark": sys.argv[15], "queue": {"rate": rate, "buffer": buffer, "ecn_min": kmin, "ecn_max": kmax,
-       "ecn_pmax": pmax, "red_without_dcqcn": sys.argv[12] == "1"}, "cnps_captured": int(cnps), "runs": {}}
+       "ecn_pmax": pmax, "red_without_dcqcn": sys.argv[12] == "1", "pfc_xoff": sys.argv[16],
+       "pfc_without_dcqcn": sys.argv[17] == "1"}, "cnps_captured": int(cnps), "runs": {}}
 for mode in ("dcqcn", "no-dcqcn"):
     series, fig = analyse(mode)
     res["runs"][mode] = {"figures": fig, "series": series}
@@ -293,6 +327,16 @@ for mode, r in res["runs"].items():
 print("(<kmin, <kmax: share of samples with the queue at most that deep; depth: its mean; drops: RED's")
 print(" and drop-tail's, (full) drop-tail's alone; total: the flows' sum at h1, Gbit/s; spread: the flows'")
 print(" mean rates, max/min, over the middle 60 % of the run; issue 37's goal with DCQCN < 1.2)")
+for mode, r in res["runs"].items():
+    f = r["figures"]
+    print(f"{mode}: before the queue, h1's ring dropped {f['ring_drops']} frames; the senders' retransmits came "
+          f"from {f['seq_naks']} sequence NAKs and {f['timeouts']} timeouts")
+    if f["pfc_xoff"] or f["pfc_xon"]:
+        print(f"{mode}: PFC: {f['pfc_xoff']} pauses and {f['pfc_xon']} resumes sent by h1, {f['pause_rx']} received by "
+              f"the senders; senders paused {f['pfc_paused_ms']:.1f} ms in all; pauses began in the samples at "
+              f"{', '.join(map(str, f['pfc_times'][:8]))}{' ...' if len(f['pfc_times']) > 8 else ''} s")
+    else:
+        print(f"{mode}: no PFC pause")
 print(f"CNPs captured on h2 that tshark decodes: {cnps}")
 print("frames the queue timed by the kernel's receive stamp (the rest by h1's loop): " +
       ", ".join(f"{m} {r['figures']['wire_timed'] * 100:.0f}%" for m, r in res["runs"].items()))
@@ -315,7 +359,8 @@ try:
         ax[1][col].axhline(kmax_b / 1024, ls="--", color="r", label="kmax")
         ax[1][col].set_title("queue depth (KiB)")
         ax[1][col].legend(fontsize=7)
-        for k, label in (("cnp_sent", "CNPs sent (h1)"), ("dropped", "drops"), ("retx_total", "retransmits")):
+        for k, label in (("cnp_sent", "CNPs sent (h1)"), ("dropped", "drops"), ("retx_total", "retransmits"),
+                         ("pfc_xoff", "PFC pauses sent (h1)")):
             ax[2][col].plot(t, [s[k] - ser[0][k] for s in ser], label=label)
         ax[2][col].set_title("since the run began")
         ax[2][col].set_xlabel("s")

@@ -23,13 +23,15 @@ namespace {
 // after a plain IPv6 header. Cheap: two or three loads of the first segment.
 // What a received frame is for: the neighbour table (ARP, ICMPv6), the membership reporter
 // (IGMP; IPv6 with a Hop-by-Hop header, as MLD comes), or the engine (everything else).
-enum class FrameKind { roce, neighbor, membership };
+// And MAC Control (PFC and PAUSE: the group's gate).
+enum class FrameKind { roce, neighbor, membership, pause };
 
 FrameKind classify(const rte_mbuf* m) {
   const auto* p = rte_pktmbuf_mtod(m, const uint8_t*);
   size_t off = 12;
   if (m->data_len < off + 2) return FrameKind::roce;
   uint16_t type = core::load_be16(p + off);
+  if (type == net::kEtherTypeMacControl) return FrameKind::pause;
   if (type == net::kEtherTypeVlan) {
     off += 4;
     if (m->data_len < off + 2) return FrameKind::roce;
@@ -72,6 +74,11 @@ CoreGroup::CoreGroup(net::Port* port, unsigned cores, const net::NeighborConfig&
     }
     inbound_.push_back(r);
   }
+}
+
+uint64_t CoreGroup::speed_bps() const {
+  const uint32_t mbps = port_->link().speed_mbps;
+  return mbps != 0 ? uint64_t{mbps} * 1'000'000 : 100'000'000'000ull;
 }
 
 CoreGroup::~CoreGroup() {
@@ -131,8 +138,9 @@ DeviceCore::DeviceCore(const DeviceCoreConfig& cfg, int* rc) : cfg_(cfg), group_
   if (const uint32_t speed = cfg.port->link().speed_mbps; speed != 0) ec.line_rate_mbps = speed;
   icrc_on_link_ = !ec.offloads.rx_icrc && !ec.offloads.tx_icrc;
   faults_ = std::make_unique<FaultStage>(cfg.faults, cfg_.index, cfg.port->pool(), icrc_on_link_);
+  faults_->set_port_speed(group_->speed_bps());
   capture_ = CaptureTap{cfg.capture, cfg_.index};
-  fault_port_ = std::make_unique<FaultPort>(link_.get(), faults_.get(), capture_);
+  fault_port_ = std::make_unique<FaultPort>(link_.get(), faults_.get(), capture_, &group_->pause_gate());
   ec.port = fault_port_.get();
   // This core's QPNs: (index << kQpnCoreShift) | n, never past the next core's.
   ec.first_qpn = (cfg_.index << kQpnCoreShift) | (cfg.engine.first_qpn & ((1u << kQpnCoreShift) - 1));
@@ -150,8 +158,13 @@ DeviceCore::DeviceCore(const DeviceCoreConfig& cfg, int* rc) : cfg_(cfg), group_
 }
 
 uint64_t DeviceCore::next_deadline() const {
-  // Held frames are due at their time; frames the port refused go again at once.
-  uint64_t d = std::min(engine_->next_deadline(), fault_port_->has_queued() ? 0 : faults_->next_release_ns());
+  // Held frames are due at their time; frames the port refused go again at once, or when a
+  // pause that holds them ends.
+  uint64_t d = std::min(engine_->next_deadline(), faults_->next_release_ns());
+  if (const net::PauseGate& gate = group_->pause_gate(); gate.engaged())
+    d = std::min(d, gate.next_resume_ns(core::monotonic_ns()));
+  else if (fault_port_->has_queued())
+    d = 0;
   if (cfg_.index == 0) {
     std::lock_guard l(group_->neighbor_mutex());
     d = std::min({d, group_->neighbors().next_deadline_ns(), group_->membership().next_deadline_ns()});
@@ -173,6 +186,28 @@ uint16_t DeviceCore::tx(rte_mbuf** frames, uint16_t n) {
   return k;
 }
 
+bool DeviceCore::send_control(std::span<const uint8_t> f) {
+  rte_mbuf* m = rte_pktmbuf_alloc(cfg_.port->pool());
+  // Short frames are padded to the Ethernet minimum.
+  const size_t len = std::max<size_t>(f.size(), 60);
+  char* d = m ? rte_pktmbuf_append(m, static_cast<uint16_t>(len)) : nullptr;
+  if (d == nullptr) {
+    if (m) rte_pktmbuf_free(m);
+    return false;
+  }
+  std::memcpy(d, f.data(), f.size());
+  std::memset(d + f.size(), 0, len - f.size());
+  m->hash.usr = UINT32_MAX;  // no QP sent it (a capture's QP filter reads it)
+  uint32_t staged = 0;
+  const uint32_t cap = capture_.generation();
+  if (cap != 0)
+    staged = capture_.capture->stage(cfg_.index, cap, net::pcapng::Direction::outbound, &m, 1, core::monotonic_ns());
+  const uint16_t sent = tx(&m, 1);
+  if (cap != 0) capture_.capture->publish(cfg_.index, staged, sent);
+  if (sent != 1) rte_pktmbuf_free(m);
+  return sent == 1;
+}
+
 void DeviceCore::send_neighbor_frames() {
   neighbor_tx_.clear();
   {
@@ -181,31 +216,32 @@ void DeviceCore::send_neighbor_frames() {
     group_->membership().drain_tx(&neighbor_tx_);
   }
   for (const auto& f : neighbor_tx_) {
-    rte_mbuf* m = rte_pktmbuf_alloc(cfg_.port->pool());
-    // Short frames are padded to the Ethernet minimum.
-    const size_t len = std::max<size_t>(f.size(), 60);
-    char* d = m ? rte_pktmbuf_append(m, static_cast<uint16_t>(len)) : nullptr;
-    if (d == nullptr) {
-      if (m) rte_pktmbuf_free(m);
-      ++counters_.neighbor_tx_dropped;
-      continue;
-    }
-    std::memcpy(d, f.data(), f.size());
-    std::memset(d + f.size(), 0, len - f.size());
-    m->hash.usr = UINT32_MAX;  // no QP sent it (a capture's QP filter reads it)
-    uint32_t staged = 0;
-    const uint32_t cap = capture_.generation();
-    if (cap != 0)
-      staged = capture_.capture->stage(cfg_.index, cap, net::pcapng::Direction::outbound, &m, 1, core::monotonic_ns());
-    const uint16_t sent = tx(&m, 1);
-    if (cap != 0) capture_.capture->publish(cfg_.index, staged, sent);
-    if (sent != 1) {
-      rte_pktmbuf_free(m);
-      ++counters_.neighbor_tx_dropped;
-      continue;
-    }
-    ++counters_.neighbor_frames_out;
+    if (send_control(f)) ++counters_.neighbor_frames_out;
+    else ++counters_.neighbor_tx_dropped;  // the table retries on its own
   }
+}
+
+void DeviceCore::send_pauses() {
+  pauses_.clear();
+  faults_->take_pauses(&pauses_);
+  for (const net::PauseOut& p : pauses_) {
+    uint8_t f[net::kPauseFrameLen];
+    net::build_pfc(f, p.dst, cfg_.port->mac(), p.enable, p.quanta);
+    // One lost is refreshed (XOFF) or repeated at the next depth check (XON) as a switch's are.
+    if (send_control(f)) ++counters_.pause_frames_out;
+    else ++counters_.neighbor_tx_dropped;
+  }
+}
+
+void DeviceCore::handle_pause(std::span<const uint8_t> frame, uint64_t now_ns) {
+  net::PauseFrame f;
+  if (net::parse_pause(frame, &f) != net::PauseParse::ok ||
+      !(net::same_mac(f.dst, cfg_.port->mac()) || net::same_mac(f.dst, net::kPauseGroupMac))) {
+    ++counters_.pause_frames_bad;
+    return;
+  }
+  ++counters_.pause_frames_in;
+  group_->pause_gate().apply(f, now_ns, group_->speed_bps());
 }
 
 void DeviceCore::hand_off(unsigned core, rte_mbuf* m) {
@@ -298,6 +334,8 @@ void DeviceCore::run_once(uint64_t now_ns) {
     const uint32_t len = rx[i]->pkt_len;
     if (len > sizeof buf) {
       ++counters_.oversize_control;
+    } else if (kind == FrameKind::pause) {
+      handle_pause({static_cast<const uint8_t*>(rte_pktmbuf_read(rx[i], 0, len, buf)), len}, now_ns);
     } else {
       const auto* p = static_cast<const uint8_t*>(rte_pktmbuf_read(rx[i], 0, len, buf));
       std::lock_guard l(group_->neighbor_mutex());
@@ -342,6 +380,8 @@ void DeviceCore::run_once(uint64_t now_ns) {
               &local_);
     }
   }
+  // XOFF as a burst filled a lossless queue, XON as releasing its frames drained it.
+  if (rx_faults) send_pauses();
   for (size_t i = 0; i < local_.size(); i += 32)
     engine_->rx_burst(local_.data() + i, static_cast<uint16_t>(std::min<size_t>(32, local_.size() - i)), now_ns);
   for (unsigned c = 0; woken_ != 0; ++c, woken_ >>= 1)
@@ -357,8 +397,11 @@ void DeviceCore::run_once(uint64_t now_ns) {
     }
   }
   if (neighbor_work) send_neighbor_frames();
+  if (net::PauseGate& gate = group_->pause_gate(); gate.engaged() && gate.next_resume_ns(now_ns) == UINT64_MAX)
+    [[unlikely]] gate.settle(now_ns);  // every pause is over
   engine_->poll(now_ns);
   fault_port_->poll(now_ns);
+  counters_.tx_pause_waits = fault_port_->pause_waits();
   sync_multicast();
 }
 

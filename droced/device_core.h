@@ -49,6 +49,7 @@
 #include "net/membership.h"
 #include "net/kernel_net.h"
 #include "net/neighbor.h"
+#include "net/pfc.h"
 #include "net/port.h"
 #include "net/route_table.h"
 #include "rocev2/engine.h"
@@ -109,6 +110,11 @@ class CoreGroup {
   net::KernelNet* kernel() { return kernel_.get(); }
   void set_kernel(std::unique_ptr<net::KernelNet> k) { kernel_ = std::move(k); }
   net::Port* port() const { return port_; }
+  /// The priorities peers paused (PFC frames any core received); every core's transmit obeys.
+  net::PauseGate& pause_gate() { return pause_gate_; }
+  /// The port's speed in bit/s (100 Gbit/s when it tells none, as the engine's DCQCN assumes):
+  /// how long a pause quantum lasts.
+  uint64_t speed_bps() const;
 
   /// Bit k: core k's engine has multicast groups (then what any core sends to a multicast
   /// address is looped back too, as a NIC delivers to its own attached QPs).
@@ -145,6 +151,7 @@ class CoreGroup {
   net::RouteTable routes_;
   std::unique_ptr<net::KernelNet> kernel_;
   net::MembershipReporter membership_;
+  net::PauseGate pause_gate_;
 };
 
 /// An address vector's source from a GID table entry: its GID, VLAN and MAC (what a client's
@@ -186,6 +193,10 @@ struct DeviceCoreCounters {
   uint64_t handed_in = 0;
   uint64_t hand_off_dropped = 0;
   uint64_t rx_own_frames = 0;
+  uint64_t pause_frames_in = 0;
+  uint64_t pause_frames_bad = 0;
+  uint64_t pause_frames_out = 0;
+  uint64_t tx_pause_waits = 0;
 };
 
 /// DeviceCoreCounters described once (core/counter_table.h).
@@ -204,6 +215,13 @@ inline constexpr core::Counter<DeviceCoreCounters> kDeviceCoreCounters[] = {
     {"hand_off_dropped", &DeviceCoreCounters::hand_off_dropped,
      "the owner's inbound ring was full (or no copy for multicast)"},
     {"rx_own_frames", &DeviceCoreCounters::rx_own_frames, "our own frames seen again (af_packet shows what we send)"},
+    {"pause_frames_in", &DeviceCoreCounters::pause_frames_in,
+     "PFC/PAUSE frames for this port received (their priorities' transmit held for the time)"},
+    {"pause_frames_bad", &DeviceCoreCounters::pause_frames_bad,
+     "MAC control frames dropped: malformed, not a pause, or to another MAC"},
+    {"pause_frames_out", &DeviceCoreCounters::pause_frames_out,
+     "PFC frames a lossless congestion point sent its senders (pfc-xoff=)"},
+    {"tx_pause_waits", &DeviceCoreCounters::tx_pause_waits, "transmit bursts a received pause cut short"},
 };
 static_assert(core::covers(kDeviceCoreCounters));
 
@@ -256,6 +274,13 @@ class DeviceCore {
   /// to its raw QPs' matching rules (pyverbs' raw traffic goes to a multicast MAC for that).
   void sync_multicast();
   void send_neighbor_frames();
+  /// The PFC frames this core's lossless congestion points decided on, sent.
+  void send_pauses();
+  /// One control frame (ARP/ND, IGMP/MLD, PFC) out, padded to 60 bytes and captured: false
+  /// when no mbuf or the port refused it.
+  bool send_control(std::span<const uint8_t> frame);
+  /// A received MAC Control frame: a pause for this port goes to the group's gate.
+  void handle_pause(std::span<const uint8_t> frame, uint64_t now_ns);
   /// Sends `frames` to their owners; the ones that are this core's go to
   /// *local (multicast: a copy each, the original too).
   void route(rte_mbuf** frames, uint16_t n, std::vector<rte_mbuf*>* local);
@@ -271,6 +296,7 @@ class DeviceCore {
   std::unique_ptr<rocev2::PortQueueLink> link_;
   std::unique_ptr<rocev2::Engine> engine_;
   std::vector<std::vector<uint8_t>> neighbor_tx_;
+  std::vector<net::PauseOut> pauses_;
   std::vector<rte_mbuf*> loopback_rx_;
   std::vector<rte_mbuf*> local_;
   /// Frames of rx_batch_ the rx fault rules let through now, and those due, routed.

@@ -105,6 +105,7 @@ void FaultStage::reload() {
   version_ = rules_->version();
   std::vector<Active> next;
   active_ = 0;
+  pfc_ = false;
   for (const FaultRule& r : rules_->rules()) {
     auto old = std::find_if(active_rules_.begin(), active_rules_.end(), [&](const Active& a) { return a.rule.id == r.id; });
     if (old != active_rules_.end() && old->rule.seed == r.seed) {
@@ -114,7 +115,8 @@ void FaultStage::reload() {
       if (r.spec.burst_enter <= 0)
         for (auto& d : next.back().dice) d.heal();
     } else {
-      Active a{r, {net::FaultDice(1), net::FaultDice(1)}, {net::CongestionPoint(1), net::CongestionPoint(1)}, {}};
+      Active a{r, {net::FaultDice(1), net::FaultDice(1)}, {net::CongestionPoint(1), net::CongestionPoint(1)}, {},
+               net::PfcPoint(speed_bps_)};
       for (int d = 0; d < 2; ++d) {
         const uint64_t seed = net::mix_seed(r.seed ^ (uint64_t{core_} << 32) ^ (0xA5A5A5A5A5A5A5A5ull * (d + 1)));
         a.dice[d] = net::FaultDice(seed);
@@ -123,12 +125,18 @@ void FaultStage::reload() {
       next.push_back(std::move(a));
     }
     if (r.spec.any()) active_ |= uint8_t(r.direction);
+    pfc_ = pfc_ || next.back().pfc.paused() ||
+           (r.spec.queue.pfc.any() && (uint8_t(r.direction) & uint8_t(FaultDirection::rx)) != 0);
   }
-  // A removed rule's queue is gone: its depth leaves the totals' gauge (its other counts stay).
-  for (const Active& a : active_rules_)
-    if (std::none_of(next.begin(), next.end(),
-                     [&](const Active& n) { return n.rule.id == a.rule.id && n.rule.seed == a.rule.seed; }))
-      totals_.queue_depth -= a.counters.queue_depth;
+  // A removed rule's queue is gone: its depth leaves the totals' gauge (its other counts stay),
+  // and the senders it held paused go now rather than when their pause runs out.
+  for (Active& a : active_rules_) {
+    if (std::any_of(next.begin(), next.end(),
+                    [&](const Active& n) { return n.rule.id == a.rule.id && n.rule.seed == a.rule.seed; }))
+      continue;
+    totals_.queue_depth -= a.counters.queue_depth;
+    pfc_check(a, net::PfcSpec{}, 0, core::monotonic_ns());
+  }
   active_rules_ = std::move(next);
 }
 
@@ -243,11 +251,29 @@ void FaultStage::leave(FaultDirection d, Held& h, uint64_t now_ns, std::vector<r
 
 void FaultStage::update_depths(FaultDirection d, uint64_t now_ns) {
   for (Active& a : active_rules_) {
-    if (!a.rule.spec.queue.any()) continue;
-    const uint64_t depth = a.queue[index(d)].depth(a.rule.spec.queue, now_ns);
-    totals_.queue_depth += depth - a.counters.queue_depth;  // the totals carry the sum of the gauges
-    a.counters.queue_depth = depth;
+    const net::QueueSpec& s = a.rule.spec.queue;
+    uint64_t depth = 0;
+    if (s.any()) {
+      depth = a.queue[index(d)].depth(s, now_ns);
+      totals_.queue_depth += depth - a.counters.queue_depth;  // the totals carry the sum of the gauges
+      a.counters.queue_depth = depth;
+    }
+    if (d == FaultDirection::rx)
+      pfc_check(a, (uint8_t(a.rule.direction) & uint8_t(FaultDirection::rx)) != 0 ? s.pfc : net::PfcSpec{}, depth,
+                now_ns);
   }
+}
+
+void FaultStage::pfc_check(Active& a, const net::PfcSpec& spec, uint64_t depth, uint64_t now_ns) {
+  if (!spec.any() && !a.pfc.paused()) return;
+  const FaultCounters before = a.counters;
+  a.pfc.on_depth(spec, depth, now_ns, &pauses_);
+  const net::PfcCounters& p = a.pfc.counters();
+  a.counters.pfc_xoff_sent = p.xoff_sent;
+  a.counters.pfc_xon_sent = p.xon_sent;
+  a.counters.pfc_paused_us = p.paused_ns / 1000;
+  a.counters.pfc_untracked = p.untracked;
+  add_to_totals(before, a.counters);
 }
 
 void FaultStage::apply(Active& a, FaultDirection d, rte_mbuf* m, uint64_t arrival_ns, uint64_t now_ns,
@@ -261,6 +287,13 @@ void FaultStage::apply(Active& a, FaultDirection d, rte_mbuf* m, uint64_t arriva
   // What RED at departure takes the frame for: as it arrived, before corruption or truncation.
   uint8_t ecn_at_arrival = net::kEcnNotEct;
   if (f.queue.any() && !enqueue(a, d, &m, arrival_ns, &depart_ns, &ecn_at_arrival)) return add_to_totals(before, c);
+  if (f.queue.pfc.any() && d == FaultDirection::rx) {
+    // Who to pause, and which of its priorities, when the queue reaches xoff.
+    const auto* p = rte_pktmbuf_mtod(m, const uint8_t*);
+    net::MacAddr src;
+    std::copy(p + 6, p + 12, src.begin());
+    a.pfc.on_enqueue(src, net::frame_priority({p, m->data_len}));
+  }
   std::optional<Held> leave_now;
   const net::FrameFate fate =
       a.dice[index(d)].roll(f, f.corrupt > 0 ? regions_of(m, f.corrupt_target) : net::FrameRegions{m->pkt_len, 0, 0, 0});
@@ -351,6 +384,7 @@ void FaultStage::process(FaultDirection d, rte_mbuf* const* frames, size_t n, ui
     if (uint64_t t; stamps && !a->rule.spec.loop_arrival && rx_ts_.read(m, &t) && t < now_ns) arrival_ns = t;
     apply(*a, d, m, arrival_ns, now_ns, out);
   }
+  if (pfc_ && d == FaultDirection::rx) update_depths(d, now_ns);  // XOFF as soon as a burst fills it
 }
 
 uint64_t FaultStage::next_release_ns() const {
@@ -402,6 +436,17 @@ uint16_t FaultPort::send_captured(uint32_t generation, rte_mbuf** frames, uint16
       tap_.capture->stage(tap_.core, generation, net::pcapng::Direction::outbound, frames, n, core::monotonic_ns());
   const uint16_t k = inner_->tx_burst(frames, n);
   tap_.capture->publish(tap_.core, staged, k);
+  return k;
+}
+
+uint16_t FaultPort::admit(rte_mbuf** frames, uint16_t n) {
+  const uint64_t now = core::monotonic_ns();
+  uint16_t k = 0;
+  while (k < n &&
+         !gate_->paused(net::frame_priority({rte_pktmbuf_mtod(frames[k], const uint8_t*), frames[k]->data_len}), now))
+    ++k;
+  if (k < n) ++pause_waits_;
+  else if (gate_->next_resume_ns(now) == UINT64_MAX) gate_->settle(now);  // every pause is over
   return k;
 }
 

@@ -26,6 +26,13 @@
 // for every QP it is the switch's egress port toward this host: every sender's frames share it
 // (per core: a droced of one core has one queue).
 //
+// With pfc-xoff= the congestion point is lossless as a RoCE fabric's is (net/pfc.h): an rx rule's
+// queue past xoff bytes pauses the senders it queued frames from (802.1Qbb PFC frames, unicast to
+// their MACs, for their frames' priorities), refreshes the pause while it stays above xon and
+// resumes them at xon. The stage only decides: take_pauses() hands the pauses to send to the
+// core, which sends them and whose peers' droced hold their transmit for the time (FaultPort's
+// PauseGate). A tx rule's queue does not pause (the senders are this host's own QPs).
+//
 // A frame's time at a rule is when it arrived: for a received frame that a link stamped (DPDK's
 // RX timestamp, net/rx_timestamp.h: droce's packet link gives the kernel's receive time) that
 // stamp, never later than the loop's time; for any other frame, and under a rule with
@@ -88,6 +95,10 @@ struct FaultCounters {
   uint64_t queue_depth = 0;
   uint64_t queue_depth_max = 0;
   uint64_t wire_timed = 0;
+  uint64_t pfc_xoff_sent = 0;
+  uint64_t pfc_xon_sent = 0;
+  uint64_t pfc_paused_us = 0;
+  uint64_t pfc_untracked = 0;
 
   FaultCounters& operator+=(const FaultCounters& o);
 };
@@ -113,6 +124,11 @@ inline constexpr core::Counter<FaultCounters> kFaultCounters[] = {
     {"queue_depth_max", &FaultCounters::queue_depth_max, "congestion point: the deepest the queue was, bytes (a gauge)"},
     {"wire_timed", &FaultCounters::wire_timed,
      "of matched: timed by the link's receive stamp, not the loop's clock (the packet link stamps)"},
+    {"pfc_xoff_sent", &FaultCounters::pfc_xoff_sent, "congestion point (pfc-xoff=): PFC pause frames sent, refreshes too"},
+    {"pfc_xon_sent", &FaultCounters::pfc_xon_sent, "congestion point: PFC frames resuming the senders (quanta 0)"},
+    {"pfc_paused_us", &FaultCounters::pfc_paused_us, "congestion point: time its senders were held paused, us (ended pauses)"},
+    {"pfc_untracked", &FaultCounters::pfc_untracked,
+     "congestion point: frames from senders past the 32 it can pause (never paused)"},
 };
 static_assert(core::covers(kFaultCounters));
 
@@ -159,6 +175,15 @@ class FaultStage {
   void release(FaultDirection d, uint64_t now_ns, std::vector<rte_mbuf*>* out);
   /// When the next held frame is due; UINT64_MAX when none is held.
   uint64_t next_release_ns() const;
+  /// The senders' port speed (bit/s), for how long a pause holds them (net::PfcPoint); rules
+  /// set after this take it.
+  void set_port_speed(uint64_t bps) { speed_bps_ = bps; }
+  /// Appends the PFC frames to send (pfc-xoff rules) to *out, and forgets them.
+  void take_pauses(std::vector<net::PauseOut>* out) {
+    if (pauses_.empty()) return;
+    out->insert(out->end(), pauses_.begin(), pauses_.end());
+    pauses_.clear();
+  }
 
   /// Each live rule's counters on this core (by rule id), and the sum over every rule this core
   /// ever ran (removed ones too).
@@ -171,6 +196,7 @@ class FaultStage {
     net::FaultDice dice[2];  ///< rx, tx
     net::CongestionPoint queue[2];  ///< rx, tx (rate= rules only)
     FaultCounters counters;
+    net::PfcPoint pfc;  ///< the rx queue's (pfc-xoff= rules only)
   };
   struct Held {
     uint64_t due_ns;
@@ -200,8 +226,10 @@ class FaultStage {
   void leave(FaultDirection d, Held& h, uint64_t now_ns, std::vector<rte_mbuf*>* out);
   /// What a rule's counters moved by since `before`, into the core's totals.
   void add_to_totals(const FaultCounters& before, const FaultCounters& after);
-  /// The queues' depth gauges at now_ns.
+  /// The queues' depth gauges at now_ns, and their PFC decisions on them.
   void update_depths(FaultDirection d, uint64_t now_ns);
+  /// A rule's PFC on its rx queue's depth at now_ns (spec: the rule's, or none when it is gone).
+  void pfc_check(Active& a, const net::PfcSpec& spec, uint64_t depth, uint64_t now_ns);
   /// Applies one rolled fate to a frame that arrived at arrival_ns (<= now_ns); appends what goes
   /// on by now_ns to *out.
   void apply(Active& a, FaultDirection d, rte_mbuf* m, uint64_t arrival_ns, uint64_t now_ns,
@@ -214,6 +242,9 @@ class FaultStage {
   net::RxTimestamp rx_ts_;  ///< not valid(): every frame is timed by the loop
   uint64_t version_ = 0;
   uint8_t active_ = 0;  ///< FaultDirection bits some rule covers
+  bool pfc_ = false;    ///< some rule's queue is lossless (pfc-xoff=)
+  uint64_t speed_bps_ = 100'000'000'000ull;
+  std::vector<net::PauseOut> pauses_;
   std::vector<Active> active_rules_;
   std::vector<Held> heap_[2];  ///< min-heaps on (due, seq), rx and tx
   size_t held_[2] = {0, 0};
@@ -226,11 +257,15 @@ class FaultStage {
 /// Back-pressure: frames the inner port refused wait here (in order) up to kMaxQueued, past
 /// which tx_burst takes no more (the engine keeps them, as for a full port). A running capture
 /// (`tap`) sees the frames the inner port accepts: what goes on the wire, after the faults.
+///
+/// PFC (`gate`, shared by the port's cores): a frame whose priority a peer paused (net/pfc.h) is
+/// not sent until the pause ends; the burst stops before it, as a NIC's paused transmit queue
+/// holds its frames, and the engine or queued_ keeps it. No pause in force: one relaxed load.
 class FaultPort : public rocev2::PacketPort {
  public:
   static constexpr size_t kMaxQueued = 1024;
-  FaultPort(rocev2::PacketPort* inner, FaultStage* stage, CaptureTap tap = {})
-      : inner_(inner), stage_(stage), tap_(tap) {}
+  FaultPort(rocev2::PacketPort* inner, FaultStage* stage, CaptureTap tap = {}, net::PauseGate* gate = nullptr)
+      : inner_(inner), stage_(stage), tap_(tap), gate_(gate) {}
   ~FaultPort() override;
 
   uint16_t tx_burst(rte_mbuf** frames, uint16_t n) override;
@@ -240,19 +275,29 @@ class FaultPort : public rocev2::PacketPort {
   /// Sends held frames that are due, and what the inner port refused before.
   void poll(uint64_t now_ns);
   bool has_queued() const { return !queued_.empty(); }
+  /// Bursts a pause cut short (frames held back for it).
+  uint64_t pause_waits() const { return pause_waits_; }
 
  private:
   void flush();
   /// inner_->tx_burst, with the capture's copy of what it accepted.
   uint16_t send(rte_mbuf** frames, uint16_t n) {
+    if (gate_ != nullptr && gate_->engaged()) [[unlikely]] {
+      n = admit(frames, n);
+      if (n == 0) return 0;
+    }
     const uint32_t g = tap_.generation();
     if (g == 0) [[likely]] return inner_->tx_burst(frames, n);
     return send_captured(g, frames, n);
   }
   uint16_t send_captured(uint32_t generation, rte_mbuf** frames, uint16_t n);
+  /// How many of the frames lead up to the first one whose priority is paused.
+  uint16_t admit(rte_mbuf** frames, uint16_t n);
   rocev2::PacketPort* inner_;
   FaultStage* stage_;
   CaptureTap tap_;
+  net::PauseGate* gate_;
+  uint64_t pause_waits_ = 0;
   std::vector<rte_mbuf*> queued_;
   std::vector<rte_mbuf*> scratch_;
 };

@@ -30,11 +30,16 @@
 // Decisions are a pure function of the seed and the sequence of (bytes, ecn, now): the RED dice
 // (splitmix64) are drawn once per frame that finds the queue between kmin and kmax.
 //
+// PFC (QueueSpec::pfc, net/pfc.h) is not the queue's: it only reads depth(), and its owner
+// (droced/fault_stage.h) sends the pauses.
+//
 // Threading: one thread. No allocation.
 
 #include <cstdint>
 #include <string>
 #include <string_view>
+
+#include "net/pfc.h"
 
 namespace droce::net {
 
@@ -45,6 +50,8 @@ struct QueueSpec {
   uint64_t ecn_max = 0;       ///< kmax, bytes; 0: no RED/ECN marking
   double ecn_pmax = 0;        ///< marking probability at kmax (0..1)
   bool mark_dequeue = false;  ///< RED on the depth at departure (dequeue()), not on arrival
+  /// Lossless: pause the senders past xoff bytes (net/pfc.h; the queue's owner sends the frames).
+  PfcSpec pfc;
 
   bool any() const { return rate_bps != 0; }
   bool operator==(const QueueSpec&) const = default;

@@ -83,6 +83,7 @@ bool FaultSpec::any() const {
 
 std::string FaultSpec::parse(std::string_view text) {
   FaultSpec s = *this;
+  bool xoff_given = false, xon_given = false, quanta_given = false;
   if (text == "none") text = {};
   while (!text.empty()) {
     const size_t comma = text.find_first_of(", ");
@@ -133,16 +134,36 @@ std::string FaultSpec::parse(std::string_view text) {
     } else if (k == "arrival") {
       ok = v == "wire" || v == "loop";
       s.loop_arrival = v == "loop";
+    } else if (k == "pfc-xoff") {
+      ok = parse_bytes(v, &s.queue.pfc.xoff);
+      xoff_given = true;
+    } else if (k == "pfc-xon") {
+      ok = parse_bytes(v, &s.queue.pfc.xon);
+      xon_given = true;
+    } else if (k == "pfc-quanta") {
+      uint64_t q = 0;
+      ok = parse_bytes(v, &q) && q >= 1 && q <= kMaxPauseQuanta && v.find_first_not_of("0123456789") == v.npos;
+      s.queue.pfc.quanta = static_cast<uint16_t>(q);
+      quanta_given = true;
     } else {
       return "unknown fault '" + std::string(k) +
              "' (drop, burst, delay, jitter, reorder, window, duplicate, corrupt, corrupt-at, truncate, rate, buffer, "
-             "ecn-min, ecn-max, ecn-pmax, mark, arrival)";
+             "ecn-min, ecn-max, ecn-pmax, mark, arrival, pfc-xoff, pfc-xon, pfc-quanta)";
     }
     if (!ok) return "bad value for " + std::string(k) + ": '" + std::string(v) + "'";
   }
   if (s.queue.ecn_max != 0 && s.queue.ecn_max < s.queue.ecn_min) return "ecn-max is below ecn-min";
-  if (!s.queue.any() && (s.queue.buffer_bytes != 0 || s.queue.ecn_max != 0 || s.queue.mark_dequeue))
-    return "buffer, ecn-* and mark need a rate";
+  if (!s.queue.any() && (s.queue.buffer_bytes != 0 || s.queue.ecn_max != 0 || s.queue.mark_dequeue || s.queue.pfc.any()))
+    return "buffer, ecn-*, mark and pfc-* need a rate";
+  if (!s.queue.pfc.any() && (xon_given || quanta_given)) return "pfc-xon and pfc-quanta need pfc-xoff";
+  if (s.queue.pfc.any()) {
+    if (xoff_given && !xon_given) s.queue.pfc.xon = s.queue.pfc.xoff / 2;
+    if (s.queue.pfc.xon >= s.queue.pfc.xoff) return "pfc-xon must be below pfc-xoff";
+    if (s.queue.buffer_bytes != 0 && s.queue.pfc.xoff >= s.queue.buffer_bytes)
+      return "pfc-xoff must be below buffer (what arrives after a pause needs room: the headroom)";
+  } else {
+    s.queue.pfc = {};
+  }
   *this = s;
   return {};
 }
@@ -165,6 +186,10 @@ std::string FaultSpec::to_string() const {
       add("ecn-min=" + bytes_text(queue.ecn_min) + ",ecn-max=" + bytes_text(queue.ecn_max) +
           ",ecn-pmax=" + percent(queue.ecn_pmax));
     if (queue.mark_dequeue) add("mark=dequeue");
+    if (queue.pfc.any()) {
+      add("pfc-xoff=" + bytes_text(queue.pfc.xoff) + ",pfc-xon=" + bytes_text(queue.pfc.xon));
+      if (queue.pfc.quanta != kMaxPauseQuanta) add("pfc-quanta=" + std::to_string(queue.pfc.quanta));
+    }
   }
   if (loop_arrival) add("arrival=loop");
   return out.empty() ? "none" : out;

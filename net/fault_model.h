@@ -28,6 +28,9 @@
 //   rate=1gbit  buffer=256k  ecn-min=40k  ecn-max=160k  ecn-pmax=20%   (a congestion point)
 //   mark=enqueue|dequeue   (where its RED looks at the depth: as a frame arrives, the default,
 //                           or as it leaves; net/congestion_point.h)
+//   pfc-xoff=512k  pfc-xon=256k  pfc-quanta=65535   (the congestion point pauses its senders past
+//                           pfc-xoff and lets them go at pfc-xon, xoff/2 unless given: 802.1Qbb,
+//                           net/pfc.h; buffer= above pfc-xoff is the headroom)
 //   arrival=wire|loop   (what times a received frame: its link's receive stamp where it has one,
 //                        else the loop's clock (wire, the default); always the loop's (loop))
 // probabilities as percentages (a bare number too) and times with ns/us/ms/s (bare: us); items

@@ -8,7 +8,9 @@
 // IPv4 as ::ffff:a.b.c.d) or a multicast group goes to the queue's AF_XDP socket
 // (xsks_map, which DPDK's af_xdp PMD fills by queue index); everything else,
 // ARP, ND, ICMP, TCP and SSH among it, passes to the kernel as if no program were
-// there. An empty address map (droced not started, or the netdev without
+// there. MAC Control frames (EtherType 0x8808: PFC and PAUSE) go to droce too: a NIC
+// consumes them itself, the kernel has no use for them, and droced obeys them (net/pfc.h).
+// An empty address map (droced not started, or the netdev without
 // addresses) takes only multicast RoCE. A queue without a socket passes too
 // (bpf_redirect_map's XDP_PASS fallback).
 //
@@ -77,6 +79,7 @@ static __always_inline enum droce_class classify(void *data, void *end) {
   struct ethhdr *eth = data;
   if ((void *)(eth + 1) > end) return DROCE_OTHER;
   __be16 proto = eth->h_proto;
+  if (proto == bpf_htons(0x8808)) return DROCE_OURS;  // PFC, PAUSE
   void *l3 = eth + 1;
   if (proto == bpf_htons(ETH_P_8021Q)) {
     struct droce_vlan *v = l3;

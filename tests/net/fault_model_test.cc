@@ -79,6 +79,30 @@ TEST(FaultSpecText, ArrivalSaysWhatTimesAFrameAndIsNoFaultOfItsOwn) {
   EXPECT_NE(s.parse("arrival=kernel"), "");
 }
 
+TEST(FaultSpecText, PfcMakesACongestionPointLosslessWithXonHalfOfXoffUnlessGiven) {
+  const FaultSpec s = spec("rate=1gbit,buffer=2m,pfc-xoff=512k");
+  EXPECT_EQ(s.queue.pfc.xoff, 512u * 1024);
+  EXPECT_EQ(s.queue.pfc.xon, 256u * 1024);
+  EXPECT_EQ(s.queue.pfc.quanta, 0xffff);
+  EXPECT_EQ(s.to_string(), "rate=1gbit,buffer=2m,pfc-xoff=512k,pfc-xon=256k");
+  const FaultSpec t = spec("rate=1gbit,buffer=2m,pfc-xon=100k,pfc-xoff=512k,pfc-quanta=1000");
+  EXPECT_EQ(t.queue.pfc.xon, 100u * 1024);
+  EXPECT_EQ(t.queue.pfc.quanta, 1000);
+  FaultSpec back;
+  ASSERT_EQ(back.parse(t.to_string()), "") << t.to_string();
+  EXPECT_EQ(back, t);
+  // pfc-xoff=0 turns it off again.
+  EXPECT_FALSE(spec("rate=1gbit,pfc-xoff=0").queue.pfc.any());
+  // What cannot work: no queue, xon not below xoff, no headroom, quanta out of 1..65535.
+  FaultSpec bad;
+  for (const char* text : {"pfc-xoff=10k", "rate=1gbit,pfc-xoff=10k,pfc-xon=10k", "rate=1gbit,buffer=64k,pfc-xoff=64k",
+                           "rate=1gbit,pfc-xoff=10k,pfc-quanta=0", "rate=1gbit,pfc-xoff=10k,pfc-quanta=65536",
+                           "rate=1gbit,pfc-xoff=10k,pfc-quanta=1k", "rate=1gbit,pfc-xon=1k", "rate=1gbit,pfc-quanta=9"}) {
+    EXPECT_NE(bad.parse(text), "") << text;
+    EXPECT_FALSE(bad.queue.pfc.any()) << text;
+  }
+}
+
 TEST(FaultSpecText, RefusesWhatItCannotReadAndChangesNothing) {
   FaultSpec s = spec("drop=1%");
   const FaultSpec before = s;

@@ -12,7 +12,16 @@
 #      programs finish and the pingpong's 50 checked messages arrive;
 #   2. DCQCN off on every host (`droce cc set rp_enable=0 np_enable=0`), the queue drop-tail only:
 #      it drops (queue_dropped > 0), the senders retransmit (retransmits > 0), and RC still
-#      delivers: every program finishes, the pingpong's data checked.
+#      delivers: every program finishes, the pingpong's data checked;
+#   3. the same queue lossless (pfc-xoff=, net/pfc.h), DCQCN still off: h1 pauses h2 and h3 with
+#      PFC frames (pfc_xoff_sent > 0) and resumes them (pfc_xon_sent > 0), their droced take the
+#      pauses (pause_frames_in > 0) and hold their transmit (tx_pause_waits > 0), the queue drops
+#      nothing, and every program finishes, the pingpong's data checked. The senders keep at most
+#      4 x 64 KiB in flight (ib_write_bw -t 4), which the buffer holds many times over and the
+#      queue (100 Mbit/s here) drains well within an ACK timeout, so neither "no drop" nor the
+#      programs' success hangs on how soon a pause reaches them (a debug droced on af_packet
+#      takes long enough for all 256 KiB to arrive first); that the pauses are sent and obeyed
+#      is what is tested.
 # Nothing here times anything: the rate is far below what even a debug droced sends, so the
 # queue fills whatever the machine's speed.
 #
@@ -90,10 +99,13 @@ perftest_clock_gave_up() {
   grep -q "^Correlation coefficient r^2: .* < 0.9" "$1" && grep -q "^Can't produce a report" "$1"
 }
 
-# traffic PHASE PORT: ib_write_bw 64 KiB for 4 s from h2 and from h3 to h1, and ibv_rc_pingpong
-# -c (50 x 4 KiB) from h2 beside them; 0 when every program finished well.
+# traffic PHASE PORT [ARGS]: ib_write_bw 64 KiB for 4 s from h2 and from h3 to h1 (ARGS added to
+# the senders'), and ibv_rc_pingpong -c (50 x 4 KiB) from h2 beside them; 0 when every program
+# finished well.
 traffic() {
   local phase=$1 p=$2 pids=() rc=0 s
+  # shellcheck disable=SC2206 # ARGS is a list of words
+  local -a extra=(${3:-})
   for s in 0 1; do
     run_on h1 ib_write_bw -d droce0 -x 1 -s 65536 -D 4 -p $((p + s)) >"$tmp/$phase.bw$s.srv" 2>&1 &
     pids+=($!)
@@ -103,7 +115,7 @@ traffic() {
   for s in 0 1 2; do wait_tcp_listen "$lab-h1" $((p + s)) "" || true; done
   for s in 0 1; do
     "$deadline" 60 "$lab_sh" exec "h$((s + 2))" --name "$lab" --build "$build" -- ib_write_bw -d droce0 -x 1 \
-      -s 65536 -D 4 -p $((p + s)) "$recv" >"$tmp/$phase.bw$s.cli" 2>&1 &
+      -s 65536 -D 4 -p $((p + s)) "${extra[@]}" "$recv" >"$tmp/$phase.bw$s.cli" 2>&1 &
     pids+=($!)
   done
   sleep 0.5
@@ -176,4 +188,25 @@ marked2=$(( $(rule_counter queue_marked) - marked0 ))
 [ "$dropped" -gt 0 ] && ok "the full queue dropped $dropped frames" || bad "the queue dropped nothing"
 [ "$retx" -gt 0 ] && ok "the senders retransmitted $retx packets" || bad "no retransmits ($dropped dropped)"
 [ "$marked2" -eq 0 ] && ok "without ecn-* nothing was marked" || bad "$marked2 frames marked without ecn-*"
+
+# ---- 3. DCQCN off, the queue lossless (PFC) -------------------------------------------------------
+"$droce" fault set "rate=100mbit,buffer=4m,pfc-xoff=32k" --id "$rule" --dir rx --socket "$(sock h1)" >/dev/null ||
+  bad "changing the rule to a lossless one failed"
+dropped0=$(( $(rule_counter queue_dropped) + $(rule_counter queue_red_dropped) ))
+pin0=$(( $(counter h2 pause_frames_in) + $(counter h3 pause_frames_in) ))
+if traffic lossless 19930 "-t 4"; then
+  ok "lossless: both ib_write_bw runs and the pingpong's 50 checked messages finished through the pauses"
+else
+  bad "lossless: a program failed"
+fi
+xoff=$(rule_counter pfc_xoff_sent)
+xon=$(rule_counter pfc_xon_sent)
+pin=$(( $(counter h2 pause_frames_in) + $(counter h3 pause_frames_in) - pin0 ))
+waits=$(( $(counter h2 tx_pause_waits) + $(counter h3 tx_pause_waits) ))
+dropped3=$(( $(rule_counter queue_dropped) + $(rule_counter queue_red_dropped) - dropped0 ))
+[ "$xoff" -gt 0 ] && [ "$xon" -gt 0 ] && ok "h1 sent $xoff PFC pauses and $xon resumes" ||
+  bad "h1 sent $xoff PFC pauses and $xon resumes (deepest $(rule_counter queue_depth_max) bytes)"
+[ "$pin" -gt 0 ] && [ "$waits" -gt 0 ] && ok "h2 and h3 took $pin pause frames and held $waits bursts for them" ||
+  bad "h2 and h3 took $pin pause frames and held $waits bursts for them"
+[ "$dropped3" -eq 0 ] && ok "the lossless queue dropped nothing" || bad "the lossless queue dropped $dropped3 frames"
 exit "$fail"
