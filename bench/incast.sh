@@ -33,6 +33,8 @@
 # and the pauses stop the line-rate start no CNP has reached yet; without it that start overflows
 # the buffer in some runs (docs/benchmarks.md). --pfc-both makes the no-dcqcn run lossless too:
 # no drops then, but pauses all the time (a PFC storm is what a fabric without DCQCN gets).
+# DROCE_INCAST_KEEP=1 keeps the raw samples, the programs' output and every namespace's link
+# counters after each run under OUT/raw.
 # --link: the hosts' link (scripts/lab.sh --link). packet (the default), droce's packet socket,
 # stamps each frame with the kernel's receive time, and the queue takes frames at that time;
 # af_packet (DPDK's PMD) gives no stamps, so the queue takes every frame of a burst at the
