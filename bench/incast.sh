@@ -26,13 +26,19 @@
 #   bench/incast.sh [--out DIR] [--secs N] [--rate R] [--buffer B] [--ecn-min B] [--ecn-max B]
 #                   [--ecn-pmax P] [--cc 'NAME=VALUE ...'] [--red-both] [--link packet|af_packet]
 #                   [--arrival wire|loop] [--mark enqueue|dequeue] [--pfc XOFF] [--pfc-both]
-#                   [--build DIR] [--no-build]
+#                   [--ring SLOTS] [--build DIR] [--no-build]
 # --pfc: the dcqcn run's PFC threshold (pfc-xoff=; 0: lossy too). Default 512k, the buffer above
 # it the headroom for what the senders still send while the pause reaches them (a millisecond of
 # three line-rate senders on this VM). With it DCQCN keeps the queue near its marking threshold
 # and the pauses stop the line-rate start no CNP has reached yet; without it that start overflows
 # the buffer in some runs (docs/benchmarks.md). --pfc-both makes the no-dcqcn run lossless too:
 # no drops then, but pauses all the time (a PFC storm is what a fabric without DCQCN gets).
+# --ring: the packet link's receive ring slots on every host (droced --link-args frames=; 0: the
+# link's default, 256). Default 1024: each slot takes one frame, a 64 KiB GSO frame or a 60-byte
+# ACK alike, and a droced off its CPU for a few milliseconds on this 2-vCPU VM (four droceds,
+# three spinning perftests) comes back to a full ring of 256: h1's with the senders' data, a
+# sender's with CNPs, ACKs and the pauses it then never sees. That is the emulated NIC's receive
+# queue overflowing, not the congestion point; the bench prints each host's rx_missed.
 # DROCE_INCAST_KEEP=1 keeps the raw samples, the programs' output and every namespace's link
 # counters after each run under OUT/raw.
 # --link: the hosts' link (scripts/lab.sh --link). packet (the default), droce's packet socket,
@@ -71,7 +77,7 @@
 # keeps it on anyway. The table tells RED's drops from drop-tail's.
 set -uo pipefail
 cc_extra="" red_both=0 link=packet arrival=wire mark=dequeue out=bench/out secs=10 rate=500mbit buffer=2m kmin=20k kmax=20k pmax=20% build=build/release no_build=0
-pfc=512k pfc_both=0
+pfc=512k pfc_both=0 ring=1024
 while [ $# -gt 0 ]; do
   case $1 in
     --out) out=$2; shift 2 ;;
@@ -90,6 +96,7 @@ while [ $# -gt 0 ]; do
     --mark) mark=$2; shift 2 ;;
     --pfc) pfc=$2; shift 2 ;;
     --pfc-both) pfc_both=1; shift ;;
+    --ring) ring=$2; shift 2 ;;
     *) sed -n '2,70p' "$0"; exit 2 ;;
   esac
 done
@@ -124,7 +131,9 @@ sock() { echo "$state/$1/droce0.sock"; }
 run_on() { scripts/lab.sh exec "$1" --name "$lab" --build "$build" -- "${@:2}"; }
 
 [ -d "$state" ] && scripts/lab.sh down --name "$lab"
-DROCE_LAB_DROCED_ARGS="--log-level=droce.*:warning" scripts/lab.sh up --hosts 4 --link "$link" --name "$lab" \
+ring_args=""
+[ "$link" = packet ] && [ "$ring" != 0 ] && ring_args="--link-args frames=$ring"
+DROCE_LAB_DROCED_ARGS="--log-level=droce.*:warning $ring_args" scripts/lab.sh up --hosts 4 --link "$link" --name "$lab" \
   --build "$build" >"$tmp/lab.out" 2>&1 || { cat "$tmp/lab.out"; exit 1; }
 recv=$(scripts/lab.sh addr h1 --name "$lab")
 
@@ -180,6 +189,8 @@ run() {
   echo "  h1's queue: $spec"
   "$droce" fault set "$spec" --dir rx \
     --socket "$(sock h1)" >/dev/null || { echo "incast.sh: the congestion point was refused" >&2; exit 1; }
+  # The links' own drops (a ring the kernel found full) before and after: `droce ports`.
+  for h in h1 h2 h3 h4; do "$droce" ports --json --socket "$(sock "$h")" >"$tmp/$mode.ports0.$h" 2>/dev/null; done
   for s in 0 1 2; do
     run_on h1 ib_write_bw -d droce0 -x 1 -s 65536 -D "$secs" -p $((p + s)) >"$tmp/$mode.srv$s" 2>&1 &
   done
@@ -199,6 +210,7 @@ run() {
   for s in "${pids[@]}"; do wait "$s"; done
   [ "$mode" = dcqcn ] && { kill -INT "$cap" 2>/dev/null; wait "$cap"; }
   wait
+  for h in h1 h2 h3 h4; do "$droce" ports --json --socket "$(sock "$h")" >"$tmp/$mode.ports1.$h" 2>/dev/null; done
   if [ -n "${DROCE_INCAST_KEEP:-}" ]; then
     for h in h1 h2 h3 h4 sw; do ip -n "$lab-$h" -s -s link >"$tmp/$mode.links.$h" 2>&1; done
     ip -s -s link >"$tmp/$mode.links.root" 2>&1; cat /proc/net/softnet_stat >"$tmp/$mode.softnet"
@@ -234,6 +246,15 @@ def total(cj, name):
                 if r is not None: return r
         return None
     return find(cj) or 0
+def missed(mode, h):
+    # rx_missed of the host's port (the kernel found its ring full), over the run.
+    def read(k):
+        try:
+            return json.load(open(f"{tmp}/{mode}.ports{k}.{h}"))[0]["stats"]["rx_missed"]
+        except (OSError, ValueError, LookupError):
+            return None
+    a, b = read(0), read(1)
+    return b - a if a is not None and b is not None else None
 def analyse(mode):
     rows = [json.loads(l) for l in open(f"{tmp}/{mode}.jsonl")]
     series = []
@@ -260,9 +281,8 @@ def analyse(mode):
              "cnp_handled": sum(total(cnt.get(h, {}), "rp_cnp_handled") for h in senders),
              "retx_total": sum(total(cnt.get(h, {}), "retransmits") for h in senders),
              "pfc_xoff": fc.get("pfc_xoff_sent", 0), "pfc_xon": fc.get("pfc_xon_sent", 0),
-             "pfc_paused_us": fc.get("pfc_paused_us", 0),
+             "pfc_paused_us": fc.get("pfc_paused_us", 0), "pfc_repaused": fc.get("pfc_repaused", 0),
              "pause_rx": sum(total(cnt.get(h, {}), "pause_frames_in") for h in senders),
-             "ring_drops": total(cnt.get("h1", {}), "rx_missed"),
              "timeouts": sum(total(cnt.get(h, {}), "timeouts") for h in senders),
              "seq_naks": sum(total(cnt.get(h, {}), "seq_naks_received") for h in senders)}
         if prev is not None:
@@ -287,11 +307,12 @@ def analyse(mode):
         "cnp_sent": last["cnp_sent"] - first["cnp_sent"],
         "cnp_handled": last["cnp_handled"] - first["cnp_handled"],
         "retransmits": last["retx_total"] - first["retx_total"],
-        "ring_drops": last["ring_drops"] - first["ring_drops"],
+        "ring_drops": {h: missed(mode, h) for h in ["h1"] + senders},
         "timeouts": last["timeouts"] - first["timeouts"],
         "seq_naks": last["seq_naks"] - first["seq_naks"],
         "pfc_xoff": last["pfc_xoff"] - first["pfc_xoff"],
         "pfc_xon": last["pfc_xon"] - first["pfc_xon"],
+        "pfc_repaused": last["pfc_repaused"] - first["pfc_repaused"],
         "pfc_paused_ms": (last["pfc_paused_us"] - first["pfc_paused_us"]) / 1000,
         "pause_rx": last["pause_rx"] - first["pause_rx"],
         "pfc_times": [round(s["t"], 1) for p, s in zip(series, series[1:]) if s["pfc_xoff"] > p["pfc_xoff"]],
@@ -331,10 +352,12 @@ print(" and drop-tail's, (full) drop-tail's alone; total: the flows' sum at h1, 
 print(" mean rates, max/min, over the middle 60 % of the run; issue 37's goal with DCQCN < 1.2)")
 for mode, r in res["runs"].items():
     f = r["figures"]
-    print(f"{mode}: before the queue, h1's ring dropped {f['ring_drops']} frames; the senders' retransmits came "
-          f"from {f['seq_naks']} sequence NAKs and {f['timeouts']} timeouts")
+    rd = f["ring_drops"]
+    print(f"{mode}: the links' rings dropped (rx_missed) " + ", ".join(f"{h} {v if v is not None else '?'}" for h, v in rd.items())
+          + f"; the senders' retransmits came from {f['seq_naks']} sequence NAKs and {f['timeouts']} timeouts")
     if f["pfc_xoff"] or f["pfc_xon"]:
-        print(f"{mode}: PFC: {f['pfc_xoff']} pauses and {f['pfc_xon']} resumes sent by h1, {f['pause_rx']} received by "
+        print(f"{mode}: PFC: {f['pfc_xoff']} pauses ({f['pfc_repaused']} to senders that had missed one) and "
+              f"{f['pfc_xon']} resumes sent by h1, {f['pause_rx']} received by "
               f"the senders; senders paused {f['pfc_paused_ms']:.1f} ms in all; pauses began in the samples at "
               f"{', '.join(map(str, f['pfc_times'][:8]))}{' ...' if len(f['pfc_times']) > 8 else ''} s")
     else:

@@ -29,6 +29,9 @@ const char* usage() {
          "                       everything else to the kernel), af_packet (DPDK's), or\n"
          "                       packet (droce's packet socket, with UDP segmentation\n"
          "                       offload: one kernel buffer per message) (af_xdp)\n"
+         "  --link-args K=V[,..]  with --netdev: the link's own options, added to its device\n"
+         "                       string: packet's frames=N (receive ring slots, 256) and\n"
+         "                       gso=on|off; the DPDK PMD's devargs for af_xdp and af_packet\n"
          "  --vlan ID            802.1Q VLAN of the addresses\n"
          "  --mtu BYTES          Ethernet MTU to set on the port\n"
          "  --lcores LIST        the poll cores, one worker each: 0-3 or 0,2 (0); clients\n"
@@ -133,6 +136,15 @@ int apply(const std::string& key, const std::string& value, DaemonConfig* c, std
       return -EINVAL;
     }
     c->link = value;
+  }
+  else if (key == "link-args") {
+    // Only devargs: another driver's name or a second iface= would not be the netdev's.
+    if (value.empty() || value.find_first_of(" \t") != std::string::npos || value.find("iface=") != std::string::npos ||
+        value.find('=') == std::string::npos) {
+      *err = "--link-args is K=V[,K=V...] without iface= (--netdev names the netdev): " + value;
+      return -EINVAL;
+    }
+    c->link_args = value;
   }
   else if (key == "vlan") { if (!num(4094) || n == 0) { *err = "--vlan is 1..4094"; return -EINVAL; } c->vlan = uint16_t(n); }
   else if (key == "mtu") { if (!num(9702)) return -EINVAL; c->mtu = uint16_t(n); }
@@ -292,6 +304,10 @@ int parse_config(int argc, char** argv, DaemonConfig* out, std::string* err) {
     }
     *out = c;
     return 0;
+  }
+  if (!c.link_args.empty()) {
+    *err = "--link-args goes with --netdev (with --port, put the options in its device string)";
+    return -EINVAL;
   }
   if (c.port.empty()) {
     *err = "--port (or --netdev) is required";

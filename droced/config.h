@@ -23,6 +23,8 @@ struct DaemonConfig {
   /// `link` on it, the GIDs are the netdev's addresses and next hops the kernel's.
   std::string netdev;
   std::string link = "af_xdp";
+  /// With netdev: K=V options added to the link's device string (packet's frames=, a PMD's devargs).
+  std::string link_args;
   uint16_t vlan = net::kNoVlan;      ///< 802.1Q VLAN of the addresses (none by default)
   uint16_t mtu = 0;                  ///< Ethernet MTU to set (0: the port's)
   /// The poll cores (EAL lcores), one worker each; the first is EAL's main

@@ -101,6 +101,7 @@ int Daemon::start(const DaemonConfig& cfg) {
     // The rxe model: a kernel netdev droce shares. On af_xdp droce's XDP program passes the
     // kernel everything but RoCEv2 for droce's addresses (net/xdp/droce_xdp.bpf.c).
     cfg_.port = (cfg.link == "packet" ? "droce_packet_" : "net_" + cfg.link + "_") + cfg.name + ",iface=" + cfg.netdev;
+    if (!cfg.link_args.empty()) cfg_.port += "," + cfg.link_args;
     if (cfg.link == "af_xdp") {
       cfg_.port += ",xdp_prog=" + net::XdpFilter::object_path();
       // Never let the PMD try beside another program: its failed open detaches whatever

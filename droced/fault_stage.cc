@@ -273,6 +273,7 @@ void FaultStage::pfc_check(Active& a, const net::PfcSpec& spec, uint64_t depth, 
   a.counters.pfc_xon_sent = p.xon_sent;
   a.counters.pfc_paused_us = p.paused_ns / 1000;
   a.counters.pfc_untracked = p.untracked;
+  a.counters.pfc_repaused = p.repaused;
   add_to_totals(before, a.counters);
 }
 
@@ -292,7 +293,7 @@ void FaultStage::apply(Active& a, FaultDirection d, rte_mbuf* m, uint64_t arriva
     const auto* p = rte_pktmbuf_mtod(m, const uint8_t*);
     net::MacAddr src;
     std::copy(p + 6, p + 12, src.begin());
-    a.pfc.on_enqueue(src, net::frame_priority({p, m->data_len}));
+    a.pfc.on_enqueue(src, net::frame_priority({p, m->data_len}), arrival_ns);
   }
   std::optional<Held> leave_now;
   const net::FrameFate fate =

@@ -99,6 +99,7 @@ struct FaultCounters {
   uint64_t pfc_xon_sent = 0;
   uint64_t pfc_paused_us = 0;
   uint64_t pfc_untracked = 0;
+  uint64_t pfc_repaused = 0;
 
   FaultCounters& operator+=(const FaultCounters& o);
 };
@@ -129,6 +130,8 @@ inline constexpr core::Counter<FaultCounters> kFaultCounters[] = {
     {"pfc_paused_us", &FaultCounters::pfc_paused_us, "congestion point: time its senders were held paused, us (ended pauses)"},
     {"pfc_untracked", &FaultCounters::pfc_untracked,
      "congestion point: frames from senders past the 32 it can pause (never paused)"},
+    {"pfc_repaused", &FaultCounters::pfc_repaused,
+     "of pfc_xoff_sent: to a sender whose frames still came 200 us after its pause (it lost it)"},
 };
 static_assert(core::covers(kFaultCounters));
 

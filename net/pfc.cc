@@ -92,11 +92,13 @@ void PauseGate::settle(uint64_t now_ns) {
 
 // ---- PfcPoint ---------------------------------------------------------------------------
 
-void PfcPoint::on_enqueue(const MacAddr& src, uint8_t prio) {
+void PfcPoint::on_enqueue(const MacAddr& src, uint8_t prio, uint64_t arrival_ns) {
   const uint8_t bit = uint8_t(1u << (prio & 7));
   for (size_t i = 0; i < n_up_; ++i) {
-    if (same_mac(up_[i].mac, src)) {
-      up_[i].prios |= bit;
+    Upstream& u = up_[i];
+    if (same_mac(u.mac, src)) {
+      u.prios |= bit;
+      if ((u.paused & bit) != 0 && arrival_ns > u.sent_ns + kRepauseAfterNs) u.deaf = true;
       return;
     }
   }
@@ -104,12 +106,14 @@ void PfcPoint::on_enqueue(const MacAddr& src, uint8_t prio) {
     ++counters_.untracked;
     return;
   }
-  up_[n_up_++] = Upstream{src, bit, 0};
+  up_[n_up_++] = Upstream{src, bit, 0, false, 0};
 }
 
-void PfcPoint::send(Upstream& u, const PfcSpec& s, std::vector<PauseOut>* out) {
+void PfcPoint::send(Upstream& u, const PfcSpec& s, uint64_t now_ns, std::vector<PauseOut>* out) {
   out->push_back(PauseOut{u.mac, u.prios, s.quanta});
   u.paused = u.prios;
+  u.sent_ns = now_ns;
+  u.deaf = false;
   ++counters_.xoff_sent;
 }
 
@@ -121,15 +125,20 @@ void PfcPoint::on_depth(const PfcSpec& s, uint64_t depth, uint64_t now_ns, std::
     if (depth < s.xoff) return;
     paused_ = true;
     paused_since_ = now_ns;
-    for (size_t i = 0; i < n_up_; ++i) send(up_[i], s, out);
+    for (size_t i = 0; i < n_up_; ++i) send(up_[i], s, now_ns, out);
     refresh_ns_ = now_ns + pause_ns(s.quanta, speed_bps_) / 2;
     return;
   } else if (depth > s.xon) {
-    // Still above xon: a sender first seen (or a new priority) is paused now; everyone again
-    // before half of the last pause has run out.
+    // Still above xon: a sender first seen (or a new priority) is paused now, and one that did
+    // not hear the last pause; everyone again before half of the last pause has run out.
     const bool refresh = now_ns >= refresh_ns_;
-    for (size_t i = 0; i < n_up_; ++i)
-      if (refresh || (up_[i].prios & ~up_[i].paused) != 0) send(up_[i], s, out);
+    for (size_t i = 0; i < n_up_; ++i) {
+      Upstream& u = up_[i];
+      if (refresh || (u.prios & ~u.paused) != 0 || u.deaf) {
+        counters_.repaused += !refresh && u.deaf;
+        send(u, s, now_ns, out);
+      }
+    }
     if (refresh) refresh_ns_ = now_ns + pause_ns(s.quanta, speed_bps_) / 2;
     return;
   }
@@ -140,6 +149,7 @@ void PfcPoint::on_depth(const PfcSpec& s, uint64_t depth, uint64_t now_ns, std::
     if (u.paused == 0) continue;
     out->push_back(PauseOut{u.mac, u.paused, 0});
     u.paused = 0;
+    u.deaf = false;
     ++counters_.xon_sent;
   }
 }

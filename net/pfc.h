@@ -23,7 +23,10 @@
 // when; shared by a port's cores. PfcPoint is the queue's side: XOFF to each upstream MAC, for the
 // priorities its queued frames had, when the queue reaches xoff bytes; the same again before the
 // pause runs out while the queue stays above xon (and at once to a sender first seen while
-// paused); XON (quanta 0) once it falls to xon. Frames that still arrive after an XOFF (the
+// paused); XON (quanta 0) once it falls to xon. One thing no switch needs: a NIC never loses a
+// pause, but a droced whose ring of received frames overflowed (a busy host, a storm of CNPs)
+// has lost it. So a sender whose frames still arrive kRepauseAfterNs after its XOFF went out (by
+// their arrival time: the link's receive stamp where there is one) is paused again at once. Frames that still arrive after an XOFF (the
 // round trip of the pause: a switch's "headroom") are the buffer's to hold: the congestion
 // point's buffer= is xoff plus that headroom, past which it drops and counts as any queue does.
 //
@@ -117,6 +120,7 @@ struct PfcCounters {
   uint64_t xon_sent = 0;      ///< pause frames resuming
   uint64_t paused_ns = 0;     ///< the time the queue held its senders paused (whole pauses)
   uint64_t untracked = 0;     ///< frames from a sender past kMaxUpstream (never paused)
+  uint64_t repaused = 0;      ///< of xoff_sent: to a sender that went on sending after one
 };
 
 class PfcPoint {
@@ -125,8 +129,10 @@ class PfcPoint {
   /// speed_bps: the senders' port speed, for how long a pause lasts (when to refresh it).
   explicit PfcPoint(uint64_t speed_bps = 10'000'000'000ull) : speed_bps_(speed_bps ? speed_bps : 1) {}
 
-  /// A frame from `src` with priority `prio` entered the queue.
-  void on_enqueue(const MacAddr& src, uint8_t prio);
+  /// A pause reaches a sender and stops it well within this (its loop, the kernel's path).
+  static constexpr uint64_t kRepauseAfterNs = 200'000;
+  /// A frame from `src` with priority `prio`, arrived at arrival_ns, entered the queue.
+  void on_enqueue(const MacAddr& src, uint8_t prio, uint64_t arrival_ns);
   /// The queue holds `depth` bytes at now_ns: appends the pauses to send now to *out.
   void on_depth(const PfcSpec& s, uint64_t depth, uint64_t now_ns, std::vector<PauseOut>* out);
   bool paused() const { return paused_; }
@@ -137,8 +143,10 @@ class PfcPoint {
     MacAddr mac{};
     uint8_t prios = 0;   ///< the priorities of its frames
     uint8_t paused = 0;  ///< of those, the ones an XOFF of ours holds
+    bool deaf = false;   ///< its frames came long after our XOFF: it did not get it
+    uint64_t sent_ns = 0;  ///< when our last XOFF to it went out
   };
-  void send(Upstream& u, const PfcSpec& s, std::vector<PauseOut>* out);
+  void send(Upstream& u, const PfcSpec& s, uint64_t now_ns, std::vector<PauseOut>* out);
   std::array<Upstream, kMaxUpstream> up_{};
   size_t n_up_ = 0;
   uint64_t speed_bps_;

@@ -112,6 +112,18 @@ TEST(DrocedConfig, NetdevTakesPortAddressesAndRoutesFromTheKernel) {
   EXPECT_NE(err.find("af_xdp, af_packet or packet"), std::string::npos) << err;
   EXPECT_EQ(parse({"--netdev", "eth0", "--link", "packet"}, &c, &err), 0) << err;
   EXPECT_EQ(c.link, "packet");
+  EXPECT_TRUE(c.link_args.empty());
+  ASSERT_EQ(parse({"--netdev", "eth0", "--link", "packet", "--link-args", "frames=1024,gso=off"}, &c, &err), 0) << err;
+  EXPECT_EQ(c.link_args, "frames=1024,gso=off");
+  // Options only: not another netdev, not words; and only with --netdev.
+  for (const char* bad : {"iface=eth1", "frames", "frames=1 gso=off", ""}) {
+    err.clear();
+    EXPECT_EQ(parse({"--netdev", "eth0", "--link-args", bad}, &c, &err), -EINVAL) << bad;
+    EXPECT_NE(err.find("--link-args"), std::string::npos) << err;
+  }
+  err.clear();
+  EXPECT_EQ(parse({"--port", "x", "--address", "10.0.0.1", "--link-args", "frames=64"}, &c, &err), -EINVAL);
+  EXPECT_NE(err.find("goes with --netdev"), std::string::npos) << err;
 }
 
 TEST(DrocedConfig, RoutesAndPrefixedAddressesAreKeptAsWritten) {

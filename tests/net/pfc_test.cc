@@ -133,9 +133,9 @@ TEST(PfcPoint, PausesItsSendersAtXoffRefreshesAndResumesAtXon) {
   const PfcSpec s{100'000, 50'000, 0xffff};
   PfcPoint p(10'000'000'000ull);  // a pause lasts 3.355 ms; refreshed every 1.678 ms
   std::vector<PauseOut> out;
-  p.on_enqueue(kA, 3);
-  p.on_enqueue(kB, 3);
-  p.on_enqueue(kB, 0);
+  p.on_enqueue(kA, 3, 0);
+  p.on_enqueue(kB, 3, 0);
+  p.on_enqueue(kB, 0, 0);
   p.on_depth(s, 99'999, 1'000, &out);
   EXPECT_TRUE(out.empty());
   EXPECT_FALSE(p.paused());
@@ -153,7 +153,7 @@ TEST(PfcPoint, PausesItsSendersAtXoffRefreshesAndResumesAtXon) {
   // Above xon, before the refresh: nothing, but a sender first seen now is paused at once.
   p.on_depth(s, 80'000, 100'000, &out);
   EXPECT_TRUE(out.empty());
-  p.on_enqueue(kC, 3);
+  p.on_enqueue(kC, 3, 150'000);
   p.on_depth(s, 80'000, 200'000, &out);
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].dst, kC);
@@ -179,10 +179,39 @@ TEST(PfcPoint, PausesItsSendersAtXoffRefreshesAndResumesAtXon) {
   EXPECT_TRUE(out.empty());
 }
 
+TEST(PfcPoint, ASenderStillSendingLongAfterItsPauseIsPausedAgain) {
+  // A droced whose receive ring overflowed lost the pause: its frames keep coming.
+  const PfcSpec s{1000, 500, 0xffff};
+  PfcPoint p(10'000'000'000ull);
+  std::vector<PauseOut> out;
+  p.on_enqueue(kA, 0, 0);
+  p.on_enqueue(kB, 0, 0);
+  p.on_depth(s, 2000, 1'000, &out);
+  ASSERT_EQ(out.size(), 2u);
+  out.clear();
+  // Step: A's frames that were on their way (within kRepauseAfterNs of the XOFF). Expect: nothing.
+  p.on_enqueue(kA, 0, 1'000 + PfcPoint::kRepauseAfterNs);
+  p.on_depth(s, 2000, 300'000, &out);
+  EXPECT_TRUE(out.empty());
+  // Step: a frame of A's later than that. Expect: A alone paused again, counted.
+  p.on_enqueue(kA, 0, 1'001 + PfcPoint::kRepauseAfterNs);
+  p.on_depth(s, 2000, 310'000, &out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].dst, kA);
+  EXPECT_EQ(out[0].quanta, 0xffff);
+  EXPECT_EQ(p.counters().repaused, 1u);
+  out.clear();
+  // The grace runs from the new pause: a frame just after it is in flight, not deafness.
+  p.on_enqueue(kA, 0, 320'000);
+  p.on_depth(s, 2000, 330'000, &out);
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(p.counters().xoff_sent, 3u);
+}
+
 TEST(PfcPoint, SwitchedOffWhilePausingLetsItsSendersGo) {
   PfcPoint p;
   std::vector<PauseOut> out;
-  p.on_enqueue(kA, 0);
+  p.on_enqueue(kA, 0, 0);
   p.on_depth(PfcSpec{1000, 500, 10}, 2000, 0, &out);
   ASSERT_EQ(out.size(), 1u);
   out.clear();
@@ -194,8 +223,8 @@ TEST(PfcPoint, SwitchedOffWhilePausingLetsItsSendersGo) {
 
 TEST(PfcPoint, CountsSendersItCannotTrack) {
   PfcPoint p;
-  for (size_t i = 0; i < PfcPoint::kMaxUpstream + 2; ++i) p.on_enqueue(MacAddr{2, 0, 0, 0, 1, uint8_t(i)}, 0);
-  p.on_enqueue(MacAddr{2, 0, 0, 0, 1, 0}, 0);  // known: not counted again
+  for (size_t i = 0; i < PfcPoint::kMaxUpstream + 2; ++i) p.on_enqueue(MacAddr{2, 0, 0, 0, 1, uint8_t(i)}, 0, 0);
+  p.on_enqueue(MacAddr{2, 0, 0, 0, 1, 0}, 0, 0);  // known: not counted again
   EXPECT_EQ(p.counters().untracked, 2u);
   std::vector<PauseOut> out;
   p.on_depth(PfcSpec{1, 0, 1}, 1, 0, &out);
