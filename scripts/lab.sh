@@ -3,7 +3,7 @@
 # with a netdev the kernel owns (its addresses, routes, ARP/ND, TCP) and a droced sharing that
 # netdev as the kernel's rxe would (--netdev eth0).
 #
-#   scripts/lab.sh up [--hosts N] [--routed] [--link af_xdp|af_packet] [--name LAB] [--build DIR]
+#   scripts/lab.sh up [--hosts N] [--routed] [--link af_xdp|af_packet|packet] [--name LAB] [--build DIR]
 #                     [--no-droced]    (the namespaces only: start droced yourself, e.g. with
 #                                       addresses of its own, in /run/droce-lab/LAB/hN)
 #   scripts/lab.sh exec HOST -- COMMAND [ARGS...]   run a verbs program on HOST's droce0
@@ -24,7 +24,9 @@
 #             default route is its router, so RoCEv2 between subnets crosses it.
 # Each host's droced: `droced --netdev eth0 --link LINK` with its run directory, log and sysfs
 # tree under /run/droce-lab/LAB/hN (the kernel's ping, TCP and SSH-like traffic keep working on
-# eth0). Example:
+# eth0). $DROCE_LAB_DROCED_ARGS adds flags to every host's droced, e.g. the link's own options:
+#   DROCE_LAB_DROCED_ARGS="--link-args frames=1024" scripts/lab.sh up --link packet
+# Example:
 #   scripts/lab.sh up --hosts 2 --routed
 #   scripts/lab.sh exec h1 -- ib_write_bw -d droce0 -x 1 &
 #   scripts/lab.sh exec h2 -- ib_write_bw -d droce0 -x 1 "$(scripts/lab.sh addr h1)"
