@@ -4,14 +4,15 @@
 //
 //   droce-selftest --a /run/droceA/droce0.sock --b /run/droceB/droce0.sock
 //       [--qps N] [--size BYTES] [--iters N] [--gid-index I] [--mtu 256..4096|port]
-//       [--bench] [--hold-seconds S] [--quiet]
+//       [--bench [--bench-ms MS]] [--hold-seconds S] [--quiet]
 //
 // Default: RC SEND, SEND with immediate, inline SEND, WRITE, WRITE with
 // immediate, READ, compare-and-swap and fetch-and-add (on the very memory the
 // application registered), an SRQ receive, then UD SEND both ways, then
 // --qps RC pairs with traffic on all of them at once.
 // --bench: 64 B and 64 KiB WRITE and SEND, one QP and --qps QPs, message rate
-// and bandwidth (bench/droced_pair.sh prints them).
+// and bandwidth (bench/droced_pair.sh prints them); --bench-ms: each line's length (2000), so
+// a test that wants the traffic and not the figure spends less.
 // --hold-seconds: after the checks, keep sending on every QP for S seconds
 // (the kill tests SIGKILL it then).
 
@@ -51,6 +52,7 @@ struct Options {
   PathMtu mtu = PathMtu::mtu1024;
   bool mtu_port = false;  ///< --mtu port: the smaller of the two ports' active MTUs
   bool bench = false;
+  uint32_t bench_ms = 2000;
   bool quiet = false;
   uint32_t hold_seconds = 0;
 };
@@ -521,7 +523,7 @@ void many_qps() {
 
 void bench_one(WrOpcode op, uint32_t len, std::vector<Pair>& pairs, uint32_t nqps) {
   const uint32_t depth = 64;
-  const uint64_t duration = 2'000'000'000ull;
+  const uint64_t duration = uint64_t{g_opt.bench_ms} * 1'000'000;
   std::vector<uint32_t> inflight(nqps, 0);
   uint64_t done = 0, errors = 0;
   Completion c[64];
@@ -635,7 +637,7 @@ void bench_wakeup(std::vector<Pair>& pairs) {
 void bench() {
   std::vector<Pair> pairs;
   if (!make_pairs(g_opt.qps, &pairs)) return;
-  std::printf("droce-selftest --bench: client library over two droced, 2 s per line\n");
+  std::printf("droce-selftest --bench: client library over two droced, %.1f s per line\n", g_opt.bench_ms / 1e3);
   bench_wakeup(pairs);
   for (WrOpcode op : {WrOpcode::rdma_write, WrOpcode::send})
     for (uint32_t len : {64u, 65536u})
@@ -651,7 +653,8 @@ int main(int argc, char** argv) {
   auto usage = [] {
     std::fprintf(stderr,
                  "usage: droce-selftest --a SOCKET --b SOCKET [--qps N] [--size BYTES] [--gid-index I]\n"
-                 "                      [--mtu 256..4096|port] [--bench] [--hold-seconds S] [--quiet]\n");
+                 "                      [--mtu 256..4096|port] [--bench [--bench-ms MS]] [--hold-seconds S]\n"
+                 "                      [--quiet]\n");
     return 2;
   };
   for (int i = 1; i < argc; ++i) {
@@ -672,12 +675,13 @@ int main(int argc, char** argv) {
       if (!known) return usage();
     }
     else if (a == "--bench") g_opt.bench = true;
+    else if (a == "--bench-ms") g_opt.bench_ms = static_cast<uint32_t>(std::strtoul(next(), nullptr, 0));
     else if (a == "--quiet") g_opt.quiet = true;
     else if (a == "--hold-seconds") g_opt.hold_seconds = static_cast<uint32_t>(std::strtoul(next(), nullptr, 0));
     else return usage();
   }
-  if (g_opt.sock[0].empty() || g_opt.sock[1].empty() || g_opt.qps == 0 || g_opt.size < 4096) {
-    std::fprintf(stderr, "droce-selftest: --a and --b are required; --qps >= 1; --size >= 4096\n");
+  if (g_opt.sock[0].empty() || g_opt.sock[1].empty() || g_opt.qps == 0 || g_opt.size < 4096 || g_opt.bench_ms == 0) {
+    std::fprintf(stderr, "droce-selftest: --a and --b are required; --qps >= 1; --size >= 4096; --bench-ms >= 1\n");
     return 2;
   }
   for (int i = 0; i < 2; ++i)

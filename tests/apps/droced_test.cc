@@ -584,13 +584,14 @@ TEST_F(TwoDaemons, AWorkerAtRrThatDoesNotBlockFor2MsGoesNormalUntilItDoes) {
 // same policy, so spinning left the peer only what RT throttling leaves, and RC transfers
 // failed with retry-exceeded and flushed. Such a worker blocks instead (Worker::block_stuck),
 // and `droce cores` counts it. The selftest's benchmark at 8 QPs keeps 8 x 32 WRITEs and SENDs
-// of 64 KiB in flight, 2048 frames of 9000 bytes against a ring of 1024.
+// of 64 KiB in flight, 2048 frames of 9000 bytes against a ring of 1024 (half a second a line:
+// the ring is full within the first milliseconds of each 64 KiB line).
 TEST_F(TwoDaemons, AWorkerAtRrStuckOnAFullRingBlocksForItsPeerAtTheNormalPolicy) {
   if (!may_run_rr()) GTEST_SKIP() << "this machine refuses SCHED_RR (needs CAP_SYS_NICE)";
   start({"--mtu", "9000", "--event-affinity", "lcore", "--event-policy", "rr"}, false, false,
         {"--event-policy", "other"});
   std::string out;
-  EXPECT_EQ(selftest({"--qps", "8", "--bench"}, &out), 0) << out;
+  EXPECT_EQ(selftest({"--qps", "8", "--bench", "--bench-ms", "500"}, &out), 0) << out;
   EXPECT_EQ(out.find("errors"), std::string::npos) << out;
   std::string json;
   ASSERT_EQ(client::query_stats(d_[0].sock, &json), 0);
