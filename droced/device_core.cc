@@ -56,6 +56,8 @@ CoreGroup::CoreGroup(net::Port* port, unsigned cores, const net::NeighborConfig&
     *rc = -EINVAL;
     return;
   }
+  // Read once, as the engine's DCQCN line rate is (the packet link asks ethtool each time).
+  if (const uint32_t mbps = port->link().speed_mbps; mbps != 0) speed_bps_ = uint64_t{mbps} * 1'000'000;
   sleeping_ = std::make_unique<std::atomic<bool>[]>(cores);
   wake_fd_.assign(cores, -1);
   tx_locks_.resize(port->tx_queues());
@@ -74,11 +76,6 @@ CoreGroup::CoreGroup(net::Port* port, unsigned cores, const net::NeighborConfig&
     }
     inbound_.push_back(r);
   }
-}
-
-uint64_t CoreGroup::speed_bps() const {
-  const uint32_t mbps = port_->link().speed_mbps;
-  return mbps != 0 ? uint64_t{mbps} * 1'000'000 : 100'000'000'000ull;
 }
 
 CoreGroup::~CoreGroup() {
@@ -227,9 +224,10 @@ void DeviceCore::send_pauses() {
   for (const net::PauseOut& p : pauses_) {
     uint8_t f[net::kPauseFrameLen];
     net::build_pfc(f, p.dst, cfg_.port->mac(), p.enable, p.quanta);
-    // One lost is refreshed (XOFF) or repeated at the next depth check (XON) as a switch's are.
+    // A lost XOFF goes again at the refresh; a lost XON leaves the sender the rest of its
+    // pause (the quanta), as on a fabric.
     if (send_control(f)) ++counters_.pause_frames_out;
-    else ++counters_.neighbor_tx_dropped;
+    else ++counters_.pause_tx_dropped;
   }
 }
 

@@ -112,9 +112,9 @@ class CoreGroup {
   net::Port* port() const { return port_; }
   /// The priorities peers paused (PFC frames any core received); every core's transmit obeys.
   net::PauseGate& pause_gate() { return pause_gate_; }
-  /// The port's speed in bit/s (100 Gbit/s when it tells none, as the engine's DCQCN assumes):
-  /// how long a pause quantum lasts.
-  uint64_t speed_bps() const;
+  /// The port's speed in bit/s at start (100 Gbit/s when it told none, as the engine's DCQCN
+  /// assumes): how long a pause quantum lasts.
+  uint64_t speed_bps() const { return speed_bps_; }
 
   /// Bit k: core k's engine has multicast groups (then what any core sends to a multicast
   /// address is looped back too, as a NIC delivers to its own attached QPs).
@@ -152,6 +152,7 @@ class CoreGroup {
   std::unique_ptr<net::KernelNet> kernel_;
   net::MembershipReporter membership_;
   net::PauseGate pause_gate_;
+  uint64_t speed_bps_ = 100'000'000'000ull;
 };
 
 /// An address vector's source from a GID table entry: its GID, VLAN and MAC (what a client's
@@ -196,6 +197,7 @@ struct DeviceCoreCounters {
   uint64_t pause_frames_in = 0;
   uint64_t pause_frames_bad = 0;
   uint64_t pause_frames_out = 0;
+  uint64_t pause_tx_dropped = 0;
   uint64_t tx_pause_waits = 0;
 };
 
@@ -221,6 +223,7 @@ inline constexpr core::Counter<DeviceCoreCounters> kDeviceCoreCounters[] = {
      "MAC control frames dropped: malformed, not a pause, or to another MAC"},
     {"pause_frames_out", &DeviceCoreCounters::pause_frames_out,
      "PFC frames a lossless congestion point sent its senders (pfc-xoff=)"},
+    {"pause_tx_dropped", &DeviceCoreCounters::pause_tx_dropped, "no mbuf or port full for one of those"},
     {"tx_pause_waits", &DeviceCoreCounters::tx_pause_waits, "transmit bursts a received pause cut short"},
 };
 static_assert(core::covers(kDeviceCoreCounters));
