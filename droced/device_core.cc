@@ -134,8 +134,8 @@ DeviceCore::DeviceCore(const DeviceCoreConfig& cfg, int* rc) : cfg_(cfg), group_
   // on mlx5; a port that tells none (or is down at start) keeps the engine's 100 Gbit/s.
   if (const uint32_t speed = cfg.port->link().speed_mbps; speed != 0) ec.line_rate_mbps = speed;
   icrc_on_link_ = !ec.offloads.rx_icrc && !ec.offloads.tx_icrc;
-  faults_ = std::make_unique<FaultStage>(cfg.faults, cfg_.index, cfg.port->pool(), icrc_on_link_);
-  faults_->set_port_speed(group_->speed_bps());
+  faults_ = std::make_unique<FaultStage>(cfg.faults, cfg_.index, cfg.port->pool(), icrc_on_link_,
+                                         group_->speed_bps());
   capture_ = CaptureTap{cfg.capture, cfg_.index};
   fault_port_ = std::make_unique<FaultPort>(link_.get(), faults_.get(), capture_, &group_->pause_gate());
   ec.port = fault_port_.get();

@@ -90,8 +90,9 @@ std::vector<FaultRule> FaultRules::rules() const {
 
 // ---- FaultStage ---------------------------------------------------------------------
 
-FaultStage::FaultStage(const FaultRules* rules, unsigned core, rte_mempool* pool, bool icrc_on_link)
-    : rules_(rules), core_(core), pool_(pool), icrc_on_link_(icrc_on_link) {
+FaultStage::FaultStage(const FaultRules* rules, unsigned core, rte_mempool* pool, bool icrc_on_link,
+                       uint64_t speed_bps)
+    : rules_(rules), core_(core), pool_(pool), icrc_on_link_(icrc_on_link), speed_bps_(speed_bps) {
   (void)rx_ts_.setup();  // without the field no frame carries a stamp: the loop's time for all
   refresh();
 }
@@ -287,14 +288,15 @@ void FaultStage::apply(Active& a, FaultDirection d, rte_mbuf* m, uint64_t arriva
   uint64_t depart_ns = arrival_ns;
   // What RED at departure takes the frame for: as it arrived, before corruption or truncation.
   uint8_t ecn_at_arrival = net::kEcnNotEct;
-  if (f.queue.any() && !enqueue(a, d, &m, arrival_ns, &depart_ns, &ecn_at_arrival)) return add_to_totals(before, c);
   if (f.queue.pfc.any() && d == FaultDirection::rx) {
-    // Who to pause, and which of its priorities, when the queue reaches xoff.
+    // Who to pause, and which of its priorities, when the queue reaches xoff; a frame the full
+    // queue then drops counts too (its sender, above all, should have been paused).
     const auto* p = rte_pktmbuf_mtod(m, const uint8_t*);
     net::MacAddr src;
     std::copy(p + 6, p + 12, src.begin());
     a.pfc.on_enqueue(src, net::frame_priority({p, m->data_len}), arrival_ns);
   }
+  if (f.queue.any() && !enqueue(a, d, &m, arrival_ns, &depart_ns, &ecn_at_arrival)) return add_to_totals(before, c);
   std::optional<Held> leave_now;
   const net::FrameFate fate =
       a.dice[index(d)].roll(f, f.corrupt > 0 ? regions_of(m, f.corrupt_target) : net::FrameRegions{m->pkt_len, 0, 0, 0});

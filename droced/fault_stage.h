@@ -125,9 +125,11 @@ inline constexpr core::Counter<FaultCounters> kFaultCounters[] = {
     {"queue_depth_max", &FaultCounters::queue_depth_max, "congestion point: the deepest the queue was, bytes (a gauge)"},
     {"wire_timed", &FaultCounters::wire_timed,
      "of matched: timed by the link's receive stamp, not the loop's clock (the packet link stamps)"},
-    {"pfc_xoff_sent", &FaultCounters::pfc_xoff_sent, "congestion point (pfc-xoff=): PFC pause frames sent, refreshes too"},
+    {"pfc_xoff_sent", &FaultCounters::pfc_xoff_sent,
+     "congestion point (pfc-xoff=): PFC pause frames sent, refreshes too"},
     {"pfc_xon_sent", &FaultCounters::pfc_xon_sent, "congestion point: PFC frames resuming the senders (quanta 0)"},
-    {"pfc_paused_us", &FaultCounters::pfc_paused_us, "congestion point: time its senders were held paused, us (ended pauses)"},
+    {"pfc_paused_us", &FaultCounters::pfc_paused_us,
+     "congestion point: time its senders were held paused, us (ended pauses)"},
     {"pfc_untracked", &FaultCounters::pfc_untracked,
      "congestion point: frames from senders past the 32 it can pause (never paused)"},
     {"pfc_repaused", &FaultCounters::pfc_repaused,
@@ -157,8 +159,10 @@ class FaultRules {
 
 class FaultStage {
  public:
-  /// `pool` gives copies; `icrc_on_link` false for a link that carries no ICRC.
-  FaultStage(const FaultRules* rules, unsigned core, rte_mempool* pool, bool icrc_on_link);
+  /// `pool` gives copies; `icrc_on_link` false for a link that carries no ICRC; `speed_bps` the
+  /// senders' port speed, for how long a pause holds them (net::PfcPoint).
+  FaultStage(const FaultRules* rules, unsigned core, rte_mempool* pool, bool icrc_on_link,
+             uint64_t speed_bps = 100'000'000'000ull);
   ~FaultStage();
   FaultStage(const FaultStage&) = delete;
   FaultStage& operator=(const FaultStage&) = delete;
@@ -178,9 +182,6 @@ class FaultStage {
   void release(FaultDirection d, uint64_t now_ns, std::vector<rte_mbuf*>* out);
   /// When the next held frame is due; UINT64_MAX when none is held.
   uint64_t next_release_ns() const;
-  /// The senders' port speed (bit/s), for how long a pause holds them (net::PfcPoint); rules
-  /// set after this take it.
-  void set_port_speed(uint64_t bps) { speed_bps_ = bps; }
   /// Appends the PFC frames to send (pfc-xoff rules) to *out, and forgets them.
   void take_pauses(std::vector<net::PauseOut>* out) {
     if (pauses_.empty()) return;
@@ -246,7 +247,7 @@ class FaultStage {
   uint64_t version_ = 0;
   uint8_t active_ = 0;  ///< FaultDirection bits some rule covers
   bool pfc_ = false;    ///< some rule's queue is lossless (pfc-xoff=)
-  uint64_t speed_bps_ = 100'000'000'000ull;
+  uint64_t speed_bps_;
   std::vector<net::PauseOut> pauses_;
   std::vector<Active> active_rules_;
   std::vector<Held> heap_[2];  ///< min-heaps on (due, seq), rx and tx

@@ -66,7 +66,8 @@ void PauseGate::apply(const PauseFrame& f, uint64_t now_ns, uint64_t speed_bps) 
   for (size_t p = 0; p < 8; ++p) {
     if (f.enable & (1u << p)) {
       // XON ends the pause now; 1 ns back, so paused() (now < until) is false at once.
-      const uint64_t until = f.quanta[p] == 0 ? now_ns : now_ns + std::max<uint64_t>(1, pause_ns(f.quanta[p], speed_bps));
+      const uint64_t until =
+          f.quanta[p] == 0 ? now_ns : now_ns + std::max<uint64_t>(1, pause_ns(f.quanta[p], speed_bps));
       until_[p].store(until, std::memory_order_relaxed);
     }
     latest = std::max(latest, until_[p].load(std::memory_order_relaxed));

@@ -26,9 +26,10 @@
 // paused); XON (quanta 0) once it falls to xon. One thing no switch needs: a NIC never loses a
 // pause, but a droced whose ring of received frames overflowed (a busy host, a storm of CNPs)
 // has lost it. So a sender whose frames still arrive kRepauseAfterNs after its XOFF went out (by
-// their arrival time: the link's receive stamp where there is one) is paused again at once. Frames that still arrive after an XOFF (the
-// round trip of the pause: a switch's "headroom") are the buffer's to hold: the congestion
-// point's buffer= is xoff plus that headroom, past which it drops and counts as any queue does.
+// their arrival time: the link's receive stamp where there is one) is paused again at once.
+// Frames that still arrive after an XOFF (the round trip of the pause: a switch's "headroom") are
+// the buffer's to hold: the congestion point's buffer= is xoff plus that headroom, past which it
+// drops and counts as any queue does.
 //
 // Threading: PauseGate: apply() from any core (serialised inside), the readers lock-free.
 // PfcPoint: one thread. No allocation but PfcPoint's output vector.
@@ -131,7 +132,8 @@ class PfcPoint {
 
   /// A pause reaches a sender and stops it well within this (its loop, the kernel's path).
   static constexpr uint64_t kRepauseAfterNs = 200'000;
-  /// A frame from `src` with priority `prio`, arrived at arrival_ns, entered the queue.
+  /// A frame from `src` with priority `prio`, arrived at arrival_ns, came to the queue (whether
+  /// the queue then took it or dropped it).
   void on_enqueue(const MacAddr& src, uint8_t prio, uint64_t arrival_ns);
   /// The queue holds `depth` bytes at now_ns: appends the pauses to send now to *out.
   void on_depth(const PfcSpec& s, uint64_t depth, uint64_t now_ns, std::vector<PauseOut>* out);

@@ -574,8 +574,7 @@ TEST_F(FaultStageTest, ALosslessQueuePausesItsSendersAtXoffAndResumesThemAtXon) 
   // from B at DSCP 0, all at 0: 942 bytes queued, past xoff.
   const net::MacAddr a{2, 0, 0, 0, 0, 0xa}, b{2, 0, 0, 0, 0, 0xb};
   const uint32_t id = add("rate=1gbit,buffer=4000,pfc-xoff=900,pfc-xon=300");
-  FaultStage s(&rules_, 0, pool_, true);
-  s.set_port_speed(10'000'000'000ull);
+  FaultStage s(&rules_, 0, pool_, true, 10'000'000'000ull);
   s.refresh();
   run(s, FaultDirection::rx, {from(a, frame(17, 0, 256, 1, 0x68)), from(a, frame(17, 0, 256, 2, 0x68)),
                               from(b, frame(17, 0, 256, 3, 0))}, 0);
@@ -609,6 +608,29 @@ TEST_F(FaultStageTest, ALosslessQueuePausesItsSendersAtXoffAndResumesThemAtXon) 
   EXPECT_EQ(c.pfc_paused_us, 7u);
   EXPECT_EQ(c.queue_dropped, 0u);
   EXPECT_EQ(s.totals().pfc_xoff_sent, 2u);
+}
+
+TEST_F(FaultStageTest, ASenderThatMissedItsPauseIsPausedAgainEvenWhenTheFullQueueDropsItsFrame) {
+  // 1 Mbit/s: 314 bytes take 2.5 ms to leave. Three frames fill the queue past xoff: XOFF.
+  const net::MacAddr a{2, 0, 0, 0, 0, 0xa};
+  const uint32_t id = add("rate=1mbit,buffer=1000,pfc-xoff=600,pfc-xon=300");
+  FaultStage s(&rules_, 0, pool_, true, 10'000'000'000ull);
+  run(s, FaultDirection::rx, {from(a, frame(17)), from(a, frame(17)), from(a, frame(17))}, 0);
+  std::vector<net::PauseOut> p;
+  s.take_pauses(&p);
+  ASSERT_EQ(p.size(), 1u);
+  p.clear();
+  // Step: 250 us later, long after the pause should have stopped it, A's next frame: the queue
+  // (still ~911 bytes) has no room. Expect: dropped, and A paused again at once.
+  run(s, FaultDirection::rx, {from(a, frame(17))}, 250'000);
+  FaultCounters c = counters_of(s, id);
+  EXPECT_EQ(c.queue_dropped, 1u);
+  s.take_pauses(&p);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].dst, a);
+  EXPECT_NE(p[0].quanta, 0);
+  EXPECT_EQ(c.pfc_repaused, 1u);
+  EXPECT_EQ(c.pfc_xoff_sent, 2u);
 }
 
 TEST_F(FaultStageTest, AClearedLosslessRuleReleasesItsSendersAndATxRuleNeverPauses) {
