@@ -230,5 +230,46 @@ TEST_F(DeviceCoreTest, OwnFramesAreDroppedAndIgmpGoesToTheMembershipReporter) {
   EXPECT_EQ(core_[0]->engine().counters().rx_frames, 0u) << "control frames reached the engine";
 }
 
+// PFC frames (net/pfc.h) go to the group's gate, never to the engine: one to this port's MAC
+// pauses its priority and an XON ends that; one to another MAC, or MAC Control of another kind,
+// or one cut short, is counted as bad and changes nothing.
+TEST_F(DeviceCoreTest, PauseFramesForThisPortHoldItsPriorityAndOthersAreCountedBad) {
+  const auto send_from_1 = [&](const std::vector<uint8_t>& bytes) {
+    rte_mbuf* m = rte_pktmbuf_alloc(port_[1]->pool());
+    ASSERT_NE(m, nullptr);
+    std::memcpy(rte_pktmbuf_append(m, uint16_t(bytes.size())), bytes.data(), bytes.size());
+    ASSERT_EQ(port_[1]->tx_burst(0, &m, 1), 1);
+  };
+  const auto pfc = [&](const net::MacAddr& dst, uint16_t quanta) {
+    std::vector<uint8_t> f(net::kPauseFrameLen);
+    net::build_pfc(f.data(), dst, port_[1]->mac(), 0x08, quanta);  // priority 3
+    return f;
+  };
+  net::PauseGate& gate = core_[0]->group().pause_gate();
+  ASSERT_FALSE(gate.engaged());
+  // Bad: to another MAC; MAC Control of another kind (opcode 2, EPON's GATE); a PFC frame cut
+  // at 20 bytes, before its quanta (memif delivers it as sent).
+  send_from_1(pfc(net::MacAddr{2, 0, 0, 0, 0, 0x77}, 0xffff));
+  std::vector<uint8_t> gate_frame = pfc(port_[0]->mac(), 0xffff);
+  gate_frame[15] = 0x02;
+  send_from_1(gate_frame);
+  std::vector<uint8_t> short_pfc = pfc(port_[0]->mac(), 0xffff);
+  short_pfc.resize(20);
+  send_from_1(short_pfc);
+  ASSERT_TRUE(run_until([&] { return core_[0]->counters().pause_frames_bad == 3; }));
+  EXPECT_EQ(core_[0]->counters().pause_frames_in, 0u);
+  EXPECT_FALSE(gate.engaged());
+  // For this port: priority 3 paused (0xffff quanta), others not; then XON.
+  send_from_1(pfc(port_[0]->mac(), 0xffff));
+  ASSERT_TRUE(run_until([&] { return core_[0]->counters().pause_frames_in == 1; }));
+  EXPECT_TRUE(gate.engaged());
+  EXPECT_TRUE(gate.paused(3, core::monotonic_ns()));
+  EXPECT_FALSE(gate.paused(0, core::monotonic_ns()));
+  send_from_1(pfc(port_[0]->mac(), 0));
+  ASSERT_TRUE(run_until([&] { return core_[0]->counters().pause_frames_in == 2; }));
+  EXPECT_FALSE(gate.paused(3, core::monotonic_ns()));
+  EXPECT_EQ(core_[0]->engine().counters().rx_frames, 0u) << "pause frames reached the engine";
+}
+
 }  // namespace
 }  // namespace droce::droced
