@@ -264,7 +264,7 @@ class FaultStage {
 ///
 /// PFC (`gate`, shared by the port's cores): a frame whose priority a peer paused (net/pfc.h) is
 /// not sent until the pause ends; the burst stops before it, as a NIC's paused transmit queue
-/// holds its frames, and the engine or queued_ keeps it. No pause in force: one relaxed load.
+/// holds its frames, and the engine or queued_ keeps it. No pause in force: one load (a plain mov on x86).
 class FaultPort : public rocev2::PacketPort {
  public:
   static constexpr size_t kMaxQueued = 1024;

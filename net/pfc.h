@@ -83,9 +83,10 @@ class PauseGate {
   /// A pause received at now_ns on a port of speed_bps: each priority it enables is paused for
   /// its quanta from now (0: resumed now).
   void apply(const PauseFrame& f, uint64_t now_ns, uint64_t speed_bps);
-  /// Some priority may be paused (one relaxed load; false again once settle() saw every pause
-  /// run out).
-  bool engaged() const { return latest_.load(std::memory_order_relaxed) != 0; }
+  /// Some priority may be paused (one load, an acquire that pairs with apply()'s release: a
+  /// core that sees it engaged sees the pauses behind it; false again once settle() saw every
+  /// pause run out).
+  bool engaged() const { return latest_.load(std::memory_order_acquire) != 0; }
   bool paused(uint8_t prio, uint64_t now_ns) const {
     return now_ns < until_[prio & 7].load(std::memory_order_relaxed);
   }
