@@ -493,31 +493,39 @@ droced_down() {
   droced_stop "$dpid_a" "$dpid_b" || true
   dpid_a='' dpid_b=''
 }
-# The PMD's own ceiling on this veth, before droce does anything: DPDK's testpmd sends 64 B
-# frames flat out through net_PMD on vb (txonly) to a testpmd on va that only counts them
-# (rxonly), each forwarding on its own vCPU, as the two droced would. No RoCE, no ACKs, no client
-# spinning beside them: what droce's 64 B rate over this PMD can at most be. The median of the
-# receiver's per-second rates (not the first two, nor the last, partly idle), kept as the line's Mmsg/s.
-pmd_floor() {  # pmd_floor PMD (droced down, the veth's MTU as droced_up leaves it)
-  local pmd=$1 rx tx dev eal=(--no-huge --no-shconf -m 256 --no-pci) st=0 rate
-  command -v dpdk-testpmd >/dev/null || { put bw "testpmd 64 B on the veth (the PMD's own rate)" failed 1; return; }
-  rx=$work/testpmd-rx-$pmd.txt tx=$work/testpmd-tx-$pmd.txt
-  dev=net_${pmd}0,iface=va
-  timeout 16 "${srv_ns[@]}" dpdk-testpmd "${eal[@]}" -l 0,1 --main-lcore 0 --vdev="$dev" -- \
+# The PMD's own ceiling on this veth, before droce does anything: DPDK's testpmd sends frames
+# flat out through net_PMD on vb (txonly) to a testpmd on va that only counts them (rxonly), each
+# forwarding on its own vCPU, as the two droced would. No RoCE, no ACKs, no client spinning beside
+# them (perftest's does, on one of this VM's two vCPUs): what droce's rate over this PMD can at most
+# be. Twice: 64 B frames (the ceiling of ib_write_bw 64 B, in frames/s) and the largest frame droce
+# sends over the PMD (the ceiling of ib_write_bw 64 KiB, in Gbit/s; each 64 KiB message is that
+# many frames, one skb each, both ways through the kernel). The median of the receiver's
+# per-second rates (not the first two, nor the last, partly idle).
+pmd_floor() {  # pmd_floor PMD FRAME_BYTES NAME (droced down, the veth's MTU as droced_up leaves it)
+  local pmd=$1 frame=$2 name=$3 rx tx dev eal=(--no-huge --no-shconf -m 256 --no-pci) st=0 rate
+  local devx='' mbuf=()
+  command -v dpdk-testpmd >/dev/null || { put bw "$name" failed 1; return; }
+  # As droced opens the PMD (net/ethdev_link.cc): af_packet with 4608-byte ring frames, af_xdp
+  # with mbufs that fit its page-sized UMEM frames. --mbuf-size must come before --txpkts.
+  if [ "$pmd" = af_packet ]; then devx=,framesz=4608,blocksz=36864 mbuf=(--mbuf-size=4800); fi
+  if [ "$pmd" = af_xdp ]; then mbuf=(--mbuf-size=3712); fi
+  rx=$work/testpmd-rx-$pmd-$frame.txt tx=$work/testpmd-tx-$pmd-$frame.txt
+  dev=net_${pmd}0,iface=va$devx
+  timeout 16 "${srv_ns[@]}" dpdk-testpmd "${eal[@]}" -l 0,1 --main-lcore 0 --vdev="$dev" -- "${mbuf[@]}" \
     --forward-mode=rxonly --stats-period=1 --total-num-mbufs=8192 -a >"$rx" 2>&1 &
   local rpid=$!
   sleep 3
-  dev=net_${pmd}1,iface=vb
-  timeout 10 "${cli_ns[@]}" dpdk-testpmd "${eal[@]}" -l 0,1 --main-lcore 1 --vdev="$dev" -- \
-    --forward-mode=txonly --txpkts=64 --stats-period=1 --total-num-mbufs=8192 -a >"$tx" 2>&1 || st=$?
+  dev=net_${pmd}1,iface=vb$devx
+  timeout 10 "${cli_ns[@]}" dpdk-testpmd "${eal[@]}" -l 0,1 --main-lcore 1 --vdev="$dev" -- "${mbuf[@]}" \
+    --forward-mode=txonly --txpkts="$frame" --stats-period=1 --total-num-mbufs=8192 -a >"$tx" 2>&1 || st=$?
   wait "$rpid" 2>/dev/null || true
   # timeout ends both (124): what counts is that the receiver printed rates.
   rate=$(awk '/Rx-pps:/ { print $2 }' "$rx" | tail -n +3 | head -n -1 | sort -n |
          awk '{ v[n++] = $1 } END { if (n < 2) exit 1; print v[int((n - 1) / 2)] / 1e6 }') || {
-    put bw "testpmd 64 B on the veth (the PMD's own rate)" failed 1
-    echo "  testpmd on net_$pmd: failed (exit $st): $(grep -m1 -i cause "$rx" "$tx")"; return; }
-  put bw "testpmd 64 B on the veth (the PMD's own rate)" mpps "$rate"
-  put bw "testpmd 64 B on the veth (the PMD's own rate)" gbps "$(awk -v r="$rate" 'BEGIN { printf "%.2f", r * 64 * 8 / 1e3 }')"
+    put bw "$name" failed 1
+    echo "  testpmd on net_$pmd, $frame B: failed (exit $st): $(grep -m1 -i -E 'cause|give up' "$rx" "$tx")"; return; }
+  put bw "$name" mpps "$rate"
+  put bw "$name" gbps "$(awk -v r="$rate" -v f="$frame" 'BEGIN { printf "%.2f", r * f * 8 / 1e3 }')"
 }
 if [ "$netns" = 1 ]; then
   srv_ns=(ip netns exec "droce-vsk-a-$$") cli_ns=(ip netns exec "droce-vsk-b-$$") srv_netns=droce-vsk-a-$$
@@ -557,7 +565,14 @@ if [ "$netns" = 1 ]; then
         put lat "droced on net_$pmd" failed 1
       fi
       droced_down
-      [ "$pmd" = packet ] || pmd_floor "$pmd"
+      if [ "$pmd" != packet ]; then
+        pmd_floor "$pmd" 64 "testpmd 64 B on the veth (the PMD's own rate)"
+        # The frames of droce's 64 KiB WRITE on the PMD: a middle packet of the path MTU (2048 on
+        # af_xdp, whose veth carries 3000; 4096 on af_packet, whose ring frames carry 4524) and its
+        # 58 bytes of Ethernet, IP, UDP, BTH and ICRC.
+        big=2106; [ "$pmd" = af_packet ] && big=4154
+        pmd_floor "$pmd" "$big" "testpmd in a 64 KiB WRITE's frames on the veth (the PMD's own rate)"
+      fi
     done
   else
     section="kernel veth (netns)"
@@ -678,6 +693,7 @@ for pmd in ("af_packet", "packet", "af_xdp"):
     vev = val(vsec, "ib_send_lat 64 B, events (-e)", "typical")
     vrate, vbig = val(vsec, "ib_write_bw 64 B, 1 QP", "mpps"), val(vsec, "ib_write_bw 64 KiB", "gbps")
     floor = val(vsec, "testpmd 64 B on the veth (the PMD's own rate)", "mpps")
+    bigfloor = val(vsec, "testpmd in a 64 KiB WRITE's frames on the veth (the PMD's own rate)", "gbps")
     shared = val(vsec, "kernel TCP stream on the shared veth (iperf3)", "gbps")
     goal("ib_write_lat 64 B typical / the veth's TCP ping-pong", vlat / ktcp if vlat and ktcp else None, 1, False)
     goal("ib_write_lat 64 B p99 / typical", vp99 / vlat if vp99 and vlat else None, 5, False)
@@ -689,6 +705,10 @@ for pmd in ("af_packet", "packet", "af_xdp"):
     if floor:
         print(f"  (testpmd alone moves {floor:.3f} M 64 B frames/s over net_{pmd} on this veth: "
               f"ib_write_bw 64 B is {vrate / floor if vrate else float('nan'):.2f} of the PMD's own rate)")
+    if bigfloor and kbw:
+        print(f"  (testpmd alone moves {bigfloor:.2f} Gbit/s in a 64 KiB WRITE's frames over net_{pmd} on this veth, "
+              f"{bigfloor / kbw:.2f} of iperf3: ib_write_bw 64 KiB is "
+              f"{vbig / bigfloor if vbig else float('nan'):.2f} of the PMD's own rate)")
     if shared and vbig:
         print(f"  (the kernel's TCP on the veth as droced leaves it: {shared:.2f} Gbit/s; "
               f"ib_write_bw 64 KiB is {vbig / shared:.2f} of it)")
