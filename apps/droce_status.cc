@@ -82,7 +82,7 @@ int status_command(std::string_view cmd, const std::vector<std::string_view>& ar
     table(all, "cores", {"core", "lcore", "mode", "policy", "cpus", "rx_queue", "tx_queue", "clients", "qps",
                          "rx_frames", "tx_frames", "handed_in", "handed_out", "hand_off_dropped", "sleeps",
                          "wakeups_by_port", "wakeups_by_client", "wakeups_by_timer", "yields", "stuck_blocks",
-                         "rt_demotions", "on_cpu", "cpu_ms", "wait_ms", "preempted", "mode_reason"});
+                         "rt_demotions", "rt_rescues", "on_cpu", "cpu_ms", "wait_ms", "preempted", "mode_reason"});
   if (cmd == "clients" || cmd == "status")
     table(all, "clients", {"id", "pid", "program", "core", "qps", "cqs", "mrs", "wqes_posted", "wqes_refused"});
   if (cmd == "qps" || cmd == "status")

@@ -31,12 +31,15 @@ namespace droce::droced {
 /// What it counts is in kRealtimeCounters.
 struct RealtimeCounters {
   uint64_t demotions = 0;
+  uint64_t rescues = 0;
 };
 
 /// RealtimeCounters described once (core/counter_table.h): a worker's row of `droce cores`.
 inline constexpr core::Counter<RealtimeCounters> kRealtimeCounters[] = {
     {"rt_demotions", &RealtimeCounters::demotions,
      "times kBurstNs without sleeping sent the worker to the normal policy"},
+    {"rt_rescues", &RealtimeCounters::rescues,
+     "times a worker at the normal policy went RtRescue::kStarvedNs without running and got SCHED_RR back"},
 };
 static_assert(core::covers(kRealtimeCounters));
 
@@ -75,6 +78,15 @@ class RealtimeBudget {
       return Change::none;
     }
     return on_loop(now_ns);
+  }
+
+  /// SCHED_RR given back from outside (RtRescue: at the normal policy the worker did not run
+  /// at all): the budget starts again, as after a rest.
+  void rescued(uint64_t now_ns) {
+    if (!enabled_) return;
+    demoted_ = false;
+    rested_ns_ = now_ns;
+    ++counters_.rescues;
   }
 
   /// Never again (SCHED_RR refused when taken back); the counters stay.

@@ -474,6 +474,10 @@ void Worker::sleep(uint64_t now_ns, bool for_peer) {
 }
 
 void Worker::iterate(uint64_t now, uint64_t* idle_since) {
+  if (realtime_.enabled()) {
+    rescue_.loop_started(now);
+    if (rescue_.take_rescued()) realtime_.rescued(now);
+  }
   const rocev2::EngineCounters& ec = core_->engine().counters();
   const DeviceCoreCounters& cc = core_->counters();
   const bool owed_at_start = peer_ != nullptr && peer_->wake_owed();
@@ -564,10 +568,14 @@ int Worker::set_realtime(bool on) {
 
 void Worker::apply(RealtimeBudget::Change change) {
   if (change == RealtimeBudget::Change::none) return;
-  if (int rc = set_realtime(change == RealtimeBudget::Change::to_realtime); rc != 0) {
+  const bool rr = change == RealtimeBudget::Change::to_realtime;
+  if (rr) rescue_.promoted();
+  if (int rc = set_realtime(rr); rc != 0) {
     // Only taking SCHED_RR back can be refused (a capability dropped since): stay normal.
     DROCE_LOG(WARNING, app, "worker %u: SCHED_RR refused (%s); it stays a normal task", index_, std::strerror(rc));
     realtime_.disable();
+  } else if (!rr) {
+    rescue_.demoted(core::monotonic_ns());  // other real-time threads may now keep it off its CPU
   }
 }
 
@@ -636,6 +644,11 @@ void Worker::run() {
                   config().event_nice, std::strerror(rc));
     } else {
       realtime_ = RealtimeBudget(true, core::monotonic_ns());
+      if (int err = rescue_.start(pthread_self()); err != 0)
+        DROCE_LOG(INFO, app,
+                  "worker %u: no rescue thread (%s): past its budget, at the normal policy, other real-time "
+                  "threads can keep it off its CPU",
+                  index_, std::strerror(-err));
     }
   }
   DROCE_LOG(INFO, app, "worker %u (lcore %u): %s mode (%s)", index_, lcore_, polling_ ? "poll" : "event",
@@ -685,6 +698,7 @@ void Worker::wake_peer_when_idle(void* worker) {
 }
 
 void Worker::shutdown() {
+  rescue_.stop();
   idle_waker_.stop();
   take_inbox();
   if (sessions_.empty()) return;

@@ -55,6 +55,7 @@
 #include "droced/device_core.h"
 #include "droced/idle_waker.h"
 #include "droced/realtime_budget.h"
+#include "droced/rt_rescue.h"
 #include "droced/session.h"
 #include "droced/spin_policy.h"
 #include "droced/yield_policy.h"
@@ -263,6 +264,7 @@ class Worker {
   SpinPolicy spin_;  ///< event mode: how long to spin before blocking
   YieldPolicy yield_;  ///< event mode on droce_shm: when to yield to the peer instead
   RealtimeBudget realtime_;  ///< event mode at SCHED_RR: when to drop to the normal policy, and back
+  RtRescue rescue_;          ///< gives it SCHED_RR back when, demoted, it does not get to run
   AckHold ack_hold_;         ///< event mode on droce_shm: when a wake-up for ACKs alone may wait
   IdleWaker idle_waker_;     ///< wakes the peer when this worker's CPU would idle with one held
   std::atomic<uint64_t> idle_wakes_{0};  ///< held wake-ups the idle waker sent

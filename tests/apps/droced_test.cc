@@ -666,8 +666,9 @@ TEST_F(TwoDaemons, SeveralLcoresShareTheClientsAndHandFramesToTheOwningCore) {
   const std::string text = slurp(cli_log);
   EXPECT_EQ(text.rfind("core  lcore  mode   policy  cpus  rx_queue  tx_queue  clients", 0), 0u) << text;
   EXPECT_NE(text.find("handed_in"), std::string::npos) << text;
-  // How a worker at SCHED_RR fared: blocks for a peer to empty a full ring, budget demotions.
-  EXPECT_NE(text.find("stuck_blocks  rt_demotions"), std::string::npos) << text;
+  // How a worker at SCHED_RR fared: blocks for a peer to empty a full ring, budget demotions,
+  // rescues from other real-time threads.
+  EXPECT_NE(text.find("stuck_blocks  rt_demotions  rt_rescues"), std::string::npos) << text;
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 3) << text;  // the header and two cores
   EXPECT_EQ(stop(d_[0]), 0);
   EXPECT_EQ(stop(d_[1]), 0);

@@ -92,6 +92,24 @@ TEST(RealtimeBudget, TheBudgetStartsWhenTheWorkerDoes) {
   EXPECT_EQ(b.on_loop(kT0 + kBurst), Change::to_normal);
 }
 
+// RtRescue gave a starved worker SCHED_RR back from outside: realtime again, a full budget
+// from then, counted; a budget never enabled is left alone.
+TEST(RealtimeBudget, ARescueIsARestAndIsCounted) {
+  RealtimeBudget b(true, kT0);
+  EXPECT_EQ(b.on_loop(kT0 + kBurst), Change::to_normal);
+  b.rescued(kT0 + 400 * kBurst);  // it did not run for 400 budgets
+  EXPECT_TRUE(b.realtime());
+  EXPECT_EQ(b.counters().rescues, 1u);
+  EXPECT_EQ(b.before_block(), Change::none) << "already at SCHED_RR: nothing to take back";
+  EXPECT_EQ(b.on_loop(kT0 + 401 * kBurst - 1), Change::none);
+  EXPECT_EQ(b.on_loop(kT0 + 401 * kBurst), Change::to_normal) << "and past a new budget, normal again";
+  EXPECT_EQ(b.counters().demotions, 2u);
+  RealtimeBudget off;
+  off.rescued(kT0);
+  EXPECT_FALSE(off.realtime());
+  EXPECT_EQ(off.counters().rescues, 0u);
+}
+
 // SleepJudge: a long wait is a sleep without the system call; a short one only if the switch
 // count moved since a read that is still current.
 struct SwitchCounter {
