@@ -210,7 +210,12 @@ run() {
   for s in "${pids[@]}"; do wait "$s"; done
   [ "$mode" = dcqcn ] && { kill -INT "$cap" 2>/dev/null; wait "$cap"; }
   wait
-  for h in h1 h2 h3 h4; do "$droce" ports --json --socket "$(sock "$h")" >"$tmp/$mode.ports1.$h" 2>/dev/null; done
+  for h in h1 h2 h3 h4; do
+    "$droce" ports --json --socket "$(sock "$h")" >"$tmp/$mode.ports1.$h" 2>/dev/null
+    # How the hosts' workers were scheduled (SCHED_RR budget demotions, rescues): with four
+    # droced on this machine's CPUs the queue's figures depend on it (docs/benchmarks.md).
+    "$droce" cores --json --socket "$(sock "$h")" >"$tmp/$mode.cores1.$h" 2>/dev/null
+  done
   if [ -n "${DROCE_INCAST_KEEP:-}" ]; then
     for h in h1 h2 h3 h4 sw; do ip -n "$lab-$h" -s -s link >"$tmp/$mode.links.$h" 2>&1; done
     ip -s -s link >"$tmp/$mode.links.root" 2>&1; cat /proc/net/softnet_stat >"$tmp/$mode.softnet"
@@ -255,6 +260,13 @@ def missed(mode, h):
             return None
     a, b = read(0), read(1)
     return b - a if a is not None and b is not None else None
+def worker_stat(mode, h, name):
+    # A worker counter of the host's droced (summed over its cores), at the end of the run: the
+    # daemon's totals since it started, so the dcqcn run's and, in the no-dcqcn run, both runs'.
+    try:
+        return sum(c.get(name, 0) for c in json.load(open(f"{tmp}/{mode}.cores1.{h}")))
+    except (OSError, ValueError, LookupError, TypeError, AttributeError):
+        return None
 def analyse(mode):
     rows = [json.loads(l) for l in open(f"{tmp}/{mode}.jsonl")]
     series = []
@@ -308,6 +320,8 @@ def analyse(mode):
         "cnp_handled": last["cnp_handled"] - first["cnp_handled"],
         "retransmits": last["retx_total"] - first["retx_total"],
         "ring_drops": {h: missed(mode, h) for h in ["h1"] + senders},
+        "rt_demotions": {h: worker_stat(mode, h, "rt_demotions") for h in ["h1"] + senders},
+        "rt_rescues": {h: worker_stat(mode, h, "rt_rescues") for h in ["h1"] + senders},
         "timeouts": last["timeouts"] - first["timeouts"],
         "seq_naks": last["seq_naks"] - first["seq_naks"],
         "pfc_xoff": last["pfc_xoff"] - first["pfc_xoff"],
@@ -355,6 +369,9 @@ for mode, r in res["runs"].items():
     rd = f["ring_drops"]
     print(f"{mode}: the links' rings dropped (rx_missed) " + ", ".join(f"{h} {v if v is not None else '?'}" for h, v in rd.items())
           + f"; the senders' retransmits came from {f['seq_naks']} sequence NAKs and {f['timeouts']} timeouts")
+    print(f"{mode}: the workers' SCHED_RR budget, since each droced started: demoted / rescued "
+          + ", ".join(f"{h} {f['rt_demotions'][h] if f['rt_demotions'][h] is not None else '?'} / "
+                      f"{f['rt_rescues'][h] if f['rt_rescues'][h] is not None else '?'}" for h in f["rt_demotions"]))
     if f["pfc_xoff"] or f["pfc_xon"]:
         print(f"{mode}: PFC: {f['pfc_xoff']} pauses ({f['pfc_repaused']} to senders that had missed one) and "
               f"{f['pfc_xon']} resumes sent by h1, {f['pause_rx']} received by "
