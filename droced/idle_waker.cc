@@ -18,20 +18,14 @@ int IdleWaker::start(int cpu, Fn fn, void* ctx) {
   ctx_ = ctx;
   cpu_ = cpu;
   stopping_.store(false, std::memory_order_relaxed);
-  started_.store(0, std::memory_order_relaxed);
-  thread_ = std::thread([this] { loop(); });
   // The thread pins itself and takes its policy first: a thread that could not would run
   // the callback whenever any CPU had room, which is no sign of this one going idle.
-  while (started_.load(std::memory_order_acquire) == 0) std::this_thread::yield();
-  if (const int rc = started_.load(std::memory_order_relaxed); rc < 0) {
-    thread_.join();
-    wake_ = core::Fd();
-    return rc;
-  }
-  return 0;
+  const int rc = thread_.start([this] { return setup(); }, [this] { loop(); });
+  if (rc != 0) wake_ = core::Fd();
+  return rc;
 }
 
-void IdleWaker::loop() {
+int IdleWaker::setup() {
   pthread_setname_np(pthread_self(), "droced-idle");
   tid_.store(pid_t(::syscall(SYS_gettid)), std::memory_order_release);
   cpu_set_t set;
@@ -42,8 +36,10 @@ void IdleWaker::loop() {
     sched_param p{};
     rc = pthread_setschedparam(pthread_self(), SCHED_IDLE, &p);
   }
-  started_.store(rc == 0 ? 1 : -rc, std::memory_order_release);
-  if (rc != 0) return;
+  return -rc;
+}
+
+void IdleWaker::loop() {
   for (;;) {
     uint64_t v;
     const ssize_t n = ::read(wake_.get(), &v, sizeof v);

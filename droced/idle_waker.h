@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "core/unix_socket.h"
+#include "droced/setup_thread.h"
 
 namespace droce::droced {
 
@@ -33,7 +34,7 @@ class IdleWaker {
   int start(int cpu, Fn fn, void* ctx);
   /// Ends and joins the thread (a callback running finishes first).
   void stop();
-  bool running() const { return thread_.joinable(); }
+  bool running() const { return thread_.running(); }
   int cpu() const { return cpu_; }
   /// The thread's kernel id once started (0 before).
   pid_t tid() const { return tid_.load(std::memory_order_acquire); }
@@ -43,13 +44,13 @@ class IdleWaker {
   uint64_t runs() const { return runs_.load(std::memory_order_relaxed); }
 
  private:
+  int setup();
   void loop();
 
   core::Fd wake_;
-  std::thread thread_;
+  SetupThread thread_;
   std::atomic<bool> stopping_{false};
   std::atomic<pid_t> tid_{0};
-  std::atomic<int> started_{0};  ///< the thread's own start: 1 ok, -errno failed
   std::atomic<uint64_t> runs_{0};
   Fn fn_ = nullptr;
   void* ctx_ = nullptr;

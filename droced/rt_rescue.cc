@@ -20,25 +20,20 @@ int RtRescue::start(pthread_t worker, int worker_priority, int priority, uint64_
   priority_ = priority;
   starved_ns_ = starved_ns;
   stopping_.store(false, std::memory_order_relaxed);
-  started_.store(0, std::memory_order_relaxed);
-  thread_ = std::thread([this] { loop(); });
   // The thread takes its policy first: at the normal policy it would be starved as the worker is.
-  while (started_.load(std::memory_order_acquire) == 0) std::this_thread::yield();
-  if (const int rc = started_.load(std::memory_order_relaxed); rc < 0) {
-    thread_.join();
-    timer_ = core::Fd();
-    return rc;
-  }
-  return 0;
+  const int rc = thread_.start([this] { return setup(); }, [this] { loop(); });
+  if (rc != 0) timer_ = core::Fd();
+  return rc;
 }
 
-void RtRescue::loop() {
+int RtRescue::setup() {
   pthread_setname_np(pthread_self(), "droced-rescue");
   sched_param p{};
   p.sched_priority = priority_;
-  const int rc = pthread_setschedparam(pthread_self(), SCHED_FIFO, &p);
-  started_.store(rc == 0 ? 1 : -rc, std::memory_order_release);
-  if (rc != 0) return;
+  return -pthread_setschedparam(pthread_self(), SCHED_FIFO, &p);
+}
+
+void RtRescue::loop() {
   for (;;) {
     uint64_t expirations;
     const ssize_t n = ::read(timer_.get(), &expirations, sizeof expirations);

@@ -23,9 +23,9 @@
 
 #include <atomic>
 #include <cstdint>
-#include <thread>
 
 #include "core/unix_socket.h"
+#include "droced/setup_thread.h"
 
 namespace droce::droced {
 
@@ -50,7 +50,7 @@ class RtRescue {
   int start(pthread_t worker, int worker_priority = 1, int priority = 2, uint64_t starved_ns = kStarvedNs);
   /// Ends and joins the thread.
   void stop();
-  bool running() const { return thread_.joinable(); }
+  bool running() const { return thread_.running(); }
 
   /// The worker, each loop: it is running now.
   void loop_started(uint64_t now_ns) { loop_ns_.store(now_ns, std::memory_order_relaxed); }
@@ -70,19 +70,19 @@ class RtRescue {
   uint64_t longest_starved_ns() const { return longest_ns_.load(std::memory_order_relaxed); }
 
  private:
+  int setup();
   void loop();
   void arm(uint64_t at_ns);
   /// The timer came due: rescue, look again later, or nothing (no longer demoted).
   void check(uint64_t now_ns);
 
   core::Fd timer_;
-  std::thread thread_;
+  SetupThread thread_;
   pthread_t worker_{};
   int worker_priority_ = 1;
   int priority_ = 2;
   uint64_t starved_ns_ = kStarvedNs;
   std::atomic<bool> stopping_{false};
-  std::atomic<int> started_{0};  ///< the thread's own start: 1 ok, -errno failed
   std::atomic<uint64_t> loop_ns_{0};
   std::atomic<bool> demoted_{false};
   std::atomic<bool> rescued_{false};
