@@ -56,7 +56,7 @@ CoreGroup::CoreGroup(net::Port* port, unsigned cores, const net::NeighborConfig&
     *rc = -EINVAL;
     return;
   }
-  // Read once, as the engine's DCQCN line rate is (the packet link asks ethtool each time).
+  // Read once (the packet link asks ethtool each time): pause quanta and DCQCN's line rate.
   if (const uint32_t mbps = port->link().speed_mbps; mbps != 0) speed_bps_ = uint64_t{mbps} * 1'000'000;
   sleeping_ = std::make_unique<std::atomic<bool>[]>(cores);
   wake_fd_.assign(cores, -1);
@@ -131,8 +131,8 @@ DeviceCore::DeviceCore(const DeviceCoreConfig& cfg, int* rc) : cfg_(cfg), group_
     ec.cc = cfg.cc->get();
   }
   // DCQCN's line rate (where a QP's rate starts, and rpg_max_rate 0) is the port's speed, as
-  // on mlx5; a port that tells none (or is down at start) keeps the engine's 100 Gbit/s.
-  if (const uint32_t speed = cfg.port->link().speed_mbps; speed != 0) ec.line_rate_mbps = speed;
+  // on mlx5, read once by the group; a port that told none (or was down at start): 100 Gbit/s.
+  ec.line_rate_mbps = static_cast<uint32_t>(group_->speed_bps() / 1'000'000);
   icrc_on_link_ = !ec.offloads.rx_icrc && !ec.offloads.tx_icrc;
   faults_ = std::make_unique<FaultStage>(cfg.faults, cfg_.index, cfg.port->pool(), icrc_on_link_,
                                          group_->speed_bps());
