@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <ctime>
 
 #include "core/clock.h"
+#include "core/log.h"
 
 namespace droce::droced {
 
@@ -69,7 +71,13 @@ void RtRescue::check(uint64_t now_ns) {
   // Starved: SCHED_RR again (the worker's budget starts again when it reads take_rescued).
   sched_param p{};
   p.sched_priority = worker_priority_;
-  if (pthread_setschedparam(worker_, SCHED_RR, &p) != 0) return;
+  if (const int rc = pthread_setschedparam(worker_, SCHED_RR, &p); rc != 0) {
+    // Not looked at again: the worker stays at the normal policy until it next blocks.
+    DROCE_LOG(WARNING, app, "rescue: a worker %.1f ms without running could not be given SCHED_RR back (%s)",
+              double(now_ns - last) / 1e6, std::strerror(rc));
+    demoted_.store(false, std::memory_order_relaxed);
+    return;
+  }
   demoted_.store(false, std::memory_order_relaxed);
   rescued_.store(true, std::memory_order_release);
   rescues_.fetch_add(1, std::memory_order_relaxed);

@@ -126,6 +126,22 @@ TEST(RtRescue, AWorkerThatTookSchedRrBackItselfIsNotRescued) {
   ASSERT_TRUE(wait_rescues(r, 1));
 }
 
+// The policy refused (here: priority 0 is no SCHED_RR priority): no rescue counted, the worker
+// left as it was, the refusal logged, and the demotion not looked at again.
+TEST(RtRescue, APolicyTheKernelRefusesIsNoRescue) {
+  RtRescue r;
+  StandIn s;
+  s.start(&r);
+  const int rc = r.start(s.thread.native_handle(), /*worker_priority=*/0, 2, kStarved);
+  if (rc == -EPERM) GTEST_SKIP() << "SCHED_FIFO refused: RtRescue needs CAP_SYS_NICE";
+  ASSERT_EQ(rc, 0);
+  r.demoted(core::monotonic_ns());
+  std::this_thread::sleep_for(milliseconds(40));
+  EXPECT_EQ(r.rescues(), 0u);
+  EXPECT_EQ(sched_getscheduler(s.tid.load()), SCHED_OTHER);
+  EXPECT_FALSE(r.take_rescued());
+}
+
 TEST(RtRescue, StopsAndRefusesBadArguments) {
   RtRescue r;
   EXPECT_EQ(r.start(pthread_self(), 1, 2, 0), -EINVAL);
